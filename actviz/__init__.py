@@ -1,0 +1,56 @@
+"""actviz: look inside a neural network from the command line.
+
+Importing actviz does not import torch: the public functions are re-exported lazily, so
+``actviz --help`` stays instant.
+
+Example:
+    >>> import actviz
+    >>> with actviz.capture(model, "conv") as acts:
+    ...     model(x)
+    >>> grid = actviz.render_activation(acts["layer1.0.conv1"][0], title="layer1.0.conv1")
+    >>> grid.to_pil().save("layer1.png")
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from actviz.api import list_layers, render_activation, run
+    from actviz.errors import ActvizError
+    from actviz.hooks import ActivationRecorder, capture
+    from actviz.models import load_model
+    from actviz.selectors import select_layers
+
+__all__ = [
+    "ActivationRecorder",
+    "ActvizError",
+    "__version__",
+    "capture",
+    "list_layers",
+    "load_model",
+    "render_activation",
+    "run",
+    "select_layers",
+]
+
+_LAZY = {
+    "ActivationRecorder": "actviz.hooks",
+    "capture": "actviz.hooks",
+    "ActvizError": "actviz.errors",
+    "list_layers": "actviz.api",
+    "load_model": "actviz.models",
+    "render_activation": "actviz.api",
+    "run": "actviz.api",
+    "select_layers": "actviz.selectors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'actviz' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,5 @@
+"""``python -m actviz``."""
+
+from actviz.cli import main
+
+main()

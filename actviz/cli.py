@@ -1,0 +1,375 @@
+"""The ``actviz`` command: parse options, call the library, print with rich.
+
+This is the one error boundary: :class:`~actviz.errors.ActvizError` becomes a one-line message on
+stderr and its exit code (a traceback only with ``--debug``). Torch is imported inside the
+commands, never here, so ``actviz --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from actviz import __version__
+from actviz.errors import ActvizError, ExitCode
+
+if TYPE_CHECKING:
+    from actviz.api import ImageResult, LayerListing, RunResult
+
+__all__ = ["app", "main"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(
+    name="actviz",
+    help="Draw what a neural network's layers see: one feature-map grid PNG per layer.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode="rich",
+)
+out_console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"actviz {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show full tracebacks for errors.")
+    ] = False,
+) -> None:
+    """Draw what a neural network's layers see: one feature-map grid PNG per layer."""
+    _state["debug"] = debug
+
+
+def _boundary(command: Callable[P, R]) -> Callable[P, R]:
+    """Turn expected errors into a one-line message and their exit code."""
+
+    @functools.wraps(command)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except ActvizError as exc:
+            if _state["debug"]:
+                raise
+            _error(str(exc))
+            raise typer.Exit(int(exc.exit_code)) from None
+        except KeyboardInterrupt:
+            if _state["debug"]:
+                raise
+            _error("interrupted")
+            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+
+    return wrapper
+
+
+def _error(message: str) -> None:
+    err_console.print(Text.assemble(("error: ", "bold red"), message))
+
+
+def _warn(message: str) -> None:
+    err_console.print(Text.assemble(("warning: ", "bold yellow"), message))
+
+
+LayersOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--layers",
+        "-l",
+        help=(
+            "Which layers: a type alias (conv, relu, bn, norm, pool, linear, act, attn), a "
+            "class name (Conv2d), a glob (layer4.*), re:REGEX, an exact name, all, or !TERM "
+            "to exclude. Comma-separate or repeat."
+        ),
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead.")
+]
+
+
+@app.command()
+@_boundary
+def run(
+    model: Annotated[str, typer.Argument(help="A torchvision model name, e.g. resnet34.")],
+    inputs: Annotated[
+        list[Path], typer.Argument(help="Image files and/or folders.", show_default=False)
+    ],
+    layers: LayersOption = None,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output folder.", rich_help_panel="Output")
+    ] = Path("actviz-out"),
+    weights: Annotated[
+        str,
+        typer.Option(
+            "--weights",
+            "-w",
+            help=(
+                "auto (pretrained if cached or downloadable, else random with a warning), "
+                "default or an enum name such as IMAGENET1K_V2 (required), none (random), "
+                "or a state_dict checkpoint file (.pt/.pth/.safetensors)."
+            ),
+            rich_help_panel="Model",
+        ),
+    ] = "auto",
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device", "-d", help="auto, cpu, cuda, cuda:N or mps.", rich_help_panel="Model"
+        ),
+    ] = "auto",
+    max_channels: Annotated[
+        int,
+        typer.Option(
+            "--max-channels",
+            min=0,
+            help="Channels drawn per grid at most (0 = all).",
+            rich_help_panel="Output",
+        ),
+    ] = 64,
+    png_compression: Annotated[
+        int,
+        typer.Option(
+            "--png-compression",
+            min=0,
+            max=9,
+            help="zlib level for the PNGs: 1 is fast, 9 is smallest.",
+            rich_help_panel="Output",
+        ),
+    ] = 1,
+    as_json: JsonOption = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bar or summary on stderr.")
+    ] = False,
+) -> None:
+    """Run images through MODEL and write one feature-map grid PNG per selected layer.
+
+    Writes OUT/<image>/<NN>_<layer>.png and OUT/manifest.json.
+    """
+    from actviz.api import DEFAULT_LAYERS
+    from actviz.api import run as run_pipeline
+
+    reporter = _RichReporter(quiet=quiet)
+    try:
+        result = run_pipeline(
+            model,
+            inputs,
+            layers=layers or DEFAULT_LAYERS,
+            out=out,
+            weights=weights,
+            device=device,
+            max_channels=max_channels,
+            png_compression=png_compression,
+            reporter=reporter,
+        )
+    finally:
+        reporter.stop()
+    if as_json:
+        out_console.print_json(result.manifest.read_text(encoding="utf-8"))
+    else:
+        _print_run(result)
+    if result.failed:
+        ok = len(result.images) - len(result.failed)
+        if ok == 0:
+            _error(f"no image could be read ({len(result.failed)} failed); see messages above")
+            raise typer.Exit(int(ExitCode.ERROR))
+        raise typer.Exit(int(ExitCode.PARTIAL))
+
+
+@app.command("list-layers")
+@_boundary
+def list_layers(
+    model: Annotated[str, typer.Argument(help="A torchvision model name, e.g. resnet34.")],
+    layers: LayersOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List every module of MODEL with its output shape; mark what --layers selects.
+
+    Shapes come from a forward on the meta device: no weights are loaded or downloaded.
+    """
+    from actviz.api import list_layers as list_model_layers
+
+    listing = list_model_layers(model, layers=layers or None)
+    if as_json:
+        out_console.print_json(data=_listing_json(listing))
+        return
+    _print_listing(listing)
+
+
+@app.command()
+@_boundary
+def models(
+    pattern: Annotated[
+        str | None, typer.Argument(help="Glob (resnet*) or substring to filter by.")
+    ] = None,
+    include_all: Annotated[
+        bool,
+        typer.Option("--all", help="Also list detection, video and other model families."),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """List torchvision model names that actviz can run."""
+    from actviz.models import list_model_names
+
+    names = list_model_names(pattern, include_all=include_all)
+    if as_json:
+        out_console.print_json(data=names)
+        return
+    if not names:
+        _warn(f"no model name matches '{pattern}'")
+        raise typer.Exit(int(ExitCode.ERROR))
+    for name in names:
+        out_console.print(name, markup=False)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+class _RichReporter:
+    """Warnings and a progress bar on stderr; silent progress when stderr is not a terminal."""
+
+    def __init__(self, *, quiet: bool) -> None:
+        self.quiet = quiet
+        self._progress: Any = None
+        self._task: Any = None
+
+    def warn(self, message: str) -> None:
+        _warn(message)
+
+    def start(self, total: int) -> None:
+        if self.quiet or total < 2 or not err_console.is_terminal:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("images"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("images", total=total)
+
+    def advance(self, result: ImageResult) -> None:
+        if result.status != "ok":
+            err_console.print(
+                Text.assemble(("failed: ", "bold red"), str(result.path), f": {result.error}")
+            )
+        if self._progress is not None:
+            self._progress.advance(self._task)
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def _print_run(result: RunResult) -> None:
+    for image in result.images:
+        if image.status != "ok" or not image.predictions:
+            continue
+        note = " (random weights: meaningless)" if result.weights.random else ""
+        out_console.print(Text.assemble((str(image.path), "bold"), f" top-5{note}:"))
+        for p in image.predictions:
+            label = p.label if p.label is not None else f"class {p.index}"
+            out_console.print(f"  {p.probability:6.1%}  {label}", markup=False)
+    ok = len(result.images) - len(result.failed)
+    summary = (
+        f"wrote {result.files_written} grids for {ok} image(s) to {result.out}/ "
+        f"in {result.seconds:.1f}s; manifest: {result.manifest}"
+    )
+    if result.failed:
+        summary += f"; {len(result.failed)} image(s) failed"
+    if result.skipped:
+        summary += f"; {len(result.skipped)} non-image file(s) skipped"
+    out_console.print(summary, markup=False)
+
+
+def _print_listing(listing: LayerListing) -> None:
+    table = Table(title=f"{listing.model}  (input {listing.input_shape})", title_justify="left")
+    if listing.selector is not None:
+        table.add_column("sel", justify="center")
+    table.add_column("name", overflow="fold")
+    table.add_column("type")
+    table.add_column("output shape")
+    table.add_column("calls", justify="right")
+    table.add_column("params", justify="right")
+    for row in listing.layers:
+        cells = [
+            Text(row.name),
+            Text(row.module_type),
+            Text(str(row.shape) if row.shape is not None else "-"),
+            Text(str(row.calls)),
+            Text(f"{row.params:,}"),
+        ]
+        if listing.selector is not None:
+            cells.insert(0, Text("●", style="green") if row.selected else Text(""))
+        table.add_row(*cells, style="bold" if row.selected else None)
+    out_console.print(table)
+    if listing.selector is not None:
+        selected = sum(1 for row in listing.layers if row.selected)
+        out_console.print(
+            f"'{listing.selector}' selects {selected} module(s); "
+            f"`actviz run` would write {listing.grids} grid(s) per image",
+            markup=False,
+        )
+    else:
+        out_console.print(
+            f"{len(listing.layers)} modules; preview a selection with --layers, e.g. --layers conv",
+            markup=False,
+        )
+
+
+def _listing_json(listing: LayerListing) -> dict[str, Any]:
+    return {
+        "model": listing.model,
+        "input_shape": list(listing.input_shape),
+        "selector": listing.selector,
+        "grids": listing.grids,
+        "layers": [
+            {
+                "name": row.name,
+                "type": row.module_type,
+                "shape": list(row.shape) if row.shape is not None else None,
+                "calls": row.calls,
+                "params": row.params,
+                "selected": row.selected,
+            }
+            for row in listing.layers
+        ],
+    }
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())  # type: ignore[func-returns-value]

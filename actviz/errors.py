@@ -1,0 +1,82 @@
+"""The errors actviz raises on purpose, and the exit codes they map to.
+
+Every message names the fix. The CLI is the one place that turns these into exit codes;
+library code only raises them. This module imports nothing of actviz.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+__all__ = [
+    "ActvizError",
+    "CheckpointError",
+    "DeviceError",
+    "ExitCode",
+    "ImageLoadError",
+    "LayerSelectionError",
+    "ModelError",
+    "OutputError",
+    "UsageError",
+    "UnknownModelError",
+    "WeightsError",
+]
+
+
+class ExitCode(IntEnum):
+    """Process exit codes, documented in the README."""
+
+    OK = 0
+    ERROR = 1
+    USAGE = 2
+    PARTIAL = 3
+    INTERRUPTED = 130
+
+
+class ActvizError(Exception):
+    """Base class: an expected failure with a message that says how to fix it."""
+
+    exit_code: ExitCode = ExitCode.ERROR
+
+
+class UsageError(ActvizError):
+    """An option value that cannot work (a bad selector, a bad combination)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class UnknownModelError(UsageError):
+    """The model name is not in torchvision's registry."""
+
+
+class LayerSelectionError(UsageError):
+    """The layer selector is malformed or matches nothing."""
+
+
+class WeightsError(ActvizError):
+    """Requested weights are unknown or cannot be had."""
+
+
+class CheckpointError(WeightsError):
+    """A checkpoint file is unreadable, unsafe or does not fit the model."""
+
+
+class ModelError(ActvizError):
+    """The model cannot be built or run."""
+
+
+class DeviceError(ActvizError):
+    """The requested device is not available."""
+
+
+class ImageLoadError(ActvizError):
+    """An input image cannot be opened or decoded."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"cannot read image {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class OutputError(ActvizError):
+    """The output folder cannot be written."""

@@ -1,0 +1,163 @@
+"""The output folder: safe names, layout, and atomic writes. The one module that writes files.
+
+Every file is written under a temporary name in its final folder and renamed into place, so an
+interrupted run never leaves a half-written PNG or manifest that looks complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from actviz.errors import OutputError
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+__all__ = [
+    "TMP_MARK",
+    "atomic_path",
+    "image_dirs",
+    "layer_filename",
+    "prepare_out_dir",
+    "safe_name",
+    "write_json",
+    "write_png",
+]
+
+TMP_MARK = ".actviz-tmp"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_MAX_NAME = 120
+_RESERVED = frozenset(
+    {"con", "prn", "aux", "nul"}
+    | {f"com{i}" for i in range(1, 10)}
+    | {f"lpt{i}" for i in range(1, 10)}
+)
+
+
+def safe_name(text: str, *, max_len: int = _MAX_NAME) -> str:
+    """A file-name-safe version of a layer or image name.
+
+    Keeps ``[A-Za-z0-9._-]``, turns every other run of characters into ``_``, never returns
+    ``.``/``..`` or a hidden name, avoids Windows device names, and shortens long names with
+    a hash so distinct names stay distinct.
+
+    Example:
+        >>> safe_name("layer1.0.relu:2")
+        'layer1.0.relu_2'
+    """
+    name = _UNSAFE.sub("_", text).strip("_") or "_"
+    if name.startswith("."):
+        name = "_" + name.lstrip(".")
+    if name.split(".")[0].lower() in _RESERVED:
+        name = "_" + name
+    if len(name) > max_len:
+        digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+        name = f"{name[: max_len - 9]}-{digest}"
+    return name
+
+
+def layer_filename(index: int, key: str, *, width: int = 2) -> str:
+    """``NN_<safe layer name>.png``; NN is the capture order, zero-padded to ``width``."""
+    return f"{index:0{width}d}_{safe_name(key)}.png"
+
+
+def image_dirs(rels: Sequence[PurePosixPath]) -> list[PurePosixPath]:
+    """One output folder per input image: its relative path without extension, made safe.
+
+    Folders stay distinct even on case-insensitive file systems: a later image whose folder
+    would collide with an earlier one gets its extension, then a counter, appended.
+    """
+    taken: set[str] = set()
+    result: list[PurePosixPath] = []
+    for rel in rels:
+        parts = [safe_name(p) for p in rel.parent.parts if p not in ("", ".", "/")]
+        stem = safe_name(rel.stem or rel.name)
+        candidates = [stem, safe_name(f"{stem}_{rel.suffix.lstrip('.')}")]
+        chosen = None
+        for candidate in candidates:
+            path = PurePosixPath(*parts, candidate)
+            if str(path).lower() not in taken:
+                chosen = path
+                break
+        counter = 2
+        while chosen is None:
+            path = PurePosixPath(*parts, f"{stem}-{counter}")
+            if str(path).lower() not in taken:
+                chosen = path
+            counter += 1
+        taken.add(str(chosen).lower())
+        result.append(chosen)
+    return result
+
+
+def prepare_out_dir(out: Path) -> Path:
+    """Create the output folder and prove it is writable, before any work is done.
+
+    Raises:
+        OutputError: If it is a file, or cannot be created or written.
+    """
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out} is a file, not a folder; choose another --out")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f"{TMP_MARK}-probe-{uuid.uuid4().hex}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(_os_message(out, exc)) from None
+    return out
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it into place when the block succeeds.
+
+    Raises:
+        OutputError: If the folder cannot be created or the file cannot be written.
+    """
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{TMP_MARK}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield tmp
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(_os_message(path, exc)) from None
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def write_png(path: Path, image: Image.Image, *, compress_level: int = 1) -> None:
+    """Write a PNG atomically. Level 1 is the fast end of zlib: about 4x faster than the
+    default 6 for a few percent more bytes."""
+    with atomic_path(path) as tmp:
+        image.save(tmp, format="PNG", compress_level=compress_level)
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write pretty JSON atomically, flushed to disk: the manifest is the record of the run."""
+    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str)
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _os_message(path: Path, exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    if exc.errno == errno.ENOSPC:
+        fix = "free some space or choose another --out"
+    elif exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "choose a writable --out"
+    else:
+        fix = "choose another --out"
+    return f"cannot write {path}: {reason}; {fix}"

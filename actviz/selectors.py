@@ -1,0 +1,262 @@
+"""Layer selectors: a selector string and a model's module names -> the modules to hook.
+
+Pure on purpose: it works on plain names and class names, imports no torch, and is tested on
+plain lists. The model's order is kept, so callers decide what "order" means (registration or
+execution).
+
+Syntax (terms separated by commas; several ``--layers`` options are joined the same way):
+
+- ``all``                    every leaf module (a module without children)
+- ``conv``, ``relu``, ...    a type alias (see ``TYPE_ALIASES``): leaf modules of those classes
+- ``Conv2d``                 a class name: modules of that class or a subclass of it
+- ``layer4.*``               a glob over qualified names (``fnmatch`` rules, case-sensitive)
+- ``re:<regex>``             a regular expression searched in qualified names
+- ``layer1.0.conv1``         an exact qualified name (containers too: ``layer4``)
+- ``type:X`` / ``name:X``    force the meaning of X when a name and a type would clash
+- ``!<term>``                exclude what the term matches; a selector of exclusions only starts
+                             from ``all``
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from actviz.errors import LayerSelectionError
+
+__all__ = ["TYPE_ALIASES", "LayerRef", "parse_selector", "select_layers"]
+
+#: Short names for families of layers. Values are class names, matched against each module's
+#: class hierarchy so subclasses count (a user's ``MyConv(nn.Conv2d)`` is a ``conv``).
+TYPE_ALIASES: dict[str, frozenset[str]] = {
+    "conv": frozenset(
+        {"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"}
+    ),
+    "linear": frozenset({"Linear", "Bilinear", "LazyLinear", "NonDynamicallyQuantizableLinear"}),
+    "relu": frozenset({"ReLU", "ReLU6"}),
+    "act": frozenset(
+        {
+            "ReLU",
+            "ReLU6",
+            "LeakyReLU",
+            "PReLU",
+            "ELU",
+            "SELU",
+            "CELU",
+            "GELU",
+            "SiLU",
+            "Mish",
+            "Hardswish",
+            "Hardsigmoid",
+            "Sigmoid",
+            "Tanh",
+            "Softplus",
+        }
+    ),
+    "bn": frozenset({"BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"}),
+    "norm": frozenset(
+        {
+            "BatchNorm1d",
+            "BatchNorm2d",
+            "BatchNorm3d",
+            "SyncBatchNorm",
+            "LayerNorm",
+            "LayerNorm2d",
+            "GroupNorm",
+            "InstanceNorm1d",
+            "InstanceNorm2d",
+            "InstanceNorm3d",
+            "LocalResponseNorm",
+            "RMSNorm",
+        }
+    ),
+    "pool": frozenset(
+        {
+            "MaxPool1d",
+            "MaxPool2d",
+            "MaxPool3d",
+            "AvgPool1d",
+            "AvgPool2d",
+            "AvgPool3d",
+            "AdaptiveAvgPool1d",
+            "AdaptiveAvgPool2d",
+            "AdaptiveAvgPool3d",
+            "AdaptiveMaxPool1d",
+            "AdaptiveMaxPool2d",
+            "AdaptiveMaxPool3d",
+        }
+    ),
+    "attn": frozenset({"MultiheadAttention", "ShiftedWindowAttention", "ShiftedWindowAttentionV2"}),
+    "dropout": frozenset({"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "StochasticDepth"}),
+}
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class LayerRef:
+    """What the selector needs to know about one module.
+
+    Attributes:
+        name: Qualified name, as in ``model.named_modules()``.
+        types: Class names of the module's class hierarchy, most specific first.
+        leaf: True when the module has no child modules.
+    """
+
+    name: str
+    types: tuple[str, ...]
+    leaf: bool
+
+    @property
+    def type_name(self) -> str:
+        """The module's own class name."""
+        return self.types[0] if self.types else ""
+
+
+@dataclass(frozen=True)
+class _Term:
+    text: str
+    exclude: bool
+
+
+def parse_selector(selector: str | Sequence[str]) -> list[str]:
+    """Split a selector (or several) into its terms, dropping blanks.
+
+    Args:
+        selector: ``"conv,!layer1.*"`` or ``["conv", "!layer1.*"]``.
+
+    Returns:
+        The stripped terms in order.
+
+    Raises:
+        LayerSelectionError: If there are no terms, or a term is malformed.
+    """
+    parts = [selector] if isinstance(selector, str) else list(selector)
+    terms = [t.strip() for part in parts for t in part.split(",")]
+    terms = [t for t in terms if t]
+    if not terms:
+        raise LayerSelectionError("the layer selector is empty; try --layers conv or --layers all")
+    for term in terms:
+        body = term[1:].strip() if term.startswith("!") else term
+        if not body:
+            raise LayerSelectionError(f"'{term}' excludes nothing; write !<term>, e.g. !layer1.*")
+        if body.startswith("re:"):
+            try:
+                re.compile(body[3:])
+            except re.error as exc:
+                raise LayerSelectionError(
+                    f"invalid regular expression in '{term}': {exc}; "
+                    "quote the selector so the shell leaves it alone"
+                ) from None
+    return terms
+
+
+def select_layers(
+    layers: Sequence[LayerRef], selector: str | Sequence[str], *, model: str = "the model"
+) -> list[str]:
+    """Resolve a selector against a model's modules.
+
+    A term that matches nothing is an error, so a typo never silently drops layers.
+
+    Args:
+        layers: The model's modules, in the order the result should keep.
+        selector: Selector string(s); see the module docstring for the syntax.
+        model: The model's name, used in error messages.
+
+    Returns:
+        The qualified names of the selected modules, in the order of ``layers``.
+
+    Raises:
+        LayerSelectionError: If the selector is malformed, a term matches nothing, or nothing
+            is left after exclusions.
+
+    Example:
+        >>> refs = [LayerRef("conv1", ("Conv2d",), True), LayerRef("fc", ("Linear",), True)]
+        >>> select_layers(refs, "conv")
+        ['conv1']
+    """
+    terms = [
+        _Term(t[1:].strip(), True) if t.startswith("!") else _Term(t, False)
+        for t in parse_selector(selector)
+    ]
+    includes = [t for t in terms if not t.exclude]
+    excludes = [t for t in terms if t.exclude]
+
+    chosen: set[str] = set()
+    if includes:
+        for term in includes:
+            hits = _match(term.text, layers)
+            if not hits:
+                raise LayerSelectionError(_no_match_message(term.text, layers, model))
+            chosen.update(hits)
+    else:
+        chosen.update(_match("all", layers))
+    for term in excludes:
+        chosen.difference_update(_match(term.text, layers))
+
+    result = [ref.name for ref in layers if ref.name in chosen]
+    if not result:
+        raise LayerSelectionError(
+            f"the selector '{','.join(_show(t) for t in terms)}' leaves no layer of {model} "
+            f"after exclusions; run `actviz list-layers {model}` to see what there is"
+        )
+    return result
+
+
+def _show(term: _Term) -> str:
+    return f"!{term.text}" if term.exclude else term.text
+
+
+def _match(term: str, layers: Sequence[LayerRef]) -> set[str]:
+    """The names one (non-excluding) term matches."""
+    if term.startswith("re:"):
+        pattern = re.compile(term[3:])
+        return {r.name for r in layers if r.name and pattern.search(r.name)}
+    if term.startswith("name:"):
+        return _by_name(term[5:], layers)
+    if term.startswith("type:"):
+        return _by_type(term[5:], layers)
+    if term == "all":
+        return {r.name for r in layers if r.leaf and r.name}
+    if _GLOB_CHARS & set(term):
+        return {r.name for r in layers if r.name and fnmatchcase(r.name, term)}
+    # An alias or a class name wins over a module that happens to share its name; `name:` is
+    # the way to reach such a module.
+    return _by_type(term, layers) or _by_name(term, layers)
+
+
+def _by_name(name: str, layers: Sequence[LayerRef]) -> set[str]:
+    return {r.name for r in layers if r.name == name and name}
+
+
+def _by_type(term: str, layers: Sequence[LayerRef]) -> set[str]:
+    alias = TYPE_ALIASES.get(term.lower())
+    if alias is not None:
+        return {r.name for r in layers if r.leaf and r.name and alias.intersection(r.types)}
+    return {r.name for r in layers if r.name and term in r.types}
+
+
+def _no_match_message(term: str, layers: Sequence[LayerRef], model: str) -> str:
+    candidates = _vocabulary(layers)
+    close = difflib.get_close_matches(term, candidates, n=5, cutoff=0.6)
+    hint = f"; close: {', '.join(close)}" if close else ""
+    return (
+        f"no layer of {model} matches '{term}'{hint}; "
+        f"run `actviz list-layers {model}` to see names and types"
+    )
+
+
+def _vocabulary(layers: Iterable[LayerRef]) -> list[str]:
+    words: dict[str, None] = {}
+    for ref in layers:
+        if ref.name:
+            words[ref.name] = None
+        if ref.type_name:
+            words[ref.type_name] = None
+    for alias in TYPE_ALIASES:
+        words[alias] = None
+    words["all"] = None
+    return list(words)

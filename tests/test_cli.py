@@ -1,0 +1,250 @@
+"""The CLI end to end: resnet18 with random weights on generated images."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from actviz.cli import app
+from tests.conftest import make_image
+
+runner = CliRunner()
+
+
+def _no_tmp_files(root: Path) -> bool:
+    return not [p for p in root.rglob("*") if "actviz-tmp" in p.name]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import urllib.error
+
+    import torch
+
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise urllib.error.URLError("offline (test)")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", fail)
+
+
+@pytest.mark.slow
+def test_run_writes_grids_and_manifest(tmp_path: Path, image_file: Path) -> None:
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["run", "resnet18", str(image_file), "--layers", "conv", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "RANDOM WEIGHTS" in result.stderr and "--weights none" in result.stderr
+    assert "wrote 20 grids for 1 image(s)" in result.stdout
+    assert "top-5" in result.stdout
+
+    files = sorted((out / "dog").iterdir())
+    assert len(files) == 20  # resnet18: 17 convs + 3 downsample convs
+    assert files[0].name == "00_conv1.png" and files[-1].name == "19_layer4.1.conv2.png"
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"] == "resnet18"
+    assert manifest["weights"]["random"] is True and manifest["weights"]["source"] == "random"
+    assert manifest["device"] == "cpu" and manifest["selector"] == "conv"
+    image = manifest["images"][0]
+    assert image["status"] == "ok" and len(image["predictions"]) == 5
+    first = image["layers"][0]
+    assert first["name"] == "conv1" and first["type"] == "Conv2d" and first["call"] == 1
+    assert first["shape"] == [1, 64, 112, 112]
+    assert first["min"] < 0 < first["max"]
+    assert first["channels_shown"] == 64 and first["file"] == "dog/00_conv1.png"
+    last = image["layers"][-1]
+    assert last["shape"] == [1, 512, 7, 7] and last["channels_total"] == 512
+
+    # The grids are pictures of the maps, not blank canvases.
+    with Image.open(out / "dog" / "00_conv1.png") as png:
+        assert png.mode == "P"
+        pixels = np.asarray(png.convert("RGB"))
+    assert pixels.shape[0] > 8 * 112 and pixels.shape[1] >= 8 * 112
+    assert pixels.std() > 20
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 100
+    assert _no_tmp_files(out)
+
+
+@pytest.mark.slow
+def test_reused_relu_and_max_channels_and_json(tmp_path: Path, image_file: Path) -> None:
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            "resnet18",
+            str(image_file),
+            "-l",
+            "layer1.0.relu",
+            "-l",
+            "layer1.0.bn1",
+            "--weights",
+            "none",
+            "--max-channels",
+            "8",
+            "-o",
+            str(out),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "RANDOM WEIGHTS" not in result.stderr  # asked for explicitly
+    data = json.loads(result.stdout)
+    layers = data["images"][0]["layers"]
+    assert [x["name"] for x in layers] == ["layer1.0.bn1", "layer1.0.relu", "layer1.0.relu:2"]
+    assert [x["call"] for x in layers] == [1, 1, 2]
+    assert layers[0]["min"] < 0  # bn1 copied before the in-place ReLU
+    assert layers[1]["min"] >= 0
+    assert all(x["channels_shown"] == 8 and x["channels_total"] == 64 for x in layers)
+    assert [p.name for p in sorted((out / "dog").iterdir())] == [
+        "00_layer1.0.bn1.png",
+        "01_layer1.0.relu.png",
+        "02_layer1.0.relu_2.png",
+    ]
+
+
+@pytest.mark.slow
+def test_one_bad_image_among_good_ones_exits_3(tmp_path: Path, image_file: Path) -> None:
+    bad = tmp_path / "in" / "broken.jpg"
+    bad.write_text("not a jpeg")
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app,
+        ["run", "resnet18", str(image_file), str(bad), "-l", "fc", "-w", "none", "-o", str(out)],
+    )
+    assert result.exit_code == 3, result.output
+    assert "broken.jpg" in result.stderr and "Traceback" not in result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    statuses = {Path(i["path"]).name: i["status"] for i in manifest["images"]}
+    assert statuses == {"dog.png": "ok", "broken.jpg": "failed"}
+    assert not (out / "broken").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["run", "resnet-18", "IMG"], 2, "did you mean resnet18"),
+        (["run", "resnet18", "IMG", "-l", "conv9"], 2, "actviz list-layers resnet18"),
+        (["run", "resnet18", "IMG", "-w", "IMAGENET9K"], 1, "IMAGENET1K_V1"),
+        (["run", "resnet18", "IMG", "-w", "default"], 1, "could not be downloaded"),
+        (["run", "resnet18", "IMG", "-d", "cuda:7"], 1, "--device"),
+        (["run", "resnet18", "MISSING"], 1, "no such file or folder"),
+        (["run", "resnet18", "BROKEN"], 1, "no image could be read"),
+        (["run", "resnet18", "IMG", "-o", "AFILE"], 1, "is a file"),
+        (["list-layers", "resnet18", "-l", "nothing"], 2, "no layer of resnet18 matches"),
+        (["list-layers", "vgg99"], 2, "did you mean"),
+    ],
+)
+def test_errors_are_one_line_with_the_documented_code(
+    tmp_path: Path, image_file: Path, args: list[str], code: int, message: str
+) -> None:
+    broken = tmp_path / "broken.png"
+    broken.write_bytes(b"")
+    a_file = tmp_path / "afile"
+    a_file.write_text("x")
+    out = tmp_path / "out"
+    subs = {
+        "IMG": str(image_file),
+        "MISSING": str(tmp_path / "nope.jpg"),
+        "BROKEN": str(broken),
+        "AFILE": str(a_file),
+    }
+    argv = [subs.get(a, a) for a in args]
+    if argv[0] == "run" and "-o" not in argv:
+        argv += ["-o", str(out)]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == code, result.output
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1
+    if out.exists():
+        assert _no_tmp_files(out)
+        assert not list(out.rglob("*.png"))
+
+
+def test_debug_shows_the_traceback() -> None:
+    result = runner.invoke(app, ["--debug", "list-layers", "vgg99"])
+    assert result.exit_code == 1
+    assert type(result.exception).__name__ == "UnknownModelError"
+
+
+def test_list_layers_marks_the_selection(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["list-layers", "resnet34", "--layers", "conv", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    selected = [row for row in data["layers"] if row["selected"]]
+    assert len(selected) == 36 and data["grids"] == 36
+    rows = {row["name"]: row for row in data["layers"]}
+    assert rows["layer1.0.relu"]["calls"] == 2
+    assert rows["layer4.2.conv2"]["shape"] == [1, 512, 7, 7]
+    assert rows["fc"]["params"] == 513000
+    names = [row["name"] for row in data["layers"]]
+    assert names.index("conv1") < names.index("layer1.0.conv1") < names.index("fc")
+
+    table = runner.invoke(app, ["list-layers", "resnet18", "-l", "layer4.*"])
+    assert table.exit_code == 0
+    assert "would write" in table.stdout and "layer4.1.conv2" in table.stdout
+
+
+def test_models_command() -> None:
+    result = runner.invoke(app, ["models", "resnet*"])
+    assert result.exit_code == 0
+    assert result.stdout.split() == [
+        "resnet101",
+        "resnet152",
+        "resnet18",
+        "resnet34",
+        "resnet50",
+    ]
+    assert runner.invoke(app, ["models", "nothing-like-this"]).exit_code == 1
+
+
+def test_help_and_import_do_not_import_torch() -> None:
+    code = (
+        "import sys, actviz, actviz.cli\n"
+        "from typer.testing import CliRunner\n"
+        "r = CliRunner().invoke(actviz.cli.app, ['--help'])\n"
+        "assert r.exit_code == 0 and 'list-layers' in r.stdout, r.output\n"
+        "r = CliRunner().invoke(actviz.cli.app, ['run', '--help'])\n"
+        "assert r.exit_code == 0 and '--layers' in r.stdout, r.output\n"
+        "print(sorted(m for m in ('torch', 'torchvision', 'matplotlib') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_python_dash_m_and_version() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "actviz", "--version"], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.startswith("actviz ")
+
+
+@pytest.mark.slow
+def test_sample_image_names_with_markup_characters(tmp_path: Path) -> None:
+    odd = make_image(tmp_path / "in" / "[bold]x y.png")
+    out = tmp_path / "out"
+    result = runner.invoke(
+        app, ["run", "resnet18", str(odd), "-l", "fc", "-w", "none", "-o", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "[bold]x y.png" in result.stdout
+    assert [p.relative_to(out).as_posix() for p in out.rglob("*.png")] == ["bold_x_y/00_fc.png"]

@@ -1,0 +1,150 @@
+"""Hooks on a tiny model with known names: copies, repeated calls, cleanup."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import actviz
+from actviz.errors import LayerSelectionError, ModelError
+from actviz.hooks import ActivationRecorder, eval_mode
+
+
+def _hook_count(model: nn.Module) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+def test_bn_output_keeps_negative_values_despite_inplace_relu(tiny_net: nn.Module) -> None:
+    x = torch.randn(1, 3, 8, 8)
+    with ActivationRecorder(tiny_net, ["stem.bn", "stem.relu"]) as acts:
+        tiny_net(x)
+    assert acts["stem.bn"].min() < -0.5  # bias -1 makes most values negative
+    assert acts["stem.relu"].min() >= 0
+    # Without a copy the two would be the same storage, post-ReLU.
+    assert not torch.equal(acts["stem.bn"], acts["stem.relu"])
+    assert torch.equal(acts["stem.bn"].clamp(min=0), acts["stem.relu"])
+
+
+def test_reused_module_gives_one_capture_per_call(tiny_net: nn.Module) -> None:
+    with ActivationRecorder(tiny_net, ["act"]) as recorder:
+        tiny_net(torch.randn(2, 3, 8, 8))
+    caps = recorder.captures
+    assert [c.key for c in caps] == ["act", "act:2"]
+    assert [c.call for c in caps] == [1, 2]
+    assert caps[0].shape == (2, 4, 8, 8)  # after the stem
+    assert caps[1].shape == (2, 6, 8, 8)  # after the block
+    assert recorder.calls("act") == 2
+
+
+def test_captures_are_cpu_float32_copies_in_firing_order(tiny_net: nn.Module) -> None:
+    with actviz.capture(tiny_net, "conv,relu,linear") as acts:
+        out = tiny_net(torch.randn(1, 3, 8, 8))
+    assert list(acts) == ["stem.conv", "stem.relu", "act", "block.conv", "act:2", "head"]
+    assert all(t.dtype == torch.float32 and t.device.type == "cpu" for t in acts.values())
+    assert torch.equal(acts["head"], out)
+    assert acts["head"].data_ptr() != out.data_ptr()
+
+
+def test_each_forward_starts_a_fresh_record(tiny_net: nn.Module) -> None:
+    with ActivationRecorder(tiny_net, ["act"]) as recorder:
+        tiny_net(torch.randn(1, 3, 8, 8))
+        tiny_net(torch.randn(1, 3, 8, 8))
+    assert [c.key for c in recorder.captures] == ["act", "act:2"]
+
+
+def test_no_hooks_remain_after_success_or_an_exception(tiny_net: nn.Module) -> None:
+    before = _hook_count(tiny_net)
+    with ActivationRecorder(tiny_net, ["stem.conv", "act", "head"]):
+        assert _hook_count(tiny_net) == before + 4  # three layers and the root's reset hook
+        tiny_net(torch.randn(1, 3, 8, 8))
+    assert _hook_count(tiny_net) == before
+    with (
+        pytest.raises(RuntimeError),
+        ActivationRecorder(tiny_net, ["stem.conv", "act", "head"]),
+    ):
+        tiny_net(torch.randn(1, 5, 8, 8))  # wrong channel count: the conv raises
+    assert _hook_count(tiny_net) == before
+
+
+def test_tuple_dict_and_none_outputs() -> None:
+    class Multi(nn.Module):
+        def forward(self, x: torch.Tensor) -> object:
+            return (x, {"a": x * 2, "none": None}, None)
+
+    class Wrap(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.multi = Multi()
+            self.nothing = nn.Identity()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.multi(x)
+            return x
+
+    model = Wrap()
+
+    def nothing_forward(x: torch.Tensor) -> None:
+        return None
+
+    model.nothing.forward = nothing_forward  # type: ignore[method-assign]
+    model.forward = lambda x: (model.multi(x), model.nothing(x))[0][0]  # type: ignore[method-assign]
+    with ActivationRecorder(model, ["multi", "nothing"]) as recorder:
+        model(torch.ones(1, 2))
+    assert list(recorder) == ["multi[0]", "multi[1][a]"]
+    assert torch.equal(recorder["multi[1][a]"], torch.full((1, 2), 2.0))
+    assert [s.key for s in recorder.skipped] == ["nothing"]
+    assert "NoneType" in recorder.skipped[0].reason
+
+
+def test_shapes_only_on_the_meta_device() -> None:
+    from torchvision.models import resnet18
+
+    with torch.device("meta"):
+        model = resnet18()
+    with ActivationRecorder(model, ["layer1.0.relu", "fc"], keep_tensors=False) as rec:
+        model(torch.empty(1, 3, 224, 224, device="meta"))
+    assert [(c.key, c.shape) for c in rec.captures] == [
+        ("layer1.0.relu", (1, 64, 56, 56)),
+        ("layer1.0.relu:2", (1, 64, 56, 56)),
+        ("fc", (1, 1000)),
+    ]
+    with pytest.raises(KeyError):
+        rec["fc"]
+
+
+def test_never_called_modules_are_reported(tiny_net: nn.Module) -> None:
+    tiny_net.unused = nn.Conv2d(1, 1, 1)
+    with ActivationRecorder(tiny_net, ["unused", "head"]) as rec:
+        tiny_net(torch.randn(1, 3, 8, 8))
+    assert rec.never_called() == ["unused"]
+
+
+def test_unknown_module_and_empty_selector(tiny_net: nn.Module) -> None:
+    with pytest.raises(ModelError, match="no module named nope"):
+        ActivationRecorder(tiny_net, ["nope"]).__enter__()
+    with pytest.raises(LayerSelectionError, match="close"):
+        actviz.capture(tiny_net, "stem.con")
+
+
+def test_scripted_and_compiled_models_are_refused(tiny_net: nn.Module) -> None:
+    with warnings.catch_warnings():  # torch.jit.script is deprecated in newer torch
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(nn.Sequential(nn.Conv2d(3, 3, 1)))
+    with pytest.raises(ModelError, match="TorchScript"):
+        ActivationRecorder(scripted, ["0"]).__enter__()
+    fake_compiled = nn.Sequential(nn.ReLU())
+    fake_compiled._orig_mod = nn.ReLU()  # what torch.compile's wrapper carries
+    with pytest.raises(ModelError, match="torch.compile"):
+        ActivationRecorder(fake_compiled, ["0"]).__enter__()
+
+
+def test_eval_mode_restores_each_module_flag(tiny_net: nn.Module) -> None:
+    tiny_net.train()
+    tiny_net.stem.bn.eval()
+    with eval_mode(tiny_net):
+        assert not any(m.training for m in tiny_net.modules())
+    assert tiny_net.training and tiny_net.block.training
+    assert not tiny_net.stem.bn.training

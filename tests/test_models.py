@@ -1,0 +1,200 @@
+"""Model names, weights, checkpoints and devices, with files the tests write themselves."""
+
+from __future__ import annotations
+
+import pickle
+import urllib.error
+from pathlib import Path
+
+import pytest
+import torch
+from torchvision.models import ResNet18_Weights, resnet18
+
+from actviz.errors import (
+    CheckpointError,
+    DeviceError,
+    UnknownModelError,
+    UsageError,
+    WeightsError,
+)
+from actviz.models import cached_weights_path, list_model_names, load_model, resolve_device
+
+
+@pytest.fixture(autouse=True)
+def private_torch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty weights cache, and no network, whatever machine runs the tests."""
+    home = tmp_path / "torch-home"
+    monkeypatch.setenv("TORCH_HOME", str(home))
+
+    def offline(url: str, dst: str, *args: object, **kwargs: object) -> None:
+        raise urllib.error.URLError("network is unreachable (test)")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", offline)
+    return home
+
+
+def _probe() -> torch.Tensor:
+    torch.manual_seed(1)
+    return torch.randn(1, 3, 64, 64)
+
+
+def _state(seed: int) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    return resnet18().state_dict()
+
+
+def test_auto_falls_back_to_random_with_the_reason() -> None:
+    loaded = load_model("resnet18", weights="auto", device="cpu")
+    assert loaded.weights.random
+    assert loaded.weights.source == "random"
+    reason = loaded.weights.reason or ""
+    assert "ResNet18_Weights.IMAGENET1K_V1" in reason
+    assert "network is unreachable" in reason
+    assert str(cached_weights_path(ResNet18_Weights.IMAGENET1K_V1)) in reason
+    assert "--weights none" in reason
+    assert not loaded.module.training
+
+
+def test_default_weights_are_required_and_fail_clearly() -> None:
+    with pytest.raises(WeightsError) as info:
+        load_model("resnet18", weights="default", device="cpu")
+    message = str(info.value)
+    assert "https://download.pytorch.org/models/resnet18-f37072fd.pth" in message
+    assert "\n" not in message
+
+
+def test_pretrained_weights_come_from_the_cache_with_safe_loading() -> None:
+    staged = _state(seed=7)
+    path = cached_weights_path(ResNet18_Weights.IMAGENET1K_V1)
+    path.parent.mkdir(parents=True)
+    torch.save(staged, path)
+    loaded = load_model("resnet18", weights="IMAGENET1K_V1", device="cpu")
+    assert loaded.weights.source == "pretrained"
+    assert loaded.weights.name == "ResNet18_Weights.IMAGENET1K_V1"
+    assert torch.equal(loaded.module.conv1.weight, staged["conv1.weight"])
+    assert loaded.categories is not None and len(loaded.categories) == 1000
+    assert loaded.input_size == (224, 224)
+
+
+def test_unknown_weights_name_lists_the_valid_ones() -> None:
+    with pytest.raises(WeightsError, match="IMAGENET1K_V1") as info:
+        load_model("resnet50", weights="IMAGENET9K", device="cpu")
+    assert "IMAGENET1K_V2" in str(info.value)
+
+
+@pytest.mark.parametrize("wrap", ["plain", "state_dict", "model", "dataparallel", "safetensors"])
+def test_checkpoint_formats_load_and_change_the_output(tmp_path: Path, wrap: str) -> None:
+    state = _state(seed=3)
+    path = tmp_path / "ckpt.pt"
+    if wrap == "plain":
+        torch.save(state, path)
+    elif wrap in ("state_dict", "model"):
+        torch.save({wrap: state, "epoch": 3}, path)
+    elif wrap == "dataparallel":
+        torch.save({f"module.{k}": v for k, v in state.items()}, path)
+    else:
+        from safetensors.torch import save_file
+
+        path = tmp_path / "ckpt.safetensors"
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+    loaded = load_model("resnet18", weights=str(path), device="cpu")
+    assert loaded.weights.source == "checkpoint"
+    assert not loaded.weights.random
+    random_model = load_model("resnet18", weights="none", device="cpu").module
+    reference = resnet18()
+    reference.load_state_dict(state)
+    reference.eval()
+    with torch.inference_mode():
+        got = loaded.module(_probe())
+        assert torch.allclose(got, reference(_probe()))
+        assert not torch.allclose(got, random_model(_probe()))
+
+
+def test_checkpoint_that_does_not_fit_lists_keys(tmp_path: Path) -> None:
+    state = _state(seed=0)
+    state["extra.weight"] = torch.zeros(1)
+    del state["fc.bias"]
+    state["fc.weight"] = torch.zeros(10, 512)
+    path = tmp_path / "bad.pth"
+    torch.save(state, path)
+    with pytest.raises(CheckpointError) as info:
+        load_model("resnet18", weights=str(path), device="cpu")
+    message = str(info.value)
+    assert "missing keys: fc.bias" in message
+    assert "unexpected keys: extra.weight" in message
+    assert "fc.weight (10, 512) vs (1000, 512)" in message
+
+
+class _Payload:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        import os
+
+        return (os.system, ("touch should-not-exist",))
+
+
+def test_pickle_with_code_is_refused_and_never_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "evil.pt"
+    with path.open("wb") as fh:
+        pickle.dump({"conv1.weight": _Payload()}, fh)
+    with pytest.raises(CheckpointError, match="full pickle") as info:
+        load_model("resnet18", weights=str(path), device="cpu")
+    assert "state_dict" in str(info.value)
+    assert "posix.system" in str(info.value) or "nt.system" in str(info.value)
+    assert not (tmp_path / "should-not-exist").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [(b"", "corrupt or unsupported"), (b"hello, not a checkpoint", "corrupt or unsupported")],
+)
+def test_corrupt_checkpoint(tmp_path: Path, content: bytes, match: str) -> None:
+    path = tmp_path / "x.pt"
+    path.write_bytes(content)
+    with pytest.raises(CheckpointError, match=match):
+        load_model("resnet18", weights=str(path), device="cpu")
+
+
+def test_weights_that_are_neither_name_nor_file() -> None:
+    with pytest.raises(WeightsError, match="neither a weights name"):
+        load_model("resnet18", weights="./missing.pt", device="cpu")
+
+
+@pytest.mark.parametrize(
+    ("name", "match"),
+    [
+        ("resnet-34", "did you mean resnet34"),
+        ("resnt18", "did you mean resnet18"),
+        ("zzzz", "actviz models"),
+        ("fasterrcnn_resnet50_fpn", "detection model"),
+    ],
+)
+def test_unknown_or_unsupported_models(name: str, match: str) -> None:
+    with pytest.raises(UnknownModelError, match=match):
+        load_model(name, weights="none", device="cpu")
+
+
+def test_devices() -> None:
+    assert resolve_device("cpu").type == "cpu"
+    assert resolve_device("auto").type in ("cpu", "cuda", "mps")
+    with pytest.raises(UsageError, match="unknown device 'tpu'"):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="--device cpu"):
+            resolve_device("cuda")
+    else:
+        with pytest.raises(DeviceError, match="does not exist"):
+            resolve_device(f"cuda:{torch.cuda.device_count()}")
+    if not torch.backends.mps.is_available():
+        with pytest.raises(DeviceError, match="MPS"):
+            resolve_device("mps")
+
+
+def test_model_names_filter() -> None:
+    names = list_model_names("resnet*")
+    assert "resnet34" in names and "resnet18" in names
+    assert all(n.startswith("resnet") for n in names)
+    assert "fasterrcnn_resnet50_fpn" not in list_model_names("fasterrcnn")
+    assert "fasterrcnn_resnet50_fpn" in list_model_names("fasterrcnn", include_all=True)
