@@ -7,15 +7,18 @@ through an optional :class:`Reporter`, and raise :class:`~actviz.errors.ActvizEr
 from __future__ import annotations
 
 import math
+import os
 import time
+from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actviz import __version__
-from actviz.errors import ActvizError, ImageLoadError, ModelError
+from actviz.errors import ModelError, UsageError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -125,12 +128,17 @@ class RunResult:
     @property
     def failed(self) -> list[ImageResult]:
         """Images that could not be processed."""
-        return [r for r in self.images if r.status != "ok"]
+        return [r for r in self.images if r.status == "failed"]
+
+    @property
+    def reused(self) -> list[ImageResult]:
+        """Images an earlier run had completed (``--resume``)."""
+        return [r for r in self.images if r.status == "reused"]
 
     @property
     def files_written(self) -> int:
         """Number of grid PNGs written."""
-        return sum(1 for r in self.images for layer in r.layers if layer.file)
+        return sum(1 for r in self.images if r.status == "ok" for layer in r.layers if layer.file)
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,12 @@ def run(
     device: str = "auto",
     max_channels: int = 64,
     png_compression: int = 1,
+    batch_size: int = 8,
+    workers: int = 0,
+    resume: bool = False,
+    overwrite: bool = False,
+    amp: bool = False,
+    channels_last: bool = False,
     top_k: int = 5,
     reporter: Reporter | None = None,
 ) -> RunResult:
@@ -173,13 +187,20 @@ def run(
 
     Args:
         model: A torchvision model name.
-        inputs: Image files and/or folders.
+        inputs: Image files and/or folders (walked recursively).
         layers: Selector for the layers to draw (see ``actviz.selectors``).
         out: Output folder; gets ``<image>/<NN>_<layer>.png`` and ``manifest.json``.
         weights: ``auto``, ``default``, ``none``, an enum name, or a checkpoint path.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
         max_channels: Channels drawn per grid at most (0 = all).
         png_compression: zlib level 0-9 for the PNGs (1 is fast and nearly as small).
+        batch_size: Images per forward pass.
+        workers: DataLoader worker processes for decoding (0: one background thread).
+        resume: Skip images whose outputs an earlier run with the same settings completed.
+        overwrite: Replace an earlier run's outputs in ``out``.
+        amp: Autocast the forward pass (bfloat16 on CPU, float16 on CUDA); the maps are
+            drawn in float32.
+        channels_last: Run the model in channels-last memory format.
         top_k: How many predictions to record per image for classifiers.
         reporter: Receives warnings and progress.
 
@@ -195,15 +216,18 @@ def run(
     from actviz import output
     from actviz.hooks import ActivationRecorder, eval_mode, layer_refs
     from actviz.models import load_model
+    from actviz.pipeline import decode_batches
     from actviz.selectors import select_layers
 
     started = time.perf_counter()
     report = reporter or SilentReporter()
     out_dir = Path(out)
     selector = layers if isinstance(layers, str) else ",".join(layers)
+    if batch_size < 1 or workers < 0:
+        raise UsageError("--batch-size must be at least 1 and --workers at least 0")
 
     found = image_io.discover([Path(p) for p in inputs])
-    output.prepare_out_dir(out_dir)
+    output.prepare_out_dir(out_dir, resume=resume, overwrite=overwrite)
     loaded = load_model(model, weights=weights, device=device)
     warnings: list[str] = []
     if loaded.weights.random and loaded.weights.spec != "none":
@@ -216,29 +240,104 @@ def run(
         ImageResult(path=item.path, out_dir=folder)
         for item, folder in zip(found.images, dirs, strict=True)
     ]
+    settings = {
+        "model": model,
+        "weights": loaded.weights.name or loaded.weights.source,
+        "selector": selector,
+        "max_channels": max_channels,
+    }
+    records = output.RunRecords(out_dir, settings)
+    if resume:
+        _reuse_earlier(records, results)
+    elif overwrite:
+        records.reset([r.out_dir for r in results])
+    todo = [r for r in results if r.status != "reused"]
+
+    module = loaded.module
+    if channels_last:
+        module = module.to(memory_format=torch.channels_last)
+    autocast_dtype = torch.float16 if loaded.device.type == "cuda" else torch.bfloat16
+
     report.start(len(results))
-    never_ran: set[str] = set()
-    with ActivationRecorder(loaded.module, names) as recorder, eval_mode(loaded.module):
-        for result in results:
-            try:
-                picture = image_io.load_rgb(result.path)
-            except ImageLoadError as exc:
-                result.status, result.error = "failed", exc.reason
-                report.advance(result)
-                continue
-            result.size = picture.size
-            batch = loaded.preprocess(picture).unsqueeze(0).to(loaded.device)
-            with torch.inference_mode():
-                try:
-                    logits = loaded.module(batch)
-                except RuntimeError as exc:
-                    raise ModelError(f"{model} failed on {result.path}: {exc}") from exc
-            result.predictions = _top_k(logits, loaded.categories, top_k)
-            never_ran.update(recorder.never_called())
-            result.layers = _write_layers(
-                recorder, result, out_dir, max_channels=max_channels, level=png_compression
-            )
+    for result in results:
+        if result.status == "reused":
             report.advance(result)
+    never_ran: set[str] = set()
+    in_flight: deque[tuple[list[ImageResult], list[Future[list[LayerResult]]]]] = deque()
+
+    def settle(batch: list[ImageResult], futures: list[Future[list[LayerResult]]]) -> None:
+        for result, future in zip(batch, futures, strict=True):
+            result.layers = future.result()
+            records.add(_image_record(result))
+            report.advance(result)
+
+    with (
+        ActivationRecorder(module, names) as recorder,
+        eval_mode(module),
+        ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
+    ):
+        try:
+            for batch in decode_batches(
+                [r.path for r in todo],
+                loaded.preprocess,
+                batch_size=batch_size,
+                workers=workers,
+                pin_memory=loaded.device.type == "cuda",
+            ):
+                good = []
+                for item in batch:
+                    result = todo[item.index]
+                    if item.tensor is None:
+                        result.status, result.error = "failed", item.error
+                        records.add(_image_record(result))
+                        report.advance(result)
+                    else:
+                        result.size = item.size
+                        good.append((result, item.tensor))
+                if not good:
+                    continue
+                x = torch.stack([t for _, t in good]).to(loaded.device, non_blocking=True)
+                if channels_last:
+                    x = x.contiguous(memory_format=torch.channels_last)
+                with (
+                    torch.inference_mode(),
+                    torch.autocast(loaded.device.type, dtype=autocast_dtype, enabled=amp),
+                ):
+                    try:
+                        logits = module(x)
+                    except RuntimeError as exc:
+                        raise ModelError(
+                            f"{model} failed on a batch starting with {good[0][0].path}: "
+                            f"{_first_line(exc)}"
+                        ) from exc
+                never_ran.update(recorder.never_called())
+                captures = recorder.captures
+                futures = []
+                for i, (result, _) in enumerate(good):
+                    result.predictions = _top_k(logits, i, loaded.categories, top_k)
+                    futures.append(
+                        pool.submit(
+                            _draw_image,
+                            captures,
+                            i,
+                            result.out_dir,
+                            out_dir,
+                            max_channels,
+                            png_compression,
+                        )
+                    )
+                in_flight.append(([r for r, _ in good], futures))
+                # One batch renders while the next one runs: no more is kept alive.
+                while len(in_flight) > 1:
+                    settle(*in_flight.popleft())
+            while in_flight:
+                settle(*in_flight.popleft())
+        except BaseException:
+            for _, futures in in_flight:
+                for future in futures:
+                    future.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     for name in sorted(never_ran):
         warnings.append(f"layer {name} was selected but never ran in the forward pass")
         report.warn(warnings[-1])
@@ -259,6 +358,41 @@ def run(
     )
     output.write_json(manifest_path, manifest(result_obj, max_channels=max_channels))
     return result_obj
+
+
+def _reuse_earlier(records: Any, results: list[ImageResult]) -> None:
+    """Mark images an earlier run completed (same settings, files still there) as reused."""
+    done = records.completed()
+    for result in results:
+        earlier = done.get((str(result.path), result.out_dir.as_posix()))
+        if earlier is None:
+            continue
+        result.status = "reused"
+        result.size = tuple(earlier["size"]) if earlier.get("size") else None
+        result.predictions = [
+            Prediction(p["index"], p["label"], p["probability"]) for p in earlier["predictions"]
+        ]
+        result.layers = [
+            LayerResult(
+                key=x["name"],
+                module=x["module"],
+                module_type=x["type"],
+                call=x["call"],
+                shape=tuple(x["shape"]),
+                min=_nan_if_none(x["min"]),
+                max=_nan_if_none(x["max"]),
+                mean=_nan_if_none(x["mean"]),
+                channels_shown=x["channels_shown"],
+                channels_total=x["channels_total"],
+                file=x["file"],
+                note=x.get("note"),
+            )
+            for x in earlier["layers"]
+        ]
+
+
+def _nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else float(value)
 
 
 def render_activation(
@@ -439,70 +573,62 @@ def _finite(value: float) -> float | None:
     return round(value, 6) if math.isfinite(value) else None
 
 
-def _write_layers(
-    recorder: Any, result: ImageResult, out_dir: Path, *, max_channels: int, level: int
+def _draw_image(
+    captures: Sequence[Any],
+    index: int,
+    folder: PurePosixPath,
+    out_dir: Path,
+    max_channels: int,
+    level: int,
 ) -> list[LayerResult]:
+    """Draw and write every capture of one image of a batch, one PNG each."""
     from actviz import output
 
-    captures = recorder.captures
     width = max(2, len(str(len(captures) - 1)))
-    written: list[LayerResult] = []
-    for index, cap in enumerate(captures):
-        sample = cap.tensor[0]
+    drawn: list[LayerResult] = []
+    for order, cap in enumerate(captures):
+        sample = cap.tensor[index]
         shape = (1, *sample.shape)
-        finite = sample[sample.isfinite()]
-        lo, hi, mean = (
-            (float(finite.min()), float(finite.max()), float(finite.mean()))
-            if finite.numel()
-            else (math.nan, math.nan, math.nan)
-        )
-        title = f"{cap.key}   {cap.module_type}   {tuple(shape)}"
+        lo, hi, mean = _summary(sample)
+        title = f"{cap.key}   {cap.module_type}   {shape}"
+        common = (cap.key, cap.module, cap.module_type, cap.call, shape, lo, hi, mean)
         try:
             grid = render_activation(sample, title=title, max_channels=max_channels)
         except ValueError as exc:
-            written.append(
-                LayerResult(
-                    cap.key,
-                    cap.module,
-                    cap.module_type,
-                    cap.call,
-                    shape,
-                    lo,
-                    hi,
-                    mean,
-                    0,
-                    0,
-                    None,
-                    note=str(exc),
-                )
-            )
+            drawn.append(LayerResult(*common, 0, 0, None, note=str(exc)))
             continue
-        rel = result.out_dir / output.layer_filename(index, cap.key, width=width)
+        rel = folder / output.layer_filename(order, cap.key, width=width)
         output.write_png(out_dir / rel, grid.to_pil(), compress_level=level)
-        written.append(
-            LayerResult(
-                cap.key,
-                cap.module,
-                cap.module_type,
-                cap.call,
-                shape,
-                lo,
-                hi,
-                mean,
-                grid.channels_shown,
-                grid.channels_total,
-                str(rel),
-            )
-        )
-    return written
+        drawn.append(LayerResult(*common, grid.channels_shown, grid.channels_total, rel.as_posix()))
+    return drawn
 
 
-def _top_k(logits: object, categories: list[str] | None, k: int) -> list[Prediction]:
+def _summary(sample: torch.Tensor) -> tuple[float, float, float]:
+    """min, max and mean over the finite values (NaN when there are none)."""
+    import torch
+
+    lo, hi = torch.aminmax(sample)
+    mean = sample.mean()
+    if all(math.isfinite(float(v)) for v in (lo, hi, mean)):
+        return float(lo), float(hi), float(mean)
+    # Rare: only here is the masked copy worth paying for.
+    finite = sample[sample.isfinite()]
+    if not finite.numel():
+        return math.nan, math.nan, math.nan
+    return float(finite.min()), float(finite.max()), float(finite.mean())
+
+
+def _render_threads() -> int:
+    # Rendering is numpy and zlib, which release the GIL: one thread per core pays off.
+    return max(2, min(8, os.cpu_count() or 2))
+
+
+def _top_k(logits: object, row: int, categories: list[str] | None, k: int) -> list[Prediction]:
     import torch
 
     if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or k <= 0:
         return []
-    probs = logits[0].float().softmax(dim=0)
+    probs = logits[row].float().softmax(dim=0)
     values, indices = probs.topk(min(k, probs.numel()))
     return [
         Prediction(
@@ -512,6 +638,11 @@ def _top_k(logits: object, categories: list[str] | None, k: int) -> list[Predict
         )
         for v, i in zip(values, indices, strict=True)
     ]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _random_weights_warning(loaded: LoadedModel) -> str:
@@ -525,6 +656,3 @@ def _random_weights_warning(loaded: LoadedModel) -> str:
 def _default(model: str, enum_of: Any) -> Any:
     enum_cls = enum_of(model)
     return getattr(enum_cls, "DEFAULT", None) if enum_cls is not None else None
-
-
-_ = ActvizError  # re-exported for callers that catch errors from the API

@@ -158,6 +158,50 @@ def run(
             rich_help_panel="Output",
         ),
     ] = 1,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size", "-b", min=1, help="Images per forward pass.", rich_help_panel="Speed"
+        ),
+    ] = 8,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            "-j",
+            min=0,
+            help="Decoding processes (0: one background thread).",
+            rich_help_panel="Speed",
+        ),
+    ] = 0,
+    amp: Annotated[
+        bool,
+        typer.Option(
+            "--amp",
+            help="Autocast the forward (bfloat16 on CPU, float16 on CUDA); drawn in float32.",
+            rich_help_panel="Speed",
+        ),
+    ] = False,
+    channels_last: Annotated[
+        bool,
+        typer.Option(
+            "--channels-last", help="Channels-last memory format.", rich_help_panel="Speed"
+        ),
+    ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Finish an earlier run in OUT: skip images it completed with the same settings.",
+            rich_help_panel="Output",
+        ),
+    ] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite", help="Replace an earlier run's outputs in OUT.", rich_help_panel="Output"
+        ),
+    ] = False,
     as_json: JsonOption = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar or summary on stderr.")
@@ -181,6 +225,12 @@ def run(
             device=device,
             max_channels=max_channels,
             png_compression=png_compression,
+            batch_size=batch_size,
+            workers=workers,
+            resume=resume,
+            overwrite=overwrite,
+            amp=amp,
+            channels_last=channels_last,
             reporter=reporter,
         )
     finally:
@@ -189,6 +239,8 @@ def run(
         out_console.print_json(result.manifest.read_text(encoding="utf-8"))
     else:
         _print_run(result)
+    if not quiet:
+        _print_summary(result)
     if result.failed:
         ok = len(result.images) - len(result.failed)
         if ok == 0:
@@ -267,6 +319,7 @@ class _RichReporter:
             MofNCompleteColumn,
             Progress,
             TextColumn,
+            TimeElapsedColumn,
             TimeRemainingColumn,
         )
 
@@ -274,20 +327,26 @@ class _RichReporter:
             TextColumn("images"),
             BarColumn(),
             MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
             TimeRemainingColumn(),
             console=err_console,
             transient=True,
         )
         self._progress.start()
-        self._task = self._progress.add_task("images", total=total)
+        self._task = self._progress.add_task("images", total=total, rate="")
 
     def advance(self, result: ImageResult) -> None:
-        if result.status != "ok":
+        if result.status == "failed":
             err_console.print(
                 Text.assemble(("failed: ", "bold red"), str(result.path), f": {result.error}")
             )
         if self._progress is not None:
             self._progress.advance(self._task)
+            speed = self._progress.tasks[0].speed
+            if speed:
+                self._progress.update(self._task, rate=f"{speed:.1f} img/s")
 
     def stop(self) -> None:
         if self._progress is not None:
@@ -296,24 +355,52 @@ class _RichReporter:
 
 
 def _print_run(result: RunResult) -> None:
-    for image in result.images:
-        if image.status != "ok" or not image.predictions:
-            continue
-        note = " (random weights: meaningless)" if result.weights.random else ""
-        out_console.print(Text.assemble((str(image.path), "bold"), f" top-5{note}:"))
-        for p in image.predictions:
-            label = p.label if p.label is not None else f"class {p.index}"
-            out_console.print(f"  {p.probability:6.1%}  {label}", markup=False)
-    ok = len(result.images) - len(result.failed)
-    summary = (
-        f"wrote {result.files_written} grids for {ok} image(s) to {result.out}/ "
-        f"in {result.seconds:.1f}s; manifest: {result.manifest}"
+    note = " (random weights: meaningless)" if result.weights.random else ""
+    shown = [i for i in result.images if i.status == "ok" and i.predictions]
+    for image in shown:
+        labels = [
+            (p.label if p.label is not None else f"class {p.index}") for p in image.predictions
+        ]
+        if len(shown) == 1:
+            out_console.print(Text.assemble((str(image.path), "bold"), f" top-5{note}:"))
+            for p, label in zip(image.predictions, labels, strict=True):
+                out_console.print(f"  {p.probability:6.1%}  {label}", markup=False)
+        else:  # one line per image keeps a folder run readable
+            top = ", ".join(
+                f"{label} {p.probability:.0%}"
+                for p, label in zip(image.predictions, labels, strict=True)
+            )
+            out_console.print(Text.assemble((str(image.path), "bold"), f": {top}"))
+    ok = len(result.images) - len(result.failed) - len(result.reused)
+    out_console.print(
+        f"wrote {result.files_written} grids for {ok} image(s) to {result.out}/; "
+        f"manifest: {result.manifest}",
+        markup=False,
     )
-    if result.failed:
-        summary += f"; {len(result.failed)} image(s) failed"
-    if result.skipped:
-        summary += f"; {len(result.skipped)} non-image file(s) skipped"
-    out_console.print(summary, markup=False)
+
+
+def _print_summary(result: RunResult) -> None:
+    """One screen on stderr: what the run did, how fast, and what went wrong."""
+    done = len(result.images) - len(result.failed) - len(result.reused)
+    rate = done / result.seconds if result.seconds > 0 else 0.0
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "images",
+        f"{done} drawn, {len(result.reused)} reused (--resume), "
+        f"{len(result.failed)} failed, {len(result.skipped)} non-image skipped",
+    )
+    table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
+    table.add_row("files", f"{result.files_written} PNGs in {result.out}/")
+    table.add_row("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}")
+    err_console.print(table)
+    for failed in result.failed[:10]:
+        err_console.print(
+            Text.assemble(("  failed ", "red"), str(failed.path), f": {failed.error}")
+        )
+    if len(result.failed) > 10:
+        err_console.print(f"  ... and {len(result.failed) - 10} more in the manifest")
 
 
 def _print_listing(listing: LayerListing) -> None:

@@ -79,4 +79,9 @@ class ImageLoadError(ActvizError):
 
 
 class OutputError(ActvizError):
-    """The output folder cannot be written."""
+    """The output folder cannot be written, or holds an earlier run."""
+
+    def __init__(self, message: str, *, usage: bool = False) -> None:
+        super().__init__(message)
+        if usage:
+            self.exit_code = ExitCode.USAGE

@@ -27,6 +27,7 @@ __all__ = [
     "atomic_path",
     "image_dirs",
     "layer_filename",
+    "RunRecords",
     "prepare_out_dir",
     "safe_name",
     "write_json",
@@ -99,15 +100,25 @@ def image_dirs(rels: Sequence[PurePosixPath]) -> list[PurePosixPath]:
     return result
 
 
-def prepare_out_dir(out: Path) -> Path:
+def prepare_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -> Path:
     """Create the output folder and prove it is writable, before any work is done.
 
+    A folder that already holds files is refused unless the run resumes or overwrites, so an
+    earlier run's pictures are never mixed with this one's by accident.
+
     Raises:
-        OutputError: If it is a file, or cannot be created or written.
+        OutputError: If it is a file, is not empty (without resume/overwrite), or cannot be
+            created or written.
     """
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out {out} is a file, not a folder; choose another --out")
     try:
+        if not (resume or overwrite) and out.is_dir() and any(out.iterdir()):
+            raise OutputError(
+                f"{out} is not empty; add --resume to finish an earlier run there, "
+                "--overwrite to replace its outputs, or choose another --out",
+                usage=True,
+            )
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f"{TMP_MARK}-probe-{uuid.uuid4().hex}"
         probe.write_bytes(b"")
@@ -115,6 +126,84 @@ def prepare_out_dir(out: Path) -> Path:
     except OSError as exc:
         raise OutputError(_os_message(out, exc)) from None
     return out
+
+
+class RunRecords:
+    """One JSON line per finished image, appended after its PNGs are in place.
+
+    ``--resume`` trusts an image only when its line is there, was written with the same
+    settings, and every file it lists still exists; anything else is done again.
+    """
+
+    FILE = ".actviz-records.jsonl"
+
+    def __init__(self, out: Path, settings: dict[str, Any]) -> None:
+        self.path = out / self.FILE
+        self.settings = settings
+        self.digest = hashlib.sha256(
+            json.dumps(settings, sort_keys=True, default=str).encode()
+        ).hexdigest()[:16]
+
+    def completed(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Finished images of earlier runs, keyed by (input path, output folder).
+
+        Raises:
+            OutputError: If the earlier run used other settings.
+        """
+        done: dict[tuple[str, str], dict[str, Any]] = {}
+        if not self.path.exists():
+            return done
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:  # a line cut short by an interruption
+                continue
+            if record.get("settings") != self.digest:
+                earlier = record.get("settings_text", "other settings")
+                raise OutputError(
+                    f"--resume: {self.path.parent} was written with {earlier}, not "
+                    f"{_describe(self.settings)}; use --overwrite or another --out",
+                    usage=True,
+                )
+            files = [x["file"] for x in record.get("layers", []) if x.get("file")]
+            if record.get("status") == "ok" and all(
+                (self.path.parent / f).is_file() for f in files
+            ):
+                done[(record["path"], record["out_dir"])] = record
+        return done
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Append one image's record; a single short write, flushed to disk."""
+        line = json.dumps(
+            {"settings": self.digest, "settings_text": _describe(self.settings), **record},
+            ensure_ascii=False,
+            default=str,
+        )
+        try:
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:
+            raise OutputError(_os_message(self.path, exc)) from None
+
+    def reset(self, folders: Sequence[PurePosixPath]) -> None:
+        """Forget earlier records and remove the earlier grids of the given image folders."""
+        out = self.path.parent
+        try:
+            for name in (self.FILE, "manifest.json"):
+                (out / name).unlink(missing_ok=True)
+            for folder in folders:
+                target = out / folder
+                if target.is_dir():
+                    for png in target.glob("[0-9]*_*.png"):
+                        png.unlink()
+        except OSError as exc:
+            raise OutputError(_os_message(out, exc)) from None
+
+
+def _describe(settings: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in settings.items())
 
 
 @contextlib.contextmanager

@@ -1,0 +1,145 @@
+"""Streaming: decode ahead of the model, and keep what is in flight bounded.
+
+Images are decoded and preprocessed ahead of the forward pass (a background thread, or
+DataLoader worker processes with ``workers > 0``), batched, and handed to the model; rendering
+and PNG writing of one batch overlap the next batch's forward. Every queue is bounded, so
+memory does not grow with the size of the folder.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from actviz.errors import ImageLoadError
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
+
+__all__ = ["Decoded", "decode_batches"]
+
+_PREFETCH_BATCHES = 2
+
+
+@dataclass
+class Decoded:
+    """One input after decoding: a preprocessed tensor, or why there is none."""
+
+    index: int
+    tensor: torch.Tensor | None
+    size: tuple[int, int] | None
+    error: str | None = None
+
+
+class _Decoder:
+    """Picklable, so DataLoader workers can run it."""
+
+    def __init__(
+        self,
+        paths: Sequence[Path],
+        preprocess: Callable[[Image.Image], torch.Tensor],
+    ) -> None:
+        self.paths = list(paths)
+        self.preprocess = preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> Decoded:
+        from actviz.images import load_rgb
+
+        try:
+            picture = load_rgb(self.paths[index])
+            return Decoded(index, self.preprocess(picture), picture.size)
+        except ImageLoadError as exc:
+            return Decoded(index, None, None, exc.reason)
+        except (OSError, ValueError, RuntimeError) as exc:  # preprocessing failed on it
+            return Decoded(index, None, None, f"cannot preprocess: {exc}")
+
+
+def decode_batches(
+    paths: Sequence[Path],
+    preprocess: Callable[[Image.Image], torch.Tensor],
+    *,
+    batch_size: int,
+    workers: int = 0,
+    pin_memory: bool = False,
+) -> Iterator[list[Decoded]]:
+    """Yield the inputs decoded and preprocessed, ``batch_size`` at a time, in order.
+
+    Args:
+        paths: Image files.
+        preprocess: PIL image -> CHW float tensor.
+        batch_size: Inputs per batch (failures included, so batches may hold fewer tensors).
+        workers: DataLoader worker processes; 0 decodes in one background thread.
+        pin_memory: Pin batches for fast, asynchronous copies to a GPU.
+    """
+    dataset = _Decoder(paths, preprocess)
+    if workers > 0:
+        from torch.utils.data import DataLoader
+
+        loader: Any = DataLoader(
+            dataset,  # type: ignore[arg-type]
+            batch_size=batch_size,
+            num_workers=workers,
+            collate_fn=list,
+            pin_memory=False,
+            prefetch_factor=2,
+        )
+        for batch in loader:
+            yield _pinned(batch) if pin_memory else batch
+        return
+    yield from _threaded(
+        _pinned(batch) if pin_memory else batch
+        for batch in (
+            [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
+            for start in range(0, len(dataset), batch_size)
+        )
+    )
+
+
+def _pinned(batch: list[Decoded]) -> list[Decoded]:
+    for item in batch:
+        if item.tensor is not None:
+            item.tensor = item.tensor.pin_memory()
+    return batch
+
+
+def _threaded(batches: Iterator[list[Decoded]]) -> Iterator[list[Decoded]]:
+    """Run ``batches`` in a background thread, at most a couple of batches ahead."""
+    slots: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=_PREFETCH_BATCHES)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                while not stop.is_set():
+                    try:
+                        slots.put(("batch", batch), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            slots.put(("end", None))
+        except BaseException as exc:  # handed to the consumer, which re-raises it
+            slots.put(("error", exc))
+
+    thread = threading.Thread(target=produce, name="actviz-decode", daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, value = slots.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+    finally:
+        stop.set()
+        thread.join(timeout=5)
