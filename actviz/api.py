@@ -510,6 +510,8 @@ def manifest(result: RunResult, *, max_channels: int) -> dict[str, Any]:
     import torch
     import torchvision
 
+    from actviz.models import RANDOM_SEED
+
     weights = result.weights
     return {
         "actviz": __version__,
@@ -525,6 +527,7 @@ def manifest(result: RunResult, *, max_channels: int) -> dict[str, Any]:
             "source": weights.source,
             "name": weights.name,
             "random": weights.random,
+            "seed": RANDOM_SEED if weights.random else None,
             "reason": weights.reason,
         },
         "device": result.device,

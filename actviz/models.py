@@ -53,6 +53,8 @@ _UNSUPPORTED_FAMILIES = {
     "quantization": "quantized",
 }
 _DOWNLOAD_TIMEOUT_S = 30.0
+#: Seed for random initialization (recorded in the manifest).
+RANDOM_SEED = 0
 # torch.hub names cached files "<name>-<sha256 prefix>.<ext>"; the prefix is checked on download.
 _HASH_PREFIX = re.compile(r"-([a-f0-9]{8,})\.")
 
@@ -177,6 +179,7 @@ def load_model(name: str, *, weights: str = "auto", device: str = "auto") -> Loa
         CheckpointError: If a checkpoint is unreadable, unsafe or does not fit.
         DeviceError: If the device is not available.
     """
+    import torch
     from torchvision import models
 
     torch_device = resolve_device(device)
@@ -220,7 +223,11 @@ def load_model(name: str, *, weights: str = "auto", device: str = "auto") -> Loa
         info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
 
     try:
-        module = models.get_model(name, weights=None)
+        # A fixed seed makes random weights reproducible: the same command draws the same
+        # pictures, and --resume continues with the very same network.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_SEED)
+            module = models.get_model(name, weights=None)
     except Exception as exc:  # a registry builder failing is a model problem, not a bug here
         raise ModelError(f"cannot build {name}: {exc}") from exc
     if state_dict is not None:

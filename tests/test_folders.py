@@ -1,0 +1,190 @@
+"""Folder runs: layout, batching, resume, and bounded memory, on resnet18 with random weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+import actviz
+from actviz import api
+from actviz.cli import app
+from tests.conftest import make_image
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    root = tmp_path / "photos"
+    make_image(root / "a" / "x.jpg", seed=1)
+    make_image(root / "b" / "x.jpg", seed=2)
+    make_image(root / "b" / "deep" / "y.png", size=(40, 90), seed=3)
+    make_image(root / "top.png", seed=4)
+    (root / "notes.txt").write_text("not an image")
+    make_image(root / ".hidden.png", seed=5)
+    make_image(root / "._top.png", seed=6)
+    return root
+
+
+def _pngs(out: Path) -> list[str]:
+    return sorted(p.relative_to(out).as_posix() for p in out.rglob("*.png"))
+
+
+def test_folder_layout_mirrors_the_input_tree(folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "resnet18",
+            str(folder),
+            "-l",
+            "layer4.1.conv2,fc",
+            "-w",
+            "none",
+            "-o",
+            str(out),
+            "-b",
+            "3",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert _pngs(out) == [
+        f"{d}/{f}"
+        for d in ("a/x", "b/deep/y", "b/x", "top")
+        for f in ("00_layer4.1.conv2.png", "01_fc.png")
+    ]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [Path(i["path"]).relative_to(folder).as_posix() for i in manifest["images"]] == [
+        "a/x.jpg",
+        "b/deep/y.png",
+        "b/x.jpg",
+        "top.png",
+    ]
+    assert manifest["skipped"] == [{"path": str(folder / "notes.txt"), "reason": "not an image"}]
+    assert "hidden" not in json.dumps(manifest) and "._top" not in json.dumps(manifest)
+    assert "4 drawn" in result.stderr and "1 non-image skipped" in result.stderr
+    # Different inputs give different pictures: a/x and b/x did not overwrite each other.
+    a = np.asarray(Image.open(out / "a/x/00_layer4.1.conv2.png"))
+    b = np.asarray(Image.open(out / "b/x/00_layer4.1.conv2.png"))
+    assert a.shape == b.shape and not np.array_equal(a, b)
+
+
+def test_batch_size_does_not_change_the_pictures(folder: Path, tmp_path: Path) -> None:
+    runs = {}
+    for batch in (1, 16):
+        out = tmp_path / f"out{batch}"
+        actviz.run(
+            "resnet18",
+            [folder],
+            layers="layer1.0.conv1,layer3.1.bn2,fc",
+            out=out,
+            weights="none",
+            batch_size=batch,
+        )
+        runs[batch] = out
+    assert _pngs(runs[1]) == _pngs(runs[16]) and len(_pngs(runs[1])) == 12
+    for rel in _pngs(runs[1]):
+        one = np.asarray(Image.open(runs[1] / rel)).astype(int)
+        many = np.asarray(Image.open(runs[16] / rel)).astype(int)
+        assert one.shape == many.shape
+        # Batched convolutions may round differently in the last float bit; allow a
+        # colour-level step on a handful of pixels, nothing more.
+        assert (one != many).mean() < 0.002, rel
+        assert np.abs(one - many)[one != many].max(initial=0) <= 1 or (one != many).sum() < 5
+
+
+class _StopAfter:
+    """A reporter that interrupts the run after ``n`` images, like Ctrl-C would."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def warn(self, message: str) -> None:
+        pass
+
+    def start(self, total: int) -> None:
+        pass
+
+    def advance(self, result: api.ImageResult) -> None:
+        self.n -= 1
+        if self.n == 0:
+            raise KeyboardInterrupt
+
+
+def test_resume_after_an_interruption_redoes_nothing(folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    kwargs: dict[str, Any] = {"layers": "layer2.0.conv1,fc", "weights": "none", "batch_size": 1}
+    with pytest.raises(KeyboardInterrupt):
+        actviz.run("resnet18", [folder], out=out, reporter=_StopAfter(2), **kwargs)
+    records = [json.loads(x) for x in (out / ".actviz-records.jsonl").read_text().splitlines()]
+    assert len(records) == 2  # two images finished; a third may have been in flight
+    recorded = [layer["file"] for r in records for layer in r["layers"]]
+    first = {p: os.stat(out / p).st_mtime_ns for p in recorded}
+    assert len(first) == 4 and set(first) <= set(_pngs(out))
+    assert not [p for p in out.rglob("*") if "actviz-tmp" in p.name]
+
+    refused = CliRunner().invoke(app, ["run", "resnet18", str(folder), "-o", str(out)])
+    assert refused.exit_code == 2 and "--resume" in refused.stderr
+
+    result = actviz.run("resnet18", [folder], out=out, resume=True, **kwargs)
+    assert len(result.reused) == 2 and result.files_written == 4
+    assert {p: os.stat(out / p).st_mtime_ns for p in first} == first  # untouched
+    clean = tmp_path / "clean"
+    actviz.run("resnet18", [folder], out=clean, **kwargs)
+    assert _pngs(out) == _pngs(clean)
+    for rel in _pngs(clean):
+        assert np.array_equal(
+            np.asarray(Image.open(out / rel)), np.asarray(Image.open(clean / rel))
+        ), rel
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [i["status"] for i in manifest["images"]] == ["reused", "reused", "ok", "ok"]
+    assert all(i["layers"] for i in manifest["images"])
+
+    changed = CliRunner().invoke(
+        app,
+        ["run", "resnet18", str(folder), "-l", "conv", "-w", "none", "-o", str(out), "--resume"],
+    )
+    assert changed.exit_code == 2 and "other --out" in changed.stderr
+
+
+def test_overwrite_replaces_earlier_grids(folder: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    actviz.run("resnet18", [folder], layers="conv1", out=out, weights="none")
+    (out / "keep.txt").write_text("mine")
+    actviz.run("resnet18", [folder], layers="fc", out=out, weights="none", overwrite=True)
+    assert all(p.endswith("00_fc.png") for p in _pngs(out))
+    assert (out / "keep.txt").read_text() == "mine"  # not ours: left alone
+
+
+def test_live_activations_stay_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "many"
+    for i in range(24):
+        make_image(root / f"{i:02d}.png", size=(32, 32), seed=i)
+    seen: dict[int, weakref.ref[Any]] = {}
+    peak = 0
+    original = api._draw_image
+
+    def counting(captures: Any, *args: Any) -> Any:
+        nonlocal peak
+        for cap in captures:
+            seen[id(cap.tensor)] = weakref.ref(cap.tensor)
+        peak = max(peak, sum(ref() is not None for ref in seen.values()))
+        return original(captures, *args)
+
+    monkeypatch.setattr(api, "_draw_image", counting)
+    layers = "layer1.0.conv1,layer4.1.conv2,fc"
+    result = actviz.run(
+        "resnet18", [root], layers=layers, out=tmp_path / "out", weights="none", batch_size=2
+    )
+    assert len(result.images) == 24 and not result.failed
+    # 12 batches of 3 captures went through; at most two batches' worth were ever alive.
+    assert 3 <= peak <= 2 * 3
