@@ -312,6 +312,7 @@ def run(
                         ) from exc
                 never_ran.update(recorder.never_called())
                 captures = recorder.captures
+                summaries = [_summaries(recorder[cap.key]) for cap in captures]
                 futures = []
                 for i, (result, _) in enumerate(good):
                     result.predictions = _top_k(logits, i, loaded.categories, top_k)
@@ -319,6 +320,7 @@ def run(
                         pool.submit(
                             _draw_image,
                             captures,
+                            summaries,
                             i,
                             result.out_dir,
                             out_dir,
@@ -578,6 +580,7 @@ def _finite(value: float) -> float | None:
 
 def _draw_image(
     captures: Sequence[Any],
+    summaries: Sequence[Sequence[tuple[float, float, float]]],
     index: int,
     folder: PurePosixPath,
     out_dir: Path,
@@ -592,7 +595,7 @@ def _draw_image(
     for order, cap in enumerate(captures):
         sample = cap.tensor[index]
         shape = (1, *sample.shape)
-        lo, hi, mean = _summary(sample)
+        lo, hi, mean = summaries[order][index]
         title = f"{cap.key}   {cap.module_type}   {shape}"
         common = (cap.key, cap.module, cap.module_type, cap.call, shape, lo, hi, mean)
         try:
@@ -606,19 +609,29 @@ def _draw_image(
     return drawn
 
 
-def _summary(sample: torch.Tensor) -> tuple[float, float, float]:
-    """min, max and mean over the finite values (NaN when there are none)."""
+def _summaries(batch: torch.Tensor) -> list[tuple[float, float, float]]:
+    """Per image of a batch: min, max and mean over finite values (NaN when there are none).
+
+    One vectorized pass per layer and batch; the masked path runs only for rows holding NaN
+    or Inf.
+    """
     import torch
 
-    lo, hi = torch.aminmax(sample)
-    mean = sample.mean()
-    if all(math.isfinite(float(v)) for v in (lo, hi, mean)):
-        return float(lo), float(hi), float(mean)
-    # Rare: only here is the masked copy worth paying for.
-    finite = sample[sample.isfinite()]
-    if not finite.numel():
-        return math.nan, math.nan, math.nan
-    return float(finite.min()), float(finite.max()), float(finite.mean())
+    flat = batch.reshape(batch.shape[0], -1)
+    if flat.shape[1] == 0:
+        return [(math.nan, math.nan, math.nan)] * flat.shape[0]
+    lo, hi = torch.aminmax(flat, dim=1)
+    mean = flat.mean(dim=1)
+    rows = list(zip(lo.tolist(), hi.tolist(), mean.tolist(), strict=True))
+    for i, row in enumerate(rows):
+        if not all(math.isfinite(v) for v in row):
+            finite = flat[i][flat[i].isfinite()]
+            rows[i] = (
+                (float(finite.min()), float(finite.max()), float(finite.mean()))
+                if finite.numel()
+                else (math.nan, math.nan, math.nan)
+            )
+    return rows
 
 
 def _render_threads() -> int:

@@ -1,0 +1,142 @@
+"""A folder of photos through resnet18, every conv layer: actviz against a careful floor.
+
+- (b) throughput: images/s of ``actviz.run`` against a floor that does the least work for the
+  same pictures with both cores busy: the same hooks, batched forward passes, grids by array
+  operations, palette PNGs encoded in a two-thread pool. Same folder, same process, alternating.
+- (c) memory: peak resident memory of a fresh process running actviz over 50 and over 200
+  images; a streaming pipeline keeps them within a few percent.
+
+    python benchmarks/bench_folder.py [--images 200] [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+import torch
+from PIL import Image
+from torchvision import models
+from torchvision.transforms._presets import ImageClassification
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import make_folder  # noqa: E402
+
+import actviz  # noqa: E402
+
+MODEL = "resnet18"
+BATCH = 8
+
+
+def floor(folder: Path, out: Path) -> int:
+    model = models.get_model(MODEL, weights=None).eval()
+    prep = ImageClassification(crop_size=224)
+    convs = [(n, m) for n, m in model.named_modules() if isinstance(m, torch.nn.Conv2d)]
+    acts: dict[str, torch.Tensor] = {}
+    for n, m in convs:
+        m.register_forward_hook(lambda _m, _i, o, n=n: acts.__setitem__(n, o.detach().clone()))
+    lut = (matplotlib.colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.uint8)
+    palette = lut.flatten().tolist()
+
+    def draw(fmap: np.ndarray, target: Path) -> None:
+        c, h, w = fmap.shape
+        lo = fmap.min(axis=(1, 2), keepdims=True)
+        span = np.maximum(fmap.max(axis=(1, 2), keepdims=True) - lo, 1e-12)
+        levels = ((fmap - lo) / span * 255).astype(np.uint8)
+        scale = max(1, -(-32 // max(h, w)))
+        levels = levels.repeat(scale, axis=1).repeat(scale, axis=2)
+        cols = int(np.ceil(np.sqrt(c)))
+        rows = -(-c // cols)
+        tile = np.zeros((rows * cols, h * scale + 2, w * scale + 2), np.uint8)
+        tile[:c, : h * scale, : w * scale] = levels
+        grid = tile.reshape(rows, cols, *tile.shape[1:]).transpose(0, 2, 1, 3)
+        picture = Image.fromarray(grid.reshape(rows * tile.shape[1], -1), mode="L").convert("P")
+        picture.putpalette(palette)
+        picture.save(target, format="PNG", compress_level=1)
+
+    paths = sorted(folder.rglob("*.jpg"))
+    with ThreadPoolExecutor(2) as pool:
+        pending: list = []
+        for start in range(0, len(paths), BATCH):
+            chunk = paths[start : start + BATCH]
+            x = torch.stack([prep(Image.open(p).convert("RGB")) for p in chunk])
+            with torch.inference_mode():
+                model(x)
+            for f in pending:
+                f.result()
+            pending = []
+            for i, p in enumerate(chunk):
+                folder_out = out / p.relative_to(folder).with_suffix("")
+                folder_out.mkdir(parents=True, exist_ok=True)
+                for k, (name, act) in enumerate(acts.items()):
+                    pending.append(
+                        pool.submit(draw, act[i].numpy(), folder_out / f"{k:02d}_{name}.png")
+                    )
+        for f in pending:
+            f.result()
+    return len(paths)
+
+
+def with_actviz(folder: Path, out: Path) -> int:
+    result = actviz.run(
+        MODEL, [folder], layers="conv", out=out, weights="none", max_channels=0, batch_size=BATCH
+    )
+    return len(result.images)
+
+
+def peak_rss_mib(folder: Path) -> float:
+    code = (
+        "import resource, sys, tempfile, actviz\n"
+        f"actviz.run({MODEL!r}, [sys.argv[1]], layers='conv', out=tempfile.mkdtemp(),"
+        f" weights='none', max_channels=0, batch_size={BATCH})\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout.strip().splitlines()[-1]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--skip-memory", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="actviz-bench-"))
+    folder = make_folder(work / "photos", args.images)
+
+    rates: dict[str, list[float]] = {"actviz": [], "floor": []}
+    for _ in range(args.repeat):
+        for name, fn in (("actviz", with_actviz), ("floor", floor)):
+            out = Path(tempfile.mkdtemp(dir=work))
+            start = time.perf_counter()
+            n = fn(folder, out)
+            rates[name].append(n / (time.perf_counter() - start))
+            assert len(list(out.rglob("*.png"))) == 20 * args.images, name
+    best = {k: max(v) for k, v in rates.items()}
+    print(f"(b) {MODEL}, {args.images} images, --layers conv (20 grids each), every channel")
+    for name, rate in best.items():
+        print(f"    {name:7s} {rate:6.2f} images/s")
+    print(f"    actviz / floor = {best['actviz'] / best['floor']:.2f}  (target >= 0.8)")
+
+    if not args.skip_memory:
+        small = make_folder(work / "photos50", 50, seed=1)
+        rss = {50: peak_rss_mib(small), args.images: peak_rss_mib(folder)}
+        print(
+            f"(c) peak RSS: 50 images {rss[50]:.0f} MiB, {args.images} images "
+            f"{rss[args.images]:.0f} MiB; ratio {rss[args.images] / rss[50]:.3f}  (target <= 1.10)"
+        )
+    print(json.dumps({"rates": rates}))
+
+
+if __name__ == "__main__":
+    main()
