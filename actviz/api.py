@@ -124,6 +124,7 @@ class RunResult:
     seconds: float
     manifest: Path
     warnings: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[ImageResult]:
@@ -357,6 +358,15 @@ def run(
         seconds=time.perf_counter() - started,
         manifest=manifest_path,
         warnings=warnings,
+        options={
+            "batch_size": batch_size,
+            "workers": workers,
+            "amp": amp,
+            "channels_last": channels_last,
+            "png_compression": png_compression,
+            "resume": resume,
+            "overwrite": overwrite,
+        },
     )
     output.write_json(manifest_path, manifest(result_obj, max_channels=max_channels))
     return result_obj
@@ -536,6 +546,7 @@ def manifest(result: RunResult, *, max_channels: int) -> dict[str, Any]:
         "selector": result.selector,
         "layers": result.layers,
         "render": {"max_channels": max_channels, "norm": "channel"},
+        "options": result.options,
         "seconds": round(result.seconds, 3),
         "images": [_image_record(r) for r in result.images],
         "skipped": [{"path": str(p), "reason": why} for p, why in result.skipped],
