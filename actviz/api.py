@@ -6,6 +6,7 @@ through an optional :class:`Reporter`, and raise :class:`~actviz.errors.ActvizEr
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -276,15 +277,18 @@ def run(
         ActivationRecorder(module, names) as recorder,
         eval_mode(module),
         ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
+        contextlib.ExitStack() as stack,
     ):
         try:
-            for batch in decode_batches(
+            batches = decode_batches(
                 [r.path for r in todo],
                 loaded.preprocess,
                 batch_size=batch_size,
                 workers=workers,
                 pin_memory=loaded.device.type == "cuda",
-            ):
+            )
+            # closing(): on Ctrl-C the decoder thread or worker processes stop now, not at GC.
+            for batch in stack.enter_context(contextlib.closing(batches)):
                 good = []
                 for item in batch:
                     result = todo[item.index]

@@ -8,6 +8,7 @@ commands, never here, so ``actviz --help`` is instant.
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +40,15 @@ app = typer.Typer(
 )
 out_console = Console(highlight=False, soft_wrap=True)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
-_state = {"debug": False}
+_state: dict[str, Any] = {"debug": False, "progress": ""}
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, delivered like Ctrl-C so the same cleanup runs."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def _version(value: bool) -> None:
@@ -74,17 +83,20 @@ def _boundary(command: Callable[P, R]) -> Callable[P, R]:
                 raise
             _error(str(exc))
             raise typer.Exit(int(exc.exit_code)) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             if _state["debug"]:
                 raise
-            _error("interrupted")
-            raise typer.Exit(int(ExitCode.INTERRUPTED)) from None
+            terminated = isinstance(exc, _Terminated)
+            _error(f"{'terminated' if terminated else 'interrupted'}{_state['progress']}")
+            code = ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED
+            raise typer.Exit(int(code)) from None
 
     return wrapper
 
 
 def _error(message: str) -> None:
-    err_console.print(Text.assemble(("error: ", "bold red"), message))
+    # One line, whatever a library or a user-supplied name put in the message.
+    err_console.print(Text.assemble(("error: ", "bold red"), " ".join(message.split())))
 
 
 def _warn(message: str) -> None:
@@ -214,6 +226,7 @@ def run(
     from actviz.api import DEFAULT_LAYERS
     from actviz.api import run as run_pipeline
 
+    signal.signal(signal.SIGTERM, _on_sigterm)
     reporter = _RichReporter(quiet=quiet)
     try:
         result = run_pipeline(
@@ -305,6 +318,8 @@ class _RichReporter:
 
     def __init__(self, *, quiet: bool) -> None:
         self.quiet = quiet
+        self.done = 0
+        self.total = 0
         self._progress: Any = None
         self._task: Any = None
 
@@ -312,6 +327,7 @@ class _RichReporter:
         _warn(message)
 
     def start(self, total: int) -> None:
+        self.total = total
         if self.quiet or total < 2 or not err_console.is_terminal:
             return
         from rich.progress import (
@@ -338,6 +354,11 @@ class _RichReporter:
         self._task = self._progress.add_task("images", total=total, rate="")
 
     def advance(self, result: ImageResult) -> None:
+        self.done += 1
+        _state["progress"] = (
+            f" after {self.done} of {self.total} images; run the same command with --resume "
+            "to finish"
+        )
         if result.status == "failed":
             err_console.print(
                 Text.assemble(("failed: ", "bold red"), str(result.path), f": {result.error}")

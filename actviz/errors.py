@@ -31,6 +31,7 @@ class ExitCode(IntEnum):
     USAGE = 2
     PARTIAL = 3
     INTERRUPTED = 130
+    TERMINATED = 143
 
 
 class ActvizError(Exception):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,7 +69,7 @@ def decode_batches(
     batch_size: int,
     workers: int = 0,
     pin_memory: bool = False,
-) -> Iterator[list[Decoded]]:
+) -> Generator[list[Decoded], None, None]:
     """Yield the inputs decoded and preprocessed, ``batch_size`` at a time, in order.
 
     Args:

@@ -142,13 +142,15 @@ def parse_selector(selector: str | Sequence[str]) -> list[str]:
     for term in terms:
         body = term[1:].strip() if term.startswith("!") else term
         if not body:
-            raise LayerSelectionError(f"'{term}' excludes nothing; write !<term>, e.g. !layer1.*")
+            raise LayerSelectionError(
+                f"'{_printable(term)}' excludes nothing; write !<term>, e.g. !layer1.*"
+            )
         if body.startswith("re:"):
             try:
                 re.compile(body[3:])
             except re.error as exc:
                 raise LayerSelectionError(
-                    f"invalid regular expression in '{term}': {exc}; "
+                    f"invalid regular expression in '{_printable(term)}': {exc}; "
                     "quote the selector so the shell leaves it alone"
                 ) from None
     return terms
@@ -207,7 +209,12 @@ def select_layers(
 
 
 def _show(term: _Term) -> str:
-    return f"!{term.text}" if term.exclude else term.text
+    return _printable(f"!{term.text}" if term.exclude else term.text)
+
+
+def _printable(text: str) -> str:
+    """Escape control characters so an error message stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _match(term: str, layers: Sequence[LayerRef]) -> set[str]:
@@ -244,7 +251,7 @@ def _no_match_message(term: str, layers: Sequence[LayerRef], model: str) -> str:
     close = difflib.get_close_matches(term, candidates, n=5, cutoff=0.6)
     hint = f"; close: {', '.join(close)}" if close else ""
     return (
-        f"no layer of {model} matches '{term}'{hint}; "
+        f"no layer of {model} matches '{_printable(term)}'{hint}; "
         f"run `actviz list-layers {model}` to see names and types"
     )
 

@@ -102,3 +102,25 @@ def test_conv_selects_the_36_convolutions_of_resnet34() -> None:
     assert names[0] == "conv1"
     assert "layer2.0.downsample.0" in names
     assert all(dict(model.named_modules())[n].__class__.__name__ == "Conv2d" for n in names)
+
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.lists(st.text(alphabet="!re:*?[](),.\\^$+{}|conv1layer4 ", max_size=12), max_size=4),
+    )
+)
+def test_any_selector_gives_names_or_our_error(selector: str | list[str]) -> None:
+    try:
+        names = select_layers(MODEL, selector)
+    except LayerSelectionError as exc:
+        assert "\n" not in str(exc)
+    else:
+        assert names and set(names) <= {r.name for r in MODEL}
+        assert names == [r.name for r in MODEL if r.name in names]  # model order kept

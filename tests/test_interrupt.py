@@ -1,0 +1,104 @@
+"""Ctrl-C and SIGTERM in the middle of a real folder run, then --resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.conftest import make_image
+
+pytestmark = pytest.mark.slow
+
+N = 24
+ARGS = ["-l", "layer1.0.conv1,fc", "-w", "none", "-b", "2", "-q"]
+
+
+def _actviz(*args: str, **kwargs: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "TORCH_HOME": "/nonexistent-torch-home"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "actviz", "run", "resnet18", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        **kwargs,  # type: ignore[call-overload]
+    )
+
+
+def _files(root: Path) -> dict[str, np.ndarray]:
+    return {
+        p.relative_to(root).as_posix(): np.asarray(Image.open(p))
+        for p in sorted(root.rglob("*.png"))
+    }
+
+
+@pytest.fixture(scope="module")
+def photos_and_clean(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, np.ndarray]]:
+    """A folder of photos and the grids of one uninterrupted run over it."""
+    root = tmp_path_factory.mktemp("interrupt")
+    photos = root / "photos"
+    for i in range(N):
+        make_image(photos / f"s{i % 3}" / f"{i:02d}.png", size=(48, 40), seed=i)
+    clean = root / "clean"
+    fresh = _actviz(str(photos), "-o", str(clean), *ARGS)
+    _, stderr = fresh.communicate(timeout=300)
+    assert fresh.returncode == 0, stderr
+    return photos, _files(clean)
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "word"),
+    [
+        (signal.SIGINT, 130, "interrupted"),
+        (signal.SIGTERM, 143, "terminated"),
+    ],
+)
+def test_interrupt_then_resume_equals_one_clean_run(
+    tmp_path: Path,
+    photos_and_clean: tuple[Path, dict[str, np.ndarray]],
+    sig: signal.Signals,
+    code: int,
+    word: str,
+) -> None:
+    photos, want = photos_and_clean
+    out = tmp_path / "out"
+    records = out / ".actviz-records.jsonl"
+
+    proc = _actviz(str(photos), "-o", str(out), *ARGS)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records.exists() and records.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=30)
+    stopped_in = time.monotonic() - sent
+    assert proc.returncode == code, stderr
+    assert stopped_in < 5
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith(f"error: {word} after ") and "--resume" in lines[-1], stderr
+    assert "Traceback" not in stderr
+    assert not [p for p in out.rglob("*") if "actviz-tmp" in p.name]
+    done_before = records.read_text().count("\n")
+    assert 3 <= done_before < N
+
+    resumed = _actviz(str(photos), "-o", str(out), "--resume", *ARGS)
+    _, stderr = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, stderr
+
+    got = _files(out)
+    assert list(got) == list(want) and len(want) == 2 * N
+    for name, pixels in want.items():
+        assert np.array_equal(got[name], pixels), name
