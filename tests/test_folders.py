@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 import actviz
 from actviz import api
+from actviz import api as api_module
+from actviz import draw as draw_module
 from actviz.cli import app
 from tests.conftest import make_image
 
@@ -171,7 +173,7 @@ def test_live_activations_stay_bounded(tmp_path: Path, monkeypatch: pytest.Monke
         make_image(root / f"{i:02d}.png", size=(32, 32), seed=i)
     seen: dict[int, weakref.ref[Any]] = {}
     peak = 0
-    original = api._draw_image
+    original = draw_module.draw_image
 
     def counting(captures: Any, *args: Any) -> Any:
         nonlocal peak
@@ -180,7 +182,7 @@ def test_live_activations_stay_bounded(tmp_path: Path, monkeypatch: pytest.Monke
         peak = max(peak, sum(ref() is not None for ref in seen.values()))
         return original(captures, *args)
 
-    monkeypatch.setattr(api, "_draw_image", counting)
+    monkeypatch.setattr(api_module, "draw_image", counting)
     layers = "layer1.0.conv1,layer4.1.conv2,fc"
     result = actviz.run(
         "resnet18", [root], layers=layers, out=tmp_path / "out", weights="none", batch_size=2

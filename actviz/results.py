@@ -1,0 +1,198 @@
+"""What a run produced, as data: per image and layer, and as ``manifest.json``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Protocol
+
+from actviz import __version__
+
+if TYPE_CHECKING:
+    from actviz.models import WeightsInfo
+
+__all__ = [
+    "ImageResult",
+    "LayerResult",
+    "Prediction",
+    "Reporter",
+    "RunResult",
+    "SilentReporter",
+    "image_record",
+    "manifest",
+]
+
+
+class Reporter(Protocol):
+    """Receives what a run wants a person to know while it works. Every method is optional
+    in spirit: :class:`SilentReporter` ignores everything."""
+
+    def warn(self, message: str) -> None:
+        """A problem that does not stop the run (random weights, a layer that never ran)."""
+
+    def start(self, total: int) -> None:
+        """The run is about to process ``total`` images."""
+
+    def advance(self, result: ImageResult) -> None:
+        """One image is done (or failed)."""
+
+
+class SilentReporter:
+    """A reporter that ignores everything: the default for library use."""
+
+    def warn(self, message: str) -> None:
+        """Ignore."""
+
+    def start(self, total: int) -> None:
+        """Ignore."""
+
+    def advance(self, result: ImageResult) -> None:
+        """Ignore."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One of the top classes the model predicts for an image."""
+
+    index: int
+    label: str | None
+    probability: float
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    """What was captured and drawn for one layer output of one image."""
+
+    key: str
+    module: str
+    module_type: str
+    call: int
+    shape: tuple[int, ...]
+    min: float
+    max: float
+    mean: float
+    channels_shown: int
+    channels_total: int
+    file: str | None
+    note: str | None = None
+
+
+@dataclass
+class ImageResult:
+    """The outcome for one input image."""
+
+    path: Path
+    out_dir: PurePosixPath
+    status: str = "ok"
+    error: str | None = None
+    size: tuple[int, int] | None = None
+    layers: list[LayerResult] = field(default_factory=list)
+    predictions: list[Prediction] = field(default_factory=list)
+
+
+@dataclass
+class RunResult:
+    """Everything a run did, as written to ``manifest.json``."""
+
+    model: str
+    weights: WeightsInfo
+    device: str
+    selector: str
+    layers: list[str]
+    out: Path
+    images: list[ImageResult]
+    skipped: list[tuple[Path, str]]
+    seconds: float
+    manifest: Path
+    warnings: list[str] = field(default_factory=list)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[ImageResult]:
+        """Images that could not be processed."""
+        return [r for r in self.images if r.status == "failed"]
+
+    @property
+    def reused(self) -> list[ImageResult]:
+        """Images an earlier run had completed (``--resume``)."""
+        return [r for r in self.images if r.status == "reused"]
+
+    @property
+    def files_written(self) -> int:
+        """Number of grid PNGs written."""
+        return sum(1 for r in self.images if r.status == "ok" for layer in r.layers if layer.file)
+
+
+def manifest(result: RunResult, *, max_channels: int) -> dict[str, Any]:
+    """The run as JSON-ready data: what ``manifest.json`` holds."""
+    import PIL
+    import torch
+    import torchvision
+
+    from actviz.models import RANDOM_SEED
+
+    weights = result.weights
+    return {
+        "actviz": __version__,
+        "versions": {
+            "torch": torch.__version__,
+            "torchvision": torchvision.__version__,
+            "pillow": PIL.__version__,
+        },
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": result.model,
+        "weights": {
+            "spec": weights.spec,
+            "source": weights.source,
+            "name": weights.name,
+            "random": weights.random,
+            "seed": RANDOM_SEED if weights.random else None,
+            "reason": weights.reason,
+        },
+        "device": result.device,
+        "selector": result.selector,
+        "layers": result.layers,
+        "render": {"max_channels": max_channels, "norm": "channel"},
+        "options": result.options,
+        "seconds": round(result.seconds, 3),
+        "images": [image_record(r) for r in result.images],
+        "skipped": [{"path": str(p), "reason": why} for p, why in result.skipped],
+        "warnings": result.warnings,
+    }
+
+
+def image_record(result: ImageResult) -> dict[str, Any]:
+    return {
+        "path": str(result.path),
+        "out_dir": str(result.out_dir),
+        "status": result.status,
+        "error": result.error,
+        "size": list(result.size) if result.size else None,
+        "predictions": [
+            {"index": p.index, "label": p.label, "probability": round(p.probability, 6)}
+            for p in result.predictions
+        ],
+        "layers": [
+            {
+                "name": layer.key,
+                "module": layer.module,
+                "type": layer.module_type,
+                "call": layer.call,
+                "shape": list(layer.shape),
+                "min": _finite(layer.min),
+                "max": _finite(layer.max),
+                "mean": _finite(layer.mean),
+                "channels_shown": layer.channels_shown,
+                "channels_total": layer.channels_total,
+                "file": layer.file,
+                "note": layer.note,
+            }
+            for layer in result.layers
+        ],
+    }
+
+
+def _finite(value: float) -> float | None:
+    return round(value, 6) if math.isfinite(value) else None
