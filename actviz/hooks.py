@@ -18,16 +18,30 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from actviz.errors import ModelError
+from actviz.errors import ModelError, UsageError
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
     from torch.utils.hooks import RemovableHandle
 
-__all__ = ["ActivationRecorder", "Capture", "capture", "check_hookable", "eval_mode"]
+__all__ = [
+    "INPUT_SUFFIX",
+    "ActivationRecorder",
+    "Capture",
+    "CaptureMode",
+    "Skipped",
+    "capture",
+    "check_hookable",
+    "eval_mode",
+    "layer_refs",
+]
+
+CaptureMode = Literal["output", "input", "both"]
+#: Appended to the key of a captured input: ``layer1.0.conv1<in>`` (module names have no '<').
+INPUT_SUFFIX = "<in>"
 
 
 @dataclass
@@ -42,6 +56,7 @@ class Capture:
         call: 1 for the first call of the module in a forward, 2 for the second, ...
         shape: The output's shape, batch dimension included.
         tensor: A detached CPU float32 copy, or None when only shapes are recorded.
+        kind: ``output``, or ``input`` for what a forward pre-hook saw.
     """
 
     key: str
@@ -50,6 +65,7 @@ class Capture:
     call: int
     shape: tuple[int, ...]
     tensor: torch.Tensor | None = None
+    kind: str = "output"
 
 
 @dataclass
@@ -81,6 +97,8 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
         layers: Qualified names of the modules to record.
         keep_tensors: Copy the outputs (True) or record only shapes and calls (False; this
             works on the ``meta`` device).
+        mode: Record each module's ``output``, its ``input`` (through a forward pre-hook,
+            keyed ``name<in>``), or ``both``.
 
     Example:
         >>> with ActivationRecorder(model, ["layer1.0.conv1"]) as acts:
@@ -90,11 +108,19 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
     """
 
     def __init__(
-        self, model: nn.Module, layers: Sequence[str], *, keep_tensors: bool = True
+        self,
+        model: nn.Module,
+        layers: Sequence[str],
+        *,
+        keep_tensors: bool = True,
+        mode: CaptureMode = "output",
     ) -> None:
+        if mode not in ("output", "input", "both"):
+            raise UsageError(f"unknown capture mode '{mode}'; use output, input or both")
         self.model = model
         self.layers = list(layers)
         self.keep_tensors = keep_tensors
+        self.mode = mode
         self._state = _State()
         self._handles: list[RemovableHandle] = []
 
@@ -143,7 +169,11 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
             self._handles.append(self.model.register_forward_pre_hook(lambda _m, _a: self.clear()))
             for name in self.layers:
                 module = modules[name]
-                self._handles.append(module.register_forward_hook(self._hook_for(name, module)))
+                pre_hook, hook = self._hooks_for(name, module)
+                if pre_hook is not None:
+                    self._handles.append(module.register_forward_pre_hook(pre_hook))
+                if hook is not None:
+                    self._handles.append(module.register_forward_hook(hook))
         except BaseException:
             self._remove()
             raise
@@ -157,32 +187,51 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
             handle.remove()
         self._handles.clear()
 
-    def _hook_for(self, name: str, module: nn.Module) -> Any:
+    def _hooks_for(self, name: str, module: nn.Module) -> tuple[Any, Any]:
+        """The pre-hook (inputs) and hook (outputs) for one module, as the mode needs."""
         module_type = type(module).__name__
+        want_in = self.mode in ("input", "both")
+        want_out = self.mode in ("output", "both")
 
-        def hook(_module: nn.Module, _args: object, output: object) -> None:
+        def store(call: int, value: object, *, what: str, suffix: str) -> None:
             state = self._state
-            call = state.calls.get(name, 0) + 1
-            state.calls[name] = call
-            base = name if call == 1 else f"{name}:{call}"
+            base = (name if call == 1 else f"{name}:{call}") + suffix
             found = False
-            for suffix, tensor in _tensors(output):
+            for element, tensor in _tensors(value):
                 found = True
-                key = base + suffix
+                key = base + element
                 copy = (
-                    tensor.detach().to(device="cpu", dtype=_float32(), copy=True)
+                    # contiguous_format: channels-last outputs come back in plain NCHW order.
+                    tensor.detach().to(
+                        device="cpu",
+                        dtype=_float32(),
+                        copy=True,
+                        memory_format=_contiguous(),
+                    )
                     if self.keep_tensors
                     else None
                 )
                 state.captures[key] = Capture(
-                    key, name, module_type, call, tuple(tensor.shape), copy
+                    key, name, module_type, call, tuple(tensor.shape), copy, kind=what
                 )
             if not found:
                 state.skipped[base] = Skipped(
-                    base, module_type, f"output is {type(output).__name__}, not a tensor"
+                    base, module_type, f"{what} is {type(value).__name__}, not a tensor"
                 )
 
-        return hook
+        def pre_hook(_module: nn.Module, args: tuple[object, ...]) -> None:
+            call = self._state.calls.get(name, 0) + 1
+            if not want_out:  # otherwise the output hook counts the call
+                self._state.calls[name] = call
+            inputs = args[0] if len(args) == 1 else args
+            store(call, inputs, what="input", suffix=INPUT_SUFFIX)
+
+        def hook(_module: nn.Module, _args: object, output: object) -> None:
+            call = self._state.calls.get(name, 0) + 1
+            self._state.calls[name] = call
+            store(call, output, what="output", suffix="")
+
+        return (pre_hook if want_in else None), (hook if want_out else None)
 
 
 def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> ActivationRecorder:
@@ -261,6 +310,12 @@ def _float32() -> torch.dtype:
     import torch
 
     return torch.float32
+
+
+def _contiguous() -> torch.memory_format:
+    import torch
+
+    return torch.contiguous_format
 
 
 def _tensors(output: object, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:

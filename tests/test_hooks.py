@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import actviz
-from actviz.errors import LayerSelectionError, ModelError
+from actviz.errors import ActvizError, LayerSelectionError, ModelError
 from actviz.hooks import ActivationRecorder, eval_mode
 
 
@@ -148,3 +148,33 @@ def test_eval_mode_restores_each_module_flag(tiny_net: nn.Module) -> None:
         assert not any(m.training for m in tiny_net.modules())
     assert tiny_net.training and tiny_net.block.training
     assert not tiny_net.stem.bn.training
+
+
+def test_capture_inputs_through_pre_hooks(tiny_net: nn.Module) -> None:
+    x = torch.randn(1, 3, 8, 8)
+    with ActivationRecorder(tiny_net, ["stem.bn", "stem.relu"], mode="both") as acts:
+        tiny_net(x)
+    assert list(acts) == ["stem.bn<in>", "stem.bn", "stem.relu<in>", "stem.relu"]
+    # The in-place ReLU's input was copied before the ReLU overwrote it.
+    assert torch.equal(acts["stem.relu<in>"], acts["stem.bn"])
+    assert acts["stem.relu<in>"].min() < 0 <= acts["stem.relu"].min()
+    assert acts.calls("stem.relu") == 1
+    kinds = {c.key: c.kind for c in acts.captures}
+    assert kinds["stem.bn<in>"] == "input" and kinds["stem.bn"] == "output"
+
+
+def test_input_only_counts_repeated_calls(tiny_net: nn.Module) -> None:
+    with ActivationRecorder(tiny_net, ["act"], mode="input") as acts:
+        tiny_net(torch.randn(1, 3, 8, 8))
+    assert list(acts) == ["act<in>", "act:2<in>"]
+    assert acts["act<in>"].shape[1] == 4 and acts["act:2<in>"].shape[1] == 6
+    with pytest.raises(ActvizError, match="capture mode"):
+        ActivationRecorder(tiny_net, ["act"], mode="weights")  # type: ignore[arg-type]
+
+
+def test_channels_last_captures_come_back_contiguous(tiny_net: nn.Module) -> None:
+    model = tiny_net.to(memory_format=torch.channels_last)
+    x = torch.randn(1, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+    with ActivationRecorder(model, ["stem.conv"]) as acts:
+        model(x)
+    assert acts["stem.conv"].is_contiguous()
