@@ -12,7 +12,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from actviz import __version__
-from actviz.errors import ActvizError, ExitCode
+from actviz.errors import ActvizError, ExitCode, UsageError
 
 if TYPE_CHECKING:
     from actviz.api import ImageResult, LayerListing, RunResult
@@ -151,15 +151,94 @@ def run(
             "--device", "-d", help="auto, cpu, cuda, cuda:N or mps.", rich_help_panel="Model"
         ),
     ] = "auto",
+    capture: Annotated[
+        Literal["output", "input", "both"],
+        typer.Option(
+            "--capture",
+            help="Draw each layer's output, its input (forward pre-hook), or both.",
+            rich_help_panel="Layers",
+        ),
+    ] = "output",
+    layout: Annotated[
+        Literal["auto", "nchw", "nhwc", "tokens"],
+        typer.Option(
+            "--layout",
+            help="How outputs are read: auto, or force nchw, nhwc (channels-last) or tokens.",
+            rich_help_panel="Layers",
+        ),
+    ] = "auto",
     max_channels: Annotated[
         int,
         typer.Option(
+            "--channels",
             "--max-channels",
+            "-c",
             min=0,
             help="Channels drawn per grid at most (0 = all).",
-            rich_help_panel="Output",
+            rich_help_panel="Grid",
         ),
     ] = 64,
+    sort: Annotated[
+        Literal["index", "mean", "max", "std"],
+        typer.Option(
+            "--sort",
+            help="Which channels when capped: index order, or the top ones by mean, max or std.",
+            rich_help_panel="Grid",
+        ),
+    ] = "index",
+    norm: Annotated[
+        Literal["channel", "layer", "shared"],
+        typer.Option(
+            "--norm",
+            help=(
+                "Scale per channel, per layer, or shared: one scale per layer across every "
+                "image of the run, so images compare (costs a second pass)."
+            ),
+            rich_help_panel="Grid",
+        ),
+    ] = "channel",
+    clip: Annotated[
+        str | None,
+        typer.Option(
+            "--clip",
+            metavar="LO,HI",
+            help="Clip to these percentiles before scaling, e.g. 1,99.",
+            rich_help_panel="Grid",
+        ),
+    ] = None,
+    cmap: Annotated[
+        str | None,
+        typer.Option(
+            "--cmap",
+            help="Any matplotlib colormap [default: viridis, or RdBu_r centred on 0 for signed].",
+            rich_help_panel="Grid",
+        ),
+    ] = None,
+    overlay: Annotated[
+        bool,
+        typer.Option(
+            "--overlay",
+            help="Also write each layer's mean map over the input: <NN>_<layer>_overlay.png.",
+            rich_help_panel="Grid",
+        ),
+    ] = False,
+    overlay_channel: Annotated[
+        int | None,
+        typer.Option(
+            "--overlay-channel",
+            min=0,
+            help="Overlay this channel instead of the mean.",
+            rich_help_panel="Grid",
+        ),
+    ] = None,
+    save_tensors: Annotated[
+        Literal["npy", "safetensors"] | None,
+        typer.Option(
+            "--save-tensors",
+            help="Also save each raw activation beside its PNG.",
+            rich_help_panel="Output",
+        ),
+    ] = None,
     png_compression: Annotated[
         int,
         typer.Option(
@@ -214,6 +293,31 @@ def run(
             "--overwrite", help="Replace an earlier run's outputs in OUT.", rich_help_panel="Output"
         ),
     ] = False,
+    trust_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--trust-checkpoint",
+            help="Load a checkpoint that needs full unpickling: this runs code from the file.",
+            rich_help_panel="Model",
+        ),
+    ] = False,
+    input_size: Annotated[
+        str | None,
+        typer.Option(
+            "--input-size",
+            metavar="H,W",
+            help="Model input size, for models that do not take 224 x 224.",
+            rich_help_panel="Model",
+        ),
+    ] = None,
+    in_chans: Annotated[
+        Literal[1, 3],
+        typer.Option(
+            "--in-chans",
+            help="Input channels the model takes: 3 (RGB) or 1 (greyscale).",
+            rich_help_panel="Model",
+        ),
+    ] = 3,
     as_json: JsonOption = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress bar or summary on stderr.")
@@ -223,7 +327,6 @@ def run(
 
     Writes OUT/<image>/<NN>_<layer>.png and OUT/manifest.json.
     """
-    from actviz.api import DEFAULT_LAYERS
     from actviz.api import run as run_pipeline
 
     signal.signal(signal.SIGTERM, _on_sigterm)
@@ -232,11 +335,23 @@ def run(
         result = run_pipeline(
             model,
             inputs,
-            layers=layers or DEFAULT_LAYERS,
+            layers=layers or None,
             out=out,
             weights=weights,
             device=device,
+            capture=capture,
             max_channels=max_channels,
+            order=sort,
+            norm=norm,
+            clip=_pair(clip, "--clip", float) if clip else None,
+            cmap=cmap,
+            layout=layout,
+            overlay=overlay or overlay_channel is not None,
+            overlay_channel=overlay_channel,
+            save_tensors=save_tensors,
+            trust_checkpoint=trust_checkpoint,
+            input_size=_pair(input_size, "--input-size", int) if input_size else None,
+            in_chans=in_chans,
             png_compression=png_compression,
             batch_size=batch_size,
             workers=workers,
@@ -306,6 +421,16 @@ def models(
         raise typer.Exit(int(ExitCode.ERROR))
     for name in names:
         out_console.print(name, markup=False)
+
+
+def _pair(text: str, option: str, kind: type[float] | type[int]) -> tuple[Any, Any]:
+    """Parse ``A,B`` (or ``AxB``) into two numbers, or fail with the option's name."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        first, second = (kind(p.strip()) for p in parts)
+    except ValueError:
+        raise UsageError(f"{option} takes two numbers like 1,99 or 224,320; got '{text}'") from None
+    return first, second
 
 
 def main() -> None:

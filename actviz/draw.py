@@ -1,11 +1,16 @@
-"""Drawing one image's captured layers: statistics for the manifest, a grid PNG per layer."""
+"""Drawing one image's captured layers: a grid PNG per layer, plus overlays and raw tensors.
+
+Runs in the render threads: everything here works on CPU copies of one batch and writes
+through ``output`` only.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from actviz.results import LayerResult
 
@@ -13,9 +18,77 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from actviz.render import GridImage
+    from actviz.hooks import Capture
+    from actviz.layouts import LayerContext, Layout
+    from actviz.render import GridImage, Order
 
-__all__ = ["draw_image", "render_activation", "summaries"]
+__all__ = ["DrawOptions", "ImageJob", "draw_image", "render_activation", "summaries"]
+
+Norm = Literal["channel", "layer", "shared"]
+TensorFormat = Literal["npy", "safetensors"]
+
+
+@dataclass(frozen=True)
+class DrawOptions:
+    """How grids are drawn; the same for every image of a run.
+
+    Attributes:
+        max_channels: Channels per grid at most (0 = all).
+        order: Which channels when capped, in which order: ``index``, or by descending
+            ``mean``, ``max`` or ``std``.
+        norm: ``channel`` (each tile its own range), ``layer`` (one range per layer and
+            image), or ``shared`` (one range per layer across every image of the run).
+        clip: Percentiles ``(lo, hi)`` to clip to before scaling, e.g. ``(1, 99)``.
+        cmap: A matplotlib colormap; None picks ``viridis``, or ``RdBu_r`` centred on 0 for
+            signed activations.
+        layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
+        overlay: Also blend each layer's mean map (or ``overlay_channel``) over the input.
+        overlay_channel: The channel to overlay instead of the mean.
+        save_tensors: Also save each raw activation as ``npy`` or ``safetensors``.
+        png_compression: zlib level of the PNGs.
+    """
+
+    max_channels: int = 64
+    order: Order = "index"
+    norm: Norm = "channel"
+    clip: tuple[float, float] | None = None
+    cmap: str | None = None
+    layout: Layout = "auto"
+    overlay: bool = False
+    overlay_channel: int | None = None
+    save_tensors: TensorFormat | None = None
+    png_compression: int = 1
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready, for the manifest."""
+        return {
+            "max_channels": self.max_channels,
+            "order": self.order,
+            "norm": self.norm,
+            "clip": list(self.clip) if self.clip else None,
+            "cmap": self.cmap or "auto",
+            "layout": self.layout,
+            "overlay": self.overlay,
+            "overlay_channel": self.overlay_channel,
+            "save_tensors": self.save_tensors,
+        }
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """Everything needed to draw the layers of one image of a batch."""
+
+    captures: Sequence[Capture]
+    summaries: Sequence[Sequence[tuple[float, float, float]]]
+    index: int
+    folder: PurePosixPath
+    out_dir: Path
+    options: DrawOptions
+    contexts: Mapping[str, LayerContext] = field(default_factory=dict)
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    model_input: torch.Tensor | None = None
+    mean: Sequence[float] = ()
+    std: Sequence[float] = ()
 
 
 def render_activation(
@@ -23,69 +96,154 @@ def render_activation(
     *,
     title: str = "",
     max_channels: int = 64,
+    context: LayerContext | None = None,
+    layout: Layout = "auto",
+    **render_options: Any,
 ) -> GridImage:
-    """Draw one activation of one image as a grid.
+    """Draw one activation of one image as a grid (or a strip, for a vector).
 
     Args:
-        activation: ``(C, H, W)`` feature maps, ``(C,)`` a vector, or ``(N, C)`` drawn as one
-            map. A leading batch dimension of 1 is dropped.
+        activation: One image's output: ``(C, H, W)`` maps, ``(H, W, C)`` channels-last,
+            ``(1 + H*W, C)`` tokens, or ``(C,)``. A leading batch dimension of 1 is dropped.
         title: The header's first line.
         max_channels: Channels drawn at most (0 = all).
+        context: What the model says about the layer (``actviz.layouts.layer_contexts``).
+        layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
+        **render_options: Passed to ``actviz.render.render_grid`` (``order``, ``norm``,
+            ``value_range``, ``clip``, ``cmap``).
 
     Returns:
         The picture; ``.to_pil()`` gives a Pillow image, ``.to_rgb()`` an array.
 
     Raises:
-        ValueError: For tensors of other shapes.
+        ValueError: When the activation cannot be drawn; the message says why.
     """
     import numpy as np
 
     from actviz import render
+    from actviz.layouts import to_drawable
 
     array = np.asarray(
         activation.detach().cpu().float().numpy() if hasattr(activation, "detach") else activation,
         dtype=np.float32,
     )
-    if array.ndim in (2, 4) and array.shape[0] == 1:
+    if array.ndim == 4 and array.shape[0] == 1:
         array = array[0]
-    if array.ndim == 1:
-        return render.render_vector(array, title=title)
-    if array.ndim == 2:
-        return render.render_grid(array[None], title=title, max_channels=1)
-    if array.ndim == 3:
-        return render.render_grid(array, title=title, max_channels=max_channels)
-    raise ValueError(f"cannot draw an activation of shape {tuple(array.shape)}")
+    drawable = to_drawable(array, context, layout=layout)
+    if drawable.kind == "none" or drawable.array is None:
+        raise ValueError(drawable.note or f"cannot draw an output of shape {array.shape}")
+    if drawable.kind == "vector":
+        return render.render_vector(drawable.array, title=title, cmap=render_options.get("cmap"))
+    return render.render_grid(
+        drawable.array, title=title, max_channels=max_channels, **render_options
+    )
 
 
-def draw_image(
-    captures: Sequence[Any],
-    summaries: Sequence[Sequence[tuple[float, float, float]]],
-    index: int,
-    folder: PurePosixPath,
-    out_dir: Path,
-    max_channels: int,
-    level: int,
-) -> list[LayerResult]:
+def draw_image(job: ImageJob) -> list[LayerResult]:
     """Draw and write every capture of one image of a batch, one PNG each."""
     from actviz import output
 
+    captures = job.captures
     width = max(2, len(str(len(captures) - 1)))
-    drawn: list[LayerResult] = []
-    for order, cap in enumerate(captures):
-        sample = cap.tensor[index]
-        shape = (1, *sample.shape)
-        lo, hi, mean = summaries[order][index]
-        title = f"{cap.key}   {cap.module_type}   {shape}"
-        common = (cap.key, cap.module, cap.module_type, cap.call, shape, lo, hi, mean)
-        try:
-            grid = render_activation(sample, title=title, max_channels=max_channels)
-        except ValueError as exc:
-            drawn.append(LayerResult(*common, 0, 0, None, note=str(exc)))
-            continue
-        rel = folder / output.layer_filename(order, cap.key, width=width)
-        output.write_png(out_dir / rel, grid.to_pil(), compress_level=level)
-        drawn.append(LayerResult(*common, grid.channels_shown, grid.channels_total, rel.as_posix()))
-    return drawn
+    return [
+        _draw_layer(job, order, cap, output.layer_filename(order, cap.key, width=width))
+        for order, cap in enumerate(captures)
+    ]
+
+
+def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> LayerResult:
+    from actviz import output, render
+    from actviz.layouts import to_drawable
+
+    opts = job.options
+    assert cap.tensor is not None  # the pipeline records tensors
+    sample = cap.tensor[job.index]
+    shape = (1, *sample.shape)
+    lo, hi, mean = job.summaries[order][job.index]
+    base: dict[str, Any] = {
+        "key": cap.key,
+        "module": cap.module,
+        "module_type": cap.module_type,
+        "call": cap.call,
+        "shape": shape,
+        "min": lo,
+        "max": hi,
+        "mean": mean,
+        "kind": cap.kind,
+    }
+    stem = filename.removesuffix(".png")
+    tensor_file = None
+    if opts.save_tensors is not None:
+        rel = job.folder / f"{stem}.{opts.save_tensors}"
+        output.write_tensor(job.out_dir / rel, sample, opts.save_tensors)
+        tensor_file = rel.as_posix()
+    drawable = to_drawable(sample.numpy(), job.contexts.get(cap.module), layout=opts.layout)
+    if drawable.kind == "none" or drawable.array is None:
+        return LayerResult(
+            **base,
+            channels_shown=0,
+            channels_total=0,
+            file=None,
+            layout="none",
+            note=drawable.note,
+            tensor_file=tensor_file,
+        )
+    title = f"{cap.key}   {cap.module_type}   {shape}"
+    if drawable.note:
+        title += f"   ({drawable.note})"
+    if drawable.kind == "vector":
+        grid = render.render_vector(drawable.array, title=title, cmap=opts.cmap)
+    else:
+        shared = opts.norm == "shared"
+        grid = render.render_grid(
+            drawable.array,
+            title=title,
+            max_channels=opts.max_channels,
+            order=opts.order,
+            norm="channel" if opts.norm == "channel" else "layer",
+            value_range=job.ranges.get(cap.key) if shared else None,
+            clip=opts.clip,
+            cmap=opts.cmap,
+        )
+    rel = job.folder / filename
+    output.write_png(job.out_dir / rel, grid.to_pil(), compress_level=opts.png_compression)
+    overlay_file = None
+    if opts.overlay and drawable.kind == "maps":
+        overlay_file = _write_overlay(job, drawable.array, stem)
+    return LayerResult(
+        **base,
+        channels_shown=grid.channels_shown,
+        channels_total=grid.channels_total,
+        file=rel.as_posix(),
+        layout=drawable.layout,
+        note=drawable.note,
+        overlay=overlay_file,
+        tensor_file=tensor_file,
+    )
+
+
+def _write_overlay(job: ImageJob, maps: np.ndarray, stem: str) -> str | None:
+    """The layer's mean map (or one channel) blended over what the model saw."""
+    import numpy as np
+    from PIL import Image
+
+    from actviz import output
+    from actviz.overlay import blend, input_view
+
+    if job.model_input is None or job.model_input.shape[0] != 3:
+        return None  # greyscale or unknown input: nothing faithful to blend over
+    channel = job.options.overlay_channel
+    heat = maps[min(channel, maps.shape[0] - 1)] if channel is not None else maps.mean(axis=0)
+    finite = np.isfinite(heat)
+    if not finite.any():
+        return None
+    lo, hi = float(heat[finite].min()), float(heat[finite].max())
+    heat = (heat - lo) / (hi - lo) if hi > lo else np.zeros_like(heat)
+    view = input_view(job.model_input.numpy(), job.mean, job.std)
+    rel = job.folder / f"{stem}_overlay.png"
+    picture = Image.fromarray(blend(view, heat, cmap="inferno", alpha=0.55))
+    output.write_png(job.out_dir / rel, picture, compress_level=job.options.png_compression)
+    return rel.as_posix()
 
 
 def summaries(batch: torch.Tensor) -> list[tuple[float, float, float]]:

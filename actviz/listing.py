@@ -52,11 +52,11 @@ def list_layers(model: str, *, layers: str | Sequence[str] | None = None) -> Lay
     from torchvision import models
 
     from actviz.hooks import ActivationRecorder, layer_refs
-    from actviz.models import _preprocess_for, _weights_enum, check_model_name
+    from actviz.models import Preprocessing, _weights_enum, check_model_name
     from actviz.selectors import select_layers
 
     check_model_name(model)
-    _, (height, width) = _preprocess_for(_default(model, _weights_enum))
+    height, width = Preprocessing.for_weights(_default(model, _weights_enum)).crop_size
     with torch.device("meta"):
         module = models.get_model(model, weights=None)
     module.eval()

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LoadedModel",
+    "Preprocessing",
     "WeightsInfo",
     "cached_weights_path",
     "list_model_names",
@@ -58,7 +59,8 @@ RANDOM_SEED = 0
 # torch.hub names cached files "<name>-<sha256 prefix>.<ext>"; the prefix is checked on download.
 _HASH_PREFIX = re.compile(r"-([a-f0-9]{8,})\.")
 
-Preprocess = Callable[["Image.Image"], "torch.Tensor"]
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,8 @@ class WeightsInfo:
 
     Attributes:
         spec: What was asked for (``auto``, ``default``, ``none``, an enum name or a path).
-        source: ``pretrained``, ``checkpoint`` or ``random``.
+        source: ``pretrained``, ``checkpoint``, ``random``, or ``factory`` (the user's own
+            model as its factory built it).
         name: The torchvision weights name (``ResNet34_Weights.IMAGENET1K_V1``) or the
             checkpoint path; None for random weights.
         random: True when the model runs with random initialization.
@@ -75,7 +78,7 @@ class WeightsInfo:
     """
 
     spec: str
-    source: Literal["pretrained", "checkpoint", "random"]
+    source: Literal["pretrained", "checkpoint", "random", "factory"]
     name: str | None = None
     reason: str | None = None
 
@@ -92,7 +95,7 @@ class LoadedModel:
     name: str
     module: nn.Module
     weights: WeightsInfo
-    preprocess: Preprocess
+    preprocess: Preprocessing
     input_size: tuple[int, int]
     categories: list[str] | None
     device: torch.device
@@ -161,14 +164,29 @@ def resolve_device(spec: str) -> torch.device:
     raise UsageError(f"unsupported device '{spec}'; use auto, cpu, cuda, cuda:N or mps")
 
 
-def load_model(name: str, *, weights: str = "auto", device: str = "auto") -> LoadedModel:
-    """Build a torchvision model with the requested weights, in eval mode, on the device.
+def load_model(
+    name: str,
+    *,
+    weights: str = "auto",
+    device: str = "auto",
+    trust_checkpoint: bool = False,
+    input_size: tuple[int, int] | None = None,
+    in_chans: int = 3,
+) -> LoadedModel:
+    """Build a model with the requested weights, in eval mode, on the device.
 
     Args:
-        name: A torchvision model name (``actviz models`` lists them).
+        name: A torchvision model name (``actviz models`` lists them), or the user's own
+            model as ``package.module:factory`` or ``path/to/file.py:factory`` (this imports
+            and runs that code).
         weights: ``auto`` (pretrained when cached or downloadable, else random with a reason),
             ``default`` or an enum name (required), ``none`` (random), or a checkpoint path.
+            For the user's own model, ``auto`` and ``none`` keep what the factory built.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        trust_checkpoint: Allow a checkpoint that needs full unpickling (runs code from it).
+        input_size: ``(height, width)`` the model takes; default: the weights' crop size
+            (224 x 224 for most).
+        in_chans: 3 for RGB input, 1 for greyscale.
 
     Returns:
         The model with its preprocessing, categories and weights record.
@@ -179,15 +197,49 @@ def load_model(name: str, *, weights: str = "auto", device: str = "auto") -> Loa
         CheckpointError: If a checkpoint is unreadable, unsafe or does not fit.
         DeviceError: If the device is not available.
     """
-    import torch
-    from torchvision import models
+
+    from actviz.factories import build_user_model, is_factory_spec
 
     torch_device = resolve_device(device)
+    if in_chans not in (1, 3):
+        raise UsageError(f"--in-chans must be 1 or 3, not {in_chans}")
+    spec = weights.strip()
+    if is_factory_spec(name):
+        module = _seeded(lambda: build_user_model(name))
+        info = WeightsInfo(spec=spec, source="factory", name=name)
+        if spec.lower() not in ("auto", "none"):
+            path = _existing_checkpoint(spec, name, None)
+            state = load_checkpoint(path, trust=trust_checkpoint)
+            _load_state_dict(module, state, name=name, source=str(path))
+            info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
+        transforms_from = None
+    else:
+        module, info, transforms_from = _torchvision_model(name, spec, trust_checkpoint)
+    module.eval()
+    module.to(torch_device)
+
+    preprocess = Preprocessing.for_weights(
+        transforms_from, input_size=input_size, in_chans=in_chans
+    )
+    return LoadedModel(
+        name=name,
+        module=module,
+        weights=info,
+        preprocess=preprocess,
+        input_size=preprocess.crop_size,
+        categories=_categories(transforms_from, module),
+        device=torch_device,
+    )
+
+
+def _torchvision_model(
+    name: str, spec: str, trust_checkpoint: bool
+) -> tuple[nn.Module, WeightsInfo, WeightsEnum | None]:
+    from torchvision import models
+
     check_model_name(name)
     enum_cls = _weights_enum(name)
-    spec = weights.strip()
     lowered = spec.lower()
-
     chosen: WeightsEnum | None = None
     state_dict: Mapping[str, torch.Tensor] | None = None
     if lowered == "none":
@@ -212,41 +264,68 @@ def load_model(name: str, *, weights: str = "auto", device: str = "auto") -> Loa
                     raise
                 info = WeightsInfo(spec=spec, source="random", reason=str(exc))
     else:
-        path = Path(spec).expanduser()
-        if not path.exists():
-            valid = _valid_weight_names(enum_cls)
-            raise WeightsError(
-                f"'{spec}' is neither a weights name of {name} nor an existing file; "
-                f"use auto, default, none, {valid}or a checkpoint path"
-            )
-        state_dict = load_checkpoint(path)
+        path = _existing_checkpoint(spec, name, enum_cls)
+        state_dict = load_checkpoint(path, trust=trust_checkpoint)
         info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
 
-    try:
-        # A fixed seed makes random weights reproducible: the same command draws the same
-        # pictures, and --resume continues with the very same network.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(RANDOM_SEED)
-            module = models.get_model(name, weights=None)
-    except Exception as exc:  # a registry builder failing is a model problem, not a bug here
-        raise ModelError(f"cannot build {name}: {exc}") from exc
+    kwargs: dict[str, Any] = {}
+    module = _seeded(lambda: _build(models, name, kwargs))
+    if state_dict is not None and info.source == "checkpoint":
+        classes = _checkpoint_classes(module, state_dict)
+        if classes is not None:
+            # A fine-tuned head: build the architecture with the checkpoint's class count.
+            kwargs["num_classes"] = classes
+            module = _seeded(lambda: _build(models, name, kwargs))
     if state_dict is not None:
         _load_state_dict(module, state_dict, name=name, source=info.name or spec)
-    module.eval()
-    module.to(torch_device)
+    return module, info, (chosen if chosen is not None else _default_enum(enum_cls))
 
-    transforms_from = chosen if chosen is not None else _default_enum(enum_cls)
-    preprocess, input_size = _preprocess_for(transforms_from)
-    categories = _categories(transforms_from, module)
-    return LoadedModel(
-        name=name,
-        module=module,
-        weights=info,
-        preprocess=preprocess,
-        input_size=input_size,
-        categories=categories,
-        device=torch_device,
-    )
+
+def _build(models: Any, name: str, kwargs: dict[str, Any]) -> nn.Module:
+    try:
+        built: nn.Module = models.get_model(name, weights=None, **kwargs)
+    except Exception as exc:  # a registry builder failing is a model problem, not a bug here
+        raise ModelError(f"cannot build {name}: {_first_line(exc)}") from exc
+    return built
+
+
+def _seeded(build: Callable[[], nn.Module]) -> nn.Module:
+    """Build with a fixed seed: random weights are then reproducible, the same command draws
+    the same pictures, and --resume continues with the very same network."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_SEED)
+        return build()
+
+
+def _existing_checkpoint(spec: str, name: str, enum_cls: type[WeightsEnum] | None) -> Path:
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        valid = _valid_weight_names(enum_cls)
+        raise WeightsError(
+            f"'{spec}' is neither a weights name of {name} nor an existing file; "
+            f"use auto, default, none, {valid}or a checkpoint path"
+        )
+    return path
+
+
+def _checkpoint_classes(module: nn.Module, state: Mapping[str, torch.Tensor]) -> int | None:
+    """The class count of a checkpoint whose classifier head differs from the model's."""
+    from torch import nn
+
+    head: tuple[str, nn.Linear] | None = None
+    for qualified, child in module.named_modules():
+        if isinstance(child, nn.Linear):
+            head = (qualified, child)
+    if head is None:
+        return None
+    weight = state.get(f"{head[0]}.weight")
+    if weight is None or weight.ndim != 2 or weight.shape[0] == head[1].out_features:
+        return None
+    if weight.shape[1] != head[1].in_features:
+        return None  # not just a new head: let the key check explain the mismatch
+    return int(weight.shape[0])
 
 
 def check_model_name(name: str) -> None:
@@ -281,14 +360,20 @@ def cached_weights_path(weights: WeightsEnum) -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints" / filename
 
 
-def load_checkpoint(path: Path) -> dict[str, torch.Tensor]:
+def load_checkpoint(path: Path, *, trust: bool = False) -> dict[str, torch.Tensor]:
     """Read a state_dict from ``.pt``/``.pth`` (safe unpickling only) or ``.safetensors``.
 
     Common wrappers (``{"state_dict": ...}``, ``{"model": ...}``) and DataParallel's
     ``module.`` prefix are unwrapped.
 
+    Args:
+        path: The checkpoint file.
+        trust: Also accept a full pickle (a whole pickled model, custom classes) or a
+            TorchScript archive. Loading those runs code from the file.
+
     Raises:
-        CheckpointError: If the file is unreadable, not a checkpoint, or needs full unpickling.
+        CheckpointError: If the file is unreadable, not a checkpoint, or needs full unpickling
+            without ``trust``.
     """
     import torch
 
@@ -314,8 +399,26 @@ def load_checkpoint(path: Path) -> dict[str, torch.Tensor]:
                 warnings.simplefilter("ignore", UserWarning)
                 loaded = torch.load(path, map_location="cpu", weights_only=True)
         except Exception as exc:  # unpickling errors come in many types
-            raise CheckpointError(_checkpoint_failure(path, exc)) from None
+            if not trust:
+                raise CheckpointError(_checkpoint_failure(path, exc)) from None
+            loaded = _load_trusted(path, exc)
+    if isinstance(loaded, torch.nn.Module):
+        loaded = loaded.state_dict()
     return _unwrap_state_dict(loaded, path)
+
+
+def _load_trusted(path: Path, safe_error: Exception) -> object:
+    """Full unpickling or TorchScript, for a file the user said they trust."""
+    import torch
+
+    try:
+        if "TorchScript" in str(safe_error):
+            return torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # whatever the file's own code raises
+        raise CheckpointError(
+            f"cannot load trusted checkpoint {path}: {_first_line(exc)}"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -443,25 +546,77 @@ def _enum_label(weights: WeightsEnum) -> str:
     return f"{type(weights).__name__}.{weights.name}"
 
 
-def _preprocess_for(weights: WeightsEnum | None) -> tuple[Preprocess, tuple[int, int]]:
-    """The weights' own transforms, or ImageNet's standard pipeline when there are none."""
-    from torchvision.transforms._presets import ImageClassification
+@dataclass(frozen=True)
+class Preprocessing:
+    """Resize the shorter side, centre-crop, scale to [0, 1], normalize: what torchvision's
+    ``ImageClassification`` presets do, with the geometry kept so overlays can be aligned.
 
-    transform: Any = (
-        weights.transforms() if weights is not None else ImageClassification(crop_size=224)
-    )
-    crop = getattr(transform, "crop_size", None) or getattr(transform, "resize_size", None)
-    size = _as_hw(crop)
-    return transform, size
+    Picklable, so DataLoader workers can run it.
+
+    Attributes:
+        resize_size: The shorter side after resizing.
+        crop_size: ``(height, width)`` of the centre crop: the model's input size.
+        mean: Per-channel mean for normalization.
+        std: Per-channel standard deviation.
+        channels: 3 (RGB) or 1 (greyscale).
+        interpolation: ``bilinear`` or ``bicubic`` (antialiased).
+    """
+
+    resize_size: int
+    crop_size: tuple[int, int]
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+    channels: int = 3
+    interpolation: str = "bilinear"
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        """An RGB PIL image -> a normalized ``(channels, height, width)`` float tensor."""
+        from torchvision.transforms import InterpolationMode
+        from torchvision.transforms import functional as F
+
+        if self.channels == 1:
+            image = image.convert("L")
+        mode = InterpolationMode(self.interpolation)
+        image = F.resize(image, [self.resize_size], interpolation=mode, antialias=True)
+        image = F.center_crop(image, list(self.crop_size))
+        tensor = F.convert_image_dtype(F.pil_to_tensor(image))
+        normalized: torch.Tensor = F.normalize(tensor, mean=list(self.mean), std=list(self.std))
+        return normalized
+
+    @classmethod
+    def for_weights(
+        cls,
+        weights: WeightsEnum | None,
+        *,
+        input_size: tuple[int, int] | None = None,
+        in_chans: int = 3,
+    ) -> Preprocessing:
+        """The preprocessing of these weights (ImageNet's standard one without weights),
+        adapted to another input size or to greyscale input."""
+        transform: Any = weights.transforms() if weights is not None else None
+        resize = _first_int(getattr(transform, "resize_size", None), 256)
+        crop = _first_int(getattr(transform, "crop_size", None), resize if transform else 224)
+        mean = tuple(float(v) for v in getattr(transform, "mean", IMAGENET_MEAN))
+        std = tuple(float(v) for v in getattr(transform, "std", IMAGENET_STD))
+        interpolation = getattr(getattr(transform, "interpolation", None), "value", "bilinear")
+        size = (crop, crop)
+        if input_size is not None:
+            if min(input_size) < 1:
+                raise UsageError(f"--input-size must be positive, not {input_size}")
+            # Keep the weights' resize-to-crop ratio (256/224 for ImageNet presets).
+            resize = max(1, round(max(input_size) * resize / crop))
+            size = input_size
+        if in_chans == 1:
+            mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
+        return cls(resize, size, mean, std, in_chans, interpolation)
 
 
-def _as_hw(value: object) -> tuple[int, int]:
+def _first_int(value: object, default: int) -> int:
     if isinstance(value, int):
-        return (value, value)
-    if isinstance(value, (list, tuple)) and value:
-        ints = [int(v) for v in value]
-        return (ints[0], ints[-1]) if len(ints) > 1 else (ints[0], ints[0])
-    return (224, 224)
+        return value
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], int):
+        return int(value[0])
+    return default
 
 
 def _categories(weights: WeightsEnum | None, module: nn.Module) -> list[str] | None:
@@ -515,26 +670,34 @@ def _unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
 def _checkpoint_failure(path: Path, exc: Exception) -> str:
     text = _first_line(exc)
     if "TorchScript" in str(exc):
-        return f"{path} is a TorchScript archive, not a state_dict; export a state_dict instead"
+        return (
+            f"{path} is a TorchScript archive, which runs code when loaded; export a state_dict, "
+            "or pass --trust-checkpoint if you trust the file"
+        )
     if "Weights only load failed" in str(exc) or "weights_only" in str(exc):
         blocked = _unsafe_globals(path)
         names = f" (it wants {', '.join(blocked)})" if blocked else ""
         return (
-            f"{path} is a full pickle that could run code when loaded{names}; actviz only "
-            "loads plain state_dicts: save one with torch.save(model.state_dict(), path)"
+            f"{path} is a full pickle that could run code when loaded{names}; save a plain "
+            "state_dict with torch.save(model.state_dict(), path), or pass --trust-checkpoint "
+            "if you trust the file"
         )
     return f"corrupt or unsupported checkpoint {path}: {text}"
 
 
 def _unsafe_globals(path: Path) -> list[str]:
-    """Name the globals a refused pickle wanted, without running it."""
+    """Name the globals a refused pickle wanted, without running it: the file's own classes
+    first, since torch's are rarely the surprise."""
     import torch
 
     try:
         found = [str(g) for g in torch.serialization.get_unsafe_globals_in_checkpoint(str(path))]
     except Exception:  # not a zip checkpoint: read the raw pickle's opcodes instead
         found = _raw_pickle_globals(path)
-    return found[:5]
+    ordered = sorted(set(found), key=lambda g: (g.startswith("torch."), g))
+    if len(ordered) > 5:
+        return [*ordered[:5], f"+{len(ordered) - 5} more"]
+    return ordered
 
 
 def _raw_pickle_globals(path: Path) -> list[str]:

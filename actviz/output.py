@@ -32,6 +32,7 @@ __all__ = [
     "safe_name",
     "write_json",
     "write_png",
+    "write_tensor",
 ]
 
 TMP_MARK = ".actviz-tmp"
@@ -230,6 +231,21 @@ def write_png(path: Path, image: Image.Image, *, compress_level: int = 1) -> Non
     default 6 for a few percent more bytes."""
     with atomic_path(path) as tmp:
         image.save(tmp, format="PNG", compress_level=compress_level)
+
+
+def write_tensor(path: Path, tensor: Any, fmt: str) -> None:
+    """Write a raw activation atomically: ``npy`` (numpy) or ``safetensors`` (key
+    ``activation``)."""
+    with atomic_path(path) as tmp:
+        if fmt == "npy":
+            import numpy as np
+
+            with tmp.open("wb") as fh:
+                np.save(fh, tensor.numpy())
+        else:
+            from safetensors.torch import save_file
+
+            save_file({"activation": tensor.contiguous()}, str(tmp))
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -77,6 +77,10 @@ class LayerResult:
     channels_total: int
     file: str | None
     note: str | None = None
+    kind: str = "output"
+    layout: str | None = None
+    overlay: str | None = None
+    tensor_file: str | None = None
 
 
 @dataclass
@@ -108,6 +112,7 @@ class RunResult:
     manifest: Path
     warnings: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
+    render: dict[str, Any] = field(default_factory=dict)
 
     @property
     def failed(self) -> list[ImageResult]:
@@ -125,7 +130,7 @@ class RunResult:
         return sum(1 for r in self.images if r.status == "ok" for layer in r.layers if layer.file)
 
 
-def manifest(result: RunResult, *, max_channels: int) -> dict[str, Any]:
+def manifest(result: RunResult) -> dict[str, Any]:
     """The run as JSON-ready data: what ``manifest.json`` holds."""
     import PIL
     import torch
@@ -154,7 +159,7 @@ def manifest(result: RunResult, *, max_channels: int) -> dict[str, Any]:
         "device": result.device,
         "selector": result.selector,
         "layers": result.layers,
-        "render": {"max_channels": max_channels, "norm": "channel"},
+        "render": result.render,
         "options": result.options,
         "seconds": round(result.seconds, 3),
         "images": [image_record(r) for r in result.images],
@@ -187,7 +192,11 @@ def image_record(result: ImageResult) -> dict[str, Any]:
                 "channels_shown": layer.channels_shown,
                 "channels_total": layer.channels_total,
                 "file": layer.file,
+                "kind": layer.kind,
+                "layout": layer.layout,
                 "note": layer.note,
+                "overlay": layer.overlay,
+                "tensor": layer.tensor_file,
             }
             for layer in result.layers
         ],

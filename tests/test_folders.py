@@ -175,12 +175,12 @@ def test_live_activations_stay_bounded(tmp_path: Path, monkeypatch: pytest.Monke
     peak = 0
     original = draw_module.draw_image
 
-    def counting(captures: Any, *args: Any) -> Any:
+    def counting(job: Any) -> Any:
         nonlocal peak
-        for cap in captures:
+        for cap in job.captures:
             seen[id(cap.tensor)] = weakref.ref(cap.tensor)
         peak = max(peak, sum(ref() is not None for ref in seen.values()))
-        return original(captures, *args)
+        return original(job)
 
     monkeypatch.setattr(api_module, "draw_image", counting)
     layers = "layer1.0.conv1,layer4.1.conv2,fc"

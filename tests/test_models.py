@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torchvision.models import ResNet18_Weights, resnet18
+from torchvision.models import ResNet18_Weights, ViT_B_16_Weights, resnet18
 
 from actviz.errors import (
     CheckpointError,
@@ -114,7 +114,7 @@ def test_checkpoint_that_does_not_fit_lists_keys(tmp_path: Path) -> None:
     state = _state(seed=0)
     state["extra.weight"] = torch.zeros(1)
     del state["fc.bias"]
-    state["fc.weight"] = torch.zeros(10, 512)
+    state["conv1.weight"] = torch.zeros(32, 3, 7, 7)
     path = tmp_path / "bad.pth"
     torch.save(state, path)
     with pytest.raises(CheckpointError) as info:
@@ -122,7 +122,7 @@ def test_checkpoint_that_does_not_fit_lists_keys(tmp_path: Path) -> None:
     message = str(info.value)
     assert "missing keys: fc.bias" in message
     assert "unexpected keys: extra.weight" in message
-    assert "fc.weight (10, 512) vs (1000, 512)" in message
+    assert "conv1.weight (32, 3, 7, 7) vs (64, 3, 7, 7)" in message
 
 
 class _Payload:
@@ -198,3 +198,46 @@ def test_model_names_filter() -> None:
     assert all(n.startswith("resnet") for n in names)
     assert "fasterrcnn_resnet50_fpn" not in list_model_names("fasterrcnn")
     assert "fasterrcnn_resnet50_fpn" in list_model_names("fasterrcnn", include_all=True)
+
+
+def test_a_fine_tuned_head_sets_the_class_count(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    state = resnet18(num_classes=10).state_dict()
+    path = tmp_path / "finetuned.pt"
+    torch.save({"model": state}, path)
+    loaded = load_model("resnet18", weights=str(path), device="cpu")
+    assert loaded.module.fc.out_features == 10
+    assert loaded.categories is None  # ImageNet labels would lie about these 10 classes
+    with torch.inference_mode():
+        assert loaded.module(_probe()).shape == (1, 10)
+
+
+def test_trusted_full_pickle_and_torchscript(tmp_path: Path) -> None:
+    torch.manual_seed(5)
+    model = resnet18().eval()
+    whole = tmp_path / "whole.pt"
+    torch.save(model, whole)
+    with pytest.raises(CheckpointError, match="--trust-checkpoint") as info:
+        load_model("resnet18", weights=str(whole), device="cpu")
+    assert "torchvision.models.resnet.ResNet" in str(info.value)
+    loaded = load_model("resnet18", weights=str(whole), device="cpu", trust_checkpoint=True)
+    assert torch.equal(loaded.module.conv1.weight, model.conv1.weight)
+
+
+def test_preprocessing_matches_torchvision_presets() -> None:
+    from PIL import Image
+
+    from actviz.models import Preprocessing
+
+    rng = torch.Generator().manual_seed(0)
+    pixels = torch.randint(0, 256, (300, 451, 3), generator=rng, dtype=torch.uint8).numpy()
+    image = Image.fromarray(pixels)
+    for weights in (ResNet18_Weights.IMAGENET1K_V1, ViT_B_16_Weights.IMAGENET1K_V1):
+        ours = Preprocessing.for_weights(weights)(image)
+        theirs = weights.transforms()(image)
+        assert ours.shape == theirs.shape
+        assert torch.allclose(ours, theirs, atol=1e-6)
+    wide = Preprocessing.for_weights(ResNet18_Weights.IMAGENET1K_V1, input_size=(128, 256))
+    assert wide(image).shape == (3, 128, 256)
+    grey = Preprocessing.for_weights(None, input_size=(32, 32), in_chans=1)
+    assert grey(image).shape == (1, 32, 32)

@@ -1,0 +1,243 @@
+"""Heat maps over the picture the model actually saw.
+
+A class-activation map lives in the model-input frame: the centre crop that preprocessing cut
+out of the resized photo. Blending it over the whole photo would shift it, so this module first
+rebuilds that crop (:func:`model_view`, or :func:`input_view` from the input tensor itself) and
+then blends the map over it. Everything here is pure: Pillow and numpy in, arrays out; nothing
+is written and ``matplotlib.pyplot`` is never used.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+from PIL import Image, ImageDraw, ImageFont
+
+__all__ = ["blend", "cam_panel", "input_view", "model_view", "resized_size", "upsample"]
+
+U8Array = npt.NDArray[np.uint8]
+
+LABEL_HEIGHT = 20
+"""Pixels of the label strip above each panel of :func:`cam_panel`."""
+PANEL_GAP = 4
+"""Pixels between panels of :func:`cam_panel`."""
+
+_BACKGROUND_RGB = (38, 38, 38)
+_TEXT_RGB = (235, 235, 235)
+_FONT_SIZE = 13
+
+
+def resized_size(height: int, width: int, resize_size: int | Sequence[int]) -> tuple[int, int]:
+    """The ``(height, width)`` torchvision's ``resize`` gives an image of this size.
+
+    Args:
+        height: Image height in pixels.
+        width: Image width in pixels.
+        resize_size: One number (or a one-element list) for the shorter side, keeping the
+            aspect ratio; or ``[height, width]``.
+
+    Returns:
+        The resized ``(height, width)``.
+
+    Raises:
+        ValueError: For an empty or longer ``resize_size``, or a non-positive size.
+    """
+    sizes = _int_list(resize_size, "resize_size")
+    if len(sizes) == 2:
+        return sizes[0], sizes[1]
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = sizes[0], int(sizes[0] * long / short)
+    # torchvision truncates the long side the same way; rounding would shift the crop by one.
+    return (new_long, new_short) if width <= height else (new_short, new_long)
+
+
+def model_view(
+    image: Image.Image, resize_size: int | Sequence[int], crop_size: int | Sequence[int]
+) -> Image.Image:
+    """Cut the region of a photo that torchvision's ``ImageClassification`` feeds the model.
+
+    The same steps as the transform, without normalization: resize so the shorter side is
+    ``resize_size`` (bilinear; Pillow always antialiases), then a centre crop of
+    ``crop_size``, padded with black where the crop is larger than the image.
+
+    Args:
+        image: The photo as decoded (converted to RGB if it is not).
+        resize_size: The transform's ``resize_size`` (an int or a list of one or two ints).
+        crop_size: The transform's ``crop_size`` (an int or a list of one or two ints).
+
+    Returns:
+        An RGB image of ``crop_size``, pixel for pixel what the model saw before
+        normalization.
+
+    Raises:
+        ValueError: For malformed sizes.
+    """
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    width, height = rgb.size
+    new_h, new_w = resized_size(height, width, resize_size)
+    if (new_h, new_w) != (height, width):
+        rgb = rgb.resize((new_w, new_h), Image.Resampling.BILINEAR)
+    crops = _int_list(crop_size, "crop_size")
+    crop_h, crop_w = (crops[0], crops[0]) if len(crops) == 1 else (crops[0], crops[1])
+    top = _crop_start(new_h, crop_h)
+    left = _crop_start(new_w, crop_w)
+    # Pillow fills the part of the box outside the image with 0, as torchvision's pad does.
+    return rgb.crop((left, top, left + crop_w, top + crop_h))
+
+
+def input_view(x: npt.ArrayLike, mean: Sequence[float], std: Sequence[float]) -> Image.Image:
+    """Undo the normalization of one model input and return it as an RGB image.
+
+    This is the model-input frame itself, so a map blended over it cannot be misaligned.
+
+    Args:
+        x: ``(3, H, W)`` normalized input of one image (a CPU tensor's ``.numpy()``).
+        mean: The transform's per-channel mean.
+        std: The transform's per-channel standard deviation.
+
+    Returns:
+        The ``W x H`` RGB image.
+
+    Raises:
+        ValueError: If ``x`` is not a ``(3, H, W)`` array.
+    """
+    array = np.asarray(x, dtype=np.float64)
+    if array.ndim != 3 or array.shape[0] != 3:
+        raise ValueError(f"x must be a (3, H, W) array, got shape {array.shape}")
+    m = np.asarray(mean, dtype=np.float64).reshape(-1, 1, 1)
+    s = np.asarray(std, dtype=np.float64).reshape(-1, 1, 1)
+    pixels = np.clip(np.rint((array * s + m) * 255.0), 0, 255).astype(np.uint8)
+    return Image.fromarray(np.ascontiguousarray(pixels.transpose(1, 2, 0)))
+
+
+def blend(
+    view: Image.Image,
+    heat: npt.ArrayLike,
+    *,
+    cmap: str = "jet",
+    alpha: float = 0.5,
+) -> U8Array:
+    """Colour a heat map and blend it over a view of the model input.
+
+    The map is stretched over the whole view with bilinear interpolation that treats each
+    map cell as covering an equal block of the view (cell centres land on block centres),
+    which is how a convolutional feature map relates to its input.
+
+    Args:
+        view: The model-input frame, e.g. from :func:`model_view` or :func:`input_view`.
+        heat: ``(h, w)`` values in ``[0, 1]``; values outside are clipped, NaN counts as 0.
+        cmap: A matplotlib colormap name (``"jet"``, ``"inferno"``, ...).
+        alpha: Weight of the heat colours, 0 (photo only) to 1 (colours only).
+
+    Returns:
+        ``(H, W, 3)`` uint8 RGB array the size of ``view``.
+
+    Raises:
+        ValueError: For a heat map that is not 2-D, an unknown colormap or alpha outside
+            ``[0, 1]``.
+    """
+    import matplotlib
+
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"alpha must be between 0 and 1, got {alpha}")
+    if cmap not in matplotlib.colormaps:
+        raise ValueError(f"unknown colormap {cmap!r}; try jet, inferno, turbo or viridis")
+    colours = matplotlib.colormaps[cmap](upsample(heat, view.size), bytes=True)[..., :3]
+    base = np.asarray(view.convert("RGB"), dtype=np.float32)
+    mixed = (1.0 - alpha) * base + alpha * colours.astype(np.float32)
+    out: U8Array = np.clip(np.rint(mixed), 0, 255).astype(np.uint8)
+    return out
+
+
+def upsample(heat: npt.ArrayLike, size: tuple[int, int]) -> npt.NDArray[np.float32]:
+    """Bilinear upsampling of a ``(h, w)`` map in ``[0, 1]`` to ``size`` = ``(W, H)``.
+
+    Raises:
+        ValueError: If ``heat`` is not a non-empty 2-D array.
+    """
+    array = np.asarray(heat, dtype=np.float32)
+    if array.ndim != 2 or 0 in array.shape:
+        raise ValueError(f"heat must be a non-empty (h, w) array, got shape {array.shape}")
+    array = np.clip(np.nan_to_num(array, nan=0.0, posinf=1.0, neginf=0.0), 0.0, 1.0)
+    image = Image.fromarray(np.ascontiguousarray(array))  # mode "F"
+    if image.size != tuple(size):
+        image = image.resize(size, Image.Resampling.BILINEAR)
+    # Bilinear weights are convex, so the result stays in [0, 1] up to rounding.
+    up: npt.NDArray[np.float32] = np.clip(np.asarray(image, dtype=np.float32), 0.0, 1.0)
+    return up
+
+
+def cam_panel(
+    view: Image.Image,
+    cams: Sequence[tuple[str, npt.ArrayLike]],
+    *,
+    cmap: str = "jet",
+    alpha: float = 0.5,
+    include_view: bool = True,
+) -> U8Array:
+    """Several heat maps over the same view, side by side, each under its own label.
+
+    Args:
+        view: The model-input frame.
+        cams: ``(label, heat)`` pairs, e.g. ``("tabby 0.42", cam)`` for each of the top
+            classes; each heat map is ``(h, w)`` in ``[0, 1]``.
+        cmap: Colormap of the heat maps.
+        alpha: Weight of the heat colours.
+        include_view: Put the plain view first, labelled ``input``.
+
+    Returns:
+        ``(LABEL_HEIGHT + H, n * W + (n - 1) * PANEL_GAP, 3)`` uint8 RGB array.
+
+    Raises:
+        ValueError: If ``cams`` is empty, or as :func:`blend`.
+    """
+    if not cams:
+        raise ValueError("cams must hold at least one (label, heat) pair")
+    panels: list[tuple[str, U8Array]] = []
+    if include_view:
+        panels.append(("input", np.asarray(view.convert("RGB"), dtype=np.uint8)))
+    panels += [(label, blend(view, heat, cmap=cmap, alpha=alpha)) for label, heat in cams]
+    width, height = view.size
+    total_w = len(panels) * width + (len(panels) - 1) * PANEL_GAP
+    canvas = Image.new("RGB", (total_w, LABEL_HEIGHT + height), _BACKGROUND_RGB)
+    draw = ImageDraw.Draw(canvas)
+    font = _font()
+    for i, (label, pixels) in enumerate(panels):
+        x = i * (width + PANEL_GAP)
+        canvas.paste(Image.fromarray(pixels), (x, LABEL_HEIGHT))
+        text = _fit(label, width - 6, font)
+        draw.text((x + 3, (LABEL_HEIGHT - _FONT_SIZE) // 2 - 1), text, font=font, fill=_TEXT_RGB)
+    out: U8Array = np.asarray(canvas, dtype=np.uint8)
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    return ImageFont.load_default(size=_FONT_SIZE)
+
+
+def _fit(text: str, width: int, font: ImageFont.FreeTypeFont | ImageFont.ImageFont) -> str:
+    """Shorten ``text`` with an ellipsis until it fits in ``width`` pixels."""
+    if font.getlength(text) <= width:
+        return text
+    while text and font.getlength(text + "…") > width:
+        text = text[:-1]
+    return text + "…"
+
+
+def _int_list(value: int | Sequence[int], name: str) -> list[int]:
+    sizes = [int(value)] if isinstance(value, int) else [int(v) for v in value]
+    if len(sizes) not in (1, 2) or min(sizes) < 1:
+        raise ValueError(f"{name} must be a positive int or a list of one or two, got {value!r}")
+    return sizes
+
+
+def _crop_start(size: int, crop: int) -> int:
+    if crop > size:
+        # torchvision pads (crop - size) // 2 on the leading side, then crops at 0.
+        return -((crop - size) // 2)
+    # Python's round() (half to even) is what torchvision uses here.
+    return int(round((size - crop) / 2.0))

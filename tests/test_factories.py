@@ -1,0 +1,438 @@
+"""The user's own models: factories in files and packages, every error, awkward outputs."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from actviz.errors import ModelError, UsageError
+from actviz.factories import (
+    build_user_model,
+    is_factory_spec,
+    load_factory,
+    split_factory_spec,
+)
+from actviz.hooks import ActivationRecorder, layer_refs
+from actviz.layouts import default_selector, layer_contexts, to_drawable
+from actviz.selectors import select_layers
+
+TINY = """
+    import torch
+    from torch import nn
+
+    from {helper} import WIDTH, double
+
+
+    class Tiny(nn.Module):
+        def __init__(self, width: int = WIDTH) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(3, width, 3, padding=1)
+
+        def forward(self, x):
+            return double(self.conv(x))
+
+        @classmethod
+        def build(cls, width: int = 2):
+            return cls(width)
+
+
+    def build(width: int = WIDTH):
+        return Tiny(width)
+
+
+    def lazy():
+        import {helper} as h  # imported when the factory runs, not when the file is loaded
+
+        return Tiny(h.WIDTH + 1)
+
+
+    instance = Tiny(5)
+    not_callable = 42
+"""
+
+
+@pytest.fixture(autouse=True)
+def _isolated_imports(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Forget the modules a test imported from its files, and check sys.path is unchanged."""
+    modules = set(sys.modules)
+    path = list(sys.path)
+    yield
+    root = str(tmp_path_factory.getbasetemp())
+    for name in set(sys.modules) - modules:
+        # Only the user's modules: torch imports some of its own lazily, for good.
+        if str(getattr(sys.modules[name], "__file__", None) or "").startswith(root):
+            del sys.modules[name]
+    assert sys.path == path
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+@pytest.fixture
+def tiny_file(tmp_path: Path) -> Path:
+    """nets/tiny.py, which imports its sibling nets/tiny_helpers.py."""
+    write(tmp_path / "nets" / "tiny_helpers.py", "WIDTH = 4\n\ndef double(x):\n    return 2 * x\n")
+    return write(tmp_path / "nets" / "tiny.py", TINY.format(helper="tiny_helpers"))
+
+
+# --------------------------------------------------------------------------------------------
+# Specs
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [
+        ("resnet34", False),
+        ("vit_b_16", False),
+        ("pkg.models:build", True),
+        ("nets/tiny.py:build", True),
+        ("nets/tiny.py", True),
+        (r"C:\nets\tiny.py:build", True),
+        ("tiny.py:Net.build", True),
+    ],
+)
+def test_is_factory_spec(model: str, expected: bool) -> None:
+    assert is_factory_spec(model) is expected
+
+
+def test_split_uses_the_last_colon_so_windows_paths_work() -> None:
+    assert split_factory_spec(r"C:\nets\tiny.py:Net.build") == (r"C:\nets\tiny.py", "Net.build")
+    assert split_factory_spec(" pkg.models:build ") == ("pkg.models", "build")
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ("nets/tiny.py", "'nets/tiny.py' names no factory; write MODULE:FACTORY, e.g. nets/"),
+        ("pkg.models:", "names no factory"),
+        (":build", "names no factory"),
+        ("nets/tiny.py:1build", "'1build' in 'nets/tiny.py:1build' is not a Python name"),
+        ("nets/tiny.py:build()", "is not a Python name"),
+        ("not a module:build", "is neither a Python module path"),
+    ],
+)
+def test_malformed_specs_are_usage_errors(spec: str, words: str) -> None:
+    with pytest.raises(UsageError) as info:
+        load_factory(spec)
+    assert words in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+
+
+def width(model: nn.Module, conv: str = "conv") -> int:
+    layer = model.get_submodule(conv)
+    assert isinstance(layer, nn.Conv2d)
+    return layer.out_channels
+
+
+def test_factory_file_with_a_sibling_import(tiny_file: Path) -> None:
+    model = build_user_model(f"{tiny_file}:build")
+    assert isinstance(model, nn.Module) and width(model) == 4
+    out = model(torch.ones(1, 3, 4, 4))
+    assert out.shape == (1, 4, 4, 4)
+    # Bytecode caches are not left beside the user's files.
+    assert not (tiny_file.parent / "__pycache__").exists()
+    # The folder was searchable only while importing (checked by the autouse fixture).
+    assert str(tiny_file.parent) not in sys.path
+
+
+def test_factory_kwargs_classes_dotted_paths_and_instances(tiny_file: Path) -> None:
+    assert width(build_user_model(f"{tiny_file}:build", width=7)) == 7
+    assert width(build_user_model(f"{tiny_file}:Tiny")) == 4
+    assert width(build_user_model(f"{tiny_file}:Tiny", width=3)) == 3
+    assert width(build_user_model(f"{tiny_file}:Tiny.build")) == 2
+    # A module instance is handed back as it is, not called.
+    factory = load_factory(f"{tiny_file}:instance")
+    assert width(factory()) == 5 and factory() is factory()
+    with pytest.raises(UsageError, match="is a module instance and takes no arguments"):
+        factory(width=3)
+
+
+def test_a_factory_may_import_siblings_when_it_runs(tiny_file: Path) -> None:
+    factory = load_factory(f"{tiny_file}:lazy")
+    sys.modules.pop("tiny_helpers", None)  # make the factory's own import find the file
+    assert width(factory()) == 5
+
+
+def test_two_files_with_the_same_name_do_not_clash(tmp_path: Path) -> None:
+    a = write(tmp_path / "a" / "model.py", "from torch import nn\nbuild = lambda: nn.ReLU()\n")
+    b = write(tmp_path / "b" / "model.py", "from torch import nn\nbuild = lambda: nn.Tanh()\n")
+    assert isinstance(build_user_model(f"{a}:build"), nn.ReLU)
+    assert isinstance(build_user_model(f"{b}:build"), nn.Tanh)
+
+
+def test_package_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path / "userpkg_a" / "__init__.py", "")
+    write(tmp_path / "userpkg_a" / "layers.py", "from torch import nn\nWIDTH = 6\n")
+    write(
+        tmp_path / "userpkg_a" / "models.py",
+        """
+        from torch import nn
+
+        from userpkg_a.layers import WIDTH
+
+
+        class Zoo:
+            @staticmethod
+            def small(width: int = WIDTH):
+                return nn.Sequential(nn.Conv2d(3, width, 1), nn.ReLU())
+        """,
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = build_user_model("userpkg_a.models:Zoo.small")
+    assert isinstance(model, nn.Sequential) and width(model, "0") == 6
+    assert width(build_user_model("userpkg_a.models:Zoo.small", width=2), "0") == 2
+
+
+def test_package_in_the_current_folder_imports_like_python_m(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(tmp_path / "userpkg_b" / "__init__.py", "")
+    write(tmp_path / "userpkg_b" / "nets.py", "from torch import nn\nbuild = nn.Identity\n")
+    monkeypatch.chdir(tmp_path)
+    assert isinstance(build_user_model("userpkg_b.nets:build"), nn.Identity)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors: one line each, naming the fix
+
+
+def error_of(spec: str, kind: type[Exception]) -> str:
+    with pytest.raises(kind) as info:
+        build_user_model(spec)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    message = error_of(f"{tmp_path}/nope.py:build", UsageError)
+    assert message == f"model file {tmp_path}/nope.py does not exist; check the path before the ':'"
+    folder = write(tmp_path / "pkg.py" / "x.txt", "").parent
+    assert "is a folder, not a .py file" in error_of(f"{folder}:build", UsageError)
+
+
+def test_module_not_importable() -> None:
+    message = error_of("no_such_pkg_q7.models:build", ModelError)
+    assert message.startswith(
+        "cannot import no_such_pkg_q7.models: No module named 'no_such_pkg_q7'"
+    )
+    assert "run from the folder that holds it" in message
+
+
+def test_a_missing_dependency_inside_the_users_file(tmp_path: Path) -> None:
+    net = write(tmp_path / "net.py", "import no_such_dep_q7\n")
+    message = error_of(f"{net}:build", ModelError)
+    assert message == f"cannot import {net}: ModuleNotFoundError: No module named 'no_such_dep_q7'"
+    assert not [m for m in sys.modules if m.startswith("actviz_user_net_")]
+
+
+def test_a_syntax_error_in_the_users_file(tmp_path: Path) -> None:
+    net = write(tmp_path / "net.py", "def build(:\n    pass\n")
+    message = error_of(f"{net}:build", ModelError)
+    assert message.startswith(f"cannot import {net}: SyntaxError:")
+
+
+def test_missing_attribute_lists_close_names(tiny_file: Path) -> None:
+    message = error_of(f"{tiny_file}:buidl", UsageError)
+    assert message == f"{tiny_file} has no attribute 'buidl'; close: build"
+    message = error_of(f"{tiny_file}:Tiny.bulid", UsageError)
+    assert message.startswith(f"{tiny_file}.Tiny has no attribute 'bulid'; close: build")
+    message = error_of(f"{tiny_file}:zzz", UsageError)
+    assert "has no attribute 'zzz'; it has: " in message and "build" in message
+
+
+def test_an_attribute_that_is_not_callable(tiny_file: Path) -> None:
+    message = error_of(f"{tiny_file}:not_callable", UsageError)
+    assert message.startswith(f"{tiny_file}:not_callable is a int, not a function")
+
+
+def test_a_factory_that_raises(tmp_path: Path) -> None:
+    net = write(
+        tmp_path / "net.py", "def build():\n    raise ValueError('width must be even\\nsee docs')\n"
+    )
+    message = error_of(f"{net}:build", ModelError)
+    assert message == (
+        f"factory {net}:build raised ValueError: width must be even; "
+        "fix the factory or call it yourself to see the traceback"
+    )
+    with pytest.raises(ModelError, match="raised TypeError"):
+        build_user_model(f"{net}:build", unexpected=1)
+
+
+def test_a_factory_returning_something_else(tmp_path: Path) -> None:
+    net = write(tmp_path / "net.py", "def build():\n    return {'model': None}\n")
+    assert error_of(f"{net}:build", ModelError) == (
+        f"factory {net}:build returned dict, not a torch.nn.Module; "
+        "make it return the model instance"
+    )
+
+
+def test_scripted_and_compiled_models_are_refused(tmp_path: Path) -> None:
+    net = write(
+        tmp_path / "net.py",
+        """
+        import torch
+        from torch import nn
+
+        def scripted():
+            return torch.jit.script(nn.Sequential(nn.Conv2d(3, 2, 1), nn.ReLU()))
+
+        def compiled():
+            return torch.compile(nn.Conv2d(3, 2, 1))
+        """,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # newer torch deprecates torch.jit.script
+        assert "TorchScript" in error_of(f"{net}:scripted", ModelError)
+    assert "torch.compile'd" in error_of(f"{net}:compiled", ModelError)
+
+
+# --------------------------------------------------------------------------------------------
+# A custom model with awkward module names and outputs
+
+AWKWARD = '''
+    from collections import namedtuple
+
+    import torch
+    from torch import nn
+
+    Pair = namedtuple("Pair", ["features", "score"])
+
+
+    class TupleOut(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 6, 3, padding=1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return y, y.mean(dim=(2, 3)), None
+
+
+    class DictOut(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(8, 5)
+
+        def forward(self, x):
+            return {"map": torch.relu(x), "logits": self.head(x.mean(dim=(2, 3))),
+                    "mask": x.argmax(dim=1)}
+
+
+    class NamedOut(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(8, 3, 1)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return Pair(y, y.amax(dim=(1, 2, 3)))
+
+
+    class ChannelsLast(nn.Module):
+        """Works on (N, H, W, C) with a permute in forward, as Swin and ConvNeXt do."""
+
+        def __init__(self, dim):
+            super().__init__()
+            self.norm = nn.LayerNorm(dim)
+            self.fc = nn.Linear(dim, 12)
+
+        def forward(self, x):
+            return self.fc(self.norm(x.permute(0, 2, 3, 1)))
+
+
+    class Tokens(nn.Module):
+        """A ViT-like block: 4 x 4 patches and a class token."""
+
+        def __init__(self):
+            super().__init__()
+            self.cls_token = nn.Parameter(torch.zeros(1, 1, 16))
+            self.conv_proj = nn.Conv2d(8, 16, 4, stride=4)
+            self.mix = nn.Linear(16, 16)
+
+        def forward(self, x):
+            t = self.conv_proj(x).flatten(2).transpose(1, 2)
+            t = torch.cat([self.cls_token.expand(len(t), -1, -1), t], dim=1)
+            return self.mix(t)
+
+
+    class Awkward(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stages = nn.ModuleDict({
+                "stem-conv 1": nn.Conv2d(3, 8, 3, padding=1),
+                "tuple:out": TupleOut(),
+                "dict[x]": DictOut(),
+                "named": NamedOut(),
+                "nhwc block": ChannelsLast(8),
+                "tokens-\\u00e9": Tokens(),
+            })
+
+        def forward(self, x):
+            x = self.stages["stem-conv 1"](x)
+            self.stages["tuple:out"](x)
+            self.stages["dict[x]"](x)
+            self.stages["named"](x)
+            self.stages["nhwc block"](x)
+            return self.stages["tokens-\\u00e9"](x)
+
+
+    def build():
+        torch.manual_seed(0)
+        return Awkward()
+'''
+
+
+def test_awkward_outputs_each_become_the_right_drawable(tmp_path: Path) -> None:
+    net = write(tmp_path / "awkward.py", AWKWARD)
+    model = build_user_model(f"{net}:build").eval()
+    names = [r.name for r in layer_refs(model)]
+    # nn.Module forbids '.' in names but allows dashes, spaces, ':', '[', non-ASCII.
+    assert "stages.stem-conv 1" in names and "stages.tuple:out" in names
+    assert "stages.tokens-é" in names
+    chosen = [n for n in names if n.count(".") == 1] + ["stages.nhwc block.norm"]
+    contexts = layer_contexts(model, (16, 16))
+    with ActivationRecorder(model, chosen) as acts, torch.inference_mode():
+        model(torch.randn(2, 3, 16, 16))
+    got = {}
+    for cap in acts.captures:
+        assert cap.tensor is not None
+        d = to_drawable(cap.tensor[1], contexts[cap.module])
+        got[cap.key] = (d.kind, d.layout, d.drawn_shape)
+    assert got == {
+        "stages.stem-conv 1": ("maps", "nchw", (8, 16, 16)),
+        "stages.tuple:out[0]": ("maps", "nchw", (6, 16, 16)),
+        "stages.tuple:out[1]": ("vector", "vector", (6,)),
+        "stages.dict[x][map]": ("maps", "nchw", (8, 16, 16)),
+        "stages.dict[x][logits]": ("vector", "vector", (5,)),
+        # argmax over channels: (H, W) indices, cast to float by the hook; the module's
+        # channels (5) say it is not a token sequence.
+        "stages.dict[x][mask]": ("none", "none", None),
+        "stages.named[features]": ("maps", "nchw", (3, 16, 16)),
+        "stages.named[score]": ("none", "none", None),  # one number per image
+        "stages.nhwc block.norm": ("maps", "nhwc", (8, 16, 16)),
+        "stages.nhwc block": ("maps", "nhwc", (12, 16, 16)),
+        "stages.tokens-é": ("maps", "tokens", (16, 4, 4)),
+    }
+    tokens = to_drawable(acts["stages.tokens-é"][0], contexts["stages.tokens-é"])
+    assert tokens.note == "class token dropped; 16 patch tokens as 4 x 4"
+    # The patch grid came from the block's own conv_proj, not from a guess.
+    assert contexts["stages.tokens-é"].token_grid == (4, 4)
+    assert not any(m._forward_hooks for m in model.modules())
+    # The default selector on a custom CNN-like model is its convolutions.
+    assert default_selector(model) == "conv"
+    assert len(select_layers(layer_refs(model), "conv")) == 4
