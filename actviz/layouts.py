@@ -7,16 +7,20 @@ heads emit vectors ``(C,)``. Each is turned into ``(C, H, W)`` maps or a ``(C,)`
 purpose, and :class:`Drawable` says what was done, or why nothing can be drawn.
 
 The decision uses what the model's structure says about each module
-(:func:`layer_contexts`: channel counts, ``Permute`` modules, patch grids, window partitions)
-together with the output's shape. Numbers alone decide one thing only: a square token count
-when the model names no patch grid, and the note then says the grid was inferred. A truly
-ambiguous ``(C, H, W)``/``(H, W, C)`` shape is drawn channels-first with a note saying so.
+(:func:`~actviz.contexts.layer_contexts`: channel counts, ``Permute`` modules, patch grids,
+window partitions) together with the output's shape. Numbers alone decide one thing only: a
+square token count when the model names no patch grid, and the note then says the grid was
+inferred. A truly ambiguous ``(C, H, W)``/``(H, W, C)`` shape is drawn channels-first with a
+note saying so.
+
+:class:`LayerContext`, :func:`layer_contexts` (from :mod:`actviz.contexts`) and
+:func:`default_selector` (from :mod:`actviz.architectures`) are importable from here too, as
+callers deciding a layout need them together.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, cast, get_args
@@ -24,11 +28,12 @@ from typing import TYPE_CHECKING, Literal, cast, get_args
 import numpy as np
 import numpy.typing as npt
 
+from actviz.architectures import default_selector
+from actviz.contexts import LayerContext, layer_contexts
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
     import torch
-    from torch import nn
 
 __all__ = [
     "LAYOUTS",
@@ -46,35 +51,6 @@ Layout = Literal["auto", "nchw", "nhwc", "tokens"]
 LAYOUTS: tuple[str, ...] = get_args(Layout)
 
 FloatArray = npt.NDArray[np.float32]
-
-
-@dataclass(frozen=True)
-class LayerContext:
-    """What the model's structure says about one module, gathered once per model.
-
-    Attributes:
-        module_type: The module's class name.
-        channels_hint: The number of channels the module produces, when its structure says
-            so: ``Conv2d.out_channels``, ``Linear.out_features``, ``LayerNorm``'s last
-            normalized dimension, ...; for a container, that of its last such descendant.
-        token_grid: The patch grid ``(rows, cols)`` of a ViT-like model for the input size
-            given to :func:`layer_contexts`, e.g. ``(14, 14)`` for ``vit_b_16`` at 224.
-        prefix_tokens: Tokens before the patch tokens (class, distillation, register tokens)
-            that are dropped before reshaping, e.g. 1 for torchvision's ViT.
-        channels_last: True when the module sits where the model works channels-last (after
-            a ``Permute`` to ``(N, H, W, C)``, as in Swin or inside a ConvNeXt block), False
-            where it works channels-first, None when the structure does not say.
-        windows: For outputs inside a MaxViT-style partition attention layer, ``(rows, cols,
-            side, swapped)``: a grid of ``rows x cols`` windows of ``side x side`` tokens,
-            with the window and token axes swapped (grid attention) when ``swapped``.
-    """
-
-    module_type: str
-    channels_hint: int | None = None
-    token_grid: tuple[int, int] | None = None
-    prefix_tokens: int = 0
-    channels_last: bool | None = None
-    windows: tuple[int, int, int, bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -384,278 +360,3 @@ def _dropped(skip: int, *, inferred: bool) -> str:
     if inferred:
         return "first token dropped (taken for a class token); "
     return "class token dropped; " if skip == 1 else f"{skip} prefix tokens dropped; "
-
-
-# --------------------------------------------------------------------------------------------
-# What the structure says
-
-
-#: Modules whose output is channels-first by contract (they only accept ``(N, C, *)``).
-_CHANNELS_FIRST_TYPES = (
-    frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"})
-    | frozenset({"ConvTranspose3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"})
-    | frozenset({"FrozenBatchNorm2d", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"})
-    | frozenset({"GroupNorm", "LayerNorm2d", "LocalResponseNorm", "Dropout2d", "Upsample"})
-    | frozenset({"MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveMaxPool2d"})
-    | frozenset({"AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "PixelShuffle", "PixelUnshuffle"})
-    | frozenset({"UpsamplingBilinear2d", "UpsamplingNearest2d", "WindowDepartition"})
-)
-_CHANNELS_LAST_DIMS = (0, 2, 3, 1)
-_CHANNELS_FIRST_DIMS = (0, 3, 1, 2)
-
-
-def layer_contexts(
-    model: nn.Module, input_hw: tuple[int, int] | None = None
-) -> dict[str, LayerContext]:
-    """What the structure of a model says about each module; no forward pass.
-
-    Walks the modules once: channel counts from their attributes, channels-last regions from
-    ``Permute`` modules and channels-first layers in registration order, patch grids of
-    ViT-like models (a ``patch_size`` attribute or a ``conv_proj``/``patch_embed`` convolution
-    whose stride equals its kernel), class/distillation/register tokens, and MaxViT's window
-    partitions.
-
-    Args:
-        model: Any ``nn.Module`` (its parameters may live on the ``meta`` device).
-        input_hw: The input's height and width, for the patch grid; None uses the model's
-            ``image_size`` when it has one.
-
-    Returns:
-        Qualified module name (as in ``model.named_modules()``; ``""`` is the model) ->
-        its :class:`LayerContext`.
-    """
-    modules = list(model.named_modules())
-    own_hint = {name: _own_channels(module) for name, module in modules}
-    leaves = {name for name, module in modules if next(iter(module.children()), None) is None}
-
-    # Registration order stands in for data flow: a module inherits the layout set by the
-    # last channels-first layer or Permute before it, and a container takes the state of its
-    # last leaf. Shape evidence (the channel hint) is checked first, so this only breaks ties.
-    state: bool | None = None
-    last_state: dict[str, bool | None] = {}
-    last_hint: dict[str, int] = {}
-    for name, module in modules:
-        if name not in leaves:
-            continue
-        state = _layout_after(module, state)
-        hint = own_hint[name]
-        for owner in _self_and_ancestors(name):
-            last_state[owner] = state
-            if hint is not None:
-                last_hint[owner] = hint
-
-    tokens = _token_regions(modules, input_hw)
-    windows = _window_regions(modules)
-    contexts: dict[str, LayerContext] = {}
-    for name, module in modules:
-        hint = own_hint[name]
-        grid, prefix = _innermost(tokens, name)
-        contexts[name] = LayerContext(
-            module_type=type(module).__name__,
-            channels_hint=hint if hint is not None else last_hint.get(name),
-            token_grid=grid,
-            prefix_tokens=prefix,
-            channels_last=last_state.get(name),
-            windows=windows.get(name),
-        )
-    return contexts
-
-
-def _self_and_ancestors(name: str) -> list[str]:
-    parts = name.split(".") if name else []
-    return ["", *(".".join(parts[: i + 1]) for i in range(len(parts)))]
-
-
-def _type_names(module: object) -> set[str]:
-    return {cls.__name__ for cls in type(module).__mro__}
-
-
-def _layout_after(module: nn.Module, state: bool | None) -> bool | None:
-    """The layout (True: channels-last) of the data after this module, given the one before."""
-    names = _type_names(module)
-    if "Permute" in names:
-        dims = tuple(getattr(module, "dims", ()))
-        if dims == _CHANNELS_LAST_DIMS:
-            return True
-        if dims == _CHANNELS_FIRST_DIMS:
-            return False
-        return None
-    if "WindowPartition" in names:
-        return None
-    if type(module).__name__ in _CHANNELS_FIRST_TYPES or names & {"_ConvNd", "_BatchNorm"}:
-        return False
-    return state
-
-
-def _own_channels(module: nn.Module) -> int | None:
-    """The channel count a module's own attributes state, if any."""
-    for attr in ("out_channels", "out_features", "num_features", "num_channels"):
-        value = getattr(module, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    shape = getattr(module, "normalized_shape", None)
-    if isinstance(shape, (tuple, list)) and len(shape) == 1 and isinstance(shape[0], int):
-        return shape[0]
-    # embed_dim is the output width of attention and embedding layers, but a whole model may
-    # carry one too (and end in a classifier), so only those layers' own value counts.
-    if _type_names(module) & {"MultiheadAttention", "Embedding"}:
-        for attr in ("embed_dim", "embedding_dim"):
-            value = getattr(module, attr, None)
-            if isinstance(value, int) and value > 0:
-                return value
-    return None
-
-
-def _innermost(
-    regions: dict[str, tuple[tuple[int, int] | None, int]], name: str
-) -> tuple[tuple[int, int] | None, int]:
-    """The token grid of the closest ViT-like module enclosing ``name`` (itself included)."""
-    for owner in reversed(_self_and_ancestors(name)):
-        if owner in regions:
-            return regions[owner]
-    return None, 0
-
-
-def _token_regions(
-    modules: list[tuple[str, nn.Module]], input_hw: tuple[int, int] | None
-) -> dict[str, tuple[tuple[int, int] | None, int]]:
-    """ViT-like modules -> (patch grid, prefix tokens), inherited by their descendants."""
-    regions: dict[str, tuple[tuple[int, int] | None, int]] = {}
-    for name, module in modules:
-        patch = _patch_size(module)
-        prefix = _prefix_tokens(module)
-        if patch is None and prefix == 0:
-            continue
-        hw = input_hw if input_hw is not None else _as_pair(getattr(module, "image_size", None))
-        grid = None
-        if patch is not None and hw is not None:
-            grid = (hw[0] // patch[0], hw[1] // patch[1])
-            if min(grid) < 1:
-                grid = None
-        regions[name] = (grid, prefix)
-    return regions
-
-
-def _patch_size(module: nn.Module) -> tuple[int, int] | None:
-    children = dict(module.named_children())
-    embed = children.get("patch_embed")
-    candidates = [children.get("conv_proj"), getattr(embed, "proj", None) if embed else None]
-    for conv in candidates:
-        if conv is not None and "_ConvNd" in _type_names(conv):
-            stride = _as_pair(getattr(conv, "stride", None))
-            if stride is not None and stride == _as_pair(getattr(conv, "kernel_size", None)):
-                return stride
-    if candidates[0] is not None or candidates[1] is not None or _prefix_tokens(module):
-        # Only trust a bare patch_size attribute on a module that also looks like a ViT.
-        return _as_pair(getattr(module, "patch_size", None))
-    return None
-
-
-def _prefix_tokens(module: nn.Module) -> int:
-    count = 0
-    for attr in ("class_token", "cls_token", "dist_token", "register_tokens", "reg_token"):
-        value = getattr(module, attr, None)
-        shape = getattr(value, "shape", None)
-        if shape is not None and len(shape) >= 2:
-            count += int(shape[-2])
-    return count
-
-
-def _as_pair(value: object) -> tuple[int, int] | None:
-    if isinstance(value, int) and value > 0:
-        return (value, value)
-    if (
-        isinstance(value, (tuple, list))
-        and len(value) == 2
-        and all(isinstance(v, int) and v > 0 for v in value)
-    ):
-        return (int(value[0]), int(value[1]))
-    return None
-
-
-def _window_regions(
-    modules: list[tuple[str, nn.Module]],
-) -> dict[str, tuple[int, int, int, bool]]:
-    """Modules inside MaxViT-style partition attention -> how their tokens are windowed."""
-    regions: dict[str, tuple[int, int, int, bool]] = {}
-    for name, module in modules:
-        side = getattr(module, "p", None)
-        grid = _as_pair(getattr(module, "grid_size", None))
-        kind = getattr(module, "partition_type", None)
-        if not isinstance(side, int) or grid is None or kind not in ("window", "grid"):
-            continue
-        rows, cols = grid[0] // side, grid[1] // side
-        swapped = kind == "grid"
-        for sub, _ in module.named_modules():
-            top = sub.split(".")[0]
-            # The layer itself and its departition op give ordinary (C, H, W) maps; the
-            # partition op and the swap back give windows in their unswapped order.
-            if not sub or top == "departition_op":
-                continue
-            unswapped = top in ("partition_op", "departition_swap")
-            full = f"{name}.{sub}" if name else sub
-            regions[full] = (rows, cols, side, swapped and not unswapped)
-    return regions
-
-
-# --------------------------------------------------------------------------------------------
-# Default layers
-
-
-def default_selector(model: nn.Module) -> str:
-    """A ``--layers`` selector that draws something meaningful for this model family.
-
-    Convolutions for CNNs (without auxiliary heads that never run in eval mode); the patch
-    embedding and each encoder block for ViTs; the stage outputs (``features.N``) for Swin
-    and ConvNeXt; the stem and each layer for MaxViT; otherwise the items of the first
-    numbered block list, or every leaf module.
-
-    Args:
-        model: Any ``nn.Module``.
-
-    Returns:
-        A selector string for :func:`actviz.selectors.select_layers`.
-    """
-    from actviz.hooks import layer_refs
-    from actviz.selectors import TYPE_ALIASES
-
-    refs = layer_refs(model)
-    names = {ref.name for ref in refs}
-    types = {t for ref in refs for t in ref.types}
-    family = _type_names(model)
-
-    if "VisionTransformer" in family and "EncoderBlock" in types:
-        return "conv_proj,EncoderBlock" if "conv_proj" in names else "EncoderBlock"
-    if family & {"SwinTransformer", "ConvNeXt"} and any(
-        re.fullmatch(r"features\.\d+", n) for n in names
-    ):
-        return r"re:^features\.\d+$"
-    if "MaxVit" in family and "MaxVitLayer" in types:
-        return "stem,MaxVitLayer" if "stem" in names else "MaxVitLayer"
-    if any(ref.leaf and TYPE_ALIASES["conv"].intersection(ref.types) for ref in refs):
-        # Auxiliary classifiers (Inception, GoogLeNet) only run in training mode.
-        aux = [ref.name for ref in refs if "InceptionAux" in ref.types and _selectable(ref.name)]
-        return ",".join(["conv", *(f"!{name}.*" for name in aux)])
-    blocks = _numbered_blocks(model)
-    if blocks is not None:
-        return rf"re:^{re.escape(blocks)}\.\d+$"
-    return "all"
-
-
-def _selectable(name: str) -> bool:
-    # The selector syntax splits on commas, and a glob would misread its own special characters.
-    return not set(name) & set(",*?[]!")
-
-
-def _numbered_blocks(model: nn.Module) -> str | None:
-    """The first container holding two or more numbered blocks of one class."""
-    for name, module in model.named_modules():
-        if not name or not _selectable(name):
-            continue
-        children = list(module.named_children())
-        if len(children) < 2 or not all(key.isdigit() for key, _ in children):
-            continue
-        kinds = {type(child) for _, child in children}
-        if len(kinds) == 1 and next(iter(children[0][1].children()), None) is not None:
-            return str(name)
-    return None

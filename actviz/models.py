@@ -1,37 +1,43 @@
-"""Models: torchvision's registry, weights, checkpoints, preprocessing and the device.
+"""Models: torchvision's registry, and building a model with the requested weights.
 
-Everything that touches ``torchvision.models`` lives here. Pretrained weights go through
-torchvision's weights API, but are fetched and loaded by hand so that a cached file is always
-read with ``torch.load(weights_only=True)`` and a missing network fails at once with a message
-that says where to put the file.
+:func:`load_model` turns a model name (or the user's own factory) and ``--weights`` into a
+model in eval mode on its device, with pretrained weights, a checkpoint, or a seeded random
+initialization, and returns it with its preprocessing and class names. The parts it builds on
+live beside this module and are re-exported here: :mod:`actviz.pretrained` (torchvision's
+weights, their cache and download), :mod:`actviz.checkpoints` (reading checkpoint files safely
+and fitting them to a model), :mod:`actviz.preprocessing` and :mod:`actviz.devices`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import fnmatch
-import re
-import socket
-import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlparse
 
-from actviz.errors import (
-    CheckpointError,
-    DeviceError,
-    ModelError,
-    UnknownModelError,
-    UsageError,
-    WeightsError,
+from actviz.checkpoints import _checkpoint_classes, _first_line, _load_state_dict, load_checkpoint
+from actviz.devices import resolve_device
+from actviz.errors import ModelError, UnknownModelError, UsageError, WeightsError
+
+# The ``name as name`` imports mark re-exports for mypy --strict: other modules import them here.
+from actviz.preprocessing import IMAGENET_MEAN as IMAGENET_MEAN
+from actviz.preprocessing import IMAGENET_STD as IMAGENET_STD
+from actviz.preprocessing import Preprocessing
+from actviz.pretrained import (
+    _default_enum,
+    _enum_label,
+    _fetch_pretrained,
+    _looks_like_enum_name,
+    _pick_enum,
+    _valid_weight_names,
+    cached_weights_path,
 )
+from actviz.pretrained import _weights_enum as _weights_enum
 
 if TYPE_CHECKING:
     import torch
-    from PIL import Image
     from torch import nn
     from torchvision.models import WeightsEnum
 
@@ -53,14 +59,8 @@ _UNSUPPORTED_FAMILIES = {
     "optical_flow": "optical-flow",
     "quantization": "quantized",
 }
-_DOWNLOAD_TIMEOUT_S = 30.0
 #: Seed for random initialization (recorded in the manifest).
 RANDOM_SEED = 0
-# torch.hub names cached files "<name>-<sha256 prefix>.<ext>"; the prefix is checked on download.
-_HASH_PREFIX = re.compile(r"-([a-f0-9]{8,})\.")
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -119,49 +119,6 @@ def list_model_names(pattern: str | None = None, *, include_all: bool = False) -
         glob = pattern if set("*?[") & set(pattern) else f"*{pattern}*"
         names = [n for n in names if fnmatch.fnmatch(n, glob)]
     return sorted(names)
-
-
-def resolve_device(spec: str) -> torch.device:
-    """Turn ``auto|cpu|cuda|cuda:N|mps`` into a device that is really there.
-
-    Raises:
-        UsageError: If the spec is not a device name.
-        DeviceError: If the device is not available, with what is available instead.
-    """
-    import torch
-
-    spec = spec.strip().lower()
-    if spec == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    try:
-        device = torch.device(spec)
-    except RuntimeError:
-        raise UsageError(f"unknown device '{spec}'; use auto, cpu, cuda, cuda:N or mps") from None
-    if device.type == "cpu":
-        return device
-    if device.type == "cuda":
-        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if count == 0:
-            raise DeviceError(
-                f"CUDA is not available here (torch {torch.__version__}, "
-                f"CUDA build {torch.version.cuda or 'none'}, 0 GPUs visible); "
-                "use --device cpu or --device auto"
-            )
-        if device.index is not None and device.index >= count:
-            raise DeviceError(
-                f"{spec} does not exist: {count} GPU(s) visible (cuda:0..cuda:{count - 1}); "
-                "pick one of those or use --device auto"
-            )
-        return device
-    if device.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise DeviceError("MPS is not available here; use --device cpu or --device auto")
-        return device
-    raise UsageError(f"unsupported device '{spec}'; use auto, cpu, cuda, cuda:N or mps")
 
 
 def load_model(
@@ -310,24 +267,6 @@ def _existing_checkpoint(spec: str, name: str, enum_cls: type[WeightsEnum] | Non
     return path
 
 
-def _checkpoint_classes(module: nn.Module, state: Mapping[str, torch.Tensor]) -> int | None:
-    """The class count of a checkpoint whose classifier head differs from the model's."""
-    from torch import nn
-
-    head: tuple[str, nn.Linear] | None = None
-    for qualified, child in module.named_modules():
-        if isinstance(child, nn.Linear):
-            head = (qualified, child)
-    if head is None:
-        return None
-    weight = state.get(f"{head[0]}.weight")
-    if weight is None or weight.ndim != 2 or weight.shape[0] == head[1].out_features:
-        return None
-    if weight.shape[1] != head[1].in_features:
-        return None  # not just a new head: let the key check explain the mismatch
-    return int(weight.shape[0])
-
-
 def check_model_name(name: str) -> None:
     """Raise a helpful error unless ``name`` is a torchvision model actviz can run.
 
@@ -352,273 +291,6 @@ def check_model_name(name: str) -> None:
     raise UnknownModelError(f"unknown model '{name}'{hint} (`actviz models` lists every name)")
 
 
-def cached_weights_path(weights: WeightsEnum) -> Path:
-    """Where torch.hub keeps (or would keep) the file for these pretrained weights."""
-    import torch
-
-    filename = Path(urlparse(weights.url).path).name
-    return Path(torch.hub.get_dir()) / "checkpoints" / filename
-
-
-def load_checkpoint(path: Path, *, trust: bool = False) -> dict[str, torch.Tensor]:
-    """Read a state_dict from ``.pt``/``.pth`` (safe unpickling only) or ``.safetensors``.
-
-    Common wrappers (``{"state_dict": ...}``, ``{"model": ...}``) and DataParallel's
-    ``module.`` prefix are unwrapped.
-
-    Args:
-        path: The checkpoint file.
-        trust: Also accept a full pickle (a whole pickled model, custom classes) or a
-            TorchScript archive. Loading those runs code from the file.
-
-    Raises:
-        CheckpointError: If the file is unreadable, not a checkpoint, or needs full unpickling
-            without ``trust``.
-    """
-    import torch
-
-    try:
-        with path.open("rb") as fh:
-            head = fh.read(16)
-    except OSError as exc:
-        raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
-    if _is_safetensors(head):
-        try:
-            from safetensors.torch import load_file
-        except ImportError:
-            raise CheckpointError(
-                f"{path} is a safetensors file; install it with `pip install safetensors`"
-            ) from None
-        try:
-            loaded: object = load_file(str(path), device="cpu")
-        except Exception as exc:  # safetensors raises its own error types
-            raise CheckpointError(f"corrupt safetensors checkpoint {path}: {exc}") from None
-    else:
-        try:
-            with warnings.catch_warnings():  # old pickle protocols only warn; refusal is ours
-                warnings.simplefilter("ignore", UserWarning)
-                loaded = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # unpickling errors come in many types
-            if not trust:
-                raise CheckpointError(_checkpoint_failure(path, exc)) from None
-            loaded = _load_trusted(path, exc)
-    if isinstance(loaded, torch.nn.Module):
-        loaded = loaded.state_dict()
-    return _unwrap_state_dict(loaded, path)
-
-
-def _load_trusted(path: Path, safe_error: Exception) -> object:
-    """Full unpickling or TorchScript, for a file the user said they trust."""
-    import torch
-
-    try:
-        if "TorchScript" in str(safe_error):
-            return torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
-        return torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # whatever the file's own code raises
-        raise CheckpointError(
-            f"cannot load trusted checkpoint {path}: {_first_line(exc)}"
-        ) from None
-
-
-@contextlib.contextmanager
-def _socket_timeout(seconds: float) -> Iterator[None]:
-    # torch.hub opens the URL without a timeout; a silently dropping firewall would hang.
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(seconds)
-    try:
-        yield
-    finally:
-        socket.setdefaulttimeout(previous)
-
-
-def _fetch_pretrained(weights: WeightsEnum) -> dict[str, torch.Tensor]:
-    """The state_dict of pretrained weights: from the cache, or downloaded into it."""
-    import torch
-
-    path = cached_weights_path(weights)
-    if not path.exists():
-        match = _HASH_PREFIX.search(path.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with _socket_timeout(_DOWNLOAD_TIMEOUT_S):
-                torch.hub.download_url_to_file(
-                    weights.url, str(path), hash_prefix=match.group(1) if match else None
-                )
-        except (OSError, RuntimeError) as exc:  # URLError is an OSError; bad hash is Runtime
-            why = getattr(exc, "reason", None) or exc
-            raise WeightsError(
-                f"pretrained weights {_enum_label(weights)} are not cached and could not be "
-                f"downloaded ({why}); on a connected machine download {weights.url} and put it "
-                f"at {path}, or use --weights none for random weights"
-            ) from None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # a corrupt cache file
-        raise WeightsError(
-            f"the cached weights file {path} cannot be read ({_first_line(exc)}); delete it "
-            "and run again to download it afresh"
-        ) from None
-    return _unwrap_state_dict(state, path)
-
-
-def _load_state_dict(
-    module: nn.Module, state: Mapping[str, torch.Tensor], *, name: str, source: str
-) -> None:
-    own = module.state_dict()
-    missing = [k for k in own if k not in state]
-    unexpected = [k for k in state if k not in own]
-    mismatched = [
-        f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}"
-        for k, v in own.items()
-        if k in state and tuple(state[k].shape) != tuple(v.shape)
-    ]
-    if missing or unexpected or mismatched:
-        parts = []
-        if missing:
-            parts.append(f"missing keys: {_few(missing)}")
-        if unexpected:
-            parts.append(f"unexpected keys: {_few(unexpected)}")
-        if mismatched:
-            parts.append(f"shape mismatches (checkpoint vs model): {_few(mismatched)}")
-        raise CheckpointError(
-            f"{source} does not fit {name}: {'; '.join(parts)}; check that the checkpoint was "
-            f"saved from {name}"
-        )
-    module.load_state_dict(state, strict=True)
-
-
-def _few(items: list[str], n: int = 5) -> str:
-    more = f" (+{len(items) - n} more)" if len(items) > n else ""
-    return ", ".join(items[:n]) + more
-
-
-def _weights_enum(name: str) -> type[WeightsEnum] | None:
-    from torchvision import models
-
-    try:
-        enum_cls: type[WeightsEnum] = models.get_model_weights(name)
-    except (ValueError, KeyError):  # models without pretrained weights
-        return None
-    return enum_cls
-
-
-def _default_enum(enum_cls: type[WeightsEnum] | None) -> WeightsEnum | None:
-    if enum_cls is None:
-        return None
-    default: WeightsEnum | None = getattr(enum_cls, "DEFAULT", None)
-    return default
-
-
-def _looks_like_enum_name(spec: str) -> bool:
-    return re.fullmatch(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?", spec) is not None
-
-
-def _pick_enum(
-    name: str, enum_cls: type[WeightsEnum] | None, spec: str, *, required: bool
-) -> WeightsEnum | None:
-    if enum_cls is None:
-        if required:
-            raise WeightsError(
-                f"torchvision has no pretrained weights for {name}; use --weights none "
-                "or a checkpoint path"
-            )
-        return None
-    if spec.lower() in ("auto", "default"):
-        return _default_enum(enum_cls)
-    member = spec.split(".")[-1]
-    for weights in enum_cls:
-        if weights.name == member:
-            return weights
-    raise WeightsError(
-        f"unknown weights '{spec}' for {name}; valid: {_valid_weight_names(enum_cls)}"
-        "default, none or a checkpoint path"
-    )
-
-
-def _valid_weight_names(enum_cls: type[WeightsEnum] | None) -> str:
-    if enum_cls is None:
-        return ""
-    return "".join(f"{w.name}, " for w in enum_cls)
-
-
-def _enum_label(weights: WeightsEnum) -> str:
-    return f"{type(weights).__name__}.{weights.name}"
-
-
-@dataclass(frozen=True)
-class Preprocessing:
-    """Resize the shorter side, centre-crop, scale to [0, 1], normalize: what torchvision's
-    ``ImageClassification`` presets do, with the geometry kept so overlays can be aligned.
-
-    Picklable, so DataLoader workers can run it.
-
-    Attributes:
-        resize_size: The shorter side after resizing.
-        crop_size: ``(height, width)`` of the centre crop: the model's input size.
-        mean: Per-channel mean for normalization.
-        std: Per-channel standard deviation.
-        channels: 3 (RGB) or 1 (greyscale).
-        interpolation: ``bilinear`` or ``bicubic`` (antialiased).
-    """
-
-    resize_size: int
-    crop_size: tuple[int, int]
-    mean: tuple[float, ...] = IMAGENET_MEAN
-    std: tuple[float, ...] = IMAGENET_STD
-    channels: int = 3
-    interpolation: str = "bilinear"
-
-    def __call__(self, image: Image.Image) -> torch.Tensor:
-        """An RGB PIL image -> a normalized ``(channels, height, width)`` float tensor."""
-        from torchvision.transforms import InterpolationMode
-        from torchvision.transforms import functional as F
-
-        if self.channels == 1:
-            image = image.convert("L")
-        mode = InterpolationMode(self.interpolation)
-        image = F.resize(image, [self.resize_size], interpolation=mode, antialias=True)
-        image = F.center_crop(image, list(self.crop_size))
-        tensor = F.convert_image_dtype(F.pil_to_tensor(image))
-        normalized: torch.Tensor = F.normalize(tensor, mean=list(self.mean), std=list(self.std))
-        return normalized
-
-    @classmethod
-    def for_weights(
-        cls,
-        weights: WeightsEnum | None,
-        *,
-        input_size: tuple[int, int] | None = None,
-        in_chans: int = 3,
-    ) -> Preprocessing:
-        """The preprocessing of these weights (ImageNet's standard one without weights),
-        adapted to another input size or to greyscale input."""
-        transform: Any = weights.transforms() if weights is not None else None
-        resize = _first_int(getattr(transform, "resize_size", None), 256)
-        crop = _first_int(getattr(transform, "crop_size", None), resize if transform else 224)
-        mean = tuple(float(v) for v in getattr(transform, "mean", IMAGENET_MEAN))
-        std = tuple(float(v) for v in getattr(transform, "std", IMAGENET_STD))
-        interpolation = getattr(getattr(transform, "interpolation", None), "value", "bilinear")
-        size = (crop, crop)
-        if input_size is not None:
-            if min(input_size) < 1:
-                raise UsageError(f"--input-size must be positive, not {input_size}")
-            # Keep the weights' resize-to-crop ratio (256/224 for ImageNet presets).
-            resize = max(1, round(max(input_size) * resize / crop))
-            size = input_size
-        if in_chans == 1:
-            mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
-        return cls(resize, size, mean, std, in_chans, interpolation)
-
-
-def _first_int(value: object, default: int) -> int:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, (list, tuple)) and value and isinstance(value[0], int):
-        return int(value[0])
-    return default
-
-
 def _categories(weights: WeightsEnum | None, module: nn.Module) -> list[str] | None:
     if weights is None:
         return None
@@ -639,88 +311,3 @@ def _output_classes(module: nn.Module) -> int | None:
         if isinstance(child, nn.Linear):
             last = child
     return last.out_features if last is not None else None
-
-
-def _is_safetensors(head: bytes) -> bool:
-    # An 8-byte little-endian header length, then the JSON header itself.
-    return len(head) >= 9 and head[8:9] == b"{"
-
-
-def _unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
-    import torch
-    from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
-
-    state = loaded
-    for key in ("state_dict", "model_state_dict", "model"):
-        if isinstance(state, Mapping) and isinstance(state.get(key), Mapping):
-            state = state[key]
-            break
-    if not isinstance(state, Mapping) or not state:
-        raise CheckpointError(
-            f"{path} holds no state_dict (found {type(loaded).__name__}); save one with "
-            "torch.save(model.state_dict(), path)"
-        )
-    tensors = {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    if not tensors:
-        raise CheckpointError(f"{path} holds no tensors; is it a state_dict?")
-    consume_prefix_in_state_dict_if_present(tensors, "module.")
-    return tensors
-
-
-def _checkpoint_failure(path: Path, exc: Exception) -> str:
-    text = _first_line(exc)
-    if "TorchScript" in str(exc):
-        return (
-            f"{path} is a TorchScript archive, which runs code when loaded; export a state_dict, "
-            "or pass --trust-checkpoint if you trust the file"
-        )
-    if "Weights only load failed" in str(exc) or "weights_only" in str(exc):
-        blocked = _unsafe_globals(path)
-        names = f" (it wants {', '.join(blocked)})" if blocked else ""
-        return (
-            f"{path} is a full pickle that could run code when loaded{names}; save a plain "
-            "state_dict with torch.save(model.state_dict(), path), or pass --trust-checkpoint "
-            "if you trust the file"
-        )
-    return f"corrupt or unsupported checkpoint {path}: {text}"
-
-
-def _unsafe_globals(path: Path) -> list[str]:
-    """Name the globals a refused pickle wanted, without running it: the file's own classes
-    first, since torch's are rarely the surprise."""
-    import torch
-
-    try:
-        found = [str(g) for g in torch.serialization.get_unsafe_globals_in_checkpoint(str(path))]
-    except Exception:  # not a zip checkpoint: read the raw pickle's opcodes instead
-        found = _raw_pickle_globals(path)
-    ordered = sorted(set(found), key=lambda g: (g.startswith("torch."), g))
-    if len(ordered) > 5:
-        return [*ordered[:5], f"+{len(ordered) - 5} more"]
-    return ordered
-
-
-def _raw_pickle_globals(path: Path) -> list[str]:
-    # pickletools only decodes opcodes; nothing is imported or called.
-    import pickletools
-
-    found: list[str] = []
-    strings: list[str] = []
-    try:
-        with path.open("rb") as fh:
-            for opcode, arg, _pos in pickletools.genops(fh):
-                if isinstance(arg, str):
-                    strings = [*strings[-1:], arg]
-                if opcode.name == "GLOBAL" and isinstance(arg, str):
-                    found.append(arg.replace(" ", "."))
-                elif opcode.name == "STACK_GLOBAL" and len(strings) == 2:
-                    found.append(".".join(strings))
-    except Exception:  # a malformed pickle: explain what was found so far
-        pass
-    return list(dict.fromkeys(found))
-
-
-def _first_line(exc: BaseException) -> str:
-    # torch's messages carry ANSI bold codes and several paragraphs.
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,77 @@
+"""Which layers to draw when the user names none: a default selector per model family.
+
+Each family gets the layers whose pictures say most about it: convolutions for CNNs, the
+patch embedding and encoder blocks for ViTs, stage outputs for Swin and ConvNeXt, the stem
+and layers for MaxViT, and numbered blocks or every leaf for anything else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from actviz.contexts import type_names
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["default_selector"]
+
+
+def default_selector(model: nn.Module) -> str:
+    """A ``--layers`` selector that draws something meaningful for this model family.
+
+    Convolutions for CNNs (without auxiliary heads that never run in eval mode); the patch
+    embedding and each encoder block for ViTs; the stage outputs (``features.N``) for Swin
+    and ConvNeXt; the stem and each layer for MaxViT; otherwise the items of the first
+    numbered block list, or every leaf module.
+
+    Args:
+        model: Any ``nn.Module``.
+
+    Returns:
+        A selector string for :func:`actviz.selectors.select_layers`.
+    """
+    from actviz.hooks import layer_refs
+    from actviz.selectors import TYPE_ALIASES
+
+    refs = layer_refs(model)
+    names = {ref.name for ref in refs}
+    types = {t for ref in refs for t in ref.types}
+    family = type_names(model)
+
+    if "VisionTransformer" in family and "EncoderBlock" in types:
+        return "conv_proj,EncoderBlock" if "conv_proj" in names else "EncoderBlock"
+    if family & {"SwinTransformer", "ConvNeXt"} and any(
+        re.fullmatch(r"features\.\d+", n) for n in names
+    ):
+        return r"re:^features\.\d+$"
+    if "MaxVit" in family and "MaxVitLayer" in types:
+        return "stem,MaxVitLayer" if "stem" in names else "MaxVitLayer"
+    if any(ref.leaf and TYPE_ALIASES["conv"].intersection(ref.types) for ref in refs):
+        # Auxiliary classifiers (Inception, GoogLeNet) only run in training mode.
+        aux = [ref.name for ref in refs if "InceptionAux" in ref.types and _selectable(ref.name)]
+        return ",".join(["conv", *(f"!{name}.*" for name in aux)])
+    blocks = _numbered_blocks(model)
+    if blocks is not None:
+        return rf"re:^{re.escape(blocks)}\.\d+$"
+    return "all"
+
+
+def _selectable(name: str) -> bool:
+    # The selector syntax splits on commas, and a glob would misread its own special characters.
+    return not set(name) & set(",*?[]!")
+
+
+def _numbered_blocks(model: nn.Module) -> str | None:
+    """The first container holding two or more numbered blocks of one class."""
+    for name, module in model.named_modules():
+        if not name or not _selectable(name):
+            continue
+        children = list(module.named_children())
+        if len(children) < 2 or not all(key.isdigit() for key, _ in children):
+            continue
+        kinds = {type(child) for _, child in children}
+        if len(kinds) == 1 and next(iter(children[0][1].children()), None) is not None:
+            return str(name)
+    return None

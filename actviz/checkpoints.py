@@ -1,0 +1,219 @@
+"""Checkpoint files: read a state_dict without running code from it, and fit it to a model.
+
+``.pt``/``.pth`` files are read with ``torch.load(weights_only=True)``; a pickle that needs
+more is refused unless the user says they trust it, and the refusal names the globals it
+wanted, found without unpickling it. Safetensors files are recognised by their header, not
+their extension. Common wrappers and DataParallel's ``module.`` prefix are unwrapped, and a
+state_dict that does not fit is explained key by key.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from actviz.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+__all__ = ["load_checkpoint"]
+
+
+def load_checkpoint(path: Path, *, trust: bool = False) -> dict[str, torch.Tensor]:
+    """Read a state_dict from ``.pt``/``.pth`` (safe unpickling only) or ``.safetensors``.
+
+    Common wrappers (``{"state_dict": ...}``, ``{"model": ...}``) and DataParallel's
+    ``module.`` prefix are unwrapped.
+
+    Args:
+        path: The checkpoint file.
+        trust: Also accept a full pickle (a whole pickled model, custom classes) or a
+            TorchScript archive. Loading those runs code from the file.
+
+    Raises:
+        CheckpointError: If the file is unreadable, not a checkpoint, or needs full unpickling
+            without ``trust``.
+    """
+    import torch
+
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(16)
+    except OSError as exc:
+        raise CheckpointError(f"cannot read checkpoint {path}: {exc.strerror or exc}") from None
+    if _is_safetensors(head):
+        try:
+            from safetensors.torch import load_file
+        except ImportError:
+            raise CheckpointError(
+                f"{path} is a safetensors file; install it with `pip install safetensors`"
+            ) from None
+        try:
+            loaded: object = load_file(str(path), device="cpu")
+        except Exception as exc:  # safetensors raises its own error types
+            raise CheckpointError(f"corrupt safetensors checkpoint {path}: {exc}") from None
+    else:
+        try:
+            with warnings.catch_warnings():  # old pickle protocols only warn; refusal is ours
+                warnings.simplefilter("ignore", UserWarning)
+                loaded = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # unpickling errors come in many types
+            if not trust:
+                raise CheckpointError(_checkpoint_failure(path, exc)) from None
+            loaded = _load_trusted(path, exc)
+    if isinstance(loaded, torch.nn.Module):
+        loaded = loaded.state_dict()
+    return _unwrap_state_dict(loaded, path)
+
+
+def _load_trusted(path: Path, safe_error: Exception) -> object:
+    """Full unpickling or TorchScript, for a file the user said they trust."""
+    import torch
+
+    try:
+        if "TorchScript" in str(safe_error):
+            return torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # whatever the file's own code raises
+        raise CheckpointError(
+            f"cannot load trusted checkpoint {path}: {_first_line(exc)}"
+        ) from None
+
+
+def _is_safetensors(head: bytes) -> bool:
+    # An 8-byte little-endian header length, then the JSON header itself.
+    return len(head) >= 9 and head[8:9] == b"{"
+
+
+def _unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
+    import torch
+    from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
+
+    state = loaded
+    for key in ("state_dict", "model_state_dict", "model"):
+        if isinstance(state, Mapping) and isinstance(state.get(key), Mapping):
+            state = state[key]
+            break
+    if not isinstance(state, Mapping) or not state:
+        raise CheckpointError(
+            f"{path} holds no state_dict (found {type(loaded).__name__}); save one with "
+            "torch.save(model.state_dict(), path)"
+        )
+    tensors = {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
+    if not tensors:
+        raise CheckpointError(f"{path} holds no tensors; is it a state_dict?")
+    consume_prefix_in_state_dict_if_present(tensors, "module.")
+    return tensors
+
+
+def _checkpoint_failure(path: Path, exc: Exception) -> str:
+    text = _first_line(exc)
+    if "TorchScript" in str(exc):
+        return (
+            f"{path} is a TorchScript archive, which runs code when loaded; export a state_dict, "
+            "or pass --trust-checkpoint if you trust the file"
+        )
+    if "Weights only load failed" in str(exc) or "weights_only" in str(exc):
+        blocked = _unsafe_globals(path)
+        names = f" (it wants {', '.join(blocked)})" if blocked else ""
+        return (
+            f"{path} is a full pickle that could run code when loaded{names}; save a plain "
+            "state_dict with torch.save(model.state_dict(), path), or pass --trust-checkpoint "
+            "if you trust the file"
+        )
+    return f"corrupt or unsupported checkpoint {path}: {text}"
+
+
+def _unsafe_globals(path: Path) -> list[str]:
+    """Name the globals a refused pickle wanted, without running it: the file's own classes
+    first, since torch's are rarely the surprise."""
+    import torch
+
+    try:
+        found = [str(g) for g in torch.serialization.get_unsafe_globals_in_checkpoint(str(path))]
+    except Exception:  # not a zip checkpoint: read the raw pickle's opcodes instead
+        found = _raw_pickle_globals(path)
+    ordered = sorted(set(found), key=lambda g: (g.startswith("torch."), g))
+    if len(ordered) > 5:
+        return [*ordered[:5], f"+{len(ordered) - 5} more"]
+    return ordered
+
+
+def _raw_pickle_globals(path: Path) -> list[str]:
+    # pickletools only decodes opcodes; nothing is imported or called.
+    import pickletools
+
+    found: list[str] = []
+    strings: list[str] = []
+    try:
+        with path.open("rb") as fh:
+            for opcode, arg, _pos in pickletools.genops(fh):
+                if isinstance(arg, str):
+                    strings = [*strings[-1:], arg]
+                if opcode.name == "GLOBAL" and isinstance(arg, str):
+                    found.append(arg.replace(" ", "."))
+                elif opcode.name == "STACK_GLOBAL" and len(strings) == 2:
+                    found.append(".".join(strings))
+    except Exception:  # a malformed pickle: explain what was found so far
+        pass
+    return list(dict.fromkeys(found))
+
+
+def _checkpoint_classes(module: nn.Module, state: Mapping[str, torch.Tensor]) -> int | None:
+    """The class count of a checkpoint whose classifier head differs from the model's."""
+    from torch import nn
+
+    head: tuple[str, nn.Linear] | None = None
+    for qualified, child in module.named_modules():
+        if isinstance(child, nn.Linear):
+            head = (qualified, child)
+    if head is None:
+        return None
+    weight = state.get(f"{head[0]}.weight")
+    if weight is None or weight.ndim != 2 or weight.shape[0] == head[1].out_features:
+        return None
+    if weight.shape[1] != head[1].in_features:
+        return None  # not just a new head: let the key check explain the mismatch
+    return int(weight.shape[0])
+
+
+def _load_state_dict(
+    module: nn.Module, state: Mapping[str, torch.Tensor], *, name: str, source: str
+) -> None:
+    own = module.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    mismatched = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}"
+        for k, v in own.items()
+        if k in state and tuple(state[k].shape) != tuple(v.shape)
+    ]
+    if missing or unexpected or mismatched:
+        parts = []
+        if missing:
+            parts.append(f"missing keys: {_few(missing)}")
+        if unexpected:
+            parts.append(f"unexpected keys: {_few(unexpected)}")
+        if mismatched:
+            parts.append(f"shape mismatches (checkpoint vs model): {_few(mismatched)}")
+        raise CheckpointError(
+            f"{source} does not fit {name}: {'; '.join(parts)}; check that the checkpoint was "
+            f"saved from {name}"
+        )
+    module.load_state_dict(state, strict=True)
+
+
+def _few(items: list[str], n: int = 5) -> str:
+    more = f" (+{len(items) - n} more)" if len(items) > n else ""
+    return ", ".join(items[:n]) + more
+
+
+def _first_line(exc: BaseException) -> str:
+    # torch's messages carry ANSI bold codes and several paragraphs.
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

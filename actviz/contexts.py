@@ -1,0 +1,256 @@
+"""What a model's structure says about each module, for deciding how to draw its output.
+
+:func:`layer_contexts` walks a model's modules once, without a forward pass, and records for
+each one a :class:`LayerContext`: the channel count its attributes state, whether the model
+works channels-last there (``Permute`` modules, channels-first layers in registration order),
+the patch grid and prefix tokens of a ViT-like model around it, and MaxViT's window
+partitions. :mod:`actviz.layouts` combines this with an output's shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["LayerContext", "layer_contexts", "type_names"]
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """What the model's structure says about one module, gathered once per model.
+
+    Attributes:
+        module_type: The module's class name.
+        channels_hint: The number of channels the module produces, when its structure says
+            so: ``Conv2d.out_channels``, ``Linear.out_features``, ``LayerNorm``'s last
+            normalized dimension, ...; for a container, that of its last such descendant.
+        token_grid: The patch grid ``(rows, cols)`` of a ViT-like model for the input size
+            given to :func:`layer_contexts`, e.g. ``(14, 14)`` for ``vit_b_16`` at 224.
+        prefix_tokens: Tokens before the patch tokens (class, distillation, register tokens)
+            that are dropped before reshaping, e.g. 1 for torchvision's ViT.
+        channels_last: True when the module sits where the model works channels-last (after
+            a ``Permute`` to ``(N, H, W, C)``, as in Swin or inside a ConvNeXt block), False
+            where it works channels-first, None when the structure does not say.
+        windows: For outputs inside a MaxViT-style partition attention layer, ``(rows, cols,
+            side, swapped)``: a grid of ``rows x cols`` windows of ``side x side`` tokens,
+            with the window and token axes swapped (grid attention) when ``swapped``.
+    """
+
+    module_type: str
+    channels_hint: int | None = None
+    token_grid: tuple[int, int] | None = None
+    prefix_tokens: int = 0
+    channels_last: bool | None = None
+    windows: tuple[int, int, int, bool] | None = None
+
+
+#: Modules whose output is channels-first by contract (they only accept ``(N, C, *)``).
+_CHANNELS_FIRST_TYPES = (
+    frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d"})
+    | frozenset({"ConvTranspose3d", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"})
+    | frozenset({"FrozenBatchNorm2d", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"})
+    | frozenset({"GroupNorm", "LayerNorm2d", "LocalResponseNorm", "Dropout2d", "Upsample"})
+    | frozenset({"MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveMaxPool2d"})
+    | frozenset({"AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "PixelShuffle", "PixelUnshuffle"})
+    | frozenset({"UpsamplingBilinear2d", "UpsamplingNearest2d", "WindowDepartition"})
+)
+_CHANNELS_LAST_DIMS = (0, 2, 3, 1)
+_CHANNELS_FIRST_DIMS = (0, 3, 1, 2)
+
+
+def layer_contexts(
+    model: nn.Module, input_hw: tuple[int, int] | None = None
+) -> dict[str, LayerContext]:
+    """What the structure of a model says about each module; no forward pass.
+
+    Walks the modules once: channel counts from their attributes, channels-last regions from
+    ``Permute`` modules and channels-first layers in registration order, patch grids of
+    ViT-like models (a ``patch_size`` attribute or a ``conv_proj``/``patch_embed`` convolution
+    whose stride equals its kernel), class/distillation/register tokens, and MaxViT's window
+    partitions.
+
+    Args:
+        model: Any ``nn.Module`` (its parameters may live on the ``meta`` device).
+        input_hw: The input's height and width, for the patch grid; None uses the model's
+            ``image_size`` when it has one.
+
+    Returns:
+        Qualified module name (as in ``model.named_modules()``; ``""`` is the model) ->
+        its :class:`LayerContext`.
+    """
+    modules = list(model.named_modules())
+    own_hint = {name: _own_channels(module) for name, module in modules}
+    leaves = {name for name, module in modules if next(iter(module.children()), None) is None}
+
+    # Registration order stands in for data flow: a module inherits the layout set by the
+    # last channels-first layer or Permute before it, and a container takes the state of its
+    # last leaf. Shape evidence (the channel hint) is checked first, so this only breaks ties.
+    state: bool | None = None
+    last_state: dict[str, bool | None] = {}
+    last_hint: dict[str, int] = {}
+    for name, module in modules:
+        if name not in leaves:
+            continue
+        state = _layout_after(module, state)
+        hint = own_hint[name]
+        for owner in _self_and_ancestors(name):
+            last_state[owner] = state
+            if hint is not None:
+                last_hint[owner] = hint
+
+    tokens = _token_regions(modules, input_hw)
+    windows = _window_regions(modules)
+    contexts: dict[str, LayerContext] = {}
+    for name, module in modules:
+        hint = own_hint[name]
+        grid, prefix = _innermost(tokens, name)
+        contexts[name] = LayerContext(
+            module_type=type(module).__name__,
+            channels_hint=hint if hint is not None else last_hint.get(name),
+            token_grid=grid,
+            prefix_tokens=prefix,
+            channels_last=last_state.get(name),
+            windows=windows.get(name),
+        )
+    return contexts
+
+
+def _self_and_ancestors(name: str) -> list[str]:
+    parts = name.split(".") if name else []
+    return ["", *(".".join(parts[: i + 1]) for i in range(len(parts)))]
+
+
+def type_names(module: object) -> set[str]:
+    """The names of a module's class and of all its base classes."""
+    return {cls.__name__ for cls in type(module).__mro__}
+
+
+def _layout_after(module: nn.Module, state: bool | None) -> bool | None:
+    """The layout (True: channels-last) of the data after this module, given the one before."""
+    names = type_names(module)
+    if "Permute" in names:
+        dims = tuple(getattr(module, "dims", ()))
+        if dims == _CHANNELS_LAST_DIMS:
+            return True
+        if dims == _CHANNELS_FIRST_DIMS:
+            return False
+        return None
+    if "WindowPartition" in names:
+        return None
+    if type(module).__name__ in _CHANNELS_FIRST_TYPES or names & {"_ConvNd", "_BatchNorm"}:
+        return False
+    return state
+
+
+def _own_channels(module: nn.Module) -> int | None:
+    """The channel count a module's own attributes state, if any."""
+    for attr in ("out_channels", "out_features", "num_features", "num_channels"):
+        value = getattr(module, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    shape = getattr(module, "normalized_shape", None)
+    if isinstance(shape, (tuple, list)) and len(shape) == 1 and isinstance(shape[0], int):
+        return shape[0]
+    # embed_dim is the output width of attention and embedding layers, but a whole model may
+    # carry one too (and end in a classifier), so only those layers' own value counts.
+    if type_names(module) & {"MultiheadAttention", "Embedding"}:
+        for attr in ("embed_dim", "embedding_dim"):
+            value = getattr(module, attr, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    return None
+
+
+def _innermost(
+    regions: dict[str, tuple[tuple[int, int] | None, int]], name: str
+) -> tuple[tuple[int, int] | None, int]:
+    """The token grid of the closest ViT-like module enclosing ``name`` (itself included)."""
+    for owner in reversed(_self_and_ancestors(name)):
+        if owner in regions:
+            return regions[owner]
+    return None, 0
+
+
+def _token_regions(
+    modules: list[tuple[str, nn.Module]], input_hw: tuple[int, int] | None
+) -> dict[str, tuple[tuple[int, int] | None, int]]:
+    """ViT-like modules -> (patch grid, prefix tokens), inherited by their descendants."""
+    regions: dict[str, tuple[tuple[int, int] | None, int]] = {}
+    for name, module in modules:
+        patch = _patch_size(module)
+        prefix = _prefix_tokens(module)
+        if patch is None and prefix == 0:
+            continue
+        hw = input_hw if input_hw is not None else _as_pair(getattr(module, "image_size", None))
+        grid = None
+        if patch is not None and hw is not None:
+            grid = (hw[0] // patch[0], hw[1] // patch[1])
+            if min(grid) < 1:
+                grid = None
+        regions[name] = (grid, prefix)
+    return regions
+
+
+def _patch_size(module: nn.Module) -> tuple[int, int] | None:
+    children = dict(module.named_children())
+    embed = children.get("patch_embed")
+    candidates = [children.get("conv_proj"), getattr(embed, "proj", None) if embed else None]
+    for conv in candidates:
+        if conv is not None and "_ConvNd" in type_names(conv):
+            stride = _as_pair(getattr(conv, "stride", None))
+            if stride is not None and stride == _as_pair(getattr(conv, "kernel_size", None)):
+                return stride
+    if candidates[0] is not None or candidates[1] is not None or _prefix_tokens(module):
+        # Only trust a bare patch_size attribute on a module that also looks like a ViT.
+        return _as_pair(getattr(module, "patch_size", None))
+    return None
+
+
+def _prefix_tokens(module: nn.Module) -> int:
+    count = 0
+    for attr in ("class_token", "cls_token", "dist_token", "register_tokens", "reg_token"):
+        value = getattr(module, attr, None)
+        shape = getattr(value, "shape", None)
+        if shape is not None and len(shape) >= 2:
+            count += int(shape[-2])
+    return count
+
+
+def _as_pair(value: object) -> tuple[int, int] | None:
+    if isinstance(value, int) and value > 0:
+        return (value, value)
+    if (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(isinstance(v, int) and v > 0 for v in value)
+    ):
+        return (int(value[0]), int(value[1]))
+    return None
+
+
+def _window_regions(
+    modules: list[tuple[str, nn.Module]],
+) -> dict[str, tuple[int, int, int, bool]]:
+    """Modules inside MaxViT-style partition attention -> how their tokens are windowed."""
+    regions: dict[str, tuple[int, int, int, bool]] = {}
+    for name, module in modules:
+        side = getattr(module, "p", None)
+        grid = _as_pair(getattr(module, "grid_size", None))
+        kind = getattr(module, "partition_type", None)
+        if not isinstance(side, int) or grid is None or kind not in ("window", "grid"):
+            continue
+        rows, cols = grid[0] // side, grid[1] // side
+        swapped = kind == "grid"
+        for sub, _ in module.named_modules():
+            top = sub.split(".")[0]
+            # The layer itself and its departition op give ordinary (C, H, W) maps; the
+            # partition op and the swap back give windows in their unswapped order.
+            if not sub or top == "departition_op":
+                continue
+            unswapped = top in ("partition_op", "departition_swap")
+            full = f"{name}.{sub}" if name else sub
+            regions[full] = (rows, cols, side, swapped and not unswapped)
+    return regions
