@@ -11,11 +11,12 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.diagnostics import stats_callback, write_stats
 from actviz.draw import (
     DrawOptions,
     ImageJob,
@@ -24,8 +25,16 @@ from actviz.draw import (
     draw_image,
     render_activation,
     summaries,
+    thumbnail_path,
 )
-from actviz.errors import ModelError, UsageError
+from actviz.errors import UsageError
+from actviz.forward import BatchForward, shared_ranges
+from actviz.gradpass import (
+    backward,
+    choose_cam_keys,
+    write_flow_chart,
+    write_run_flow_chart,
+)
 from actviz.listing import LayerInfo, LayerListing, list_layers
 from actviz.results import (
     ImageResult,
@@ -43,6 +52,7 @@ if TYPE_CHECKING:
     from actviz.layouts import Layout
     from actviz.models import LoadedModel
     from actviz.render import Order
+    from actviz.stats import Thresholds
 
 __all__ = [
     "ImageResult",
@@ -86,6 +96,14 @@ def run(
     trust_checkpoint: bool = False,
     input_size: tuple[int, int] | None = None,
     in_chans: int = 3,
+    stats: bool = True,
+    grids: bool = True,
+    report: bool = True,
+    thresholds: Thresholds | None = None,
+    grads: bool = False,
+    target: str = "top1",
+    cam: bool = False,
+    cam_classes: int = 1,
     top_k: int = 5,
     reporter: Reporter | None = None,
 ) -> RunResult:
@@ -125,6 +143,18 @@ def run(
         input_size: ``(height, width)`` of the model input, for models that do not take
             224 x 224.
         in_chans: 3 (RGB) or 1 (greyscale) input channels.
+        stats: Compute per-layer statistics and anomaly flags (``stats.json``,
+            ``stats.csv``), on the device where the activation is.
+        grids: Draw the grid PNGs (False: statistics only, much faster).
+        report: Write the static HTML report ``index.html``.
+        thresholds: Anomaly thresholds (``actviz.stats.Thresholds``); None for the defaults.
+        grads: Also backpropagate from ``target`` and draw each layer's gradient
+            (``<NN>_<layer>_grad.png``), with a gradient-flow chart per image and for the run.
+        target: What to backpropagate from: ``top1`` (each image its own top class), a class
+            index, or a class name.
+        cam: Grad-CAM over the input for the selected layers (without ``layers``: the last
+            spatial layer), ``<NN>_<layer>_cam.png``.
+        cam_classes: Grad-CAMs of this many top classes side by side.
         top_k: How many predictions to record per image for classifiers.
         reporter: Receives warnings and progress.
 
@@ -144,10 +174,13 @@ def run(
     from actviz.selectors import select_layers
 
     started = time.perf_counter()
-    report = reporter or SilentReporter()
+    notify = reporter or SilentReporter()
     out_dir = Path(out)
     if batch_size < 1 or workers < 0:
         raise UsageError("--batch-size must be at least 1 and --workers at least 0")
+    if cam_classes < 1:
+        raise UsageError("--cam-classes must be at least 1")
+    cam = cam or cam_classes > 1
     draw = DrawOptions(
         max_channels=max_channels,
         order=order,
@@ -159,6 +192,7 @@ def run(
         overlay_channel=overlay_channel,
         save_tensors=save_tensors,
         png_compression=png_compression,
+        grids=grids,
     )
 
     found = image_io.discover([Path(p) for p in inputs])
@@ -174,7 +208,7 @@ def run(
     warnings: list[str] = []
     if loaded.weights.random and loaded.weights.spec != "none":
         warnings.append(_random_weights_warning(loaded))
-        report.warn(warnings[-1])
+        notify.warn(warnings[-1])
 
     module = loaded.module
     selector = (
@@ -196,6 +230,7 @@ def run(
         "capture": capture,
         "draw": {k: v for k, v in draw.describe().items() if k != "png_compression"},
         "input_size": list(loaded.input_size),
+        "grads": [grads, target, cam, cam_classes],
     }
     records = output.RunRecords(out_dir, settings)
     if resume:
@@ -206,44 +241,65 @@ def run(
 
     if channels_last:
         module = module.to(memory_format=torch.channels_last)
-    forward = _Forward(loaded, module, batch_size, workers, amp, channels_last)
+    forward = BatchForward(loaded, module, batch_size, workers, amp, channels_last)
 
+    summarize = stats_callback(contexts) if stats else None
     ranges: dict[str, tuple[float, float]] = {}
     if draw.norm == "shared":
         # One scale per layer for the whole run needs every image's range before drawing.
         with ActivationRecorder(module, names, mode=capture) as recorder, eval_mode(module):
-            ranges = _shared_ranges(forward, [r.path for r in results], recorder, draw.clip)
+            ranges = shared_ranges(forward, [r.path for r in results], recorder, draw.clip)
 
-    report.start(len(results))
+    notify.start(len(results))
     for result in results:
         if result.status == "reused":
-            report.advance(result)
+            notify.advance(result)
     never_ran: set[str] = set()
+    cam_keys: frozenset[str] | None = None
     in_flight: deque[tuple[list[ImageResult], list[Future[list[LayerResult]]]]] = deque()
 
     def settle(batch: list[ImageResult], futures: list[Future[list[LayerResult]]]) -> None:
         for result, future in zip(batch, futures, strict=True):
             result.layers = future.result()
+            if grads:
+                result.gradient_flow = write_flow_chart(out_dir, result)
             records.add(image_record(result))
-            report.advance(result)
+            notify.advance(result)
 
     def failed(index: int, error: str | None) -> None:
         result = todo[index]
         result.status, result.error = "failed", error
         records.add(image_record(result))
-        report.advance(result)
+        notify.advance(result)
 
     with (
-        ActivationRecorder(module, names, mode=capture) as recorder,
+        ActivationRecorder(module, names, mode=capture, summarize=summarize) as recorder,
         eval_mode(module),
         ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
         contextlib.ExitStack() as stack,
     ):
         try:
-            for good, logits in forward.batches([r.path for r in todo], stack, failed):
+            for good, logits, x in forward.batches([r.path for r in todo], stack, failed):
                 never_ran.update(recorder.never_called())
                 captures = recorder.captures
                 layer_summaries = [summaries(recorder[cap.key]) for cap in captures]
+                if cam and cam_keys is None:
+                    cam_keys = choose_cam_keys(captures, contexts, explicit=layers is not None)
+                gradients: Mapping[str, Any] = {}
+                targets: list[int] = []
+                class_maps: dict[str, list[list[Any]]] = {}
+                if grads or cam:
+                    with recorder.paused():
+                        gradients, targets, class_maps = backward(
+                            module,
+                            x,
+                            names if grads else sorted({k.split(":")[0] for k in cam_keys or ()}),
+                            target=target,
+                            categories=loaded.categories,
+                            cam_keys=cam_keys or frozenset(),
+                            cam_classes=cam_classes,
+                            contexts=contexts,
+                        )
                 futures = []
                 for i, (index, size, x_cpu) in enumerate(good):
                     result = todo[index]
@@ -258,10 +314,20 @@ def run(
                         options=draw,
                         contexts=contexts,
                         ranges=ranges,
-                        model_input=x_cpu if draw.overlay else None,
+                        model_input=x_cpu if (draw.overlay or report or cam) else None,
                         mean=loaded.preprocess.mean,
                         std=loaded.preprocess.std,
+                        thumbnail=report,
+                        gradients=gradients
+                        if grads
+                        else {k: v for k, v in gradients.items() if k in (cam_keys or ())},
+                        gradient_grids=grads,
+                        target=targets[i] if targets else None,
+                        cam_keys=cam_keys or frozenset(),
+                        class_cams={key: maps[i] for key, maps in class_maps.items()},
                     )
+                    if report and loaded.preprocess.channels == 3:
+                        result.thumbnail = thumbnail_path(result.out_dir).as_posix()
                     futures.append(pool.submit(draw_image, job))
                 in_flight.append(([todo[index] for index, _, _ in good], futures))
                 # One batch renders while the next one runs: no more is kept alive.
@@ -277,8 +343,10 @@ def run(
             raise
     for name in sorted(never_ran):
         warnings.append(f"layer {name} was selected but never ran in the forward pass")
-        report.warn(warnings[-1])
+        notify.warn(warnings[-1])
 
+    stats_doc = write_stats(out_dir, results, thresholds) if stats else None
+    flow = write_run_flow_chart(out_dir, results) if grads else None
     manifest_path = out_dir / "manifest.json"
     result_obj = RunResult(
         model=model,
@@ -305,110 +373,18 @@ def run(
             "overwrite": overwrite,
         },
         render=draw.describe(),
+        stats=stats_doc,
+        report=out_dir / "index.html" if report else None,
+        gradient_flow=flow,
     )
-    output.write_json(manifest_path, manifest(result_obj))
+    record = manifest(result_obj)
+    output.write_json(manifest_path, record)
+    if report:
+        from actviz.report import build_report
+
+        for rel, data in build_report(record, stats_doc, out_dir_name=out_dir.name).items():
+            output.write_bytes(out_dir / rel, data)
     return result_obj
-
-
-class _Forward:
-    """Decode, batch and run the model: the loop a run and its measuring pass share."""
-
-    def __init__(
-        self,
-        loaded: LoadedModel,
-        module: Any,
-        batch_size: int,
-        workers: int,
-        amp: bool,
-        channels_last: bool,
-    ) -> None:
-        self.loaded = loaded
-        self.module = module
-        self.batch_size = batch_size
-        self.workers = workers
-        self.amp = amp
-        self.channels_last = channels_last
-
-    def batches(
-        self,
-        paths: Sequence[Path],
-        stack: contextlib.ExitStack,
-        failed: Any = None,
-    ) -> Iterator[tuple[list[tuple[int, tuple[int, int] | None, Any]], Any]]:
-        """Yield ``([(index, size, input tensor on CPU)], logits)`` per batch; the recorder
-        registered on the module holds that batch's captures. Unreadable images go to
-        ``failed(index, reason)``."""
-        import torch
-
-        from actviz.pipeline import decode_batches
-
-        loaded = self.loaded
-        device = loaded.device
-        autocast_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
-        decoded = decode_batches(
-            paths,
-            loaded.preprocess,
-            batch_size=self.batch_size,
-            workers=self.workers,
-            pin_memory=device.type == "cuda",
-        )
-        # closing(): on Ctrl-C the decoder thread or worker processes stop now, not at GC.
-        for batch in stack.enter_context(contextlib.closing(decoded)):
-            good = []
-            for item in batch:
-                if item.tensor is None:
-                    if failed is not None:
-                        failed(item.index, item.error)
-                else:
-                    good.append((item.index, item.size, item.tensor))
-            if not good:
-                continue
-            x = torch.stack([t for _, _, t in good]).to(device, non_blocking=True)
-            if self.channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            with (
-                torch.inference_mode(),
-                torch.autocast(device.type, dtype=autocast_dtype, enabled=self.amp),
-            ):
-                try:
-                    logits = self.module(x)
-                except RuntimeError as exc:
-                    raise ModelError(
-                        f"{loaded.name} failed on a batch starting with {paths[good[0][0]]}: "
-                        f"{_first_line(exc)}"
-                    ) from exc
-            yield good, logits
-
-
-def _shared_ranges(
-    forward: _Forward,
-    paths: Sequence[Path],
-    recorder: Any,
-    clip: tuple[float, float] | None,
-) -> dict[str, tuple[float, float]]:
-    """Per capture key, the value range over every image (clipped per image when asked)."""
-    import torch
-
-    lows: dict[str, float] = {}
-    highs: dict[str, float] = {}
-    with contextlib.ExitStack() as stack:
-        for _good, _logits in forward.batches(paths, stack):
-            for cap in recorder.captures:
-                flat = recorder[cap.key].reshape(len(_good), -1)
-                for row in flat:
-                    finite = row[row.isfinite()]
-                    if not finite.numel():
-                        continue
-                    if clip is None:
-                        lo, hi = float(finite.min()), float(finite.max())
-                    else:
-                        if finite.numel() > 1_000_000:  # quantile's input limit; a fair sample
-                            finite = finite[:: finite.numel() // 1_000_000 + 1]
-                        q = torch.tensor([clip[0] / 100, clip[1] / 100], dtype=finite.dtype)
-                        lo, hi = (float(v) for v in torch.quantile(finite, q))
-                    lows[cap.key] = min(lo, lows.get(cap.key, lo))
-                    highs[cap.key] = max(hi, highs.get(cap.key, hi))
-    return {key: (lows[key], highs[key]) for key in lows}
 
 
 def _checked_clip(clip: tuple[float, float] | None) -> tuple[float, float] | None:
@@ -441,8 +417,10 @@ def _reuse_earlier(records: Any, results: list[ImageResult]) -> None:
             continue
         result.status = "reused"
         result.size = tuple(earlier["size"]) if earlier.get("size") else None
+        result.thumbnail = earlier.get("thumbnail")
         result.predictions = [
-            Prediction(p["index"], p["label"], p["probability"]) for p in earlier["predictions"]
+            Prediction(p["index"], p["label"], _nan_if_none(p["probability"]))
+            for p in earlier["predictions"]
         ]
         result.layers = [
             LayerResult(
@@ -462,6 +440,10 @@ def _reuse_earlier(records: Any, results: list[ImageResult]) -> None:
                 layout=x.get("layout"),
                 overlay=x.get("overlay"),
                 tensor_file=x.get("tensor"),
+                stats=x.get("stats"),
+                gradient=x.get("gradient"),
+                gradient_file=x.get("gradient_file"),
+                cam_file=x.get("cam"),
             )
             for x in earlier["layers"]
         ]

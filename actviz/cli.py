@@ -9,21 +9,49 @@ from __future__ import annotations
 
 import functools
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, ParamSpec, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from actviz import __version__
+from actviz.cli_options import (
+    AmpOption,
+    BatchSizeOption,
+    ChannelsLastOption,
+    DeviceOption,
+    FailOnOption,
+    InChansOption,
+    InputsArg,
+    InputSizeOption,
+    JsonOption,
+    LayersOption,
+    ModelArg,
+    OutOption,
+    OverwriteOption,
+    QuietOption,
+    ResumeOption,
+    ThresholdOption,
+    TrustCheckpointOption,
+    WeightsOption,
+    WorkersOption,
+)
+from actviz.console import (
+    RichReporter,
+    error,
+    listing_json,
+    out_console,
+    print_flags,
+    print_listing,
+    print_run,
+    print_summary,
+    warn,
+)
 from actviz.errors import ActvizError, ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from actviz.api import ImageResult, LayerListing, RunResult
+    from actviz.api import RunResult
 
 __all__ = ["app", "main"]
 
@@ -38,8 +66,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
     rich_markup_mode="rich",
 )
-out_console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 _state: dict[str, Any] = {"debug": False, "progress": ""}
 
 
@@ -81,76 +107,28 @@ def _boundary(command: Callable[P, R]) -> Callable[P, R]:
         except ActvizError as exc:
             if _state["debug"]:
                 raise
-            _error(str(exc))
+            error(str(exc))
             raise typer.Exit(int(exc.exit_code)) from None
         except KeyboardInterrupt as exc:
             if _state["debug"]:
                 raise
             terminated = isinstance(exc, _Terminated)
-            _error(f"{'terminated' if terminated else 'interrupted'}{_state['progress']}")
+            error(f"{'terminated' if terminated else 'interrupted'}{_state['progress']}")
             code = ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED
             raise typer.Exit(int(code)) from None
 
     return wrapper
 
 
-def _error(message: str) -> None:
-    # One line, whatever a library or a user-supplied name put in the message.
-    err_console.print(Text.assemble(("error: ", "bold red"), " ".join(message.split())))
-
-
-def _warn(message: str) -> None:
-    err_console.print(Text.assemble(("warning: ", "bold yellow"), message))
-
-
-LayersOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--layers",
-        "-l",
-        help=(
-            "Which layers: a type alias (conv, relu, bn, norm, pool, linear, act, attn), a "
-            "class name (Conv2d), a glob (layer4.*), re:REGEX, an exact name, all, or !TERM "
-            "to exclude. Comma-separate or repeat."
-        ),
-        show_default=False,
-    ),
-]
-JsonOption = Annotated[
-    bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead.")
-]
-
-
 @app.command()
 @_boundary
 def run(
-    model: Annotated[str, typer.Argument(help="A torchvision model name, e.g. resnet34.")],
-    inputs: Annotated[
-        list[Path], typer.Argument(help="Image files and/or folders.", show_default=False)
-    ],
+    model: ModelArg,
+    inputs: InputsArg,
     layers: LayersOption = None,
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Output folder.", rich_help_panel="Output")
-    ] = Path("actviz-out"),
-    weights: Annotated[
-        str,
-        typer.Option(
-            "--weights",
-            "-w",
-            help=(
-                "auto (pretrained if cached or downloadable, else random with a warning), "
-                "default or an enum name such as IMAGENET1K_V2 (required), none (random), "
-                "or a state_dict checkpoint file (.pt/.pth/.safetensors)."
-            ),
-            rich_help_panel="Model",
-        ),
-    ] = "auto",
-    device: Annotated[
-        str,
-        typer.Option(
-            "--device", "-d", help="auto, cpu, cuda, cuda:N or mps.", rich_help_panel="Model"
-        ),
-    ] = "auto",
+    out: OutOption = Path("actviz-out"),
+    weights: WeightsOption = "auto",
+    device: DeviceOption = "auto",
     capture: Annotated[
         Literal["output", "input", "both"],
         typer.Option(
@@ -249,88 +227,84 @@ def run(
             rich_help_panel="Output",
         ),
     ] = 1,
-    batch_size: Annotated[
+    batch_size: BatchSizeOption = 8,
+    workers: WorkersOption = 0,
+    amp: AmpOption = False,
+    channels_last: ChannelsLastOption = False,
+    resume: ResumeOption = False,
+    overwrite: OverwriteOption = False,
+    trust_checkpoint: TrustCheckpointOption = False,
+    input_size: InputSizeOption = None,
+    in_chans: InChansOption = 3,
+    grads: Annotated[
+        bool,
+        typer.Option(
+            "--grads",
+            help=(
+                "Also backpropagate from --target: a gradient grid per layer "
+                "(<NN>_<layer>_grad.png) and gradient-flow charts."
+            ),
+            rich_help_panel="Gradients",
+        ),
+    ] = False,
+    target: Annotated[
+        str,
+        typer.Option(
+            "--target",
+            help="What to backpropagate from: top1 (each image its own), a class index or name.",
+            rich_help_panel="Gradients",
+        ),
+    ] = "top1",
+    cam: Annotated[
+        bool,
+        typer.Option(
+            "--cam",
+            help=(
+                "Grad-CAM over the input for the selected layers (default: the last spatial "
+                "layer): <NN>_<layer>_cam.png."
+            ),
+            rich_help_panel="Gradients",
+        ),
+    ] = False,
+    cam_classes: Annotated[
         int,
         typer.Option(
-            "--batch-size", "-b", min=1, help="Images per forward pass.", rich_help_panel="Speed"
+            "--cam-classes",
+            min=1,
+            help="Grad-CAMs of the top K classes side by side (implies --cam).",
+            rich_help_panel="Gradients",
         ),
-    ] = 8,
-    workers: Annotated[
-        int,
-        typer.Option(
-            "--workers",
-            "-j",
-            min=0,
-            help="Decoding processes (0: one background thread).",
-            rich_help_panel="Speed",
-        ),
-    ] = 0,
-    amp: Annotated[
+    ] = 1,
+    no_images: Annotated[
         bool,
         typer.Option(
-            "--amp",
-            help="Autocast the forward (bfloat16 on CPU, float16 on CUDA); drawn in float32.",
-            rich_help_panel="Speed",
+            "--no-images",
+            help="Statistics only: no grid PNGs (same as `actviz stats`).",
+            rich_help_panel="Diagnostics",
         ),
     ] = False,
-    channels_last: Annotated[
+    no_report: Annotated[
         bool,
         typer.Option(
-            "--channels-last", help="Channels-last memory format.", rich_help_panel="Speed"
+            "--no-report", help="Do not write the HTML report.", rich_help_panel="Diagnostics"
         ),
     ] = False,
-    resume: Annotated[
-        bool,
-        typer.Option(
-            "--resume",
-            help="Finish an earlier run in OUT: skip images it completed with the same settings.",
-            rich_help_panel="Output",
-        ),
-    ] = False,
-    overwrite: Annotated[
-        bool,
-        typer.Option(
-            "--overwrite", help="Replace an earlier run's outputs in OUT.", rich_help_panel="Output"
-        ),
-    ] = False,
-    trust_checkpoint: Annotated[
-        bool,
-        typer.Option(
-            "--trust-checkpoint",
-            help="Load a checkpoint that needs full unpickling: this runs code from the file.",
-            rich_help_panel="Model",
-        ),
-    ] = False,
-    input_size: Annotated[
-        str | None,
-        typer.Option(
-            "--input-size",
-            metavar="H,W",
-            help="Model input size, for models that do not take 224 x 224.",
-            rich_help_panel="Model",
-        ),
-    ] = None,
-    in_chans: Annotated[
-        Literal[1, 3],
-        typer.Option(
-            "--in-chans",
-            help="Input channels the model takes: 3 (RGB) or 1 (greyscale).",
-            rich_help_panel="Model",
-        ),
-    ] = 3,
+    fail_on: FailOnOption = None,
+    threshold: ThresholdOption = None,
     as_json: JsonOption = False,
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No progress bar or summary on stderr.")
-    ] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Run images through MODEL and write one feature-map grid PNG per selected layer.
 
-    Writes OUT/<image>/<NN>_<layer>.png and OUT/manifest.json.
+    Writes OUT/<image>/<NN>_<layer>.png, OUT/manifest.json, OUT/stats.json, OUT/stats.csv
+    and the report OUT/index.html.
     """
     from actviz.api import run as run_pipeline
+    from actviz.stats import parse_kinds
 
+    kinds = parse_kinds(fail_on) if fail_on else frozenset()
     signal.signal(signal.SIGTERM, _on_sigterm)
-    reporter = _RichReporter(quiet=quiet)
+    reporter = RichReporter(quiet=quiet, status=_state)
     try:
         result = run_pipeline(
             model,
@@ -359,20 +333,106 @@ def run(
             overwrite=overwrite,
             amp=amp,
             channels_last=channels_last,
+            grids=not no_images,
+            report=not no_report,
+            grads=grads,
+            target=target,
+            cam=cam,
+            cam_classes=cam_classes,
+            thresholds=_thresholds(threshold),
             reporter=reporter,
         )
     finally:
         reporter.stop()
+    _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)
+
+
+@app.command()
+@_boundary
+def stats(
+    model: ModelArg,
+    inputs: InputsArg,
+    layers: LayersOption = None,
+    out: OutOption = Path("actviz-out"),
+    weights: WeightsOption = "auto",
+    device: DeviceOption = "auto",
+    batch_size: BatchSizeOption = 8,
+    workers: WorkersOption = 0,
+    amp: AmpOption = False,
+    channels_last: ChannelsLastOption = False,
+    resume: ResumeOption = False,
+    overwrite: OverwriteOption = False,
+    trust_checkpoint: TrustCheckpointOption = False,
+    input_size: InputSizeOption = None,
+    in_chans: InChansOption = 3,
+    report: Annotated[
+        bool,
+        typer.Option("--report", help="Also write the HTML report.", rich_help_panel="Output"),
+    ] = False,
+    fail_on: FailOnOption = None,
+    threshold: ThresholdOption = None,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Per-layer statistics and anomaly flags only: no pictures, so it is fast.
+
+    Writes OUT/stats.json, OUT/stats.csv and OUT/manifest.json; flags NaN/Inf, dead,
+    constant, exploding and vanishing layers.
+    """
+    from actviz.api import run as run_pipeline
+    from actviz.stats import parse_kinds
+
+    kinds = parse_kinds(fail_on) if fail_on else frozenset()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    reporter = RichReporter(quiet=quiet, status=_state)
+    try:
+        result = run_pipeline(
+            model,
+            inputs,
+            layers=layers or None,
+            out=out,
+            weights=weights,
+            device=device,
+            trust_checkpoint=trust_checkpoint,
+            input_size=_pair(input_size, "--input-size", int) if input_size else None,
+            in_chans=in_chans,
+            batch_size=batch_size,
+            workers=workers,
+            resume=resume,
+            overwrite=overwrite,
+            amp=amp,
+            channels_last=channels_last,
+            grids=False,
+            report=report,
+            thresholds=_thresholds(threshold),
+            reporter=reporter,
+        )
+    finally:
+        reporter.stop()
+    _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)
+
+
+def _finish(result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozenset[str]) -> None:
+    """Print what a run did and exit with the code that says how it went."""
     if as_json:
         out_console.print_json(result.manifest.read_text(encoding="utf-8"))
     else:
-        _print_run(result)
+        print_run(result)
     if not quiet:
-        _print_summary(result)
+        print_summary(result)
+        print_flags(result)
+    hits = result.flags(fail_kinds) if fail_kinds else []
+    if hits:
+        image, flag = hits[0]
+        error(
+            f"--fail-on: {len(hits)} anomaly flag(s) of kind {', '.join(sorted(fail_kinds))}; "
+            f"first: {flag.kind} in layer {flag.layer} of {image} ({flag.message})"
+        )
+        raise typer.Exit(int(ExitCode.ANOMALY))
     if result.failed:
         ok = len(result.images) - len(result.failed)
         if ok == 0:
-            _error(f"no image could be read ({len(result.failed)} failed); see messages above")
+            error(f"no image could be read ({len(result.failed)} failed); see messages above")
             raise typer.Exit(int(ExitCode.ERROR))
         raise typer.Exit(int(ExitCode.PARTIAL))
 
@@ -392,9 +452,9 @@ def list_layers(
 
     listing = list_model_layers(model, layers=layers or None)
     if as_json:
-        out_console.print_json(data=_listing_json(listing))
+        out_console.print_json(data=listing_json(listing))
         return
-    _print_listing(listing)
+    print_listing(listing)
 
 
 @app.command()
@@ -417,7 +477,7 @@ def models(
         out_console.print_json(data=names)
         return
     if not names:
-        _warn(f"no model name matches '{pattern}'")
+        warn(f"no model name matches '{pattern}'")
         raise typer.Exit(int(ExitCode.ERROR))
     for name in names:
         out_console.print(name, markup=False)
@@ -433,176 +493,30 @@ def _pair(text: str, option: str, kind: type[float] | type[int]) -> tuple[Any, A
     return first, second
 
 
+def _thresholds(pairs: list[str] | None) -> Any:
+    """``--threshold name=value`` options -> ``Thresholds``, or None for the defaults."""
+    if not pairs:
+        return None
+    import dataclasses
+
+    from actviz.stats import Thresholds
+
+    known = {f.name for f in dataclasses.fields(Thresholds)}
+    values: dict[str, float] = {}
+    for pair in pairs:
+        name, _, text = pair.partition("=")
+        name = name.strip()
+        if name not in known:
+            raise UsageError(
+                f"--threshold: unknown name '{name}'; use one of {', '.join(sorted(known))}"
+            )
+        try:
+            values[name] = float(text)
+        except ValueError:
+            raise UsageError(f"--threshold {name} needs a number, e.g. {name}=0.8") from None
+    return Thresholds(**values)
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
-
-
-class _RichReporter:
-    """Warnings and a progress bar on stderr; silent progress when stderr is not a terminal."""
-
-    def __init__(self, *, quiet: bool) -> None:
-        self.quiet = quiet
-        self.done = 0
-        self.total = 0
-        self._progress: Any = None
-        self._task: Any = None
-
-    def warn(self, message: str) -> None:
-        _warn(message)
-
-    def start(self, total: int) -> None:
-        self.total = total
-        if self.quiet or total < 2 or not err_console.is_terminal:
-            return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._progress = Progress(
-            TextColumn("images"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=err_console,
-            transient=True,
-        )
-        self._progress.start()
-        self._task = self._progress.add_task("images", total=total, rate="")
-
-    def advance(self, result: ImageResult) -> None:
-        self.done += 1
-        _state["progress"] = (
-            f" after {self.done} of {self.total} images; run the same command with --resume "
-            "to finish"
-        )
-        if result.status == "failed":
-            err_console.print(
-                Text.assemble(("failed: ", "bold red"), str(result.path), f": {result.error}")
-            )
-        if self._progress is not None:
-            self._progress.advance(self._task)
-            speed = self._progress.tasks[0].speed
-            if speed:
-                self._progress.update(self._task, rate=f"{speed:.1f} img/s")
-
-    def stop(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
-
-def _print_run(result: RunResult) -> None:
-    note = " (random weights: meaningless)" if result.weights.random else ""
-    shown = [i for i in result.images if i.status == "ok" and i.predictions]
-    for image in shown:
-        labels = [
-            (p.label if p.label is not None else f"class {p.index}") for p in image.predictions
-        ]
-        if len(shown) == 1:
-            out_console.print(Text.assemble((str(image.path), "bold"), f" top-5{note}:"))
-            for p, label in zip(image.predictions, labels, strict=True):
-                out_console.print(f"  {p.probability:6.1%}  {label}", markup=False)
-        else:  # one line per image keeps a folder run readable
-            top = ", ".join(
-                f"{label} {p.probability:.0%}"
-                for p, label in zip(image.predictions, labels, strict=True)
-            )
-            out_console.print(Text.assemble((str(image.path), "bold"), f": {top}"))
-    ok = len(result.images) - len(result.failed) - len(result.reused)
-    out_console.print(
-        f"wrote {result.files_written} grids for {ok} image(s) to {result.out}/; "
-        f"manifest: {result.manifest}",
-        markup=False,
-    )
-
-
-def _print_summary(result: RunResult) -> None:
-    """One screen on stderr: what the run did, how fast, and what went wrong."""
-    done = len(result.images) - len(result.failed) - len(result.reused)
-    rate = done / result.seconds if result.seconds > 0 else 0.0
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row(
-        "images",
-        f"{done} drawn, {len(result.reused)} reused (--resume), "
-        f"{len(result.failed)} failed, {len(result.skipped)} non-image skipped",
-    )
-    table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
-    table.add_row("files", f"{result.files_written} PNGs in {result.out}/")
-    table.add_row("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}")
-    err_console.print(table)
-    for failed in result.failed[:10]:
-        err_console.print(
-            Text.assemble(("  failed ", "red"), str(failed.path), f": {failed.error}")
-        )
-    if len(result.failed) > 10:
-        err_console.print(f"  ... and {len(result.failed) - 10} more in the manifest")
-
-
-def _print_listing(listing: LayerListing) -> None:
-    table = Table(title=f"{listing.model}  (input {listing.input_shape})", title_justify="left")
-    if listing.selector is not None:
-        table.add_column("sel", justify="center")
-    table.add_column("name", overflow="fold")
-    table.add_column("type")
-    table.add_column("output shape")
-    table.add_column("calls", justify="right")
-    table.add_column("params", justify="right")
-    for row in listing.layers:
-        cells = [
-            Text(row.name),
-            Text(row.module_type),
-            Text(str(row.shape) if row.shape is not None else "-"),
-            Text(str(row.calls)),
-            Text(f"{row.params:,}"),
-        ]
-        if listing.selector is not None:
-            cells.insert(0, Text("●", style="green") if row.selected else Text(""))
-        table.add_row(*cells, style="bold" if row.selected else None)
-    out_console.print(table)
-    if listing.selector is not None:
-        selected = sum(1 for row in listing.layers if row.selected)
-        out_console.print(
-            f"'{listing.selector}' selects {selected} module(s); "
-            f"`actviz run` would write {listing.grids} grid(s) per image",
-            markup=False,
-        )
-    else:
-        out_console.print(
-            f"{len(listing.layers)} modules; preview a selection with --layers, e.g. --layers conv",
-            markup=False,
-        )
-
-
-def _listing_json(listing: LayerListing) -> dict[str, Any]:
-    return {
-        "model": listing.model,
-        "input_shape": list(listing.input_shape),
-        "selector": listing.selector,
-        "grids": listing.grids,
-        "layers": [
-            {
-                "name": row.name,
-                "type": row.module_type,
-                "shape": list(row.shape) if row.shape is not None else None,
-                "calls": row.calls,
-                "params": row.params,
-                "selected": row.selected,
-            }
-            for row in listing.layers
-        ],
-    }
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())  # type: ignore[func-returns-value]

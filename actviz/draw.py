@@ -22,7 +22,14 @@ if TYPE_CHECKING:
     from actviz.layouts import LayerContext, Layout
     from actviz.render import GridImage, Order
 
-__all__ = ["DrawOptions", "ImageJob", "draw_image", "render_activation", "summaries"]
+__all__ = [
+    "DrawOptions",
+    "ImageJob",
+    "draw_image",
+    "render_activation",
+    "summaries",
+    "thumbnail_path",
+]
 
 Norm = Literal["channel", "layer", "shared"]
 TensorFormat = Literal["npy", "safetensors"]
@@ -46,6 +53,7 @@ class DrawOptions:
         overlay_channel: The channel to overlay instead of the mean.
         save_tensors: Also save each raw activation as ``npy`` or ``safetensors``.
         png_compression: zlib level of the PNGs.
+        grids: Draw the grid PNGs (False: statistics and tensors only).
     """
 
     max_channels: int = 64
@@ -58,6 +66,7 @@ class DrawOptions:
     overlay_channel: int | None = None
     save_tensors: TensorFormat | None = None
     png_compression: int = 1
+    grids: bool = True
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready, for the manifest."""
@@ -71,6 +80,7 @@ class DrawOptions:
             "overlay": self.overlay,
             "overlay_channel": self.overlay_channel,
             "save_tensors": self.save_tensors,
+            "grids": self.grids,
         }
 
 
@@ -89,6 +99,12 @@ class ImageJob:
     model_input: torch.Tensor | None = None
     mean: Sequence[float] = ()
     std: Sequence[float] = ()
+    thumbnail: bool = False
+    gradients: Mapping[str, Any] = field(default_factory=dict)
+    gradient_grids: bool = False
+    target: int | None = None
+    cam_keys: frozenset[str] = frozenset()
+    class_cams: Mapping[str, Sequence[Any]] = field(default_factory=dict)
 
 
 def render_activation(
@@ -145,10 +161,20 @@ def draw_image(job: ImageJob) -> list[LayerResult]:
 
     captures = job.captures
     width = max(2, len(str(len(captures) - 1)))
+    if job.thumbnail and job.model_input is not None and job.model_input.shape[0] == 3:
+        from actviz.overlay import input_view
+
+        view = input_view(job.model_input.numpy(), job.mean, job.std)
+        output.write_png(job.out_dir / thumbnail_path(job.folder), view, compress_level=1)
     return [
         _draw_layer(job, order, cap, output.layer_filename(order, cap.key, width=width))
         for order, cap in enumerate(captures)
     ]
+
+
+def thumbnail_path(folder: PurePosixPath) -> PurePosixPath:
+    """Where the picture of what the model saw goes, for the report."""
+    return folder / "input.png"
 
 
 def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> LayerResult:
@@ -160,6 +186,9 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
     sample = cap.tensor[job.index]
     shape = (1, *sample.shape)
     lo, hi, mean = job.summaries[order][job.index]
+    stats = cap.summary[job.index] if cap.summary is not None else None
+    if stats is not None:  # computed on the device already, finite-only like the summary
+        lo, hi, mean = stats.min, stats.max, stats.mean
     base: dict[str, Any] = {
         "key": cap.key,
         "module": cap.module,
@@ -170,6 +199,7 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
         "max": hi,
         "mean": mean,
         "kind": cap.kind,
+        "stats": stats.to_dict() if stats is not None else None,
     }
     stem = filename.removesuffix(".png")
     tensor_file = None
@@ -178,6 +208,16 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
         output.write_tensor(job.out_dir / rel, sample, opts.save_tensors)
         tensor_file = rel.as_posix()
     drawable = to_drawable(sample.numpy(), job.contexts.get(cap.module), layout=opts.layout)
+    if not opts.grids:
+        return LayerResult(
+            **base,
+            channels_shown=0,
+            channels_total=0,
+            file=None,
+            layout=drawable.layout,
+            note=drawable.note,
+            tensor_file=tensor_file,
+        )
     if drawable.kind == "none" or drawable.array is None:
         return LayerResult(
             **base,
@@ -210,6 +250,7 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
     overlay_file = None
     if opts.overlay and drawable.kind == "maps":
         overlay_file = _write_overlay(job, drawable.array, stem)
+    gradient, gradient_file, cam_file = _draw_gradient(job, cap, stem, title)
     return LayerResult(
         **base,
         channels_shown=grid.channels_shown,
@@ -219,7 +260,80 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
         note=drawable.note,
         overlay=overlay_file,
         tensor_file=tensor_file,
+        gradient=gradient,
+        gradient_file=gradient_file,
+        cam_file=cam_file,
     )
+
+
+def _draw_gradient(
+    job: ImageJob, cap: Capture, stem: str, title: str
+) -> tuple[dict[str, Any] | None, str | None, str | None]:
+    """The gradient grid and the Grad-CAM overlay of one layer, when they were asked for."""
+    import numpy as np
+    from PIL import Image
+
+    from actviz import output, render
+    from actviz.layouts import to_drawable
+
+    captured = job.gradients.get(cap.key)
+    if captured is None:
+        return None, None, None
+    opts = job.options
+    ctx = job.contexts.get(cap.module)
+    grad = captured.gradient[job.index]
+    finite = grad[grad.isfinite()]
+    info = {
+        "norm": _json_number(captured.norms[job.index]),
+        "min": _json_number(float(finite.min())) if finite.numel() else None,
+        "max": _json_number(float(finite.max())) if finite.numel() else None,
+        "mean": _json_number(float(finite.mean())) if finite.numel() else None,
+        "target": job.target,
+        "note": captured.note,
+    }
+    grad_maps = to_drawable(grad.numpy(), ctx, layout=opts.layout)
+    gradient_file = None
+    if job.gradient_grids and grad_maps.kind == "maps" and grad_maps.array is not None:
+        # Gradients are heavy-tailed: one scale per layer, clipped, diverging around 0.
+        picture = render.render_grid(
+            grad_maps.array,
+            title=f"{title}   gradient of logit {job.target}",
+            max_channels=opts.max_channels,
+            order=opts.order,
+            norm="layer",
+            clip=opts.clip or (1.0, 99.0),
+        )
+        rel = job.folder / f"{stem}_grad.png"
+        output.write_png(job.out_dir / rel, picture.to_pil(), compress_level=opts.png_compression)
+        gradient_file = rel.as_posix()
+    cam_file = None
+    if (
+        cap.key in job.cam_keys
+        and job.model_input is not None
+        and grad_maps.kind == "maps"
+        and grad_maps.array is not None
+    ):
+        from actviz.cam import grad_cam
+        from actviz.overlay import blend, cam_panel, input_view
+
+        view = input_view(job.model_input.numpy(), job.mean, job.std)
+        ranked = job.class_cams.get(cap.key)
+        if ranked:
+            pixels = cam_panel(view, [(c.caption, c.cam.numpy()) for c in ranked])
+        else:
+            acts = to_drawable(captured.activation[job.index].numpy(), ctx, layout=opts.layout)
+            if acts.array is None:
+                return info, gradient_file, None
+            heat = grad_cam(acts.array, grad_maps.array).numpy()
+            pixels = blend(view, heat, cmap="jet", alpha=0.5)
+        rel = job.folder / f"{stem}_cam.png"
+        output.write_png(job.out_dir / rel, Image.fromarray(np.asarray(pixels)), compress_level=1)
+        cam_file = rel.as_posix()
+    return info, gradient_file, cam_file
+
+
+def _json_number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _write_overlay(job: ImageJob, maps: np.ndarray, stem: str) -> str | None:

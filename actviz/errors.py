@@ -30,6 +30,7 @@ class ExitCode(IntEnum):
     ERROR = 1
     USAGE = 2
     PARTIAL = 3
+    ANOMALY = 4
     INTERRUPTED = 130
     TERMINATED = 143
 

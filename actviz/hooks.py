@@ -16,7 +16,7 @@ The policies that make the pictures true live here:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -57,6 +57,7 @@ class Capture:
         shape: The output's shape, batch dimension included.
         tensor: A detached CPU float32 copy, or None when only shapes are recorded.
         kind: ``output``, or ``input`` for what a forward pre-hook saw.
+        summary: What the recorder's ``summarize`` callback returned for this tensor.
     """
 
     key: str
@@ -66,6 +67,7 @@ class Capture:
     shape: tuple[int, ...]
     tensor: torch.Tensor | None = None
     kind: str = "output"
+    summary: Any = None
 
 
 @dataclass
@@ -99,6 +101,9 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
             works on the ``meta`` device).
         mode: Record each module's ``output``, its ``input`` (through a forward pre-hook,
             keyed ``name<in>``), or ``both``.
+        summarize: Called as ``summarize(module_name, tensor)`` on each captured tensor where
+            it lives (on the device, before the copy); the result is kept in
+            ``Capture.summary``. Statistics are cheapest there.
 
     Example:
         >>> with ActivationRecorder(model, ["layer1.0.conv1"]) as acts:
@@ -114,6 +119,7 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
         *,
         keep_tensors: bool = True,
         mode: CaptureMode = "output",
+        summarize: Callable[[str, torch.Tensor], Any] | None = None,
     ) -> None:
         if mode not in ("output", "input", "both"):
             raise UsageError(f"unknown capture mode '{mode}'; use output, input or both")
@@ -121,6 +127,8 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
         self.layers = list(layers)
         self.keep_tensors = keep_tensors
         self.mode = mode
+        self.summarize = summarize
+        self._paused = False
         self._state = _State()
         self._handles: list[RemovableHandle] = []
 
@@ -157,7 +165,18 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
 
     def clear(self) -> None:
         """Forget everything recorded so far."""
-        self._state = _State()
+        if not self._paused:
+            self._state = _State()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Record nothing inside the block (another pass over the model, such as a
+        backward pass, must not replace the latest forward's captures)."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
 
     def __enter__(self) -> ActivationRecorder:
         check_hookable(self.model)
@@ -211,8 +230,18 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
                     if self.keep_tensors
                     else None
                 )
+                summary = (
+                    self.summarize(name, tensor.detach()) if self.summarize is not None else None
+                )
                 state.captures[key] = Capture(
-                    key, name, module_type, call, tuple(tensor.shape), copy, kind=what
+                    key,
+                    name,
+                    module_type,
+                    call,
+                    tuple(tensor.shape),
+                    copy,
+                    kind=what,
+                    summary=summary,
                 )
             if not found:
                 state.skipped[base] = Skipped(
@@ -220,6 +249,8 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
                 )
 
         def pre_hook(_module: nn.Module, args: tuple[object, ...]) -> None:
+            if self._paused:
+                return
             call = self._state.calls.get(name, 0) + 1
             if not want_out:  # otherwise the output hook counts the call
                 self._state.calls[name] = call
@@ -227,6 +258,8 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
             store(call, inputs, what="input", suffix=INPUT_SUFFIX)
 
         def hook(_module: nn.Module, _args: object, output: object) -> None:
+            if self._paused:
+                return
             call = self._state.calls.get(name, 0) + 1
             self._state.calls[name] = call
             store(call, output, what="output", suffix="")

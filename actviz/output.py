@@ -30,6 +30,7 @@ __all__ = [
     "RunRecords",
     "prepare_out_dir",
     "safe_name",
+    "write_bytes",
     "write_json",
     "write_png",
     "write_tensor",
@@ -246,6 +247,12 @@ def write_tensor(path: Path, tensor: Any, fmt: str) -> None:
             from safetensors.torch import save_file
 
             save_file({"activation": tensor.contiguous()}, str(tmp))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write bytes (a report page, a chart, a CSV) atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_json(path: Path, data: Any) -> None:

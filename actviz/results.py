@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -81,6 +82,10 @@ class LayerResult:
     layout: str | None = None
     overlay: str | None = None
     tensor_file: str | None = None
+    stats: dict[str, Any] | None = None
+    gradient: dict[str, Any] | None = None
+    gradient_file: str | None = None
+    cam_file: str | None = None
 
 
 @dataclass
@@ -94,6 +99,8 @@ class ImageResult:
     size: tuple[int, int] | None = None
     layers: list[LayerResult] = field(default_factory=list)
     predictions: list[Prediction] = field(default_factory=list)
+    thumbnail: str | None = None
+    gradient_flow: str | None = None
 
 
 @dataclass
@@ -113,6 +120,17 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     options: dict[str, Any] = field(default_factory=dict)
     render: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] | None = None
+    report: Path | None = None
+    gradient_flow: Path | None = None
+
+    def flags(self, kinds: Iterable[str] | None = None) -> list[tuple[str, Any]]:
+        """``(image folder, flag)`` for every anomaly flag of these kinds (all by default)."""
+        if self.stats is None:
+            return []
+        from actviz.stats import FLAG_KINDS, find_flags
+
+        return find_flags(self.stats, FLAG_KINDS if kinds is None else kinds)
 
     @property
     def failed(self) -> list[ImageResult]:
@@ -160,6 +178,8 @@ def manifest(result: RunResult) -> dict[str, Any]:
         "selector": result.selector,
         "layers": result.layers,
         "render": result.render,
+        "stats": "stats.json" if result.stats is not None else None,
+        "report": "index.html" if result.report is not None else None,
         "options": result.options,
         "seconds": round(result.seconds, 3),
         "images": [image_record(r) for r in result.images],
@@ -175,8 +195,10 @@ def image_record(result: ImageResult) -> dict[str, Any]:
         "status": result.status,
         "error": result.error,
         "size": list(result.size) if result.size else None,
+        "thumbnail": result.thumbnail,
+        "gradient_flow": result.gradient_flow,
         "predictions": [
-            {"index": p.index, "label": p.label, "probability": round(p.probability, 6)}
+            {"index": p.index, "label": p.label, "probability": _finite(p.probability)}
             for p in result.predictions
         ],
         "layers": [
@@ -197,6 +219,10 @@ def image_record(result: ImageResult) -> dict[str, Any]:
                 "note": layer.note,
                 "overlay": layer.overlay,
                 "tensor": layer.tensor_file,
+                "stats": layer.stats,
+                "gradient": layer.gradient,
+                "gradient_file": layer.gradient_file,
+                "cam": layer.cam_file,
             }
             for layer in result.layers
         ],

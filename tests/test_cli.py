@@ -48,8 +48,10 @@ def test_run_writes_grids_and_manifest(tmp_path: Path, image_file: Path) -> None
     assert "wrote 20 grids for 1 image(s)" in result.stdout
     assert "top-5" in result.stdout
 
-    files = sorted((out / "dog").iterdir())
+    files = sorted((out / "dog").glob("[0-9]*_*.png"))
     assert len(files) == 20  # resnet18: 17 convs + 3 downsample convs
+    assert (out / "dog" / "input.png").is_file()  # what the model saw, for the report
+    assert (out / "index.html").is_file() and (out / "stats.json").is_file()
     assert files[0].name == "00_conv1.png" and files[-1].name == "19_layer4.1.conv2.png"
 
     manifest = json.loads((out / "manifest.json").read_text())
@@ -107,7 +109,7 @@ def test_reused_relu_and_max_channels_and_json(tmp_path: Path, image_file: Path)
     assert layers[0]["min"] < 0  # bn1 copied before the in-place ReLU
     assert layers[1]["min"] >= 0
     assert all(x["channels_shown"] == 8 and x["channels_total"] == 64 for x in layers)
-    assert [p.name for p in sorted((out / "dog").iterdir())] == [
+    assert [p.name for p in sorted((out / "dog").glob("[0-9]*_*.png"))] == [
         "00_layer1.0.bn1.png",
         "01_layer1.0.relu.png",
         "02_layer1.0.relu_2.png",
@@ -247,4 +249,5 @@ def test_sample_image_names_with_markup_characters(tmp_path: Path) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "[bold]x y.png" in result.stdout
-    assert [p.relative_to(out).as_posix() for p in out.rglob("*.png")] == ["bold_x_y/00_fc.png"]
+    grids = [p.relative_to(out).as_posix() for p in out.rglob("[0-9]*_*.png")]
+    assert grids == ["bold_x_y/00_fc.png"]

@@ -37,7 +37,12 @@ def folder(tmp_path: Path) -> Path:
 
 
 def _pngs(out: Path) -> list[str]:
-    return sorted(p.relative_to(out).as_posix() for p in out.rglob("*.png"))
+    """The grid PNGs of a run (not the report's charts or the input thumbnails)."""
+    return sorted(
+        p.relative_to(out).as_posix()
+        for p in out.rglob("[0-9]*_*.png")
+        if not p.relative_to(out).as_posix().startswith("report/")
+    )
 
 
 def test_folder_layout_mirrors_the_input_tree(folder: Path, tmp_path: Path) -> None:

@@ -36,7 +36,8 @@ def _actviz(*args: str, **kwargs: object) -> subprocess.Popen[str]:
 def _files(root: Path) -> dict[str, np.ndarray]:
     return {
         p.relative_to(root).as_posix(): np.asarray(Image.open(p))
-        for p in sorted(root.rglob("*.png"))
+        for p in sorted(root.rglob("[0-9]*_*.png"))
+        if not p.relative_to(root).as_posix().startswith("report/")
     }
 
 

@@ -1,0 +1,180 @@
+"""Command-line options shared by several commands, defined once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+
+__all__ = [
+    "AmpOption",
+    "BatchSizeOption",
+    "ChannelsLastOption",
+    "DeviceOption",
+    "FailOnOption",
+    "InChansOption",
+    "InputSizeOption",
+    "InputsArg",
+    "JsonOption",
+    "LayersOption",
+    "ModelArg",
+    "OutOption",
+    "OverwriteOption",
+    "QuietOption",
+    "ResumeOption",
+    "ThresholdOption",
+    "TrustCheckpointOption",
+    "WeightsOption",
+    "WorkersOption",
+]
+
+LayersOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--layers",
+        "-l",
+        help=(
+            "Which layers: a type alias (conv, relu, bn, norm, pool, linear, act, attn), a "
+            "class name (Conv2d), a glob (layer4.*), re:REGEX, an exact name, all, or !TERM "
+            "to exclude. Comma-separate or repeat."
+        ),
+        show_default=False,
+    ),
+]
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead.")
+]
+ModelArg = Annotated[str, typer.Argument(help="A torchvision model name, e.g. resnet34.")]
+
+InputsArg = Annotated[
+    list[Path], typer.Argument(help="Image files and/or folders.", show_default=False)
+]
+
+OutOption = Annotated[
+    Path, typer.Option("--out", "-o", help="Output folder.", rich_help_panel="Output")
+]
+
+WeightsOption = Annotated[
+    str,
+    typer.Option(
+        "--weights",
+        "-w",
+        help=(
+            "auto (pretrained if cached or downloadable, else random with a warning), "
+            "default or an enum name such as IMAGENET1K_V2 (required), none (random), "
+            "or a state_dict checkpoint file (.pt/.pth/.safetensors)."
+        ),
+        rich_help_panel="Model",
+    ),
+]
+
+DeviceOption = Annotated[
+    str,
+    typer.Option("--device", "-d", help="auto, cpu, cuda, cuda:N or mps.", rich_help_panel="Model"),
+]
+
+BatchSizeOption = Annotated[
+    int,
+    typer.Option(
+        "--batch-size", "-b", min=1, help="Images per forward pass.", rich_help_panel="Speed"
+    ),
+]
+
+WorkersOption = Annotated[
+    int,
+    typer.Option(
+        "--workers",
+        "-j",
+        min=0,
+        help="Decoding processes (0: one background thread).",
+        rich_help_panel="Speed",
+    ),
+]
+
+AmpOption = Annotated[
+    bool,
+    typer.Option(
+        "--amp",
+        help="Autocast the forward (bfloat16 on CPU, float16 on CUDA); drawn in float32.",
+        rich_help_panel="Speed",
+    ),
+]
+
+ChannelsLastOption = Annotated[
+    bool,
+    typer.Option("--channels-last", help="Channels-last memory format.", rich_help_panel="Speed"),
+]
+
+ResumeOption = Annotated[
+    bool,
+    typer.Option(
+        "--resume",
+        help="Finish an earlier run in OUT: skip images it completed with the same settings.",
+        rich_help_panel="Output",
+    ),
+]
+
+OverwriteOption = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite", help="Replace an earlier run's outputs in OUT.", rich_help_panel="Output"
+    ),
+]
+
+TrustCheckpointOption = Annotated[
+    bool,
+    typer.Option(
+        "--trust-checkpoint",
+        help="Load a checkpoint that needs full unpickling: this runs code from the file.",
+        rich_help_panel="Model",
+    ),
+]
+
+InputSizeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--input-size",
+        metavar="H,W",
+        help="Model input size, for models that do not take 224 x 224.",
+        rich_help_panel="Model",
+    ),
+]
+
+InChansOption = Annotated[
+    Literal[1, 3],
+    typer.Option(
+        "--in-chans",
+        help="Input channels the model takes: 3 (RGB) or 1 (greyscale).",
+        rich_help_panel="Model",
+    ),
+]
+
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar or summary on stderr.")
+]
+FailOnOption = Annotated[
+    str | None,
+    typer.Option(
+        "--fail-on",
+        metavar="KINDS",
+        help=(
+            "Exit with code 4 when an anomaly of these kinds is flagged: nan, inf, dead, "
+            "constant, exploding, vanishing, or all (comma-separated)."
+        ),
+        rich_help_panel="Diagnostics",
+    ),
+]
+ThresholdOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--threshold",
+        metavar="NAME=VALUE",
+        help=(
+            "Change an anomaly threshold: dead_frac (0.5), explode_ratio (10), vanish_ratio "
+            "(0.1), constant_rtol (1e-6). Repeat for several."
+        ),
+        rich_help_panel="Diagnostics",
+        show_default=False,
+    ),
+]

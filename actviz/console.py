@@ -1,0 +1,247 @@
+"""What the CLI shows: progress, results on stdout, messages and summaries on stderr.
+
+Everything user-supplied (paths, layer names) is printed as plain text, never as rich markup,
+so a file named ``[bold]x.jpg`` is shown as itself.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from actviz.api import ImageResult, LayerListing, RunResult
+
+__all__ = [
+    "RichReporter",
+    "err_console",
+    "error",
+    "listing_json",
+    "out_console",
+    "print_flags",
+    "print_listing",
+    "print_run",
+    "print_summary",
+    "warn",
+]
+
+out_console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def error(message: str) -> None:
+    # One line, whatever a library or a user-supplied name put in the message.
+    err_console.print(Text.assemble(("error: ", "bold red"), " ".join(message.split())))
+
+
+def warn(message: str) -> None:
+    err_console.print(Text.assemble(("warning: ", "bold yellow"), message))
+
+
+class RichReporter:
+    """Warnings and a progress bar on stderr; silent progress when stderr is not a terminal."""
+
+    def __init__(self, *, quiet: bool, status: dict[str, Any]) -> None:
+        # `status["progress"]` tells the CLI's error boundary how far an interrupted run got.
+        self.status = status
+        self.quiet = quiet
+        self.done = 0
+        self.total = 0
+        self._progress: Any = None
+        self._task: Any = None
+
+    def warn(self, message: str) -> None:
+        warn(message)
+
+    def start(self, total: int) -> None:
+        self.total = total
+        if self.quiet or total < 2 or not err_console.is_terminal:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("images"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("images", total=total, rate="")
+
+    def advance(self, result: ImageResult) -> None:
+        self.done += 1
+        self.status["progress"] = (
+            f" after {self.done} of {self.total} images; run the same command with --resume "
+            "to finish"
+        )
+        if result.status == "failed":
+            err_console.print(
+                Text.assemble(("failed: ", "bold red"), str(result.path), f": {result.error}")
+            )
+        if self._progress is not None:
+            self._progress.advance(self._task)
+            speed = self._progress.tasks[0].speed
+            if speed:
+                self._progress.update(self._task, rate=f"{speed:.1f} img/s")
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+def print_run(result: RunResult) -> None:
+    note = " (random weights: meaningless)" if result.weights.random else ""
+    shown = [i for i in result.images if i.status == "ok" and i.predictions]
+    for image in shown:
+        labels = [
+            (p.label if p.label is not None else f"class {p.index}") for p in image.predictions
+        ]
+        if len(shown) == 1:
+            out_console.print(Text.assemble((str(image.path), "bold"), f" top-5{note}:"))
+            for p, label in zip(image.predictions, labels, strict=True):
+                out_console.print(f"  {_percent(p.probability):>6}  {label}", markup=False)
+        else:  # one line per image keeps a folder run readable
+            top = ", ".join(
+                f"{label} {_percent(p.probability, 0)}"
+                for p, label in zip(image.predictions, labels, strict=True)
+            )
+            out_console.print(Text.assemble((str(image.path), "bold"), f": {top}"))
+    ok = len(result.images) - len(result.failed) - len(result.reused)
+    what = (
+        f"wrote {result.files_written} grids for {ok} image(s)"
+        if result.render.get("grids", True)
+        else f"wrote statistics for {ok} image(s)"
+    )
+    extras = [f"manifest: {result.manifest}"]
+    if result.report is not None:
+        extras.append(f"report: {result.report}")
+    out_console.print(f"{what} to {result.out}/; {'; '.join(extras)}", markup=False)
+
+
+def _percent(value: float, digits: int = 1) -> str:
+    return f"{value:.{digits}%}" if math.isfinite(value) else "n/a"
+
+
+def print_summary(result: RunResult) -> None:
+    """One screen on stderr: what the run did, how fast, and what went wrong."""
+    done = len(result.images) - len(result.failed) - len(result.reused)
+    rate = done / result.seconds if result.seconds > 0 else 0.0
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "images",
+        f"{done} drawn, {len(result.reused)} reused (--resume), "
+        f"{len(result.failed)} failed, {len(result.skipped)} non-image skipped",
+    )
+    table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
+    table.add_row("files", f"{result.files_written} PNGs in {result.out}/")
+    table.add_row("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}")
+    err_console.print(table)
+    for failed in result.failed[:10]:
+        err_console.print(
+            Text.assemble(("  failed ", "red"), str(failed.path), f": {failed.error}")
+        )
+    if len(result.failed) > 10:
+        err_console.print(f"  ... and {len(result.failed) - 10} more in the manifest")
+
+
+def print_flags(result: RunResult) -> None:
+    """The flagged layers, first bad one first: where to start looking."""
+    hits = result.flags()
+    if not hits:
+        if result.stats is not None:
+            err_console.print("no anomalies flagged", style="green")
+        return
+    table = Table(title="anomalies", title_justify="left", title_style="bold red")
+    table.add_column("image", overflow="fold")
+    table.add_column("layer", overflow="fold")
+    table.add_column("flag", style="bold red")
+    table.add_column("what", overflow="fold")
+    for image, flag in hits[:15]:
+        table.add_row(Text(image), Text(flag.layer), Text(flag.kind), Text(flag.message))
+    err_console.print(table)
+    if len(hits) > 15:
+        err_console.print(f"... and {len(hits) - 15} more in {result.out}/stats.json")
+    first = result.stats.get("run") if result.stats else None
+    sections = [first] if first else list((result.stats or {}).get("images", {}).values())
+    for section in sections:
+        if section and section.get("first_nonfinite"):
+            err_console.print(
+                Text.assemble(
+                    ("first layer with NaN/Inf: ", "bold red"), str(section["first_nonfinite"])
+                )
+            )
+            break
+
+
+def print_listing(listing: LayerListing) -> None:
+    table = Table(title=f"{listing.model}  (input {listing.input_shape})", title_justify="left")
+    if listing.selector is not None:
+        table.add_column("sel", justify="center")
+    table.add_column("name", overflow="fold")
+    table.add_column("type")
+    table.add_column("output shape")
+    table.add_column("calls", justify="right")
+    table.add_column("params", justify="right")
+    for row in listing.layers:
+        cells = [
+            Text(row.name),
+            Text(row.module_type),
+            Text(str(row.shape) if row.shape is not None else "-"),
+            Text(str(row.calls)),
+            Text(f"{row.params:,}"),
+        ]
+        if listing.selector is not None:
+            cells.insert(0, Text("●", style="green") if row.selected else Text(""))
+        table.add_row(*cells, style="bold" if row.selected else None)
+    out_console.print(table)
+    if listing.selector is not None:
+        selected = sum(1 for row in listing.layers if row.selected)
+        out_console.print(
+            f"'{listing.selector}' selects {selected} module(s); "
+            f"`actviz run` would write {listing.grids} grid(s) per image",
+            markup=False,
+        )
+    else:
+        out_console.print(
+            f"{len(listing.layers)} modules; preview a selection with --layers, e.g. --layers conv",
+            markup=False,
+        )
+
+
+def listing_json(listing: LayerListing) -> dict[str, Any]:
+    return {
+        "model": listing.model,
+        "input_shape": list(listing.input_shape),
+        "selector": listing.selector,
+        "grids": listing.grids,
+        "layers": [
+            {
+                "name": row.name,
+                "type": row.module_type,
+                "shape": list(row.shape) if row.shape is not None else None,
+                "calls": row.calls,
+                "params": row.params,
+                "selected": row.selected,
+            }
+            for row in listing.layers
+        ],
+    }

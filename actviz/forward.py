@@ -1,0 +1,121 @@
+"""Decode, batch and run the model: the loop a run and its measuring pass share."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from actviz.errors import ModelError
+
+if TYPE_CHECKING:
+    from actviz.models import LoadedModel
+
+__all__ = ["BatchForward", "shared_ranges"]
+
+
+class BatchForward:
+    """Decode, batch and run the model: the loop a run and its measuring pass share."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        module: Any,
+        batch_size: int,
+        workers: int,
+        amp: bool,
+        channels_last: bool,
+    ) -> None:
+        self.loaded = loaded
+        self.module = module
+        self.batch_size = batch_size
+        self.workers = workers
+        self.amp = amp
+        self.channels_last = channels_last
+
+    def batches(
+        self,
+        paths: Sequence[Path],
+        stack: contextlib.ExitStack,
+        failed: Any = None,
+    ) -> Iterator[tuple[list[tuple[int, tuple[int, int] | None, Any]], Any, Any]]:
+        """Yield ``([(index, size, input on CPU)], logits, batch on the device)`` per batch;
+        the recorder registered on the module holds that batch's captures. Unreadable images
+        go to ``failed(index, reason)``."""
+        import torch
+
+        from actviz.pipeline import decode_batches
+
+        loaded = self.loaded
+        device = loaded.device
+        autocast_dtype = torch.float16 if device.type == "cuda" else torch.bfloat16
+        decoded = decode_batches(
+            paths,
+            loaded.preprocess,
+            batch_size=self.batch_size,
+            workers=self.workers,
+            pin_memory=device.type == "cuda",
+        )
+        # closing(): on Ctrl-C the decoder thread or worker processes stop now, not at GC.
+        for batch in stack.enter_context(contextlib.closing(decoded)):
+            good = []
+            for item in batch:
+                if item.tensor is None:
+                    if failed is not None:
+                        failed(item.index, item.error)
+                else:
+                    good.append((item.index, item.size, item.tensor))
+            if not good:
+                continue
+            x = torch.stack([t for _, _, t in good]).to(device, non_blocking=True)
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            with (
+                torch.inference_mode(),
+                torch.autocast(device.type, dtype=autocast_dtype, enabled=self.amp),
+            ):
+                try:
+                    logits = self.module(x)
+                except RuntimeError as exc:
+                    raise ModelError(
+                        f"{loaded.name} failed on a batch starting with {paths[good[0][0]]}: "
+                        f"{_first_line(exc)}"
+                    ) from exc
+            yield good, logits, x
+
+
+def shared_ranges(
+    forward: BatchForward,
+    paths: Sequence[Path],
+    recorder: Any,
+    clip: tuple[float, float] | None,
+) -> dict[str, tuple[float, float]]:
+    """Per capture key, the value range over every image (clipped per image when asked)."""
+    import torch
+
+    lows: dict[str, float] = {}
+    highs: dict[str, float] = {}
+    with contextlib.ExitStack() as stack:
+        for _good, _logits, _x in forward.batches(paths, stack):
+            for cap in recorder.captures:
+                flat = recorder[cap.key].reshape(len(_good), -1)
+                for row in flat:
+                    finite = row[row.isfinite()]
+                    if not finite.numel():
+                        continue
+                    if clip is None:
+                        lo, hi = float(finite.min()), float(finite.max())
+                    else:
+                        if finite.numel() > 1_000_000:  # quantile's input limit; a fair sample
+                            finite = finite[:: finite.numel() // 1_000_000 + 1]
+                        q = torch.tensor([clip[0] / 100, clip[1] / 100], dtype=finite.dtype)
+                        lo, hi = (float(v) for v in torch.quantile(finite, q))
+                    lows[cap.key] = min(lo, lows.get(cap.key, lo))
+                    highs[cap.key] = max(hi, highs.get(cap.key, hi))
+    return {key: (lows[key], highs[key]) for key in lows}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

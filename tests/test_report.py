@@ -1,0 +1,441 @@
+"""Tests of actviz.report: links resolve, names are escaped and encoded, pages are complete."""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path, PurePosixPath
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from actviz.report import build_report
+from actviz.stats import aggregate_run, compute_stats, to_json
+
+EVIL = "<script>alert(1)</script>"
+ODD_DIR = "odd name #1?é"  # space, '#', '?', non-ASCII: all must survive as URLs
+
+
+class Tags(HTMLParser):
+    """Every start tag with its attributes, and the page's text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+        self.scripts: list[str] = []
+        self._in_script = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_script = tag == "script"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_script = False
+
+    def handle_data(self, data: str) -> None:
+        (self.scripts if self._in_script else self.text).append(data)
+
+    def links(self) -> Iterator[tuple[str, str]]:
+        for tag, attrs in self.tags:
+            for name in ("src", "href"):
+                value = attrs.get(name)
+                if value is not None:
+                    yield tag, value
+
+
+def parse(path: Path) -> Tags:
+    parser = Tags()
+    parser.feed(path.read_text(encoding="utf-8"))
+    parser.close()
+    return parser
+
+
+def make_run(
+    root: Path,
+    *,
+    images: int = 3,
+    failed: bool = True,
+    random: bool = True,
+    thumbnails: bool = True,
+    with_stats: bool = True,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """A manifest and stats.json for a run, with the grid PNGs it names written under root.
+
+    Layers: a normal conv, one whose name is a script tag, one whose file name has a space and
+    a '#', one that was not drawn; the second image gets NaN from the third layer on, and every
+    image has a half-dead ReLU.
+    """
+    layer_names = ["conv1", EVIL, "layer1.0.relu:2", "head"]
+    folders = ["cat", ODD_DIR, "sub/dog", "more/x", "y"][:images]
+    records = []
+    per_image = {}
+    torch.manual_seed(0)
+    for number, folder in enumerate(folders):
+        layers = []
+        captured = []
+        for index, name in enumerate(layer_names):
+            tensor = torch.randn(1, 4, 6, 6) * (index + 1)
+            if name == "layer1.0.relu:2":
+                tensor = torch.relu(tensor)
+                tensor[:, :3] = 0  # 3 of 4 channels dead
+            if number == 1 and index >= 2:
+                tensor[0, 0, 0, 0] = float("nan")
+            file = None
+            if name != "head":
+                stem = "02_layer1.0.relu 2 #x" if index == 2 else f"{index:02d}_{name}"
+                file = f"{folder}/{stem}.png"
+                target = root / file
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shade = 40 + 50 * index
+                Image.new("RGB", (96, 64), (shade, 120, 200 - shade)).save(target)
+            overlay = f"{folder}/overlay {index}.png" if index == 0 else None
+            if overlay:
+                Image.new("RGB", (64, 48), (90, 160, 90)).save(root / overlay)
+            layers.append(
+                {
+                    "name": name,
+                    "module": name.split(":")[0],
+                    "type": "ReLU" if "relu" in name else "Conv2d",
+                    "call": 2 if ":" in name else 1,
+                    "shape": [1, 4, 6, 6],
+                    "min": float(tensor.nan_to_num().min()),
+                    "max": float(tensor.nan_to_num().max()),
+                    "mean": 0.0,
+                    "channels_shown": 4,
+                    "channels_total": 4,
+                    "file": file,
+                    "kind": "output",
+                    "layout": "nchw",
+                    "note": None if file else f"cannot draw {name}: shape (1, 3)",
+                    "overlay": overlay,
+                    "tensor": None,
+                }
+            )
+            captured.append((name, compute_stats(tensor)[0]))
+        record: dict[str, Any] = {
+            "path": f"/data/in/{folder}.jpg",
+            "out_dir": folder,
+            "status": "ok",
+            "error": None,
+            "size": [64, 48],
+            "predictions": [
+                {"index": 281 - k, "label": f"class {k} <b>", "probability": 0.5 / (k + 1)}
+                for k in range(5)
+            ],
+            "layers": layers,
+        }
+        if thumbnails:
+            record["thumbnail"] = f"{folder}/input.png"
+            Image.new("RGB", (32, 24), (200, 90, 40)).save(root / record["thumbnail"])
+        records.append(record)
+        per_image[folder] = captured
+    if failed:
+        records.append(
+            {
+                "path": "/data/in/broken <x>.jpg",
+                "out_dir": "broken",
+                "status": "failed",
+                "error": "cannot identify image file <broken>",
+                "size": None,
+                "predictions": [],
+                "layers": [],
+            }
+        )
+    manifest = {
+        "actviz": "0.1.0",
+        "versions": {"torch": "2.x", "torchvision": "0.x", "pillow": "12.x"},
+        "created": "2026-01-02T03:04:05+00:00",
+        "model": "resnet18",
+        "weights": {
+            "spec": "auto",
+            "source": "random" if random else "torchvision",
+            "name": None if random else "ResNet18_Weights.IMAGENET1K_V1",
+            "random": random,
+            "seed": 0 if random else None,
+            "reason": "no network to download ResNet18_Weights" if random else None,
+        },
+        "device": "cpu",
+        "selector": "conv,relu",
+        "layers": [n.split(":")[0] for n in layer_names],
+        "render": {"max_channels": 64, "norm": "channel"},
+        "seconds": 1.5,
+        "images": records,
+        "skipped": [{"path": "/data/in/notes.txt", "reason": "not an image"}],
+        "warnings": ["RANDOM WEIGHTS: no network"] if random else [],
+    }
+    stats = None
+    if with_stats:
+        stats = to_json(per_image, aggregate_run(per_image) if len(per_image) > 1 else None)
+    return manifest, stats
+
+
+def write(root: Path, files: dict[str, bytes]) -> list[Path]:
+    paths = []
+    for rel, data in files.items():
+        assert not PurePosixPath(rel).is_absolute() and ".." not in PurePosixPath(rel).parts
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        paths.append(target)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def folder_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
+    root = tmp_path_factory.mktemp("report")
+    manifest, stats = make_run(root)
+    files = build_report(manifest, stats, out_dir_name="out")
+    write(root, files)
+    return root, files
+
+
+def html_pages(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.html"))
+
+
+# --------------------------------------------------------------------------- links
+
+
+def test_every_link_and_image_resolves_to_a_file(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    pages = html_pages(root)
+    assert len(pages) == 1 + 3 + 4  # index, one page per image, one per layer
+    checked = 0
+    for page in pages:
+        for tag, url in parse(page).links():
+            parts = urlsplit(url)
+            assert not parts.scheme and not parts.netloc, f"{page.name}: external {url}"
+            assert not url.startswith("/"), f"{page.name}: absolute {url}"
+            if not parts.path:  # a fragment on the same page
+                continue
+            target = (page.parent / unquote(parts.path)).resolve()
+            assert target.is_file(), f"{page.relative_to(root)}: <{tag}> {url} -> {target}"
+            assert root.resolve() in target.parents
+            checked += 1
+    assert checked > 50
+
+
+def test_fragments_point_at_sections(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    for page in html_pages(root):
+        for _, url in parse(page).links():
+            parts = urlsplit(url)
+            if not parts.fragment:
+                continue
+            target = page if not parts.path else (page.parent / unquote(parts.path))
+            ids = {a.get("id") for _, a in parse(target).tags}
+            assert parts.fragment in ids, f"{page.name}: {url}"
+
+
+def test_names_are_escaped_and_urls_encoded(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    for page in html_pages(root):
+        raw = page.read_text(encoding="utf-8")
+        parsed = parse(page)
+        assert EVIL not in raw
+        assert "<b>" not in raw
+        # The only script is the filter box of the index, never a name.
+        assert all("alert" not in s for s in parsed.scripts)
+        assert sum(tag == "script" for tag, _ in parsed.tags) == (page.name == "index.html")
+    index = parse(root / "index.html")
+    assert any(EVIL in t for t in index.text)  # shown as text
+    odd_page = root / "report/images/odd_name_1.html"
+    urls = [u for _, u in parse(odd_page).links()]
+    assert "../../odd%20name%20%231%3F%C3%A9/00_conv1.png" in urls
+    assert "../../odd%20name%20%231%3F%C3%A9/overlay%200.png" in urls
+    assert "../../odd%20name%20%231%3F%C3%A9/02_layer1.0.relu%202%20%23x.png" in urls
+    assert any(EVIL in t for t in parse(odd_page).text)
+    assert any("class 0 <b>" in t for t in parse(odd_page).text)
+
+
+def test_every_img_is_lazy(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    count = 0
+    for page in html_pages(root):
+        for tag, attrs in parse(page).tags:
+            if tag == "img":
+                assert attrs.get("loading") == "lazy", page.name
+                assert attrs.get("alt") is not None
+                count += 1
+    assert count >= 3 * 3 * 2  # grids on image pages and again on layer pages
+
+
+# --------------------------------------------------------------------------- content
+
+
+def test_random_weights_banner(tmp_path: Path, folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    index = (root / "index.html").read_text(encoding="utf-8")
+    banner = re.search(r'<div class="banner" role="alert">(.*?)</div>', index)
+    assert banner is not None
+    assert "RANDOM WEIGHTS" in banner.group(1)
+    assert "no network to download ResNet18_Weights" in banner.group(1)
+    assert "seed 0" in banner.group(1)
+    for page in html_pages(root):
+        assert 'role="alert"' in page.read_text(encoding="utf-8"), page.name
+    # The run's own warning about the same thing is not repeated under the banner.
+    assert "RANDOM WEIGHTS: no network</div>" not in index
+
+    manifest, stats = make_run(tmp_path, random=False, with_stats=False)
+    trained = build_report(manifest, stats)["index.html"].decode()
+    assert 'role="alert"' not in trained
+    assert "ResNet18_Weights.IMAGENET1K_V1" in trained
+
+
+def test_header_lists_the_run(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    text = " ".join(parse(root / "index.html").text)
+    for expected in (
+        "resnet18",
+        "conv,relu",
+        "cpu",
+        "torch 2.x",
+        "torchvision 0.x",
+        "2026-01-02T03:04:05+00:00",
+        "3 drawn, 1 failed, 1 skipped",
+    ):
+        assert expected in text, expected
+
+
+def test_flagged_layers_carry_badges(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    odd = (root / "report/images/odd_name_1.html").read_text(encoding="utf-8")
+    sections = re.findall(r'<section class="layer( flagged)?" id="L(\d)">(.*?)</section>', odd)
+    assert [(bool(flagged), int(i)) for flagged, i, _ in sections] == [
+        (False, 0),
+        (False, 1),
+        (True, 2),
+        (True, 3),
+    ]
+    relu_section = sections[2][2]
+    assert '<span class="badge severe">nan</span>' in relu_section
+    assert '<span class="badge">dead</span>' in relu_section
+    assert "3 of 4 channels never positive (75%)" in relu_section
+    assert "Non-finite values first appear in" in odd
+    assert "href='#L2'" in odd
+    cat = (root / "report/images/cat.html").read_text(encoding="utf-8")
+    assert '<span class="badge">dead</span>' in cat and "badge severe" not in cat
+    index = (root / "index.html").read_text(encoding="utf-8")
+    assert '<span class="badge severe">nan</span>' in index
+
+
+def test_statistics_are_shown(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    text = " ".join(parse(root / "report/images/cat.html").text)
+    assert "zeros" in text and "dead ch." in text and "p99" in text
+    assert "75.0%" in text  # the dead-channel fraction of the ReLU layer
+
+
+def test_folder_run_pages(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, files = folder_run
+    assert sorted(f for f in files if f.startswith("report/images/")) == [
+        "report/images/cat.html",
+        "report/images/odd_name_1.html",
+        "report/images/sub__dog.html",
+    ]
+    layer_pages = sorted(f for f in files if f.startswith("report/layers/"))
+    assert len(layer_pages) == 4 and layer_pages[0] == "report/layers/00_conv1.html"
+    layer = parse(root / layer_pages[0])
+    grids = [a["src"] for t, a in layer.tags if t == "img" and a.get("class") == "grid"]
+    assert grids == [
+        "../../cat/00_conv1.png",
+        "../../odd%20name%20%231%3F%C3%A9/00_conv1.png",
+        "../../sub/dog/00_conv1.png",
+    ]
+    overlays = [a["src"] for t, a in layer.tags if t == "img" and a.get("class") == "overlay"]
+    assert overlays == [g.replace("00_conv1", "overlay%200") for g in grids]
+    index = parse(root / "index.html")
+    hrefs = [a.get("href") for t, a in index.tags if t == "a"]
+    assert "report/images/sub__dog.html" in hrefs
+    assert "report/layers/00_conv1.html" in hrefs
+    head = " ".join(parse(root / layer_pages[3]).text)
+    assert "Not drawn: cannot draw head" in head
+
+
+def test_failed_and_skipped_are_listed(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    text = " ".join(parse(root / "index.html").text)
+    assert "Failed images (1)" in text
+    assert "/data/in/broken <x>.jpg" in text
+    assert "cannot identify image file <broken>" in text
+    assert "Skipped inputs (1)" in text and "not an image" in text
+
+
+def test_charts_are_pngs(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    _, files = folder_run
+    charts = sorted(f for f in files if f.endswith(".png"))
+    assert charts == [
+        "report/depth/cat.png",
+        "report/depth/odd_name_1.png",
+        "report/depth/sub__dog.png",
+        "report/run_depth.png",
+    ]
+    for name in charts:
+        image = Image.open(io.BytesIO(files[name]))
+        assert image.format == "PNG" and image.size == (1000, 420)
+        pixels = np.asarray(image.convert("RGB"))
+        assert pixels.std() > 10  # not blank
+        # Flagged layers are marked in red on every chart (all images have a dead layer).
+        red = (pixels[..., 0] > 150) & (pixels[..., 1] < 120) & (pixels[..., 2] < 120)
+        assert red.sum() > 50, name
+
+
+def test_predictions_and_thumbnail(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    cat = parse(root / "report/images/cat.html")
+    srcs = [a["src"] for t, a in cat.tags if t == "img"]
+    assert srcs[0] == "../../cat/input.png"
+    text = " ".join(cat.text)
+    assert "class 0 <b>" in text and "50.0%" in text and "281" in text
+
+
+def test_no_thumbnail_unless_the_manifest_names_one(tmp_path: Path) -> None:
+    manifest, stats = make_run(tmp_path, images=2, thumbnails=False, with_stats=False)
+    files = build_report(manifest, stats)
+    for name, data in files.items():
+        if name.endswith(".html"):
+            assert b"input.png" not in data
+
+
+def test_single_image_shows_its_layers_on_the_index(tmp_path: Path) -> None:
+    manifest, stats = make_run(tmp_path, images=1, failed=False)
+    files = build_report(manifest, stats)
+    assert sorted(files) == ["index.html", "report/depth/cat.png"]
+    write(tmp_path, files)
+    index = parse(tmp_path / "index.html")
+    ids = [a.get("id") for _, a in index.tags if a.get("id")]
+    assert ids == ["L0", "L1", "L2", "L3"]
+    srcs = [a["src"] for t, a in index.tags if t == "img"]
+    assert srcs[:2] == ["cat/input.png", "report/depth/cat.png"]
+    assert "cat/00_conv1.png" in srcs
+    for _, url in index.links():
+        path = urlsplit(url).path
+        assert not path or (tmp_path / unquote(path)).is_file(), url
+
+
+def test_without_statistics(tmp_path: Path) -> None:
+    manifest, _ = make_run(tmp_path, images=2)
+    files = build_report(manifest, None)
+    assert not [f for f in files if f.endswith(".png")]
+    write(tmp_path, files)
+    for page in html_pages(tmp_path):
+        raw = page.read_text(encoding="utf-8")
+        assert "dead ch." not in raw and "Depth profile" not in raw
+        for _, url in parse(page).links():
+            path = urlsplit(url).path
+            assert not path or (page.parent / unquote(path)).is_file(), url
+
+
+def test_nothing_drawn_at_all(tmp_path: Path) -> None:
+    manifest, stats = make_run(tmp_path, images=0, failed=True, with_stats=False)
+    files = build_report(manifest, stats)
+    assert list(files) == ["index.html"]
+    text = files["index.html"].decode()
+    assert "0 drawn, 1 failed" in text and "Failed images (1)" in text
