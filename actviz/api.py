@@ -243,7 +243,11 @@ def run(
         module = module.to(memory_format=torch.channels_last)
     forward = BatchForward(loaded, module, batch_size, workers, amp, channels_last)
 
-    summarize = stats_callback(contexts) if stats else None
+    # Statistics are computed where the activation is: on an accelerator inside the hook,
+    # before the copy; on the CPU in the render threads, where they run in parallel.
+    on_cpu = loaded.device.type == "cpu"
+    summarize = stats_callback(contexts) if stats and not on_cpu else None
+    stats_in_threads = stats_callback(contexts) if stats and on_cpu else None
     ranges: dict[str, tuple[float, float]] = {}
     if draw.norm == "shared":
         # One scale per layer for the whole run needs every image's range before drawing.
@@ -322,6 +326,7 @@ def run(
                         if grads
                         else {k: v for k, v in gradients.items() if k in (cam_keys or ())},
                         gradient_grids=grads,
+                        stats_fn=stats_in_threads,
                         target=targets[i] if targets else None,
                         cam_keys=cam_keys or frozenset(),
                         class_cams={key: maps[i] for key, maps in class_maps.items()},

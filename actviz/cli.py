@@ -188,7 +188,7 @@ def run(
         str | None,
         typer.Option(
             "--cmap",
-            help="Any matplotlib colormap [default: viridis, or RdBu_r centred on 0 for signed].",
+            help="Any matplotlib colormap (default: viridis, or RdBu_r centred on 0 if signed).",
             rich_help_panel="Grid",
         ),
     ] = None,
@@ -296,8 +296,8 @@ def run(
 ) -> None:
     """Run images through MODEL and write one feature-map grid PNG per selected layer.
 
-    Writes OUT/<image>/<NN>_<layer>.png, OUT/manifest.json, OUT/stats.json, OUT/stats.csv
-    and the report OUT/index.html.
+    Writes grids to OUT/<image>/<NN>_<layer>.png, and OUT/manifest.json, stats.json,
+    stats.csv and the report index.html.
     """
     from actviz.api import run as run_pipeline
     from actviz.stats import parse_kinds

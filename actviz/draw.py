@@ -7,7 +7,7 @@ through ``output`` only.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Literal
@@ -102,6 +102,7 @@ class ImageJob:
     thumbnail: bool = False
     gradients: Mapping[str, Any] = field(default_factory=dict)
     gradient_grids: bool = False
+    stats_fn: Callable[[str, Any], Any] | None = None
     target: int | None = None
     cam_keys: frozenset[str] = frozenset()
     class_cams: Mapping[str, Sequence[Any]] = field(default_factory=dict)
@@ -186,7 +187,12 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
     sample = cap.tensor[job.index]
     shape = (1, *sample.shape)
     lo, hi, mean = job.summaries[order][job.index]
-    stats = cap.summary[job.index] if cap.summary is not None else None
+    stats = None
+    if cap.summary is not None:  # computed in the hook, on the device
+        stats = cap.summary[job.index]
+    elif job.stats_fn is not None:
+        computed = job.stats_fn(cap.module, cap.tensor[job.index : job.index + 1])
+        stats = computed[0] if computed else None
     if stats is not None:  # computed on the device already, finite-only like the summary
         lo, hi, mean = stats.min, stats.max, stats.mean
     base: dict[str, Any] = {
