@@ -193,6 +193,55 @@ def print_flags(result: RunResult) -> None:
 
 
 def print_listing(listing: LayerListing) -> None:
+    """A rich table on a terminal; plain aligned columns when piped (faster, and easy to grep
+    or cut)."""
+    if out_console.is_terminal:
+        _listing_table(listing)
+    else:
+        _listing_plain(listing)
+    if listing.selector is not None:
+        selected = sum(1 for row in listing.layers if row.selected)
+        out_console.print(
+            f"'{listing.selector}' selects {selected} module(s); "
+            f"`actviz run` would write {listing.grids} grid(s) per image",
+            markup=False,
+        )
+    else:
+        out_console.print(
+            f"{len(listing.layers)} modules; preview a selection with --layers, e.g. --layers conv",
+            markup=False,
+        )
+
+
+def _listing_rows(listing: LayerListing) -> list[list[str]]:
+    return [
+        [
+            *(["*" if row.selected else ""] if listing.selector is not None else []),
+            row.name,
+            row.module_type,
+            str(row.shape) if row.shape is not None else "-",
+            str(row.calls),
+            f"{row.params:,}",
+        ]
+        for row in listing.layers
+    ]
+
+
+def _listing_plain(listing: LayerListing) -> None:
+    header = ["name", "type", "output shape", "calls", "params"]
+    if listing.selector is not None:
+        header.insert(0, "sel")
+    rows = [header, *_listing_rows(listing)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    right = {len(header) - 2, len(header) - 1}  # calls and params line up on the right
+    lines = [f"{listing.model}  (input {listing.input_shape})"]
+    for r in rows:
+        cells = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  ".join(cells).rstrip())
+    out_console.file.write("\n".join(lines) + "\n")
+
+
+def _listing_table(listing: LayerListing) -> None:
     table = Table(title=f"{listing.model}  (input {listing.input_shape})", title_justify="left")
     if listing.selector is not None:
         table.add_column("sel", justify="center")
@@ -213,18 +262,6 @@ def print_listing(listing: LayerListing) -> None:
             cells.insert(0, Text("●", style="green") if row.selected else Text(""))
         table.add_row(*cells, style="bold" if row.selected else None)
     out_console.print(table)
-    if listing.selector is not None:
-        selected = sum(1 for row in listing.layers if row.selected)
-        out_console.print(
-            f"'{listing.selector}' selects {selected} module(s); "
-            f"`actviz run` would write {listing.grids} grid(s) per image",
-            markup=False,
-        )
-    else:
-        out_console.print(
-            f"{len(listing.layers)} modules; preview a selection with --layers, e.g. --layers conv",
-            markup=False,
-        )
 
 
 def listing_json(listing: LayerListing) -> dict[str, Any]:
