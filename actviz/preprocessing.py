@@ -53,12 +53,47 @@ class Preprocessing:
 
         if self.channels == 1:
             image = image.convert("L")
-        mode = InterpolationMode(self.interpolation)
-        image = F.resize(image, [self.resize_size], interpolation=mode, antialias=True)
-        image = F.center_crop(image, list(self.crop_size))
+        cropped = self._resize_crop_extreme(image)
+        if cropped is not None:
+            image = cropped
+        else:
+            mode = InterpolationMode(self.interpolation)
+            image = F.resize(image, [self.resize_size], interpolation=mode, antialias=True)
+            image = F.center_crop(image, list(self.crop_size))
         tensor = F.convert_image_dtype(F.pil_to_tensor(image))
         normalized: torch.Tensor = F.normalize(tensor, mean=list(self.mean), std=list(self.std))
         return normalized
+
+    def _resize_crop_extreme(self, image: Image.Image) -> Image.Image | None:
+        """Resize and centre-crop in one step for an extreme aspect ratio.
+
+        Resizing the shorter side of a 10000 x 1 image to 256 would first build a
+        2,560,000 x 256 picture (seconds and gigabytes) only to keep its centre. Pillow can
+        resample just the source region the crop keeps (``box``), with the same scale and the
+        same sample positions, so the result equals resize-then-crop. Ordinary shapes return
+        None and take torchvision's own path.
+        """
+        from PIL import Image as PILImage
+
+        width, height = image.size
+        size = self.resize_size
+        if width <= height:
+            new_w, new_h = size, int(size * height / width)
+        else:
+            new_w, new_h = int(size * width / height), size
+        crop_h, crop_w = self.crop_size
+        if max(new_w, new_h) <= 4 * max(crop_w, crop_h) or new_w < crop_w or new_h < crop_h:
+            return None
+        left = int(round((new_w - crop_w) / 2.0))  # where torchvision's center_crop starts
+        top = int(round((new_h - crop_h) / 2.0))
+        sx, sy = width / new_w, height / new_h
+        box = (left * sx, top * sy, (left + crop_w) * sx, (top + crop_h) * sy)
+        resample = (
+            PILImage.Resampling.BICUBIC
+            if self.interpolation == "bicubic"
+            else PILImage.Resampling.BILINEAR
+        )
+        return image.resize((crop_w, crop_h), resample, box=box)
 
     @classmethod
     def for_weights(

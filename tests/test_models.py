@@ -241,3 +241,25 @@ def test_preprocessing_matches_torchvision_presets() -> None:
     assert wide(image).shape == (3, 128, 256)
     grey = Preprocessing.for_weights(None, input_size=(32, 32), in_chans=1)
     assert grey(image).shape == (1, 32, 32)
+
+
+def test_extreme_aspect_ratios_are_cheap_and_match_torchvision() -> None:
+    import time
+
+    import numpy as np
+    from PIL import Image
+
+    from actviz.models import Preprocessing
+
+    preset = ResNet18_Weights.IMAGENET1K_V1
+    ours, theirs = Preprocessing.for_weights(preset), preset.transforms()
+    started = time.perf_counter()
+    strip = ours(Image.new("RGB", (10000, 1), (200, 10, 10)))
+    assert time.perf_counter() - started < 2  # the naive resize builds a 2.5M x 256 image
+    assert strip.shape == (3, 224, 224)
+    rng = np.random.default_rng(0)
+    one_level = 1 / 255 / min(preset.transforms().std) + 1e-6
+    for width, height in [(3000, 40), (40, 3000), (1500, 7)]:
+        noise = rng.integers(0, 255, (height, width, 3), dtype=np.uint8)
+        image = Image.fromarray(noise)
+        assert torch.allclose(ours(image), theirs(image), atol=one_level)
