@@ -154,7 +154,12 @@ def print_summary(result: RunResult) -> None:
     table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
     table.add_row("files", f"{result.files_written} PNGs in {result.out}/")
     table.add_row("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}")
+    undrawable = result.undrawable
+    if undrawable:
+        table.add_row("not drawn", f"{len(undrawable)} layer output(s), listed in the manifest")
     err_console.print(table)
+    for key, reason in list(undrawable.items())[:5]:
+        err_console.print(Text.assemble(("  not drawn ", "yellow"), key, f": {reason}"))
     for failed in result.failed[:10]:
         err_console.print(
             Text.assemble(("  failed ", "red"), str(failed.path), f": {failed.error}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -240,7 +241,11 @@ def _torchvision_model(
 
 def _build(models: Any, name: str, kwargs: dict[str, Any]) -> nn.Module:
     try:
-        built: nn.Module = models.get_model(name, weights=None, **kwargs)
+        # Builders announce their own future default changes (inception_v3's init); that
+        # is torchvision's business, not something a user of actviz can act on.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            built: nn.Module = models.get_model(name, weights=None, **kwargs)
     except Exception as exc:  # a registry builder failing is a model problem, not a bug here
         raise ModelError(f"cannot build {name}: {_first_line(exc)}") from exc
     return built

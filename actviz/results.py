@@ -124,6 +124,16 @@ class RunResult:
     report: Path | None = None
     gradient_flow: Path | None = None
 
+    @property
+    def undrawable(self) -> dict[str, str]:
+        """Layer outputs that could not be drawn, with the reason (first image's words)."""
+        found: dict[str, str] = {}
+        for result in self.images:
+            for layer in result.layers:
+                if layer.layout == "none" and layer.key not in found:
+                    found[layer.key] = layer.note or "cannot be drawn"
+        return found
+
     def flags(self, kinds: Iterable[str] | None = None) -> list[tuple[str, Any]]:
         """``(image folder, flag)`` for every anomaly flag of these kinds (all by default)."""
         if self.stats is None:
@@ -185,6 +195,7 @@ def manifest(result: RunResult) -> dict[str, Any]:
         "images": [image_record(r) for r in result.images],
         "skipped": [{"path": str(p), "reason": why} for p, why in result.skipped],
         "warnings": result.warnings,
+        "undrawable": [{"layer": k, "reason": v} for k, v in result.undrawable.items()],
     }
 
 
