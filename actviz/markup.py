@@ -132,12 +132,13 @@ def num(value: Any) -> str:
         return "&ndash;"
     if isinstance(value, int):
         return str(value)
-    return esc(f"{float(value):.4g}")
+    # Digits, sign, point, exponent, inf or nan: nothing there to escape.
+    return f"{float(value):.4g}"
 
 
 def pct(value: Any) -> str:
     """A fraction as a percentage with one decimal; a dash for None."""
-    return "&ndash;" if value is None else esc(f"{float(value):.1%}")
+    return "&ndash;" if value is None else f"{float(value):.1%}"
 
 
 def shape_text(shape: Any) -> str:

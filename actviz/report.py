@@ -10,7 +10,12 @@ into files, returned as ``relative path -> bytes`` for ``actviz.output`` to writ
 - ``report/images/<image>.html``: one image, its predictions, its depth chart and one
   section per layer with the grid, statistics and anomaly badges.
 - ``report/layers/<NN>_<layer>.html``: one layer across every image (folder runs).
-- ``report/depth/<image>.png`` and ``report/run_depth.png``: depth charts.
+- ``report/run_depth.png``: the run's depth chart, pooled over all images.
+- ``report/depth/<image>.png``: an image's own depth chart, drawn for every image with an
+  anomaly flag and for the first :data:`PER_IMAGE_CHARTS` images of the run. A chart costs
+  tens of milliseconds of matplotlib, which for hundreds of images would be as long as drawing
+  the pictures themselves; the page of any other image shows the run's chart instead and
+  says so, and that image's numbers stay in its layer table and in ``stats.json``.
 
 Every page is self-contained (inline CSS, one tiny inline script for the image filter) and
 uses relative links only. Names come from the model and the file system, so every one is
@@ -34,9 +39,7 @@ from actviz.output import safe_name
 from actviz.report_blocks import (
     by_name,
     failed_tables,
-    find_layer,
     flag_list,
-    kinds_of,
     layer_pictures,
     layer_table,
     run_meta,
@@ -46,9 +49,18 @@ from actviz.report_blocks import (
     weights_banner,
 )
 
-__all__ = ["build_report"]
+__all__ = ["PER_IMAGE_CHARTS", "build_report"]
+
+PER_IMAGE_CHARTS = 12
+"""How many of a run's first images get a depth chart of their own even without a flag.
+
+Every image with at least one anomaly flag gets its chart too, wherever it comes in the run.
+The others share the run's chart: a run of one image keeps its chart, a folder of hundreds
+costs a dozen charts plus its flagged images rather than one chart per image.
+"""
 
 _OK = ("ok", "reused")
+_RUN_CHART = "report/run_depth.png"
 
 # The filter box of the image index: hide rows whose text does not contain the query.
 _FILTER_JS = (
@@ -103,17 +115,22 @@ class _Report:
             f"{i:0{width}d}_{key}" for i, (key, _) in enumerate(self.layers)
         )
         self.layer_index = {key: i for i, (key, _) in enumerate(self.layers)}
+        self.views = [_ImageView(image, self._image_stats(image)) for image in self.images]
         self.files: dict[str, bytes] = {}
 
     # ------------------------------------------------------------------ pages
 
     def build(self) -> dict[str, bytes]:
-        for image, slug in zip(self.images, self.slugs, strict=True):
-            if self._image_stats(image) is not None:
-                self._chart(image, slug)
+        for number, (image, view, slug) in enumerate(
+            zip(self.images, self.views, self.slugs, strict=True)
+        ):
+            if view.layers and (number < PER_IMAGE_CHARTS or view.flags):
+                self.files[f"report/depth/{slug}.png"] = self.chart.render(
+                    view.layers, view.flags, str(image.get("path", ""))
+                )
         run = self.stats.get("run")
         if run and run.get("layers"):
-            self.files["report/run_depth.png"] = self.chart.render(
+            self.files[_RUN_CHART] = self.chart.render(
                 run["layers"], run.get("flags", []), "all images, pooled"
             )
         if self.folder:
@@ -139,17 +156,16 @@ class _Report:
             ),
         ]
         run = self.stats.get("run")
-        if "report/run_depth.png" in self.files:
+        if _RUN_CHART in self.files:
             parts.append("<h2>Depth profile</h2>")
-            parts.append(image_tag("report/run_depth.png", "depth profile of the run", "chart", ""))
+            parts.append(image_tag(_RUN_CHART, "depth profile of the run", "chart", ""))
             parts.append(self._flag_summary(run.get("flags", []) if run else []))
         if self.folder:
             parts.append(self._image_index())
             parts.append(self._layer_index())
         elif self.images:
-            image, slug = self.images[0], self.slugs[0]
-            parts.append(f"<h2>Image <code>{esc(image.get('path', ''))}</code></h2>")
-            parts.append(self._image_body(image, slug, ""))
+            parts.append(f"<h2>Image <code>{esc(self.images[0].get('path', ''))}</code></h2>")
+            parts.append(self._image_body(0, ""))
         parts.append(failed_tables(self.failed, self.m.get("skipped") or []))
         script = _FILTER_JS if self.folder else ""
         return html_page(f"actviz · {m.get('model', '')} · {self.name}", "".join(parts), script)
@@ -165,7 +181,7 @@ class _Report:
             f'<div class="nav">{" &middot; ".join(nav)}</div>'
             f"<h1><code>{esc(image.get('path', ''))}</code></h1>"
             f'<p class="muted">{esc(self.m.get("model", ""))}</p>'
-            f"{weights_banner(self.m)}{self._image_body(image, slug, base)}"
+            f"{weights_banner(self.m)}{self._image_body(index, base)}"
         )
         return html_page(f"actviz · {image.get('path', '')}", body)
 
@@ -192,14 +208,13 @@ class _Report:
                 parts.append("<h2>All images</h2>" + stats_table(row))
             parts.append(flag_list(flags))
         cards = []
-        for image, slug in zip(self.images, self.slugs, strict=True):
-            found = find_layer(image, key)
+        for image, view, slug in zip(self.images, self.views, self.slugs, strict=True):
+            found = view.positions.get(key)
             if found is None:
                 continue
             position, entry = found
-            image_stats = self._image_stats(image) or {}
-            row = by_name(image_stats.get("layers", [])).get(key)
-            kinds = kinds_of(image_stats.get("flags", []), key)
+            row = view.rows.get(key)
+            kinds = view.kinds.get(key, [])
             summary = summary_line(row) if row else ""
             link = link_to(f"../images/{slug}.html", image.get("path", ""), f"L{position}")
             cards.append(
@@ -211,7 +226,8 @@ class _Report:
 
     # ------------------------------------------------------------------ linked blocks
 
-    def _image_body(self, image: Mapping[str, Any], slug: str, base: str) -> str:
+    def _image_body(self, index: int, base: str) -> str:
+        image, view, slug = self.images[index], self.views[index], self.slugs[index]
         head = []
         if image.get("thumbnail"):
             head.append(image_tag(base + image["thumbnail"], "input image", "thumb", ""))
@@ -230,26 +246,28 @@ class _Report:
         if size:
             head.append(f'<p class="muted">{esc(size[0])} &times; {esc(size[1])} pixels</p>')
         parts = [f'<div class="head">{"".join(head)}</div>']
-        image_stats = self._image_stats(image)
-        flags = image_stats.get("flags", []) if image_stats else []
-        rows_by_name = by_name(image_stats.get("layers", [])) if image_stats else {}
+        flags, rows_by_name = view.flags, view.rows
         chart = f"report/depth/{slug}.png"
         if chart in self.files:
             parts.append("<h2>Depth profile</h2>")
             parts.append(image_tag(base + chart, "depth profile of this image", "chart", ""))
-            first = image_stats.get("first_nonfinite") if image_stats else None
-            if first:
-                parts.append(
-                    f'<div class="banner">Non-finite values first appear in '
-                    f"<a href='#{_layer_anchor(image, first)}'><code>{esc(first)}</code></a></div>"
-                )
+        elif view.layers:
+            parts.append("<h2>Depth profile</h2>" + self._shared_chart(base))
+        first = view.stats.get("first_nonfinite") if view.stats else None
+        if first:
+            found = view.positions.get(str(first))
+            anchor = f"L{found[0]}" if found else ""
+            parts.append(
+                f'<div class="banner">Non-finite values first appear in '
+                f"<a href='#{anchor}'><code>{esc(first)}</code></a></div>"
+            )
         layers = image.get("layers") or []
         parts.append("<h2>Layers</h2>" + layer_table(layers, rows_by_name, flags))
         total = len(layers)
         for position, entry in enumerate(layers):
             key = entry.get("name", "")
-            kinds = kinds_of(flags, key)
-            messages = [f.get("message", "") for f in flags if f.get("layer") == key]
+            kinds = view.kinds.get(key, [])
+            messages = view.messages.get(key, [])
             row = rows_by_name.get(key)
             marker = 100 * position / max(total - 1, 1)
             shown = (
@@ -284,6 +302,26 @@ class _Report:
             )
         return "".join(parts)
 
+    def _shared_chart(self, base: str) -> str:
+        """What an image page without a chart of its own shows instead: the run's chart."""
+        charted = (
+            f"Depth charts of single images are drawn only for images with a flag and for the "
+            f"first {PER_IMAGE_CHARTS} of the run; this image has no flag, so "
+        )
+        numbers = (
+            " Its own numbers, layer by layer, are in the table below and in "
+            "<code>stats.json</code>."
+        )
+        if _RUN_CHART not in self.files:
+            return f'<p class="muted">{charted}no chart is shown here.{numbers}</p>'
+        return (
+            f'<p class="muted">{charted}the chart below is the run\'s, pooled over all images.'
+            f"{numbers}</p>"
+            + image_tag(
+                base + _RUN_CHART, "depth profile of the run, pooled over all images", "chart", ""
+            )
+        )
+
     def _image_index(self) -> str:
         rows = []
         for number, (image, slug) in enumerate(zip(self.images, self.slugs, strict=True)):
@@ -295,9 +333,9 @@ class _Report:
             if preds:
                 p = preds[0]
                 top = f"{esc(p.get('label') or p.get('index'))} ({pct(p.get('probability'))})"
-            image_stats = self._image_stats(image) or {}
-            kinds = sorted({f.get("kind", "") for f in image_stats.get("flags", [])})
-            first = image_stats.get("first_nonfinite")
+            view = self.views[number]
+            kinds = sorted({str(f.get("kind", "")) for f in view.flags})
+            first = view.stats.get("first_nonfinite") if view.stats else None
             rows.append(
                 f"<tr><td class=n>{number + 1}</td><td>{thumb}</td>"
                 f"<td>{link_to(f'report/images/{slug}.html', image.get('path', ''))}</td>"
@@ -314,9 +352,8 @@ class _Report:
 
     def _layer_index(self) -> str:
         counts: dict[str, int] = {}
-        for image in self.images:
-            image_stats = self._image_stats(image) or {}
-            for layer in {f.get("layer") for f in image_stats.get("flags", [])}:
+        for view in self.views:
+            for layer in {f.get("layer") for f in view.flags}:
                 counts[str(layer)] = counts.get(str(layer), 0) + 1
         rows = []
         for index, (key, layer) in enumerate(self.layers):
@@ -357,14 +394,6 @@ class _Report:
             f"images)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
         )
 
-    def _chart(self, image: Mapping[str, Any], slug: str) -> None:
-        image_stats = self._image_stats(image)
-        if not image_stats or not image_stats.get("layers"):
-            return
-        self.files[f"report/depth/{slug}.png"] = self.chart.render(
-            image_stats["layers"], image_stats.get("flags", []), str(image.get("path", ""))
-        )
-
     @functools.cached_property
     def chart(self) -> DepthChart:
         return DepthChart()
@@ -376,9 +405,25 @@ class _Report:
         return found
 
 
-def _layer_anchor(image: Mapping[str, Any], key: str) -> str:
-    found = find_layer(image, key)
-    return f"L{found[0]}" if found else ""
+class _ImageView:
+    """One image's lookups, made once per report rather than once per layer and page: its
+    ``stats.json`` rows by layer, its flags' kinds and messages by layer, and where each
+    layer sits in its manifest entry."""
+
+    def __init__(self, image: Mapping[str, Any], stats: Mapping[str, Any] | None) -> None:
+        self.stats = stats
+        self.layers: list[Mapping[str, Any]] = list(stats.get("layers") or []) if stats else []
+        self.flags: list[Mapping[str, Any]] = list(stats.get("flags") or []) if stats else []
+        self.rows = by_name(self.layers)
+        self.kinds: dict[str, list[str]] = {}
+        self.messages: dict[str, list[Any]] = {}
+        for flag in self.flags:
+            layer = str(flag.get("layer"))
+            self.kinds.setdefault(layer, []).append(str(flag.get("kind")))
+            self.messages.setdefault(layer, []).append(flag.get("message", ""))
+        self.positions: dict[str, tuple[int, Mapping[str, Any]]] = {}
+        for position, entry in enumerate(image.get("layers") or []):
+            self.positions.setdefault(str(entry.get("name", "")), (position, entry))
 
 
 def _layer_order(images: Sequence[Mapping[str, Any]]) -> list[tuple[str, Mapping[str, Any]]]:

@@ -43,6 +43,7 @@ _STAT_COLUMNS = (
     ("nan", "NaN", False),
     ("inf", "Inf", False),
 )
+_STAT_HEAD = "".join(f"<th class=n>{label}</th>" for _, label, _ in _STAT_COLUMNS)
 
 
 # ---------------------------------------------------------------------- the run
@@ -157,10 +158,13 @@ def layer_table(
     """
     # Statistic columns only when statistics were computed: a column of dashes says nothing.
     with_stats = bool(rows)
+    kinds_by_layer: dict[str, list[str]] = {}
+    for flag in flags:
+        kinds_by_layer.setdefault(str(flag.get("layer")), []).append(str(flag.get("kind")))
     body = []
     for position, entry in enumerate(layers):
         key = entry.get("name", "")
-        kinds = kinds_of(flags, key)
+        kinds = kinds_by_layer.get(str(key), [])
         row = rows.get(key) or {}
         cells = (
             f"<td class=n>{num(row.get('mean'))}</td><td class=n>{num(row.get('std'))}"
@@ -189,12 +193,11 @@ def layer_table(
 
 def stats_table(row: Mapping[str, Any]) -> str:
     """Every statistic of one ``stats.json`` layer row, as a one-row table."""
-    head = "".join(f"<th class=n>{label}</th>" for _, label, _ in _STAT_COLUMNS)
     cells = "".join(
         f"<td class=n>{pct(row.get(key)) if frac else num(row.get(key))}</td>"
         for key, _, frac in _STAT_COLUMNS
     )
-    return f"<table><thead><tr>{head}</tr></thead><tbody><tr>{cells}</tr></tbody></table>"
+    return f"<table><thead><tr>{_STAT_HEAD}</tr></thead><tbody><tr>{cells}</tr></tbody></table>"
 
 
 def summary_line(row: Mapping[str, Any]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from actviz.report import build_report
+from actviz.report import PER_IMAGE_CHARTS, build_report
 from actviz.stats import aggregate_run, compute_stats, to_json
 
 EVIL = "<script>alert(1)</script>"
@@ -61,6 +61,8 @@ def make_run(
     root: Path,
     *,
     images: int = 3,
+    layers: int = 4,
+    flagged: Container[int] | None = None,
     failed: bool = True,
     random: bool = True,
     thumbnails: bool = True,
@@ -69,23 +71,29 @@ def make_run(
     """A manifest and stats.json for a run, with the grid PNGs it names written under root.
 
     Layers: a normal conv, one whose name is a script tag, one whose file name has a space and
-    a '#', one that was not drawn; the second image gets NaN from the third layer on, and every
-    image has a half-dead ReLU.
+    a '#', one that was not drawn, then ``layers - 4`` more convs; the second image gets NaN
+    from the third layer on, and every image has a half-dead ReLU. Images past the fifth are
+    named ``img005``, ``img006``, ...; ``flagged``, when given, holds the numbers (from 0) of
+    the only images that get the NaN and the dead channels, so that the others raise no flag.
     """
     layer_names = ["conv1", EVIL, "layer1.0.relu:2", "head"]
-    folders = ["cat", ODD_DIR, "sub/dog", "more/x", "y"][:images]
+    layer_names += [f"block{k}.conv" for k in range(layers - len(layer_names))]
+    folders = ["cat", ODD_DIR, "sub/dog", "more/x", "y"]
+    folders = (folders + [f"img{n:03d}" for n in range(len(folders), images)])[:images]
     records = []
     per_image = {}
     torch.manual_seed(0)
     for number, folder in enumerate(folders):
-        layers = []
+        entries = []
         captured = []
+        broken = flagged is None or number in flagged
         for index, name in enumerate(layer_names):
             tensor = torch.randn(1, 4, 6, 6) * (index + 1)
             if name == "layer1.0.relu:2":
                 tensor = torch.relu(tensor)
-                tensor[:, :3] = 0  # 3 of 4 channels dead
-            if number == 1 and index >= 2:
+                if broken:
+                    tensor[:, :3] = 0  # 3 of 4 channels dead
+            if broken and number == 1 and index >= 2:
                 tensor[0, 0, 0, 0] = float("nan")
             file = None
             if name != "head":
@@ -98,7 +106,7 @@ def make_run(
             overlay = f"{folder}/overlay {index}.png" if index == 0 else None
             if overlay:
                 Image.new("RGB", (64, 48), (90, 160, 90)).save(root / overlay)
-            layers.append(
+            entries.append(
                 {
                     "name": name,
                     "module": name.split(":")[0],
@@ -129,7 +137,7 @@ def make_run(
                 {"index": 281 - k, "label": f"class {k} <b>", "probability": 0.5 / (k + 1)}
                 for k in range(5)
             ],
-            "layers": layers,
+            "layers": entries,
         }
         if thumbnails:
             record["thumbnail"] = f"{folder}/input.png"
@@ -203,12 +211,11 @@ def html_pages(root: Path) -> list[Path]:
 # --------------------------------------------------------------------------- links
 
 
-def test_every_link_and_image_resolves_to_a_file(folder_run: tuple[Path, dict[str, bytes]]) -> None:
-    root, _ = folder_run
-    pages = html_pages(root)
-    assert len(pages) == 1 + 3 + 4  # index, one page per image, one per layer
+def check_links(root: Path) -> int:
+    """Assert that every link and image of every page under root names a file under root;
+    return how many were checked."""
     checked = 0
-    for page in pages:
+    for page in html_pages(root):
         for tag, url in parse(page).links():
             parts = urlsplit(url)
             assert not parts.scheme and not parts.netloc, f"{page.name}: external {url}"
@@ -219,7 +226,13 @@ def test_every_link_and_image_resolves_to_a_file(folder_run: tuple[Path, dict[st
             assert target.is_file(), f"{page.relative_to(root)}: <{tag}> {url} -> {target}"
             assert root.resolve() in target.parents
             checked += 1
-    assert checked > 50
+    return checked
+
+
+def test_every_link_and_image_resolves_to_a_file(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+    root, _ = folder_run
+    assert len(html_pages(root)) == 1 + 3 + 4  # index, one page per image, one per layer
+    assert check_links(root) > 50
 
 
 def test_fragments_point_at_sections(folder_run: tuple[Path, dict[str, bytes]]) -> None:
@@ -385,6 +398,44 @@ def test_charts_are_pngs(folder_run: tuple[Path, dict[str, bytes]]) -> None:
         # Flagged layers are marked in red on every chart (all images have a dead layer).
         red = (pixels[..., 0] > 150) & (pixels[..., 1] < 120) & (pixels[..., 2] < 120)
         assert red.sum() > 50, name
+
+
+def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> None:
+    flagged = {3, 17, 25}  # one among the first images, two past them
+    manifest, stats = make_run(tmp_path, images=30, layers=6, flagged=flagged)
+    assert stats is not None
+    keys = [im["out_dir"] for im in manifest["images"] if im["status"] == "ok"]
+    assert [n for n, key in enumerate(keys) if stats["images"][key]["flags"]] == sorted(flagged)
+    files = build_report(manifest, stats, out_dir_name="out")
+    write(tmp_path, files)
+
+    charted = sorted(f for f in files if f.startswith("report/depth/"))
+    slugs = ["cat", "odd_name_1", "sub__dog", "more__x", "y"] + [
+        f"img{n:03d}" for n in range(5, 30)
+    ]
+    wanted = set(range(PER_IMAGE_CHARTS)) | flagged
+    assert PER_IMAGE_CHARTS == 12
+    assert charted == sorted(f"report/depth/{slugs[n]}.png" for n in wanted)
+    assert "report/run_depth.png" in files
+    assert len(html_pages(tmp_path)) == 1 + 30 + 6
+    assert check_links(tmp_path) > 30 * 6
+
+    def chart_srcs(page: str) -> list[str]:
+        tags = parse(tmp_path / "report/images" / page).tags
+        return [str(a["src"]) for t, a in tags if t == "img" and a.get("class") == "chart"]
+
+    for n, slug in enumerate(slugs):
+        page = f"{slug}.html"
+        text = "".join(parse(tmp_path / "report/images" / page).text)
+        if n in wanted:
+            assert chart_srcs(page) == [f"../../report/depth/{slug}.png"], page
+            assert "drawn only for images with a flag" not in text, page
+        else:
+            assert chart_srcs(page) == ["../../report/run_depth.png"], page
+            assert "drawn only for images with a flag and for the first 12" in text, page
+            assert "the chart below is the run's, pooled over all images" in text, page
+            assert "in the table below and in stats.json" in text, page
+            assert "p99" in text  # the numbers are still on the page
 
 
 def test_predictions_and_thumbnail(folder_run: tuple[Path, dict[str, bytes]]) -> None:
