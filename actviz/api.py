@@ -27,8 +27,8 @@ from actviz.draw import (
     summaries,
     thumbnail_path,
 )
-from actviz.errors import UsageError
-from actviz.forward import BatchForward, shared_ranges
+from actviz.errors import ActvizError, UsageError
+from actviz.forward import BatchForward, model_failure, shared_ranges
 from actviz.gradpass import (
     backward,
     choose_cam_keys,
@@ -196,200 +196,212 @@ def run(
     )
 
     found = image_io.discover([Path(p) for p in inputs])
+    if resume and overwrite:
+        raise UsageError("--resume and --overwrite contradict each other; choose one")
+    created = not out_dir.exists()
     output.prepare_out_dir(out_dir, resume=resume, overwrite=overwrite)
-    loaded = load_model(
-        model,
-        weights=weights,
-        device=device,
-        trust_checkpoint=trust_checkpoint,
-        input_size=input_size,
-        in_chans=in_chans,
-    )
-    warnings: list[str] = []
-    if loaded.weights.random and loaded.weights.spec != "none":
-        warnings.append(_random_weights_warning(loaded))
-        notify.warn(warnings[-1])
+    # A run that fails before writing anything leaves no empty folder behind.
+    with output.removed_if_empty(out_dir, created):
+        loaded = load_model(
+            model,
+            weights=weights,
+            device=device,
+            trust_checkpoint=trust_checkpoint,
+            input_size=input_size,
+            in_chans=in_chans,
+        )
+        warnings: list[str] = []
+        if loaded.weights.random and loaded.weights.spec != "none":
+            warnings.append(_random_weights_warning(loaded))
+            notify.warn(warnings[-1])
 
-    module = loaded.module
-    selector = (
-        default_selector(module)
-        if layers is None
-        else (layers if isinstance(layers, str) else ",".join(layers))
-    )
-    names = select_layers(layer_refs(module), selector, model=model)
-    contexts = layer_contexts(module, loaded.input_size)
-    dirs = output.image_dirs([item.rel for item in found.images])
-    results = [
-        ImageResult(path=item.path, out_dir=folder)
-        for item, folder in zip(found.images, dirs, strict=True)
-    ]
-    settings = {
-        "model": model,
-        "weights": loaded.weights.name or loaded.weights.source,
-        "selector": selector,
-        "capture": capture,
-        "draw": {k: v for k, v in draw.describe().items() if k != "png_compression"},
-        "input_size": list(loaded.input_size),
-        "grads": [grads, target, cam, cam_classes],
-    }
-    records = output.RunRecords(out_dir, settings)
-    if resume:
-        _reuse_earlier(records, results)
-    elif overwrite:
-        records.reset([r.out_dir for r in results])
-    todo = [r for r in results if r.status != "reused"]
+        module = loaded.module
+        selector = (
+            default_selector(module)
+            if layers is None
+            else (layers if isinstance(layers, str) else ",".join(layers))
+        )
+        names = select_layers(layer_refs(module), selector, model=model)
+        contexts = layer_contexts(module, loaded.input_size)
+        dirs = output.image_dirs([item.rel for item in found.images])
+        results = [
+            ImageResult(path=item.path, out_dir=folder)
+            for item, folder in zip(found.images, dirs, strict=True)
+        ]
+        settings = {
+            "model": model,
+            "weights": loaded.weights.name or loaded.weights.source,
+            "selector": selector,
+            "capture": capture,
+            "draw": {k: v for k, v in draw.describe().items() if k != "png_compression"},
+            "input_size": list(loaded.input_size),
+            "grads": [grads, target, cam, cam_classes],
+        }
+        records = output.RunRecords(out_dir, settings)
+        if resume:
+            _reuse_earlier(records, results)
+        elif overwrite:
+            records.reset([r.out_dir for r in results])
+        todo = [r for r in results if r.status != "reused"]
 
-    if channels_last:
-        module = module.to(memory_format=torch.channels_last)
-    forward = BatchForward(loaded, module, batch_size, workers, amp, channels_last)
+        if channels_last:
+            module = module.to(memory_format=torch.channels_last)
+        forward = BatchForward(loaded, module, batch_size, workers, amp, channels_last)
 
-    # Statistics are computed where the activation is: on an accelerator inside the hook,
-    # before the copy; on the CPU in the render threads, where they run in parallel.
-    on_cpu = loaded.device.type == "cpu"
-    summarize = stats_callback(contexts) if stats and not on_cpu else None
-    stats_in_threads = stats_callback(contexts) if stats and on_cpu else None
-    ranges: dict[str, tuple[float, float]] = {}
-    if draw.norm == "shared":
-        # One scale per layer for the whole run needs every image's range before drawing.
-        with ActivationRecorder(module, names, mode=capture) as recorder, eval_mode(module):
-            ranges = shared_ranges(forward, [r.path for r in results], recorder, draw.clip)
+        # Statistics are computed where the activation is: on an accelerator inside the hook,
+        # before the copy; on the CPU in the render threads, where they run in parallel.
+        on_cpu = loaded.device.type == "cpu"
+        summarize = stats_callback(contexts) if stats and not on_cpu else None
+        stats_in_threads = stats_callback(contexts) if stats and on_cpu else None
+        ranges: dict[str, tuple[float, float]] = {}
+        if draw.norm == "shared":
+            # One scale per layer for the whole run needs every image's range before drawing.
+            with ActivationRecorder(module, names, mode=capture) as recorder, eval_mode(module):
+                ranges = shared_ranges(forward, [r.path for r in results], recorder, draw.clip)
 
-    notify.start(len(results))
-    for result in results:
-        if result.status == "reused":
-            notify.advance(result)
-    never_ran: set[str] = set()
-    cam_keys: frozenset[str] | None = None
-    in_flight: deque[tuple[list[ImageResult], list[Future[list[LayerResult]]]]] = deque()
+        notify.start(len(results))
+        for result in results:
+            if result.status == "reused":
+                notify.advance(result)
+        never_ran: set[str] = set()
+        cam_keys: frozenset[str] | None = None
+        in_flight: deque[tuple[list[ImageResult], list[Future[list[LayerResult]]]]] = deque()
 
-    def settle(batch: list[ImageResult], futures: list[Future[list[LayerResult]]]) -> None:
-        for result, future in zip(batch, futures, strict=True):
-            result.layers = future.result()
-            if grads:
-                result.gradient_flow = write_flow_chart(out_dir, result)
+        def settle(batch: list[ImageResult], futures: list[Future[list[LayerResult]]]) -> None:
+            for result, future in zip(batch, futures, strict=True):
+                result.layers = future.result()
+                if grads:
+                    result.gradient_flow = write_flow_chart(out_dir, result)
+                records.add(image_record(result))
+                notify.advance(result)
+
+        def failed(index: int, error: str | None) -> None:
+            result = todo[index]
+            result.status, result.error = "failed", error
             records.add(image_record(result))
             notify.advance(result)
 
-    def failed(index: int, error: str | None) -> None:
-        result = todo[index]
-        result.status, result.error = "failed", error
-        records.add(image_record(result))
-        notify.advance(result)
-
-    with (
-        ActivationRecorder(module, names, mode=capture, summarize=summarize) as recorder,
-        eval_mode(module),
-        ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
-        contextlib.ExitStack() as stack,
-    ):
-        try:
-            for good, logits, x in forward.batches([r.path for r in todo], stack, failed):
-                never_ran.update(recorder.never_called())
-                captures = recorder.captures
-                layer_summaries = [summaries(recorder[cap.key]) for cap in captures]
-                if cam and cam_keys is None:
-                    cam_keys = choose_cam_keys(captures, contexts, explicit=layers is not None)
-                gradients: Mapping[str, Any] = {}
-                targets: list[int] = []
-                class_maps: dict[str, list[list[Any]]] = {}
-                if grads or cam:
-                    with recorder.paused():
-                        gradients, targets, class_maps = backward(
-                            module,
-                            x,
-                            names if grads else sorted({k.split(":")[0] for k in cam_keys or ()}),
-                            target=target,
-                            categories=loaded.categories,
-                            cam_keys=cam_keys or frozenset(),
-                            cam_classes=cam_classes,
+        with (
+            ActivationRecorder(module, names, mode=capture, summarize=summarize) as recorder,
+            eval_mode(module),
+            ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
+            contextlib.ExitStack() as stack,
+        ):
+            try:
+                for good, logits, x in forward.batches([r.path for r in todo], stack, failed):
+                    never_ran.update(recorder.never_called())
+                    captures = recorder.captures
+                    layer_summaries = [summaries(recorder[cap.key]) for cap in captures]
+                    if cam and cam_keys is None:
+                        cam_keys = choose_cam_keys(captures, contexts, explicit=layers is not None)
+                    gradients: Mapping[str, Any] = {}
+                    targets: list[int] = []
+                    class_maps: dict[str, list[list[Any]]] = {}
+                    if grads or cam:
+                        try:
+                            with recorder.paused():
+                                gradients, targets, class_maps = backward(
+                                    module,
+                                    x,
+                                    names
+                                    if grads
+                                    else sorted({k.split(":")[0] for k in cam_keys or ()}),
+                                    target=target,
+                                    categories=loaded.categories,
+                                    cam_keys=cam_keys or frozenset(),
+                                    cam_classes=cam_classes,
+                                    contexts=contexts,
+                                )
+                        except ActvizError:
+                            raise
+                        except Exception as exc:  # the model's own code in the backward pass
+                            raise model_failure(model, todo[good[0][0]].path, exc, x) from exc
+                    futures = []
+                    for i, (index, size, x_cpu) in enumerate(good):
+                        result = todo[index]
+                        result.size = size
+                        result.predictions = _top_k(logits, i, loaded.categories, top_k)
+                        job = ImageJob(
+                            captures=captures,
+                            summaries=layer_summaries,
+                            index=i,
+                            folder=result.out_dir,
+                            out_dir=out_dir,
+                            options=draw,
                             contexts=contexts,
+                            ranges=ranges,
+                            model_input=x_cpu if (draw.overlay or report or cam) else None,
+                            mean=loaded.preprocess.mean,
+                            std=loaded.preprocess.std,
+                            thumbnail=report,
+                            gradients=gradients
+                            if grads
+                            else {k: v for k, v in gradients.items() if k in (cam_keys or ())},
+                            gradient_grids=grads,
+                            stats_fn=stats_in_threads,
+                            target=targets[i] if targets else None,
+                            cam_keys=cam_keys or frozenset(),
+                            class_cams={key: maps[i] for key, maps in class_maps.items()},
                         )
-                futures = []
-                for i, (index, size, x_cpu) in enumerate(good):
-                    result = todo[index]
-                    result.size = size
-                    result.predictions = _top_k(logits, i, loaded.categories, top_k)
-                    job = ImageJob(
-                        captures=captures,
-                        summaries=layer_summaries,
-                        index=i,
-                        folder=result.out_dir,
-                        out_dir=out_dir,
-                        options=draw,
-                        contexts=contexts,
-                        ranges=ranges,
-                        model_input=x_cpu if (draw.overlay or report or cam) else None,
-                        mean=loaded.preprocess.mean,
-                        std=loaded.preprocess.std,
-                        thumbnail=report,
-                        gradients=gradients
-                        if grads
-                        else {k: v for k, v in gradients.items() if k in (cam_keys or ())},
-                        gradient_grids=grads,
-                        stats_fn=stats_in_threads,
-                        target=targets[i] if targets else None,
-                        cam_keys=cam_keys or frozenset(),
-                        class_cams={key: maps[i] for key, maps in class_maps.items()},
-                    )
-                    if report and loaded.preprocess.channels == 3:
-                        result.thumbnail = thumbnail_path(result.out_dir).as_posix()
-                    futures.append(pool.submit(draw_image, job))
-                in_flight.append(([todo[index] for index, _, _ in good], futures))
-                # One batch renders while the next one runs: no more is kept alive.
-                while len(in_flight) > 1:
+                        if report:
+                            result.thumbnail = thumbnail_path(result.out_dir).as_posix()
+                        futures.append(pool.submit(draw_image, job))
+                    in_flight.append(([todo[index] for index, _, _ in good], futures))
+                    # One batch renders while the next one runs: no more is kept alive.
+                    while len(in_flight) > 1:
+                        settle(*in_flight.popleft())
+                while in_flight:
                     settle(*in_flight.popleft())
-            while in_flight:
-                settle(*in_flight.popleft())
-        except BaseException:
-            for _, futures in in_flight:
-                for future in futures:
-                    future.cancel()
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-    for name in sorted(never_ran):
-        warnings.append(f"layer {name} was selected but never ran in the forward pass")
-        notify.warn(warnings[-1])
+            except BaseException:
+                for _, futures in in_flight:
+                    for future in futures:
+                        future.cancel()
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+        for name in sorted(never_ran):
+            warnings.append(f"layer {name} was selected but never ran in the forward pass")
+            notify.warn(warnings[-1])
 
-    stats_doc = write_stats(out_dir, results, thresholds) if stats else None
-    flow = write_run_flow_chart(out_dir, results) if grads else None
-    manifest_path = out_dir / "manifest.json"
-    result_obj = RunResult(
-        model=model,
-        weights=loaded.weights,
-        device=str(loaded.device),
-        selector=selector,
-        layers=names,
-        out=out_dir,
-        images=results,
-        skipped=found.skipped,
-        seconds=time.perf_counter() - started,
-        manifest=manifest_path,
-        warnings=warnings,
-        options={
-            "capture": capture,
-            "input_size": list(loaded.input_size),
-            "in_chans": in_chans,
-            "batch_size": batch_size,
-            "workers": workers,
-            "amp": amp,
-            "channels_last": channels_last,
-            "png_compression": png_compression,
-            "resume": resume,
-            "overwrite": overwrite,
-        },
-        render=draw.describe(),
-        stats=stats_doc,
-        report=out_dir / "index.html" if report else None,
-        gradient_flow=flow,
-    )
-    record = manifest(result_obj)
-    output.write_json(manifest_path, record)
-    if report:
-        from actviz.report import build_report
+        stats_doc = write_stats(out_dir, results, thresholds) if stats else None
+        flow = write_run_flow_chart(out_dir, results) if grads else None
+        manifest_path = out_dir / "manifest.json"
+        result_obj = RunResult(
+            model=model,
+            weights=loaded.weights,
+            device=str(loaded.device),
+            selector=selector,
+            layers=names,
+            out=out_dir,
+            images=results,
+            skipped=found.skipped,
+            seconds=time.perf_counter() - started,
+            manifest=manifest_path,
+            warnings=warnings,
+            options={
+                "capture": capture,
+                "input_size": list(loaded.input_size),
+                "in_chans": in_chans,
+                "batch_size": batch_size,
+                "workers": workers,
+                "amp": amp,
+                "channels_last": channels_last,
+                "png_compression": png_compression,
+                "resume": resume,
+                "overwrite": overwrite,
+            },
+            render=draw.describe(),
+            stats=stats_doc,
+            report=out_dir / "index.html" if report else None,
+            gradient_flow=flow,
+        )
+        record = manifest(result_obj)
+        output.write_json(manifest_path, record)
+        if report:
+            from actviz.report import build_report
 
-        for rel, data in build_report(record, stats_doc, out_dir_name=out_dir.name).items():
-            output.write_bytes(out_dir / rel, data)
-    return result_obj
+            for rel, data in build_report(record, stats_doc, out_dir_name=out_dir.name).items():
+                output.write_bytes(out_dir / rel, data)
+        return result_obj
 
 
 def _checked_clip(clip: tuple[float, float] | None) -> tuple[float, float] | None:
@@ -449,6 +461,7 @@ def _reuse_earlier(records: Any, results: list[ImageResult]) -> None:
                 gradient=x.get("gradient"),
                 gradient_file=x.get("gradient_file"),
                 cam_file=x.get("cam"),
+                channels=x.get("channels"),
             )
             for x in earlier["layers"]
         ]

@@ -112,36 +112,77 @@ def _unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
 
 
 def _checkpoint_failure(path: Path, exc: Exception) -> str:
-    text = _first_line(exc)
     if "TorchScript" in str(exc):
         return (
             f"{path} is a TorchScript archive, which runs code when loaded; export a state_dict, "
             "or pass --trust-checkpoint if you trust the file"
         )
     if "Weights only load failed" in str(exc) or "weights_only" in str(exc):
+        # torch says this of any bytes its safe unpickler rejects, garbage included; only a
+        # pickle that asks for globals is one that trusting could load.
         blocked = _unsafe_globals(path)
-        names = f" (it wants {', '.join(blocked)})" if blocked else ""
-        return (
-            f"{path} is a full pickle that could run code when loaded{names}; save a plain "
-            "state_dict with torch.save(model.state_dict(), path), or pass --trust-checkpoint "
-            "if you trust the file"
-        )
-    return f"corrupt or unsupported checkpoint {path}: {text}"
+        if blocked:
+            return (
+                f"{path} is a full pickle that could run code when loaded (it wants "
+                f"{', '.join(blocked)}); save a plain state_dict with "
+                "torch.save(model.state_dict(), path), or pass --trust-checkpoint if you trust "
+                "the file"
+            )
+    return (
+        f"corrupt or unsupported checkpoint {path}: {_load_reason(exc)}; give a file written "
+        "by torch.save(model.state_dict(), path) or a .safetensors file"
+    )
+
+
+def _load_reason(exc: Exception) -> str:
+    """What torch.load found wrong, without its advice to unpickle the file in full."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    detail = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)
+    if detail:
+        return f"not a PyTorch checkpoint ({detail.group(1).strip()})"
+    if isinstance(exc, EOFError):
+        return "the file ends too early (empty or truncated)"
+    return _first_line(exc)
 
 
 def _unsafe_globals(path: Path) -> list[str]:
     """Name the globals a refused pickle wanted, without running it: the file's own classes
-    first, since torch's are rarely the surprise."""
+    first, since torch's are rarely the surprise. Empty when the file names none (garbage,
+    a truncated file)."""
     import torch
 
     try:
         found = [str(g) for g in torch.serialization.get_unsafe_globals_in_checkpoint(str(path))]
     except Exception:  # not a zip checkpoint: read the raw pickle's opcodes instead
         found = _raw_pickle_globals(path)
-    ordered = sorted(set(found), key=lambda g: (g.startswith("torch."), g))
+    ordered = sorted(set(found), key=lambda g: (_familiarity(g), g))
     if len(ordered) > 5:
         return [*ordered[:5], f"+{len(ordered) - 5} more"]
     return ordered
+
+
+def _familiarity(name: str) -> int:
+    """0 for the file's own globals, 1 for torch's modules, 2 for torch's and Python's
+    plumbing (tensor rebuilding, OrderedDict), which every pickled model names."""
+    if not name.startswith(("torch.", "collections.", "builtins.", "__builtin__.", "_codecs.")):
+        return 0
+    return 1 if name.startswith("torch.nn.") else 2
+
+
+#: Opcodes that push a string, fetch from the memo, and store into it.
+_STRING_OPS = {
+    "STRING",
+    "BINSTRING",
+    "SHORT_BINSTRING",
+    "UNICODE",
+    "BINUNICODE",
+    "SHORT_BINUNICODE",
+    "BINUNICODE8",
+}
+_GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
+_PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"}
+#: torch.save's legacy format is several pickles in a row; the model is the fourth.
+_MAX_PICKLES = 4
 
 
 def _raw_pickle_globals(path: Path) -> list[str]:
@@ -149,17 +190,34 @@ def _raw_pickle_globals(path: Path) -> list[str]:
     import pickletools
 
     found: list[str] = []
-    strings: list[str] = []
     try:
         with path.open("rb") as fh:
-            for opcode, arg, _pos in pickletools.genops(fh):
-                if isinstance(arg, str):
-                    strings = [*strings[-1:], arg]
-                if opcode.name == "GLOBAL" and isinstance(arg, str):
-                    found.append(arg.replace(" ", "."))
-                elif opcode.name == "STACK_GLOBAL" and len(strings) == 2:
-                    found.append(".".join(strings))
-    except Exception:  # a malformed pickle: explain what was found so far
+            for _ in range(_MAX_PICKLES):
+                if not fh.peek(1):
+                    break
+                memo: dict[int, str | None] = {}
+                # The last two values pushed, as far as they are strings: STACK_GLOBAL's
+                # module and name, which pickles often fetch back from the memo.
+                recent: list[str | None] = [None, None]
+                for opcode, arg, _pos in pickletools.genops(fh):
+                    name = opcode.name
+                    if name in _PUT_OPS:
+                        memo[arg if isinstance(arg, int) else len(memo)] = recent[-1]
+                        continue
+                    if name in ("PROTO", "FRAME"):
+                        continue
+                    if name == "GLOBAL" and isinstance(arg, str):
+                        found.append(arg.replace(" ", "."))
+                    elif name == "STACK_GLOBAL" and None not in recent:
+                        found.append(".".join(str(part) for part in recent))
+                    if name in _STRING_OPS and isinstance(arg, str):
+                        value: str | None = arg
+                    elif name in _GET_OPS and isinstance(arg, int):
+                        value = memo.get(arg)
+                    else:
+                        value = None
+                    recent = [recent[-1], value]
+    except Exception:  # a malformed pickle, or raw tensor bytes after it: keep what was found
         pass
     return list(dict.fromkeys(found))
 

@@ -424,8 +424,9 @@ def _finish(result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozen
     hits = result.flags(fail_kinds) if fail_kinds else []
     if hits:
         image, flag = hits[0]
+        fired = ", ".join(sorted({f.kind for _, f in hits}))
         error(
-            f"--fail-on: {len(hits)} anomaly flag(s) of kind {', '.join(sorted(fail_kinds))}; "
+            f"--fail-on: {len(hits)} anomaly flag(s) ({fired}); "
             f"first: {flag.kind} in layer {flag.layer} of {image} ({flag.message})"
         )
         raise typer.Exit(int(ExitCode.ANOMALY))
@@ -440,17 +441,25 @@ def _finish(result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozen
 @app.command("list-layers")
 @_boundary
 def list_layers(
-    model: Annotated[str, typer.Argument(help="A torchvision model name, e.g. resnet34.")],
+    model: ModelArg,
     layers: LayersOption = None,
+    input_size: InputSizeOption = None,
+    in_chans: InChansOption = 3,
     as_json: JsonOption = False,
 ) -> None:
     """List every module of MODEL with its output shape; mark what --layers selects.
 
-    Shapes come from a forward on the meta device: no weights are loaded or downloaded.
+    Shapes come from a forward on the meta device: no weights are loaded or downloaded (your
+    own model falls back to a forward on zeros on the CPU if it cannot run on the meta device).
     """
     from actviz.api import list_layers as list_model_layers
 
-    listing = list_model_layers(model, layers=layers or None)
+    listing = list_model_layers(
+        model,
+        layers=layers or None,
+        input_size=_pair(input_size, "--input-size", int) if input_size else None,
+        in_chans=in_chans,
+    )
     if as_json:
         out_console.print_json(data=listing_json(listing))
         return

@@ -45,7 +45,13 @@ LayersOption = Annotated[
 JsonOption = Annotated[
     bool, typer.Option("--json", help="Print machine-readable JSON on stdout instead.")
 ]
-ModelArg = Annotated[str, typer.Argument(help="A torchvision model name, e.g. resnet34.")]
+ModelArg = Annotated[
+    str,
+    typer.Argument(
+        help="A torchvision model name (resnet34), or your own: package.module:factory or "
+        "path/to/file.py:factory (runs that code)."
+    ),
+]
 
 InputsArg = Annotated[
     list[Path], typer.Argument(help="Image files and/or folders.", show_default=False)

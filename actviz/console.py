@@ -59,6 +59,9 @@ class RichReporter:
 
     def start(self, total: int) -> None:
         self.total = total
+        self.status["progress"] = (
+            "; run the same command with --resume to continue where it stopped"
+        )
         if self.quiet or total < 2 or not err_console.is_terminal:
             return
         from rich.progress import (
@@ -148,11 +151,12 @@ def print_summary(result: RunResult) -> None:
     table.add_column()
     table.add_row(
         "images",
-        f"{done} drawn, {len(result.reused)} reused (--resume), "
+        f"{done} done, {len(result.reused)} reused (--resume), "
         f"{len(result.failed)} failed, {len(result.skipped)} non-image skipped",
     )
     table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
-    table.add_row("files", f"{result.files_written} PNGs in {result.out}/")
+    if result.render.get("grids", True):
+        table.add_row("files", f"{result.files_written} grid PNGs in {result.out}/")
     table.add_row("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}")
     undrawable = result.undrawable
     if undrawable:
@@ -160,12 +164,11 @@ def print_summary(result: RunResult) -> None:
     err_console.print(table)
     for key, reason in list(undrawable.items())[:5]:
         err_console.print(Text.assemble(("  not drawn ", "yellow"), key, f": {reason}"))
-    for failed in result.failed[:10]:
-        err_console.print(
-            Text.assemble(("  failed ", "red"), str(failed.path), f": {failed.error}")
-        )
-    if len(result.failed) > 10:
-        err_console.print(f"  ... and {len(result.failed) - 10} more in the manifest")
+    # Failed images were named as they happened; skipped files only now.
+    for path, reason in result.skipped[:5]:
+        err_console.print(Text.assemble(("  skipped ", "yellow"), str(path), f": {reason}"))
+    if len(result.skipped) > 5:
+        err_console.print(f"  ... and {len(result.skipped) - 5} more in the manifest")
 
 
 def print_flags(result: RunResult) -> None:

@@ -17,6 +17,7 @@ from actviz.results import LayerResult
 if TYPE_CHECKING:
     import numpy as np
     import torch
+    from PIL import Image
 
     from actviz.hooks import Capture
     from actviz.layouts import LayerContext, Layout
@@ -27,6 +28,7 @@ __all__ = [
     "ImageJob",
     "draw_image",
     "render_activation",
+    "model_view",
     "summaries",
     "thumbnail_path",
 ]
@@ -162,15 +164,27 @@ def draw_image(job: ImageJob) -> list[LayerResult]:
 
     captures = job.captures
     width = max(2, len(str(len(captures) - 1)))
-    if job.thumbnail and job.model_input is not None and job.model_input.shape[0] == 3:
-        from actviz.overlay import input_view
-
-        view = input_view(job.model_input.numpy(), job.mean, job.std)
-        output.write_png(job.out_dir / thumbnail_path(job.folder), view, compress_level=1)
+    if job.thumbnail and job.model_input is not None:
+        output.write_png(
+            job.out_dir / thumbnail_path(job.folder), model_view(job), compress_level=1
+        )
     return [
         _draw_layer(job, order, cap, output.layer_filename(order, cap.key, width=width))
         for order, cap in enumerate(captures)
     ]
+
+
+def model_view(job: ImageJob) -> Image.Image:
+    """What the model saw (after resize and crop), de-normalized; greyscale input as grey."""
+    from actviz.overlay import input_view
+
+    assert job.model_input is not None
+    x = job.model_input.numpy()
+    mean, std = list(job.mean), list(job.std)
+    if x.shape[0] == 1:  # a greyscale model: show its one channel as grey
+        x = x.repeat(3, axis=0)
+        mean, std = mean * 3, std * 3
+    return input_view(x, mean, std)
 
 
 def thumbnail_path(folder: PurePosixPath) -> PurePosixPath:
@@ -261,6 +275,7 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
         **base,
         channels_shown=grid.channels_shown,
         channels_total=grid.channels_total,
+        channels=list(grid.channel_ids) if drawable.kind == "maps" else None,
         file=rel.as_posix(),
         layout=drawable.layout,
         note=drawable.note,
@@ -320,9 +335,9 @@ def _draw_gradient(
         and grad_maps.array is not None
     ):
         from actviz.cam import grad_cam
-        from actviz.overlay import blend, cam_panel, input_view
+        from actviz.overlay import blend, cam_panel
 
-        view = input_view(job.model_input.numpy(), job.mean, job.std)
+        view = model_view(job)
         ranked = job.class_cams.get(cap.key)
         if ranked:
             pixels = cam_panel(view, [(c.caption, c.cam.numpy()) for c in ranked])
@@ -348,18 +363,20 @@ def _write_overlay(job: ImageJob, maps: np.ndarray, stem: str) -> str | None:
     from PIL import Image
 
     from actviz import output
-    from actviz.overlay import blend, input_view
+    from actviz.overlay import blend
 
-    if job.model_input is None or job.model_input.shape[0] != 3:
-        return None  # greyscale or unknown input: nothing faithful to blend over
+    if job.model_input is None:
+        return None
     channel = job.options.overlay_channel
-    heat = maps[min(channel, maps.shape[0] - 1)] if channel is not None else maps.mean(axis=0)
+    if channel is not None and channel >= maps.shape[0]:
+        return None  # this layer has fewer channels; the manifest shows no overlay for it
+    heat = maps[channel] if channel is not None else maps.mean(axis=0)
     finite = np.isfinite(heat)
     if not finite.any():
         return None
     lo, hi = float(heat[finite].min()), float(heat[finite].max())
     heat = (heat - lo) / (hi - lo) if hi > lo else np.zeros_like(heat)
-    view = input_view(job.model_input.numpy(), job.mean, job.std)
+    view = model_view(job)
     rel = job.folder / f"{stem}_overlay.png"
     picture = Image.fromarray(blend(view, heat, cmap="inferno", alpha=0.55))
     output.write_png(job.out_dir / rel, picture, compress_level=job.options.png_compression)

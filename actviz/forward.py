@@ -7,12 +7,26 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ModelError
+from actviz.errors import ActvizError, ModelError
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
 
-__all__ = ["BatchForward", "shared_ranges"]
+__all__ = ["BatchForward", "model_failure", "shared_ranges"]
+
+
+def model_failure(name: str, first: Path, exc: BaseException, x: Any) -> ModelError:
+    """A one-line error for a model that raised on its input, with the likely fix."""
+    shape = tuple(x.shape) if hasattr(x, "shape") else None
+    hint = (
+        f"; it got input of shape {shape}: check --input-size and --in-chans"
+        if shape is not None
+        else ""
+    )
+    return ModelError(
+        f"{name} failed on a batch starting with {first}: "
+        f"{type(exc).__name__}: {_first_line(exc)}{hint}"
+    )
 
 
 class BatchForward:
@@ -77,11 +91,10 @@ class BatchForward:
             ):
                 try:
                     logits = self.module(x)
-                except RuntimeError as exc:
-                    raise ModelError(
-                        f"{loaded.name} failed on a batch starting with {paths[good[0][0]]}: "
-                        f"{_first_line(exc)}"
-                    ) from exc
+                except ActvizError:
+                    raise
+                except Exception as exc:  # the model's own code: any type, one line
+                    raise model_failure(loaded.name, paths[good[0][0]], exc, x) from exc
             yield good, logits, x
 
 

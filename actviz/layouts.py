@@ -111,6 +111,8 @@ def plan_layout(
         UsageError: If ``layout`` is not one of ``auto``, ``nchw``, ``nhwc``, ``tokens``.
     """
     plan = _decide(tuple(int(n) for n in shape), ctx, _check_layout(layout))
+    if plan.kind == "maps" and _single_pixel(plan, tuple(int(n) for n in shape)):
+        return Drawable("vector", None, "vector", _POOLED_NOTE)
     return Drawable(plan.kind, None, plan.layout, plan.note)
 
 
@@ -150,7 +152,23 @@ def to_drawable(
     if plan.kind == "none":
         return Drawable("none", None, "none", plan.note)
     out = plan.convert(array) if plan.convert is not None else array
+    if plan.kind == "maps" and out.ndim == 3 and out.shape[1] * out.shape[2] == 1:
+        # Per-channel scaling makes a 1 x 1 tile one flat colour: pooled features and
+        # squeeze-excitation outputs say more as a strip of values.
+        vector = np.ascontiguousarray(out.reshape(out.shape[0]), dtype=np.float32)
+        return Drawable("vector", vector, "vector", _POOLED_NOTE)
     return Drawable(plan.kind, np.ascontiguousarray(out, dtype=np.float32), plan.layout, plan.note)
+
+
+_POOLED_NOTE = "1 x 1 maps drawn as a strip of values"
+
+
+def _single_pixel(plan: _Plan, shape: tuple[int, ...]) -> bool:
+    """Whether a maps plan of this per-image shape has 1 x 1 maps (either layout)."""
+    if len(shape) != 3:
+        return False
+    spatial = shape[1:] if plan.layout == "nchw" else shape[:2] if plan.layout == "nhwc" else None
+    return spatial is not None and spatial[0] * spatial[1] == 1
 
 
 def _check_layout(layout: str) -> Layout:

@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
-from actviz.errors import ModelError
+from actviz.errors import ActvizError, ModelError, UsageError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from torchvision.models import WeightsEnum
+
+    from actviz.hooks import ActivationRecorder
 
 __all__ = ["LayerInfo", "LayerListing", "list_layers"]
 
@@ -34,42 +42,55 @@ class LayerListing:
     grids: int
 
 
-def list_layers(model: str, *, layers: str | Sequence[str] | None = None) -> LayerListing:
+def list_layers(
+    model: str,
+    *,
+    layers: str | Sequence[str] | None = None,
+    input_size: tuple[int, int] | None = None,
+    in_chans: int = 3,
+) -> LayerListing:
     """Every module of a model in the order it produces output, with output shapes.
 
     Shapes come from a forward on the ``meta`` device: no weights, no download, no memory, so
-    even ``vit_l_16`` lists in seconds.
+    even ``vit_l_16`` lists in seconds. The user's own model is built by its factory (which
+    runs the user's code); when it cannot be built or run on the meta device, it is built on
+    the CPU and run once on zeros instead.
 
     Args:
-        model: A torchvision model name.
+        model: A torchvision model name, or ``package.module:factory`` or
+            ``path/to/file.py:factory``.
         layers: Optional selector; matching rows are marked and counted.
+        input_size: ``(height, width)`` of the input to trace with; default: the crop size of
+            the model's default weights, 224 x 224 for the user's own model.
+        in_chans: 3 for RGB input, 1 for greyscale.
 
     Raises:
         UnknownModelError: If the name is not in torchvision's registry.
+        UsageError: If the factory spec is malformed or its file is missing, or
+            ``input_size``/``in_chans`` cannot work.
+        ModelError: If the model cannot be built or traced.
         LayerSelectionError: If the selector matches nothing.
     """
-    import torch
-    from torchvision import models
-
-    from actviz.hooks import ActivationRecorder, layer_refs
+    from actviz.factories import is_factory_spec
+    from actviz.hooks import layer_refs
     from actviz.models import Preprocessing, _weights_enum, check_model_name
+    from actviz.pretrained import _default_enum
     from actviz.selectors import select_layers
 
-    check_model_name(model)
-    height, width = Preprocessing.for_weights(_default(model, _weights_enum)).crop_size
-    with torch.device("meta"):
-        module = models.get_model(model, weights=None)
-    module.eval()
+    if in_chans not in (1, 3):
+        raise UsageError(f"--in-chans must be 1 or 3, not {in_chans}")
+    if is_factory_spec(model):
+        height, width = Preprocessing.for_weights(None, input_size=input_size).crop_size
+        input_shape = (1, in_chans, height, width)
+        module, recorder = _trace_factory(model, input_shape)
+    else:
+        check_model_name(model)
+        weights = _default_enum(_weights_enum(model))
+        height, width = Preprocessing.for_weights(weights, input_size=input_size).crop_size
+        input_shape = (1, in_chans, height, width)
+        module, recorder = _trace_torchvision(model, input_shape, weights)
     refs = layer_refs(module)
-    names = [r.name for r in refs]
     chosen = set(select_layers(refs, layers, model=model)) if layers else set()
-    input_shape = (1, 3, height, width)
-    recorder = ActivationRecorder(module, names, keep_tensors=False)
-    try:
-        with recorder, torch.inference_mode():
-            module(torch.empty(input_shape, device="meta"))
-    except Exception as exc:  # some ops have no meta kernel; shapes are then unknown
-        raise ModelError(f"cannot trace {model} on the meta device: {exc}") from exc
     first_shape: dict[str, tuple[int, ...]] = {}
     order: dict[str, int] = {}
     for cap in recorder.captures:
@@ -104,6 +125,108 @@ def list_layers(model: str, *, layers: str | Sequence[str] | None = None) -> Lay
     )
 
 
-def _default(model: str, enum_of: Any) -> Any:
-    enum_cls = enum_of(model)
-    return getattr(enum_cls, "DEFAULT", None) if enum_cls is not None else None
+def _trace_torchvision(
+    model: str, input_shape: tuple[int, ...], weights: WeightsEnum | None
+) -> tuple[nn.Module, ActivationRecorder]:
+    import torch
+
+    from actviz.models import architecture_kwargs, build_architecture
+
+    kwargs = architecture_kwargs(model, None, weights)
+    try:
+        with torch.device("meta"):  # no memory for parameters, and nothing to download
+            module = build_architecture(model, **kwargs)
+    except ModelError:
+        # Some builders compute their layout with tensors (regnet's widths), which the meta
+        # device cannot read back: build on the CPU with only the weights on meta.
+        with _weights_on_meta():
+            module = build_architecture(model, **kwargs)
+    try:
+        return module, _trace(module, input_shape, torch.device("meta"))
+    except Exception as exc:  # an op without a meta kernel, or a shape the model refuses
+        raise ModelError(
+            f"cannot trace {model} on the meta device with input {input_shape}: "
+            f"{_first_line(exc)}; check --input-size and --in-chans"
+        ) from exc
+
+
+@contextlib.contextmanager
+def _weights_on_meta() -> Iterator[None]:
+    """Move every parameter and buffer to the meta device as a module registers it, so that
+    building needs neither their memory nor their initialization."""
+    from torch import nn
+
+    register_parameter = nn.Module.register_parameter
+    register_buffer = nn.Module.register_buffer
+
+    def parameter(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        if param is not None:
+            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+        register_parameter(self, name, param)
+
+    def buffer(
+        self: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True
+    ) -> None:
+        register_buffer(self, name, None if tensor is None else tensor.to("meta"), persistent)
+
+    nn.Module.register_parameter = parameter  # type: ignore[method-assign]
+    nn.Module.register_buffer = buffer  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
+        nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
+
+
+def _trace_factory(spec: str, input_shape: tuple[int, ...]) -> tuple[nn.Module, ActivationRecorder]:
+    import torch
+
+    from actviz.factories import load_factory
+
+    factory = load_factory(spec)  # imports once; UsageError for a bad spec or path
+    try:
+        with torch.device("meta"):
+            module = factory()
+        return module, _trace(module, input_shape, torch.device("meta"))
+    except ActvizError as exc:
+        if not isinstance(exc, ModelError):
+            raise
+    except Exception:  # the user's code may need real tensors: retry on the CPU below
+        pass
+    module = _on_cpu(factory)
+    try:
+        return module, _trace(module, input_shape, torch.device("cpu"))
+    except Exception as exc:  # the user's forward: report it, whatever it raised
+        raise ModelError(
+            f"cannot run {spec} on a zero input of shape {input_shape}: "
+            f"{type(exc).__name__}: {_first_line(exc)}; pass the input size and channels "
+            "the model takes (--input-size H,W, --in-chans)"
+        ) from exc
+
+
+def _on_cpu(factory: Callable[[], nn.Module]) -> nn.Module:
+    import torch
+
+    with torch.device("cpu"):  # whatever default device the user's code has set
+        return factory()
+
+
+def _trace(
+    module: nn.Module, input_shape: tuple[int, ...], device: torch.device
+) -> ActivationRecorder:
+    """One forward on zeros with every module hooked for its output shape and call count."""
+    import torch
+
+    from actviz.hooks import ActivationRecorder, layer_refs
+
+    module.eval()
+    names = [ref.name for ref in layer_refs(module)]
+    recorder = ActivationRecorder(module, names, keep_tensors=False)
+    with recorder, torch.inference_mode():
+        module(torch.zeros(input_shape, device=device))
+    return recorder
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

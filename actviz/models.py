@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import inspect
+import math
+import urllib.error
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -30,6 +33,7 @@ from actviz.pretrained import (
     _default_enum,
     _enum_label,
     _fetch_pretrained,
+    _looks_like_checkpoint_path,
     _looks_like_enum_name,
     _pick_enum,
     _valid_weight_names,
@@ -46,6 +50,8 @@ __all__ = [
     "LoadedModel",
     "Preprocessing",
     "WeightsInfo",
+    "architecture_kwargs",
+    "build_architecture",
     "cached_weights_path",
     "list_model_names",
     "load_checkpoint",
@@ -108,14 +114,18 @@ def list_model_names(pattern: str | None = None, *, include_all: bool = False) -
     Args:
         pattern: A glob such as ``resnet*``; a pattern without wildcards matches as a
             substring.
-        include_all: Also list detection, segmentation, video and other models.
+        include_all: Also list detection, video, optical-flow and quantized models, which
+            ``run`` does not take. Without it, the classification and segmentation models.
 
     Returns:
         Sorted model names.
     """
     from torchvision import models
 
-    names = models.list_models() if include_all else models.list_models(module=models)
+    if include_all:
+        names = models.list_models()
+    else:
+        names = models.list_models(module=models) + models.list_models(module=models.segmentation)
     if pattern:
         glob = pattern if set("*?[") & set(pattern) else f"*{pattern}*"
         names = [n for n in names if fnmatch.fnmatch(n, glob)]
@@ -166,7 +176,7 @@ def load_model(
         module = _seeded(lambda: build_user_model(name))
         info = WeightsInfo(spec=spec, source="factory", name=name)
         if spec.lower() not in ("auto", "none"):
-            path = _existing_checkpoint(spec, name, None)
+            path = _existing_checkpoint(spec, name, None, factory=True)
             state = load_checkpoint(path, trust=trust_checkpoint)
             _load_state_dict(module, state, name=name, source=str(path))
             info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
@@ -193,8 +203,6 @@ def load_model(
 def _torchvision_model(
     name: str, spec: str, trust_checkpoint: bool
 ) -> tuple[nn.Module, WeightsInfo, WeightsEnum | None]:
-    from torchvision import models
-
     check_model_name(name)
     enum_cls = _weights_enum(name)
     lowered = spec.lower()
@@ -203,7 +211,10 @@ def _torchvision_model(
     if lowered == "none":
         info = WeightsInfo(spec="none", source="random")
     elif lowered in ("auto", "default") or (
-        enum_cls is not None and _looks_like_enum_name(spec) and not Path(spec).exists()
+        enum_cls is not None
+        and _looks_like_enum_name(spec)
+        and not _looks_like_checkpoint_path(spec)
+        and not Path(spec).exists()
     ):
         required = lowered != "auto"
         chosen = _pick_enum(name, enum_cls, spec, required=required)
@@ -226,29 +237,120 @@ def _torchvision_model(
         state_dict = load_checkpoint(path, trust=trust_checkpoint)
         info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
 
-    kwargs: dict[str, Any] = {}
-    module = _seeded(lambda: _build(models, name, kwargs))
+    preset = chosen if chosen is not None else _default_enum(enum_cls)
+    kwargs = architecture_kwargs(name, state_dict, preset)
+    if info.source == "pretrained" and name in ("inception_v3", "googlenet"):
+        # torchvision builds these with transform_input=True whenever it loads their
+        # pretrained weights: they were trained on inputs normalized another way.
+        kwargs["transform_input"] = True
+    module = _seeded(lambda: build_architecture(name, **kwargs))
     if state_dict is not None and info.source == "checkpoint":
         classes = _checkpoint_classes(module, state_dict)
         if classes is not None:
             # A fine-tuned head: build the architecture with the checkpoint's class count.
             kwargs["num_classes"] = classes
-            module = _seeded(lambda: _build(models, name, kwargs))
+            module = _seeded(lambda: build_architecture(name, **kwargs))
     if state_dict is not None:
         _load_state_dict(module, state_dict, name=name, source=info.name or spec)
-    return module, info, (chosen if chosen is not None else _default_enum(enum_cls))
+    return module, info, preset
 
 
-def _build(models: Any, name: str, kwargs: dict[str, Any]) -> nn.Module:
+def build_architecture(name: str, **kwargs: Any) -> nn.Module:
+    """Build a torchvision model with random weights, without downloading anything.
+
+    The weights are always actviz's business (pretrained, checkpoint or random), so the
+    builder gets ``weights=None``; builders that would fetch a pretrained backbone
+    (torchvision's segmentation and detection models do by default) get
+    ``weights_backbone=None``. Works under ``torch.device("meta")``.
+
+    Args:
+        name: A name from torchvision's registry.
+        **kwargs: Passed to the builder (``num_classes``, ``aux_loss``, ...).
+
+    Returns:
+        The model as the builder made it (training mode, on the current default device).
+
+    Raises:
+        ModelError: If the builder fails, or tries to download a file and cannot.
+    """
+    import torch
+    from torchvision import models
+
     try:
+        builder = models.get_model_builder(name)
+        if "weights_backbone" in inspect.signature(builder).parameters:
+            kwargs.setdefault("weights_backbone", None)
         # Builders announce their own future default changes (inception_v3's init); that
         # is torchvision's business, not something a user of actviz can act on.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
-            built: nn.Module = models.get_model(name, weights=None, **kwargs)
+            built: nn.Module = builder(weights=None, **kwargs)
+    except (urllib.error.URLError, OSError) as exc:  # a download, though none was asked for
+        why = getattr(exc, "reason", None) or _first_line(exc)
+        hub = Path(torch.hub.get_dir()) / "checkpoints"
+        raise ModelError(
+            f"cannot build {name}: torchvision tried to download a file for it and failed "
+            f"({why}); build {name} once on a connected machine and copy its torch.hub cache "
+            f"to {hub}, or pick another model"
+        ) from exc
     except Exception as exc:  # a registry builder failing is a model problem, not a bug here
         raise ModelError(f"cannot build {name}: {_first_line(exc)}") from exc
     return built
+
+
+def architecture_kwargs(
+    name: str,
+    state_dict: Mapping[str, torch.Tensor] | None = None,
+    weights: WeightsEnum | None = None,
+) -> dict[str, Any]:
+    """Builder arguments for the architecture that weights were made for.
+
+    torchvision's builders change the architecture only when they load weights themselves:
+    segmentation weights carry an auxiliary head (``aux_loss``), and ViT weights such as
+    vit_h_14's default are for a larger input (``image_size``). actviz builds with
+    ``weights=None`` and loads the weights itself, so it asks for the same architecture.
+
+    Args:
+        name: A name from torchvision's registry.
+        state_dict: The weights about to be loaded (pretrained or a checkpoint), if any.
+        weights: The weights whose preprocessing feeds the model, when there is no
+            state_dict (random weights shaped like the defaults).
+
+    Returns:
+        Keyword arguments for :func:`build_architecture`; empty for most models.
+    """
+    from torchvision import models
+
+    builder = models.get_model_builder(name)
+    kwargs: dict[str, Any] = {}
+    params = inspect.signature(builder).parameters
+    if (
+        state_dict is not None
+        and "aux_loss" in params
+        and any(k.startswith("aux_classifier.") for k in state_dict)
+    ):
+        kwargs["aux_loss"] = True
+    if builder.__module__.endswith(".vision_transformer"):
+        size = _vit_image_size(state_dict, weights)
+        if size is not None and size != 224:
+            kwargs["image_size"] = size
+    return kwargs
+
+
+def _vit_image_size(
+    state_dict: Mapping[str, torch.Tensor] | None, weights: WeightsEnum | None
+) -> int | None:
+    if state_dict is not None:
+        # The position embedding has one row per patch plus the class token.
+        pos, proj = state_dict.get("encoder.pos_embedding"), state_dict.get("conv_proj.weight")
+        if pos is None or proj is None or pos.ndim != 3 or proj.ndim != 4:
+            return None
+        side = math.isqrt(int(pos.shape[1]) - 1)
+        return side * int(proj.shape[-1]) if side * side == pos.shape[1] - 1 else None
+    min_size = weights.meta.get("min_size") if weights is not None else None
+    if isinstance(min_size, tuple) and min_size and isinstance(min_size[0], int):
+        return min_size[0]
+    return None
 
 
 def _seeded(build: Callable[[], nn.Module]) -> nn.Module:
@@ -261,15 +363,29 @@ def _seeded(build: Callable[[], nn.Module]) -> nn.Module:
         return build()
 
 
-def _existing_checkpoint(spec: str, name: str, enum_cls: type[WeightsEnum] | None) -> Path:
+def _existing_checkpoint(
+    spec: str, name: str, enum_cls: type[WeightsEnum] | None, *, factory: bool = False
+) -> Path:
     path = Path(spec).expanduser()
-    if not path.is_file():
-        valid = _valid_weight_names(enum_cls)
+    if path.is_file():
+        return path
+    names = "auto or none" if factory else f"auto, default, none, {_valid_weight_names(enum_cls)}"
+    names = names.rstrip(", ")
+    if path.is_dir():
+        raise WeightsError(f"checkpoint {spec} is a folder, not a file; give the file inside it")
+    if _looks_like_checkpoint_path(spec):
         raise WeightsError(
-            f"'{spec}' is neither a weights name of {name} nor an existing file; "
-            f"use auto, default, none, {valid}or a checkpoint path"
+            f"checkpoint file not found: {spec}; check the path, or use {names} instead of a file"
         )
-    return path
+    if factory:
+        raise WeightsError(
+            f"'{spec}' is not an existing checkpoint file; for your own model use auto, none "
+            "or a checkpoint path"
+        )
+    raise WeightsError(
+        f"'{spec}' is neither a weights name of {name} nor an existing file; "
+        f"use {names} or a checkpoint path"
+    )
 
 
 def check_model_name(name: str) -> None:

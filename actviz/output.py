@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import itertools
 import json
 import os
-import re
+import unicodedata
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from actviz.errors import OutputError
 
@@ -29,6 +30,7 @@ __all__ = [
     "layer_filename",
     "RunRecords",
     "prepare_out_dir",
+    "removed_if_empty",
     "safe_name",
     "write_bytes",
     "write_json",
@@ -37,35 +39,49 @@ __all__ = [
 ]
 
 TMP_MARK = ".actviz-tmp"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME = 120
+# Windows device names, with or without an extension; COM/LPT take superscript digits too.
 _RESERVED = frozenset(
     {"con", "prn", "aux", "nul"}
-    | {f"com{i}" for i in range(1, 10)}
-    | {f"lpt{i}" for i in range(1, 10)}
+    | {f"{dev}{i}" for dev in ("com", "lpt") for i in (*"123456789", "¹", "²", "³")}
 )
+# Combining marks (spacing or not) belong to the letter before them: Devanagari or Thai words
+# are mostly made of them, and NFC cannot fold them all into precomposed letters.
+_MARKS = frozenset({"Mn", "Mc"})
 
 
 def safe_name(text: str, *, max_len: int = _MAX_NAME) -> str:
     """A file-name-safe version of a layer or image name.
 
-    Keeps ``[A-Za-z0-9._-]``, turns every other run of characters into ``_``, never returns
-    ``.``/``..`` or a hidden name, avoids Windows device names, and shortens long names with
-    a hash so distinct names stay distinct.
+    Keeps letters and digits of any script (NFC-normalized, so a name typed on macOS and on
+    Linux gives the same folder), ``.``, ``-`` and ``_``, and turns every other run of
+    characters (path separators, spaces, punctuation, control and format characters) into
+    ``_``. Never returns ``.``/``..`` or a hidden name, avoids Windows device names, and
+    shortens names longer than ``max_len`` UTF-8 bytes with a hash so distinct names stay
+    distinct: bytes, because that is what file systems count (255 at most).
 
     Example:
         >>> safe_name("layer1.0.relu:2")
         'layer1.0.relu_2'
+        >>> safe_name("ünï cödé")
+        'ünï_cödé'
     """
-    name = _UNSAFE.sub("_", text).strip("_") or "_"
+    runs = itertools.groupby(unicodedata.normalize("NFC", text), key=_keep)
+    name = "".join("".join(run) if keep else "_" for keep, run in runs).strip("_") or "_"
     if name.startswith("."):
         name = "_" + name.lstrip(".")
     if name.split(".")[0].lower() in _RESERVED:
         name = "_" + name
-    if len(name) > max_len:
+    if len(name.encode("utf-8")) > max_len:
         digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-        name = f"{name[: max_len - 9]}-{digest}"
+        head = name.encode("utf-8")[: max_len - 9].decode("utf-8", "ignore")  # whole characters
+        name = f"{head}-{digest}"
     return name
+
+
+def _keep(char: str) -> bool:
+    """A letter or digit of any script, a combining mark, or one of ``._-``."""
+    return char in "._-" or char.isalnum() or unicodedata.category(char) in _MARKS
 
 
 def layer_filename(index: int, key: str, *, width: int = 2) -> str:
@@ -76,8 +92,10 @@ def layer_filename(index: int, key: str, *, width: int = 2) -> str:
 def image_dirs(rels: Sequence[PurePosixPath]) -> list[PurePosixPath]:
     """One output folder per input image: its relative path without extension, made safe.
 
-    Folders stay distinct even on case-insensitive file systems: a later image whose folder
-    would collide with an earlier one gets its extension, then a counter, appended.
+    Folders stay distinct even on case-insensitive file systems (compared with full Unicode
+    case folding: ``Straße`` and ``STRASSE``, ``ΟΔΟΣ`` and ``οδος`` are one folder there): a
+    later image whose folder would collide with an earlier one gets its extension, then a
+    counter, appended.
     """
     taken: set[str] = set()
     result: list[PurePosixPath] = []
@@ -88,18 +106,23 @@ def image_dirs(rels: Sequence[PurePosixPath]) -> list[PurePosixPath]:
         chosen = None
         for candidate in candidates:
             path = PurePosixPath(*parts, candidate)
-            if str(path).lower() not in taken:
+            if _folded(path) not in taken:
                 chosen = path
                 break
         counter = 2
         while chosen is None:
             path = PurePosixPath(*parts, f"{stem}-{counter}")
-            if str(path).lower() not in taken:
+            if _folded(path) not in taken:
                 chosen = path
             counter += 1
-        taken.add(str(chosen).lower())
+        taken.add(_folded(chosen))
         result.append(chosen)
     return result
+
+
+def _folded(path: PurePosixPath) -> str:
+    """The key under which a case-insensitive file system would find ``path``."""
+    return unicodedata.normalize("NFC", str(path).casefold())
 
 
 def prepare_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -> Path:
@@ -135,22 +158,25 @@ class RunRecords:
 
     ``--resume`` trusts an image only when its line is there, was written with the same
     settings, and every file it lists still exists; anything else is done again.
+
+    Each line carries the run's settings as data (``"settings": {...}``), so a refused resume
+    can name what changed. Lines of older versions carry a digest there instead, and the
+    settings as text in ``"settings_text"``; they are still compared by that digest.
     """
 
     FILE = ".actviz-records.jsonl"
 
     def __init__(self, out: Path, settings: dict[str, Any]) -> None:
         self.path = out / self.FILE
-        self.settings = settings
-        self.digest = hashlib.sha256(
-            json.dumps(settings, sort_keys=True, default=str).encode()
-        ).hexdigest()[:16]
+        # As JSON gives them back: tuples become lists, other objects their str().
+        self.settings: dict[str, Any] = json.loads(json.dumps(settings, default=str))
+        self.digest = _digest(self.settings)
 
     def completed(self) -> dict[tuple[str, str], dict[str, Any]]:
         """Finished images of earlier runs, keyed by (input path, output folder).
 
         Raises:
-            OutputError: If the earlier run used other settings.
+            OutputError: If the earlier run used other settings; the message names them.
         """
         done: dict[tuple[str, str], dict[str, Any]] = {}
         if not self.path.exists():
@@ -160,13 +186,15 @@ class RunRecords:
                 record = json.loads(line)
             except json.JSONDecodeError:  # a line cut short by an interruption
                 continue
-            if record.get("settings") != self.digest:
-                earlier = record.get("settings_text", "other settings")
-                raise OutputError(
-                    f"--resume: {self.path.parent} was written with {earlier}, not "
-                    f"{_describe(self.settings)}; use --overwrite or another --out",
-                    usage=True,
-                )
+            if not isinstance(record, dict):
+                continue
+            earlier = record.get("settings")
+            if isinstance(earlier, dict):
+                if _digest(earlier) != self.digest:
+                    self._refuse(_differences(earlier, self.settings))
+            elif earlier != self.digest:  # an older line: a digest, and the settings as text
+                text = record.get("settings_text")
+                self._refuse(f"other settings ({text})" if text else "other settings")
             files = [x["file"] for x in record.get("layers", []) if x.get("file")]
             if record.get("status") == "ok" and all(
                 (self.path.parent / f).is_file() for f in files
@@ -176,11 +204,7 @@ class RunRecords:
 
     def add(self, record: dict[str, Any]) -> None:
         """Append one image's record; a single short write, flushed to disk."""
-        line = json.dumps(
-            {"settings": self.digest, "settings_text": _describe(self.settings), **record},
-            ensure_ascii=False,
-            default=str,
-        )
+        line = json.dumps({"settings": self.settings, **record}, ensure_ascii=False, default=str)
         try:
             with self.path.open("a", encoding="utf-8") as fh:
                 fh.write(line + "\n")
@@ -203,9 +227,60 @@ class RunRecords:
         except OSError as exc:
             raise OutputError(_os_message(out, exc)) from None
 
+    def _refuse(self, what: str) -> NoReturn:
+        raise OutputError(
+            f"--resume: {self.path.parent} was written with {what}; "
+            "use --overwrite or another --out",
+            usage=True,
+        )
 
-def _describe(settings: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in settings.items())
+
+def _digest(settings: dict[str, Any]) -> str:
+    # The same text (and so the same digest) as older versions wrote for the same settings.
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _differences(earlier: dict[str, Any], now: dict[str, Any]) -> str:
+    """``selector=layer4.* (now conv) and draw.max_channels=64 (now 16)``: only what differs,
+    nested settings by their dotted path, in the order of the current settings."""
+    old, new = _flatten(earlier), _flatten(now)
+    parts = []
+    for key in [*new, *(k for k in old if k not in new)]:
+        if key not in old:
+            parts.append(f"{key} not set (now {_value(new[key])})")
+        elif key not in new:
+            parts.append(f"{key}={_value(old[key])} (now not set)")
+        elif _digest({"": old[key]}) != _digest({"": new[key]}):  # NaN-proof comparison
+            parts.append(f"{key}={_value(old[key])} (now {_value(new[key])})")
+    if not parts:
+        return "other settings"
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+def _flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) and value else json.dumps(value, ensure_ascii=False)
+
+
+@contextlib.contextmanager
+def removed_if_empty(folder: Path, created: bool) -> Iterator[None]:
+    """Remove ``folder`` when the block fails, if this run created it and it is still empty."""
+    try:
+        yield
+    except BaseException:
+        if created:
+            with contextlib.suppress(OSError):  # not empty, or already gone: leave it
+                folder.rmdir()
+        raise
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ at once with a message that says where to put the file.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 from collections.abc import Iterator
@@ -98,6 +99,17 @@ def _default_enum(enum_cls: type[WeightsEnum] | None) -> WeightsEnum | None:
 
 def _looks_like_enum_name(spec: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?", spec) is not None
+
+
+#: Extensions of checkpoint files: a spec ending in one is a path, never a weights name.
+_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
+
+
+def _looks_like_checkpoint_path(spec: str) -> bool:
+    """True when a ``--weights`` value is meant as a file: it has a folder separator or a
+    checkpoint extension (``missing.pt`` would otherwise pass for an enum name)."""
+    separators = {"/", os.sep, os.altsep or "/"}
+    return any(sep in spec for sep in separators) or spec.lower().endswith(_CHECKPOINT_SUFFIXES)
 
 
 def _pick_enum(

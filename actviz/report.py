@@ -442,9 +442,9 @@ def _unique_slugs(names: Iterable[str]) -> list[str]:
     for name in names:
         base = safe_name(name.replace("/", "__"), max_len=100)
         slug, counter = base, 2
-        while slug.lower() in taken:
+        while slug.casefold() in taken:
             slug = f"{base}-{counter}"
             counter += 1
-        taken.add(slug.lower())
+        taken.add(slug.casefold())
         slugs.append(slug)
     return slugs

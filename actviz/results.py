@@ -86,6 +86,7 @@ class LayerResult:
     gradient: dict[str, Any] | None = None
     gradient_file: str | None = None
     cam_file: str | None = None
+    channels: list[int] | None = None
 
 
 @dataclass
@@ -224,6 +225,7 @@ def image_record(result: ImageResult) -> dict[str, Any]:
                 "mean": _finite(layer.mean),
                 "channels_shown": layer.channels_shown,
                 "channels_total": layer.channels_total,
+                "channels": layer.channels,
                 "file": layer.file,
                 "kind": layer.kind,
                 "layout": layer.layout,

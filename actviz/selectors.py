@@ -7,7 +7,9 @@ execution).
 Syntax (terms separated by commas; several ``--layers`` options are joined the same way):
 
 - ``all``                    every leaf module (a module without children)
-- ``conv``, ``relu``, ...    a type alias (see ``TYPE_ALIASES``): leaf modules of those classes
+- ``conv``, ``relu``, ...    a type alias (see ``TYPE_ALIASES``): modules of those classes or
+                             their subclasses, containers too (``MultiheadAttention`` has an
+                             ``out_proj`` child, and ``attn`` must still reach it)
 - ``Conv2d``                 a class name: modules of that class or a subclass of it
 - ``layer4.*``               a glob over qualified names (``fnmatch`` rules, case-sensitive)
 - ``re:<regex>``             a regular expression searched in qualified names
@@ -15,6 +17,9 @@ Syntax (terms separated by commas; several ``--layers`` options are joined the s
 - ``type:X`` / ``name:X``    force the meaning of X when a name and a type would clash
 - ``!<term>``                exclude what the term matches; a selector of exclusions only starts
                              from ``all``
+
+Every term must match some module, exclusions included: a typo is an error, never a silently
+different selection.
 """
 
 from __future__ import annotations
@@ -93,6 +98,21 @@ TYPE_ALIASES: dict[str, frozenset[str]] = {
     "dropout": frozenset({"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "StochasticDepth"}),
 }
 
+# What each alias stands for, in the message that says a model has none of it.
+_ALIAS_NOUNS = {
+    "conv": "a convolution",
+    "linear": "a linear layer",
+    "relu": "a ReLU",
+    "act": "an activation",
+    "bn": "a batch norm",
+    "norm": "a normalization layer",
+    "pool": "a pooling layer",
+    "attn": "an attention layer",
+    "dropout": "a dropout layer",
+}
+# Class names listed in that message before "...".
+_ALIAS_SHOWN = 5
+
 _GLOB_CHARS = frozenset("*?[")
 
 
@@ -151,7 +171,7 @@ def parse_selector(selector: str | Sequence[str]) -> list[str]:
             except re.error as exc:
                 raise LayerSelectionError(
                     f"invalid regular expression in '{_printable(term)}': {exc}; "
-                    "quote the selector so the shell leaves it alone"
+                    "fix the regular expression"
                 ) from None
     return terms
 
@@ -161,7 +181,8 @@ def select_layers(
 ) -> list[str]:
     """Resolve a selector against a model's modules.
 
-    A term that matches nothing is an error, so a typo never silently drops layers.
+    A term that matches nothing is an error, an exclusion as much as an inclusion, so a typo
+    never silently changes the selection.
 
     Args:
         layers: The model's modules, in the order the result should keep.
@@ -172,8 +193,8 @@ def select_layers(
         The qualified names of the selected modules, in the order of ``layers``.
 
     Raises:
-        LayerSelectionError: If the selector is malformed, a term matches nothing, or nothing
-            is left after exclusions.
+        LayerSelectionError: If the selector is malformed, a term (``!term`` included) matches
+            nothing, or nothing is left after exclusions.
 
     Example:
         >>> refs = [LayerRef("conv1", ("Conv2d",), True), LayerRef("fc", ("Linear",), True)]
@@ -190,14 +211,11 @@ def select_layers(
     chosen: set[str] = set()
     if includes:
         for term in includes:
-            hits = _match(term.text, layers)
-            if not hits:
-                raise LayerSelectionError(_no_match_message(term.text, layers, model))
-            chosen.update(hits)
+            chosen.update(_match_some(term, layers, model))
     else:
         chosen.update(_match("all", layers))
     for term in excludes:
-        chosen.difference_update(_match(term.text, layers))
+        chosen.difference_update(_match_some(term, layers, model))
 
     result = [ref.name for ref in layers if ref.name in chosen]
     if not result:
@@ -206,6 +224,14 @@ def select_layers(
             f"after exclusions; run `actviz list-layers {model}` to see what there is"
         )
     return result
+
+
+def _match_some(term: _Term, layers: Sequence[LayerRef], model: str) -> set[str]:
+    """What one term matches; an error when that is nothing."""
+    hits = _match(term.text, layers)
+    if not hits:
+        raise LayerSelectionError(_no_match_message(term, layers, model))
+    return hits
 
 
 def _show(term: _Term) -> str:
@@ -242,28 +268,43 @@ def _by_name(name: str, layers: Sequence[LayerRef]) -> set[str]:
 def _by_type(term: str, layers: Sequence[LayerRef]) -> set[str]:
     alias = TYPE_ALIASES.get(term.lower())
     if alias is not None:
-        return {r.name for r in layers if r.leaf and r.name and alias.intersection(r.types)}
+        # Containers too: torchvision's MultiheadAttention holds an out_proj Linear, and a
+        # user's attention block may subclass it; `all` is the selector that means leaves.
+        return {r.name for r in layers if r.name and alias.intersection(r.types)}
     return {r.name for r in layers if r.name and term in r.types}
 
 
-def _no_match_message(term: str, layers: Sequence[LayerRef], model: str) -> str:
-    candidates = _vocabulary(layers)
-    close = difflib.get_close_matches(term, candidates, n=5, cutoff=0.6)
-    hint = f"; close: {', '.join(close)}" if close else ""
-    return (
-        f"no layer of {model} matches '{_printable(term)}'{hint}; "
-        f"run `actviz list-layers {model}` to see names and types"
-    )
+def _no_match_message(term: _Term, layers: Sequence[LayerRef], model: str) -> str:
+    shown = _show(term)
+    fix = f"run `actviz list-layers {model}` to see names and types"
+    text = term.text
+    alias = None if text.startswith("name:") else text.removeprefix("type:").lower()
+    if alias in TYPE_ALIASES:
+        classes = sorted(TYPE_ALIASES[alias])
+        listed = ", ".join(classes[:_ALIAS_SHOWN] + ["..."] * (len(classes) > _ALIAS_SHOWN))
+        excludes = f", so '{shown}' excludes nothing" if term.exclude else ""
+        return f"no module of {model} is {_ALIAS_NOUNS[alias]} ({listed}){excludes}; {fix}"
+    # A `name:`/`type:` term is compared with names/types only, and without its prefix.
+    kind, _, bare = text.partition(":") if text.startswith(("name:", "type:")) else ("", "", text)
+    candidates = _vocabulary(layers, names=kind != "type", types=kind != "name")
+    # Never the term itself (an alias is handled above, so only exact names are left).
+    candidates = [c for c in candidates if c != bare]
+    close = difflib.get_close_matches(bare, candidates, n=5, cutoff=0.6)
+    hint = f"; close: {', '.join(_printable(c) for c in close)}" if close else ""
+    what = "the exclusion " if term.exclude else ""
+    return f"no layer of {model} matches {what}'{shown}'{hint}; {fix}"
 
 
-def _vocabulary(layers: Iterable[LayerRef]) -> list[str]:
+def _vocabulary(layers: Iterable[LayerRef], *, names: bool, types: bool) -> list[str]:
     words: dict[str, None] = {}
     for ref in layers:
-        if ref.name:
+        if names and ref.name:
             words[ref.name] = None
-        if ref.type_name:
+        if types and ref.type_name:
             words[ref.type_name] = None
-    for alias in TYPE_ALIASES:
-        words[alias] = None
-    words["all"] = None
+    if types:
+        for alias in TYPE_ALIASES:
+            words[alias] = None
+    if names and types:
+        words["all"] = None
     return list(words)

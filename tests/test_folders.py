@@ -78,7 +78,8 @@ def test_folder_layout_mirrors_the_input_tree(folder: Path, tmp_path: Path) -> N
     ]
     assert manifest["skipped"] == [{"path": str(folder / "notes.txt"), "reason": "not an image"}]
     assert "hidden" not in json.dumps(manifest) and "._top" not in json.dumps(manifest)
-    assert "4 drawn" in result.stderr and "1 non-image skipped" in result.stderr
+    assert "4 done" in result.stderr and "1 non-image skipped" in result.stderr
+    assert "notes.txt: not an image" in result.stderr
     # Different inputs give different pictures: a/x and b/x did not overwrite each other.
     a = np.asarray(Image.open(out / "a/x/00_layer4.1.conv2.png"))
     b = np.asarray(Image.open(out / "b/x/00_layer4.1.conv2.png"))

@@ -148,3 +148,75 @@ def test_what_cannot_be_drawn_is_listed(tmp_path: Path) -> None:
     assert layers["parts.stem-a"]["file"] and layers["head"]["file"]
     assert layers["five"]["file"] is None and layers["five"]["note"]
     assert layers["parts.stem-a"]["shape"] == [1, 4, 32, 32]
+
+
+GREY = """
+import torch
+from torch import nn
+
+
+class Grey(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 6, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(6, 10)
+
+    def forward(self, x):
+        if x.shape[-1] != 28:
+            raise ValueError(f"expects 28 x 28 digits, got {tuple(x.shape)}")
+        return self.fc(self.pool(torch.relu(self.conv(x))).flatten(1))
+
+
+def build():
+    return Grey()
+"""
+
+
+def test_greyscale_model_gets_views_overlays_and_cams(tmp_path: Path) -> None:
+    model = tmp_path / "grey.py"
+    model.write_text(GREY)
+    image = make_image(tmp_path / "in" / "digit.png")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            f"{model}:build",
+            str(image),
+            "-l",
+            "conv,pool",
+            "-o",
+            str(out),
+            "--input-size",
+            "28,28",
+            "--in-chans",
+            "1",
+            "--overlay",
+            "--cam",
+            "-q",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    names = {p.name for p in (out / "digit").iterdir()}
+    assert {"input.png", "00_conv_overlay.png", "00_conv_cam.png", "01_pool.png"} <= names
+    with Image.open(out / "digit" / "input.png") as view:
+        assert view.size == (28, 28)
+    layers = json.loads((out / "manifest.json").read_text())["images"][0]["layers"]
+    assert layers[1]["layout"] == "vector"  # (6, 1, 1): a strip of values, not blank tiles
+
+
+def test_model_errors_are_one_line_and_leave_no_folder(tmp_path: Path) -> None:
+    model = tmp_path / "grey.py"
+    model.write_text(GREY)
+    image = make_image(tmp_path / "in" / "digit.png")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        ["run", f"{model}:build", str(image), "-o", str(out), "--in-chans", "1"],
+    )
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "expects 28 x 28" in errors[0] and "--input-size" in errors[0]
+    assert "Traceback" not in result.output
+    assert not out.exists()

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import unicodedata
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 from PIL import Image
 
-from actviz.errors import OutputError
+from actviz.errors import ExitCode, OutputError
 from actviz.output import (
     TMP_MARK,
+    RunRecords,
     atomic_path,
     image_dirs,
     layer_filename,
@@ -33,12 +37,38 @@ from actviz.output import (
         (".hidden", "_hidden"),
         ("a/b\\c", "a_b_c"),
         ("CON", "_CON"),
-        ("čaj mlíko", "aj_ml_ko"),
+        ("lpt².txt", "_lpt².txt"),
+        ("čaj mlíko", "čaj_mlíko"),
+        ("ünï cödé", "ünï_cödé"),
+        (unicodedata.normalize("NFD", "ünï cödé"), "ünï_cödé"),  # as macOS spells it
+        ("狗", "狗"),
+        ("猫 (2)", "猫_2"),
+        ("हिन्दी फ़ाइल", "हिन्दी_फ़ाइल"),  # combining vowel signs stay with their letters
+        ("Ωμέγα/ζ", "Ωμέγα_ζ"),
+        ("ｆｕｌｌ／ｗｉｄｔｈ", "ｆｕｌｌ_ｗｉｄｔｈ"),  # a fullwidth solidus is a separator too
+        ("a\u200bb\u202ec\x00d\te\nf", "a_b_c_d_e_f"),  # format and control characters
+        ("x\udcff y", "x_y"),  # an undecodable byte of a POSIX file name
+        ("。.jpg", "_jpg"),  # an ideographic full stop is no letter, and no hidden name
         ("", "_"),
     ],
 )
 def test_safe_name(raw: str, expected: str) -> None:
     assert safe_name(raw) == expected
+
+
+def test_safe_name_keeps_underscores_of_the_name() -> None:
+    assert safe_name("sub__dog") == "sub__dog"
+    assert safe_name("_private_") == "private"
+
+
+def test_safe_name_caps_bytes_not_characters() -> None:
+    # 200 CJK characters are 600 UTF-8 bytes: over the 255 a file system allows in a name.
+    a, b = safe_name("猫" * 200 + "a"), safe_name("猫" * 200 + "b")
+    assert len(a.encode()) <= 120 and len(b.encode()) <= 120
+    assert a != b and a.startswith("猫" * 30)
+    digest = hashlib.sha1(("猫" * 200 + "a").encode()).hexdigest()[:8]
+    assert a.endswith("-" + digest)
+    assert len(safe_name("é" * 100, max_len=100).encode()) <= 100
 
 
 def test_safe_name_shortens_long_names_keeping_them_distinct() -> None:
@@ -65,6 +95,119 @@ def test_image_dirs_are_unique_even_ignoring_case() -> None:
     assert dirs[:5] == ["cat", "cat_png", "Cat_jpg", "a/x", "b/x"]
     assert ".." not in dirs[5]
     assert len({d.lower() for d in dirs}) == len(dirs)
+
+
+def test_image_dirs_keep_non_latin_names() -> None:
+    rels = [PurePosixPath(n) for n in ("狗.jpg", "猫.jpg", "鸟.png", "ünï cödé.jpg", "照片/猫.jpg")]
+    assert [str(d) for d in image_dirs(rels)] == ["狗", "猫", "鸟", "ünï_cödé", "照片/猫"]
+
+
+def test_image_dirs_fold_case_in_every_script() -> None:
+    names = [
+        "Straße.jpg",
+        "STRASSE.png",  # folds to strasse
+        "ΟΔΟΣ.jpg",
+        "οδος.jpg",  # final sigma folds to σ
+        "οδοσ.jpg",
+        "Кот.jpg",
+        "кот.png",
+        "cat.jpg",
+        "саt.jpg",  # Cyrillic с and а: another name, only looks the same
+        "é.jpg",
+        unicodedata.normalize("NFD", "é.jpg"),  # the same name, decomposed
+        "ǅ.jpg",  # titlecase digraph: folds like Ǆ and ǆ
+        "Ǆ.jpg",
+    ]
+    dirs = [str(d) for d in image_dirs([PurePosixPath(n) for n in names])]
+    assert dirs == [
+        "Straße",
+        "STRASSE_png",
+        "ΟΔΟΣ",
+        "οδος_jpg",
+        "οδοσ-2",
+        "Кот",
+        "кот_png",
+        "cat",
+        "саt",
+        "é",
+        "é_jpg",
+        "ǅ",
+        "Ǆ_jpg",
+    ]
+    assert all(d == unicodedata.normalize("NFC", d) for d in dirs)
+    assert len({d.casefold() for d in dirs}) == len(dirs)
+
+
+SETTINGS: dict[str, Any] = {
+    "model": "resnet18",
+    "weights": "random",
+    "selector": "layer4.*",
+    "capture": "output",
+    "draw": {"max_channels": 64, "norm": "channel", "clip": None},
+    "input_size": (224, 224),
+}
+
+
+def _record(out: Path, name: str) -> dict[str, Any]:
+    (out / name).mkdir(parents=True, exist_ok=True)
+    (out / name / "00_fc.png").write_bytes(b"png")
+    return {"path": f"/in/{name}.jpg", "out_dir": name, "status": "ok",
+            "layers": [{"name": "fc", "file": f"{name}/00_fc.png"}]}  # fmt: skip
+
+
+def _refusal(out: Path, settings: dict[str, Any]) -> str:
+    with pytest.raises(OutputError) as info:
+        RunRecords(out, settings).completed()
+    assert info.value.exit_code == ExitCode.USAGE
+    return str(info.value)
+
+
+def test_records_resume_with_the_same_settings(tmp_path: Path) -> None:
+    records = RunRecords(tmp_path, SETTINGS)
+    records.add(_record(tmp_path, "cat"))
+    records.add(_record(tmp_path, "dog"))
+    (tmp_path / "dog" / "00_fc.png").unlink()  # gone: done again
+    line = json.loads((tmp_path / RunRecords.FILE).read_text().splitlines()[0])
+    assert line["settings"]["draw"] == {"max_channels": 64, "norm": "channel", "clip": None}
+    assert line["settings"]["input_size"] == [224, 224]
+    again = RunRecords(tmp_path, {**SETTINGS, "input_size": [224, 224]})  # a list is a tuple
+    assert list(again.completed()) == [("/in/cat.jpg", "cat")]
+
+
+def test_records_name_only_the_settings_that_differ(tmp_path: Path) -> None:
+    RunRecords(tmp_path, SETTINGS).add(_record(tmp_path, "cat"))
+    now = {**SETTINGS, "selector": "conv", "draw": {**SETTINGS["draw"], "max_channels": 16}}
+    assert _refusal(tmp_path, now) == (
+        f"--resume: {tmp_path} was written with selector=layer4.* (now conv) and "
+        "draw.max_channels=64 (now 16); use --overwrite or another --out"
+    )
+    message = _refusal(tmp_path, {**SETTINGS, "weights": "default", "input_size": (160, 160)})
+    assert "weights=random (now default) and input_size=[224, 224] (now [160, 160]);" in message
+    message = _refusal(tmp_path, {**SETTINGS, "draw": {**SETTINGS["draw"], "clip": [1, 99]}})
+    assert "draw.clip=null (now [1, 99]);" in message
+    assert "resnet18" not in message and "max_channels" not in message
+    three = {k: v for k, v in SETTINGS.items() if k != "capture"} | {"grads": [True], "model": "x"}
+    assert _refusal(tmp_path, three).endswith(
+        "was written with model=resnet18 (now x), grads not set (now [true]) and "
+        "capture=output (now not set); use --overwrite or another --out"
+    )
+
+
+def test_records_of_older_versions_are_still_read(tmp_path: Path) -> None:
+    digest = hashlib.sha256(json.dumps(SETTINGS, sort_keys=True, default=str).encode()).hexdigest()[
+        :16
+    ]
+    older = {"settings": digest, "settings_text": "model=resnet18, ...", **_record(tmp_path, "cat")}
+    with (tmp_path / RunRecords.FILE).open("w") as fh:
+        fh.write(json.dumps(older) + "\n" + '{"settings": "' + digest + '", "pa')  # cut short
+    assert list(RunRecords(tmp_path, SETTINGS).completed()) == [("/in/cat.jpg", "cat")]
+    assert _refusal(tmp_path, {**SETTINGS, "selector": "conv"}) == (
+        f"--resume: {tmp_path} was written with other settings (model=resnet18, ...); "
+        "use --overwrite or another --out"
+    )
+    del older["settings_text"]
+    (tmp_path / RunRecords.FILE).write_text(json.dumps(older) + "\n")
+    assert "written with other settings;" in _refusal(tmp_path, {**SETTINGS, "selector": "conv"})
 
 
 def test_atomic_write_leaves_nothing_when_the_writer_fails(tmp_path: Path) -> None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from collections.abc import Container, Iterator
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import numpy as np
 import pytest
@@ -259,7 +260,7 @@ def test_names_are_escaped_and_urls_encoded(folder_run: tuple[Path, dict[str, by
         assert sum(tag == "script" for tag, _ in parsed.tags) == (page.name == "index.html")
     index = parse(root / "index.html")
     assert any(EVIL in t for t in index.text)  # shown as text
-    odd_page = root / "report/images/odd_name_1.html"
+    odd_page = root / "report/images/odd_name_1_é.html"
     urls = [u for _, u in parse(odd_page).links()]
     assert "../../odd%20name%20%231%3F%C3%A9/00_conv1.png" in urls
     assert "../../odd%20name%20%231%3F%C3%A9/overlay%200.png" in urls
@@ -319,7 +320,7 @@ def test_header_lists_the_run(folder_run: tuple[Path, dict[str, bytes]]) -> None
 
 def test_flagged_layers_carry_badges(folder_run: tuple[Path, dict[str, bytes]]) -> None:
     root, _ = folder_run
-    odd = (root / "report/images/odd_name_1.html").read_text(encoding="utf-8")
+    odd = (root / "report/images/odd_name_1_é.html").read_text(encoding="utf-8")
     sections = re.findall(r'<section class="layer( flagged)?" id="L(\d)">(.*?)</section>', odd)
     assert [(bool(flagged), int(i)) for flagged, i, _ in sections] == [
         (False, 0),
@@ -350,7 +351,7 @@ def test_folder_run_pages(folder_run: tuple[Path, dict[str, bytes]]) -> None:
     root, files = folder_run
     assert sorted(f for f in files if f.startswith("report/images/")) == [
         "report/images/cat.html",
-        "report/images/odd_name_1.html",
+        "report/images/odd_name_1_é.html",
         "report/images/sub__dog.html",
     ]
     layer_pages = sorted(f for f in files if f.startswith("report/layers/"))
@@ -386,7 +387,7 @@ def test_charts_are_pngs(folder_run: tuple[Path, dict[str, bytes]]) -> None:
     charts = sorted(f for f in files if f.endswith(".png"))
     assert charts == [
         "report/depth/cat.png",
-        "report/depth/odd_name_1.png",
+        "report/depth/odd_name_1_é.png",
         "report/depth/sub__dog.png",
         "report/run_depth.png",
     ]
@@ -410,7 +411,7 @@ def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> No
     write(tmp_path, files)
 
     charted = sorted(f for f in files if f.startswith("report/depth/"))
-    slugs = ["cat", "odd_name_1", "sub__dog", "more__x", "y"] + [
+    slugs = ["cat", "odd_name_1_é", "sub__dog", "more__x", "y"] + [
         f"img{n:03d}" for n in range(5, 30)
     ]
     wanted = set(range(PER_IMAGE_CHARTS)) | flagged
@@ -428,7 +429,7 @@ def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> No
         page = f"{slug}.html"
         text = "".join(parse(tmp_path / "report/images" / page).text)
         if n in wanted:
-            assert chart_srcs(page) == [f"../../report/depth/{slug}.png"], page
+            assert chart_srcs(page) == [f"../../report/depth/{quote(slug)}.png"], page
             assert "drawn only for images with a flag" not in text, page
         else:
             assert chart_srcs(page) == ["../../report/run_depth.png"], page
@@ -490,3 +491,33 @@ def test_nothing_drawn_at_all(tmp_path: Path) -> None:
     assert list(files) == ["index.html"]
     text = files["index.html"].decode()
     assert "0 drawn, 1 failed" in text and "Failed images (1)" in text
+
+
+def test_names_in_scripts_the_font_lacks_draw_without_warnings(
+    tmp_path: Path, recwarn: pytest.WarningsRecorder
+) -> None:
+    manifest, stats = make_run(tmp_path, images=2, failed=False)
+    manifest["images"][0]["path"] = "/data/in/猫.jpg"
+    manifest["images"][1]["path"] = "/data/in/照片/狗 🐕.jpg"
+    files = build_report(manifest, stats)
+    assert {"report/depth/cat.png", "report/run_depth.png"} <= set(files)
+    assert [str(w.message) for w in recwarn] == []
+
+
+def test_only_missing_glyph_warnings_are_silenced(
+    monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
+) -> None:
+    from actviz.charts import DepthChart
+
+    chart = DepthChart()
+    original = chart.fig.savefig
+
+    def savefig(*args: Any, **kwargs: Any) -> None:
+        glyph = "Glyph 29483 (\\N{CJK UNIFIED IDEOGRAPH-732B}) missing from font(s) DejaVu Sans."
+        warnings.warn(glyph, UserWarning, stacklevel=2)
+        warnings.warn("something else", UserWarning, stacklevel=2)
+        original(*args, **kwargs)
+
+    monkeypatch.setattr(chart.fig, "savefig", savefig)
+    chart.render([{"name": "a", "mean": 0.0, "std": 1.0}], [], "猫.jpg")
+    assert [str(w.message) for w in recwarn] == ["something else"]

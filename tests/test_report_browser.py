@@ -103,7 +103,7 @@ def checked_copy(page: Path) -> Path:
 
 @pytest.mark.parametrize(
     "page",
-    ["index.html", "report/images/odd_name_1.html", "report/layers/02_layer1.0.relu_2.html"],
+    ["index.html", "report/images/odd_name_1_é.html", "report/layers/02_layer1.0.relu_2.html"],
 )
 def test_every_image_loads(chromium: str, report: Path, tmp_path: Path, page: str) -> None:
     copy = checked_copy(report / page)

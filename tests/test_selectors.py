@@ -54,9 +54,87 @@ def test_order_follows_the_model_not_the_selector() -> None:
     assert select_layers(MODEL, "fc,relu,conv1") == ["conv1", "relu", "layer1.0.relu", "fc"]
 
 
-def test_alias_matches_only_leaves_but_class_names_reach_containers() -> None:
+def test_class_names_reach_containers_and_all_means_leaves() -> None:
     assert select_layers(MODEL, "Sequential") == ["layer1", "layer4"]
     assert "layer1" not in select_layers(MODEL, "all")
+
+
+# Two encoder blocks of a torchvision ViT: MultiheadAttention is not a leaf (it holds out_proj).
+VIT = [
+    LayerRef("conv_proj", ("Conv2d", "_ConvNd", "Module"), True),
+    LayerRef("encoder", ("Encoder", "Module"), False),
+    LayerRef("encoder.dropout", ("Dropout", "_DropoutNd", "Module"), True),
+    *(
+        ref
+        for k in range(2)
+        for ref in (
+            LayerRef(f"encoder.layers.encoder_layer_{k}", ("EncoderBlock", "Module"), False),
+            LayerRef(f"encoder.layers.encoder_layer_{k}.ln_1", ("LayerNorm", "Module"), True),
+            LayerRef(
+                f"encoder.layers.encoder_layer_{k}.self_attention",
+                ("MultiheadAttention", "Module"),
+                False,
+            ),
+            LayerRef(
+                f"encoder.layers.encoder_layer_{k}.self_attention.out_proj",
+                ("NonDynamicallyQuantizableLinear", "Linear", "Module"),
+                True,
+            ),
+            LayerRef(f"encoder.layers.encoder_layer_{k}.mlp", ("MLPBlock", "Sequential"), False),
+            LayerRef(f"encoder.layers.encoder_layer_{k}.mlp.1", ("GELU", "Module"), True),
+        )
+    ),
+    LayerRef("heads.head", ("Linear", "Module"), True),
+]
+
+
+def test_alias_reaches_modules_that_have_children() -> None:
+    attention = [f"encoder.layers.encoder_layer_{k}.self_attention" for k in range(2)]
+    assert select_layers(VIT, "attn", model="vit_b_16") == attention
+    assert select_layers(VIT, "ATTN,!encoder.layers.encoder_layer_0.*") == attention[1:]
+    assert select_layers(VIT, "type:attn") == attention
+    # out_proj is a Linear by subclass; the attention module around it is not.
+    assert select_layers(VIT, "linear") == [f"{n}.out_proj" for n in attention] + ["heads.head"]
+    # `all` still means leaves: neither the attention modules nor the blocks.
+    chosen = select_layers(VIT, "all")
+    assert not set(attention) & set(chosen)
+    assert chosen == [r.name for r in VIT if r.leaf]
+
+
+def test_alias_that_matches_nothing_names_its_classes() -> None:
+    refs = [r for r in VIT if "Dropout" not in r.types]
+    with pytest.raises(LayerSelectionError) as info:
+        select_layers(refs, "dropout", model="vit_b_16")
+    assert str(info.value) == (
+        "no module of vit_b_16 is a dropout layer (Dropout, Dropout1d, Dropout2d, Dropout3d, "
+        "StochasticDepth); run `actviz list-layers vit_b_16` to see names and types"
+    )
+    with pytest.raises(LayerSelectionError) as info:
+        select_layers(refs, "pool", model="vit_b_16")
+    message = str(info.value)
+    assert message.startswith("no module of vit_b_16 is a pooling layer (AdaptiveAvgPool1d, ")
+    assert ", ...)" in message and "close" not in message
+
+
+@pytest.mark.parametrize(
+    ("term", "refs"),
+    [
+        ("attn", [r for r in VIT if "MultiheadAttention" not in r.types]),
+        ("Attn", [r for r in VIT if "MultiheadAttention" not in r.types]),
+        ("!attn", [r for r in VIT if "MultiheadAttention" not in r.types]),
+        ("all", [r for r in VIT if not r.leaf]),  # matches nothing only without leaves
+        ("name:Linear", VIT),  # a class name is no module name
+        ("type:conv_proj", VIT),  # and a module name no class name
+    ],
+)
+def test_the_term_itself_is_never_suggested(term: str, refs: list[LayerRef]) -> None:
+    with pytest.raises(LayerSelectionError) as info:
+        select_layers(refs, term, model="vit_b_16")
+    message = str(info.value)
+    assert "actviz list-layers vit_b_16" in message
+    close = message.split("; close: ")[1].split(";")[0].split(", ") if "close:" in message else []
+    bare = term.lstrip("!").split(":")[-1]
+    assert not {bare, bare.lower(), bare.upper()} & set(close), message
 
 
 def test_no_match_names_close_candidates_and_list_layers() -> None:
@@ -74,6 +152,39 @@ def test_one_unmatched_term_is_an_error_even_if_others_match() -> None:
         select_layers(MODEL, "conv,layr4.*")
 
 
+@pytest.mark.parametrize(
+    ("selector", "shown", "close"),
+    [
+        ("conv,!layr1.*", "'!layr1.*'", "layer1"),
+        ("!fcc", "'!fcc'", "fc"),
+        ("relu, ! name:bn2", "'!name:bn2'", "bn1"),
+    ],
+)
+def test_an_exclusion_that_matches_nothing_is_an_error(
+    selector: str, shown: str, close: str
+) -> None:
+    with pytest.raises(LayerSelectionError) as info:
+        select_layers(MODEL, selector, model="resnet18")
+    message = str(info.value)
+    assert f"matches the exclusion {shown}" in message
+    assert close in message.split("; close: ")[1].split(";")[0].split(", ")
+    assert "actviz list-layers resnet18" in message
+
+
+def test_an_alias_exclusion_that_matches_nothing_is_an_error() -> None:
+    with pytest.raises(LayerSelectionError) as info:
+        select_layers(MODEL, "conv,!dropout", model="resnet18")
+    assert str(info.value).startswith(
+        "no module of resnet18 is a dropout layer (Dropout, Dropout1d, Dropout2d, Dropout3d, "
+        "StochasticDepth), so '!dropout' excludes nothing; run `actviz list-layers resnet18`"
+    )
+
+
+def test_an_exclusion_outside_the_selection_is_fine() -> None:
+    # It matches layers of the model, just none of those chosen: nothing to change, no typo.
+    assert select_layers(MODEL, "conv,!relu") == select_layers(MODEL, "conv")
+
+
 def test_everything_excluded_is_an_error() -> None:
     with pytest.raises(LayerSelectionError, match="after exclusions"):
         select_layers(MODEL, "fc,!fc")
@@ -83,6 +194,17 @@ def test_everything_excluded_is_an_error() -> None:
 def test_malformed(bad: str) -> None:
     with pytest.raises(LayerSelectionError):
         select_layers(MODEL, bad)
+
+
+def test_an_invalid_regex_says_what_is_wrong_with_it() -> None:
+    for selector in ("re:(", ["conv", "!re:layer[1"]):
+        with pytest.raises(LayerSelectionError) as info:
+            select_layers(MODEL, selector)
+        message = str(info.value)
+        assert message.startswith("invalid regular expression in '")
+        assert "at position" in message  # re.error's own explanation
+        assert message.endswith("; fix the regular expression")
+        assert "shell" not in message
 
 
 def test_parse_selector_splits_and_strips() -> None:
