@@ -299,52 +299,44 @@ def run(
     Writes grids to OUT/<image>/<NN>_<layer>.png, and OUT/manifest.json, stats.json,
     stats.csv and the report index.html.
     """
-    from actviz.api import run as run_pipeline
-    from actviz.stats import parse_kinds
-
-    kinds = parse_kinds(fail_on) if fail_on else frozenset()
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    reporter = RichReporter(quiet=quiet, status=_state)
-    try:
-        result = run_pipeline(
-            model,
-            inputs,
-            layers=layers or None,
-            out=out,
-            weights=weights,
-            device=device,
-            capture=capture,
-            max_channels=max_channels,
-            order=sort,
-            norm=norm,
-            clip=_pair(clip, "--clip", float) if clip else None,
-            cmap=cmap,
-            layout=layout,
-            overlay=overlay or overlay_channel is not None,
-            overlay_channel=overlay_channel,
-            save_tensors=save_tensors,
-            trust_checkpoint=trust_checkpoint,
-            input_size=_pair(input_size, "--input-size", int) if input_size else None,
-            in_chans=in_chans,
-            png_compression=png_compression,
-            batch_size=batch_size,
-            workers=workers,
-            resume=resume,
-            overwrite=overwrite,
-            amp=amp,
-            channels_last=channels_last,
-            grids=not no_images,
-            report=not no_report,
-            grads=grads,
-            target=target,
-            cam=cam,
-            cam_classes=cam_classes,
-            thresholds=_thresholds(threshold),
-            reporter=reporter,
-        )
-    finally:
-        reporter.stop()
-    _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)
+    _execute(
+        fail_on=fail_on,
+        threshold=threshold,
+        as_json=as_json,
+        quiet=quiet,
+        model=model,
+        inputs=inputs,
+        layers=layers or None,
+        out=out,
+        weights=weights,
+        device=device,
+        capture=capture,
+        max_channels=max_channels,
+        order=sort,
+        norm=norm,
+        clip=_pair(clip, "--clip", float) if clip else None,
+        cmap=cmap,
+        layout=layout,
+        overlay=overlay or overlay_channel is not None,
+        overlay_channel=overlay_channel,
+        save_tensors=save_tensors,
+        trust_checkpoint=trust_checkpoint,
+        input_size=_pair(input_size, "--input-size", int) if input_size else None,
+        in_chans=in_chans,
+        png_compression=png_compression,
+        batch_size=batch_size,
+        workers=workers,
+        resume=resume,
+        overwrite=overwrite,
+        amp=amp,
+        channels_last=channels_last,
+        grids=not no_images,
+        report=not no_report,
+        grads=grads,
+        target=target,
+        cam=cam,
+        cam_classes=cam_classes,
+    )
 
 
 @app.command()
@@ -379,34 +371,48 @@ def stats(
     Writes OUT/stats.json, OUT/stats.csv and OUT/manifest.json; flags NaN/Inf, dead,
     constant, exploding and vanishing layers.
     """
+    _execute(
+        fail_on=fail_on,
+        threshold=threshold,
+        as_json=as_json,
+        quiet=quiet,
+        model=model,
+        inputs=inputs,
+        layers=layers or None,
+        out=out,
+        weights=weights,
+        device=device,
+        trust_checkpoint=trust_checkpoint,
+        input_size=_pair(input_size, "--input-size", int) if input_size else None,
+        in_chans=in_chans,
+        batch_size=batch_size,
+        workers=workers,
+        resume=resume,
+        overwrite=overwrite,
+        amp=amp,
+        channels_last=channels_last,
+        grids=False,
+        report=report,
+    )
+
+
+def _execute(
+    *,
+    fail_on: str | None,
+    threshold: list[str] | None,
+    as_json: bool,
+    quiet: bool,
+    **pipeline: Any,
+) -> None:
+    """Run the pipeline with a progress bar and a clean stop on SIGTERM, then report."""
     from actviz.api import run as run_pipeline
     from actviz.stats import parse_kinds
 
-    kinds = parse_kinds(fail_on) if fail_on else frozenset()
+    kinds = parse_kinds(fail_on) if fail_on else frozenset()  # a bad kind fails before work
     signal.signal(signal.SIGTERM, _on_sigterm)
     reporter = RichReporter(quiet=quiet, status=_state)
     try:
-        result = run_pipeline(
-            model,
-            inputs,
-            layers=layers or None,
-            out=out,
-            weights=weights,
-            device=device,
-            trust_checkpoint=trust_checkpoint,
-            input_size=_pair(input_size, "--input-size", int) if input_size else None,
-            in_chans=in_chans,
-            batch_size=batch_size,
-            workers=workers,
-            resume=resume,
-            overwrite=overwrite,
-            amp=amp,
-            channels_last=channels_last,
-            grids=False,
-            report=report,
-            thresholds=_thresholds(threshold),
-            reporter=reporter,
-        )
+        result = run_pipeline(thresholds=_thresholds(threshold), reporter=reporter, **pipeline)
     finally:
         reporter.stop()
     _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)

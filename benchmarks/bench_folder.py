@@ -20,15 +20,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import matplotlib
-import numpy as np
 import torch
 from PIL import Image
 from torchvision import models
 from torchvision.transforms._presets import ImageClassification
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import make_folder  # noqa: E402
+from _common import floor_png, make_folder  # noqa: E402
 
 import actviz  # noqa: E402
 
@@ -43,25 +41,6 @@ def floor(folder: Path, out: Path) -> int:
     acts: dict[str, torch.Tensor] = {}
     for n, m in convs:
         m.register_forward_hook(lambda _m, _i, o, n=n: acts.__setitem__(n, o.detach().clone()))
-    lut = (matplotlib.colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.uint8)
-    palette = lut.flatten().tolist()
-
-    def draw(fmap: np.ndarray, target: Path) -> None:
-        c, h, w = fmap.shape
-        lo = fmap.min(axis=(1, 2), keepdims=True)
-        span = np.maximum(fmap.max(axis=(1, 2), keepdims=True) - lo, 1e-12)
-        levels = ((fmap - lo) / span * 255).astype(np.uint8)
-        scale = max(1, -(-32 // max(h, w)))
-        levels = levels.repeat(scale, axis=1).repeat(scale, axis=2)
-        cols = int(np.ceil(np.sqrt(c)))
-        rows = -(-c // cols)
-        tile = np.zeros((rows * cols, h * scale + 2, w * scale + 2), np.uint8)
-        tile[:c, : h * scale, : w * scale] = levels
-        grid = tile.reshape(rows, cols, *tile.shape[1:]).transpose(0, 2, 1, 3)
-        picture = Image.fromarray(grid.reshape(rows * tile.shape[1], -1), mode="L").convert("P")
-        picture.putpalette(palette)
-        picture.save(target, format="PNG", compress_level=1)
-
     paths = sorted(folder.rglob("*.jpg"))
     with ThreadPoolExecutor(2) as pool:
         pending: list = []
@@ -78,7 +57,7 @@ def floor(folder: Path, out: Path) -> int:
                 folder_out.mkdir(parents=True, exist_ok=True)
                 for k, (name, act) in enumerate(acts.items()):
                     pending.append(
-                        pool.submit(draw, act[i].numpy(), folder_out / f"{k:02d}_{name}.png")
+                        pool.submit(floor_png, act[i].numpy(), folder_out / f"{k:02d}_{name}.png")
                     )
         for f in pending:
             f.result()

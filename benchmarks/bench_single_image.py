@@ -16,19 +16,22 @@ from __future__ import annotations
 import argparse
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
-import numpy as np
 import torch
 from PIL import Image
 from torchvision import models
 from torchvision.transforms._presets import ImageClassification
 
 import actviz
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import floor_png  # noqa: E402
 
 MODEL = "resnet34"
 
@@ -72,25 +75,8 @@ def recipe(image: Path, out: Path) -> None:
 
 
 def floor(image: Path, out: Path) -> None:
-    lut = (matplotlib.colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.uint8)
-    palette = lut.flatten().tolist()
     for i, (name, act) in enumerate(_forward_with_hooks(image).items()):
-        fmap = act[0].numpy()
-        c, h, w = fmap.shape
-        lo = fmap.min(axis=(1, 2), keepdims=True)
-        span = np.maximum(fmap.max(axis=(1, 2), keepdims=True) - lo, 1e-12)
-        levels = ((fmap - lo) / span * 255).astype(np.uint8)
-        scale = max(1, -(-32 // max(h, w)))
-        levels = levels.repeat(scale, axis=1).repeat(scale, axis=2)
-        cols = int(np.ceil(np.sqrt(c)))
-        rows = -(-c // cols)
-        padded = np.zeros((rows * cols, h * scale + 2, w * scale + 2), np.uint8)
-        padded[:c, : h * scale, : w * scale] = levels
-        grid = padded.reshape(rows, cols, *padded.shape[1:]).transpose(0, 2, 1, 3)
-        picture = Image.fromarray(grid.reshape(rows * padded.shape[1], -1), mode="L")
-        picture = picture.convert("P")
-        picture.putpalette(palette)
-        picture.save(out / f"{i:02d}_{name}.png", format="PNG", compress_level=1)
+        floor_png(act[0].numpy(), out / f"{i:02d}_{name}.png")
 
 
 def with_actviz(image: Path, out: Path) -> None:
