@@ -7,7 +7,6 @@ through an optional :class:`Reporter`, and raise :class:`~actviz.errors.ActvizEr
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import time
 from collections import deque
@@ -28,7 +27,7 @@ from actviz.draw import (
     thumbnail_path,
 )
 from actviz.errors import ActvizError, UsageError
-from actviz.forward import BatchForward, model_failure, shared_ranges
+from actviz.forward import BatchForward, model_failure, shared_ranges, top_k_predictions
 from actviz.gradpass import (
     backward,
     choose_cam_keys,
@@ -45,6 +44,7 @@ from actviz.results import (
     SilentReporter,
     image_record,
     manifest,
+    reuse_earlier,
 )
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ def run(
         }
         records = output.RunRecords(out_dir, settings)
         if resume:
-            _reuse_earlier(records, results)
+            reuse_earlier(records.completed(), results)
         elif overwrite:
             records.reset([r.out_dir for r in results])
         todo = [r for r in results if r.status != "reused"]
@@ -320,7 +320,7 @@ def run(
                     for i, (index, size, x_cpu) in enumerate(good):
                         result = todo[index]
                         result.size = size
-                        result.predictions = _top_k(logits, i, loaded.categories, top_k)
+                        result.predictions = top_k_predictions(logits, i, loaded.categories, top_k)
                         job = ImageJob(
                             captures=captures,
                             summaries=layer_summaries,
@@ -425,72 +425,9 @@ def _checked_cmap(cmap: str | None) -> str | None:
     return cmap
 
 
-def _reuse_earlier(records: Any, results: list[ImageResult]) -> None:
-    """Mark images an earlier run completed (same settings, files still there) as reused."""
-    done = records.completed()
-    for result in results:
-        earlier = done.get((str(result.path), result.out_dir.as_posix()))
-        if earlier is None:
-            continue
-        result.status = "reused"
-        result.size = tuple(earlier["size"]) if earlier.get("size") else None
-        result.thumbnail = earlier.get("thumbnail")
-        result.predictions = [
-            Prediction(p["index"], p["label"], _nan_if_none(p["probability"]))
-            for p in earlier["predictions"]
-        ]
-        result.layers = [
-            LayerResult(
-                key=x["name"],
-                module=x["module"],
-                module_type=x["type"],
-                call=x["call"],
-                shape=tuple(x["shape"]),
-                min=_nan_if_none(x["min"]),
-                max=_nan_if_none(x["max"]),
-                mean=_nan_if_none(x["mean"]),
-                channels_shown=x["channels_shown"],
-                channels_total=x["channels_total"],
-                file=x["file"],
-                note=x.get("note"),
-                kind=x.get("kind", "output"),
-                layout=x.get("layout"),
-                overlay=x.get("overlay"),
-                tensor_file=x.get("tensor"),
-                stats=x.get("stats"),
-                gradient=x.get("gradient"),
-                gradient_file=x.get("gradient_file"),
-                cam_file=x.get("cam"),
-                channels=x.get("channels"),
-            )
-            for x in earlier["layers"]
-        ]
-
-
-def _nan_if_none(value: float | None) -> float:
-    return math.nan if value is None else float(value)
-
-
 def _render_threads() -> int:
     # Rendering is numpy and zlib, which release the GIL: one thread per core pays off.
     return max(2, min(8, os.cpu_count() or 2))
-
-
-def _top_k(logits: object, row: int, categories: list[str] | None, k: int) -> list[Prediction]:
-    import torch
-
-    if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or k <= 0:
-        return []
-    probs = logits[row].float().softmax(dim=0)
-    values, indices = probs.topk(min(k, probs.numel()))
-    return [
-        Prediction(
-            index=int(i),
-            label=categories[int(i)] if categories and int(i) < len(categories) else None,
-            probability=float(v),
-        )
-        for v, i in zip(values, indices, strict=True)
-    ]
 
 
 def _first_line(exc: BaseException) -> str:

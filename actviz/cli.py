@@ -11,7 +11,7 @@ import functools
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
@@ -19,19 +19,36 @@ from actviz import __version__
 from actviz.cli_options import (
     AmpOption,
     BatchSizeOption,
+    CamClassesOption,
+    CamOption,
+    CaptureOption,
     ChannelsLastOption,
+    ClipOption,
+    CmapOption,
     DeviceOption,
     FailOnOption,
+    GradsOption,
     InChansOption,
     InputsArg,
     InputSizeOption,
     JsonOption,
     LayersOption,
+    LayoutOption,
+    MaxChannelsOption,
     ModelArg,
+    NoImagesOption,
+    NoReportOption,
+    NormOption,
     OutOption,
+    OverlayChannelOption,
+    OverlayOption,
     OverwriteOption,
+    PngCompressionOption,
     QuietOption,
     ResumeOption,
+    SaveTensorsOption,
+    SortOption,
+    TargetOption,
     ThresholdOption,
     TrustCheckpointOption,
     WeightsOption,
@@ -129,104 +146,17 @@ def run(
     out: OutOption = Path("actviz-out"),
     weights: WeightsOption = "auto",
     device: DeviceOption = "auto",
-    capture: Annotated[
-        Literal["output", "input", "both"],
-        typer.Option(
-            "--capture",
-            help="Draw each layer's output, its input (forward pre-hook), or both.",
-            rich_help_panel="Layers",
-        ),
-    ] = "output",
-    layout: Annotated[
-        Literal["auto", "nchw", "nhwc", "tokens"],
-        typer.Option(
-            "--layout",
-            help="How outputs are read: auto, or force nchw, nhwc (channels-last) or tokens.",
-            rich_help_panel="Layers",
-        ),
-    ] = "auto",
-    max_channels: Annotated[
-        int,
-        typer.Option(
-            "--channels",
-            "--max-channels",
-            "-c",
-            min=0,
-            help="Channels drawn per grid at most (0 = all).",
-            rich_help_panel="Grid",
-        ),
-    ] = 64,
-    sort: Annotated[
-        Literal["index", "mean", "max", "std"],
-        typer.Option(
-            "--sort",
-            help="Which channels when capped: index order, or the top ones by mean, max or std.",
-            rich_help_panel="Grid",
-        ),
-    ] = "index",
-    norm: Annotated[
-        Literal["channel", "layer", "shared"],
-        typer.Option(
-            "--norm",
-            help=(
-                "Scale per channel, per layer, or shared: one scale per layer across every "
-                "image of the run, so images compare (costs a second pass)."
-            ),
-            rich_help_panel="Grid",
-        ),
-    ] = "channel",
-    clip: Annotated[
-        str | None,
-        typer.Option(
-            "--clip",
-            metavar="LO,HI",
-            help="Clip to these percentiles before scaling, e.g. 1,99.",
-            rich_help_panel="Grid",
-        ),
-    ] = None,
-    cmap: Annotated[
-        str | None,
-        typer.Option(
-            "--cmap",
-            help="Any matplotlib colormap (default: viridis, or RdBu_r centred on 0 if signed).",
-            rich_help_panel="Grid",
-        ),
-    ] = None,
-    overlay: Annotated[
-        bool,
-        typer.Option(
-            "--overlay",
-            help="Also write each layer's mean map over the input: <NN>_<layer>_overlay.png.",
-            rich_help_panel="Grid",
-        ),
-    ] = False,
-    overlay_channel: Annotated[
-        int | None,
-        typer.Option(
-            "--overlay-channel",
-            min=0,
-            help="Overlay this channel instead of the mean.",
-            rich_help_panel="Grid",
-        ),
-    ] = None,
-    save_tensors: Annotated[
-        Literal["npy", "safetensors"] | None,
-        typer.Option(
-            "--save-tensors",
-            help="Also save each raw activation beside its PNG.",
-            rich_help_panel="Output",
-        ),
-    ] = None,
-    png_compression: Annotated[
-        int,
-        typer.Option(
-            "--png-compression",
-            min=0,
-            max=9,
-            help="zlib level for the PNGs: 1 is fast, 9 is smallest.",
-            rich_help_panel="Output",
-        ),
-    ] = 1,
+    capture: CaptureOption = "output",
+    layout: LayoutOption = "auto",
+    max_channels: MaxChannelsOption = 64,
+    sort: SortOption = "index",
+    norm: NormOption = "channel",
+    clip: ClipOption = None,
+    cmap: CmapOption = None,
+    overlay: OverlayOption = False,
+    overlay_channel: OverlayChannelOption = None,
+    save_tensors: SaveTensorsOption = None,
+    png_compression: PngCompressionOption = 1,
     batch_size: BatchSizeOption = 8,
     workers: WorkersOption = 0,
     amp: AmpOption = False,
@@ -236,59 +166,12 @@ def run(
     trust_checkpoint: TrustCheckpointOption = False,
     input_size: InputSizeOption = None,
     in_chans: InChansOption = 3,
-    grads: Annotated[
-        bool,
-        typer.Option(
-            "--grads",
-            help=(
-                "Also backpropagate from --target: a gradient grid per layer "
-                "(<NN>_<layer>_grad.png) and gradient-flow charts."
-            ),
-            rich_help_panel="Gradients",
-        ),
-    ] = False,
-    target: Annotated[
-        str,
-        typer.Option(
-            "--target",
-            help="What to backpropagate from: top1 (each image its own), a class index or name.",
-            rich_help_panel="Gradients",
-        ),
-    ] = "top1",
-    cam: Annotated[
-        bool,
-        typer.Option(
-            "--cam",
-            help=(
-                "Grad-CAM over the input for the selected layers (default: the last spatial "
-                "layer): <NN>_<layer>_cam.png."
-            ),
-            rich_help_panel="Gradients",
-        ),
-    ] = False,
-    cam_classes: Annotated[
-        int,
-        typer.Option(
-            "--cam-classes",
-            min=1,
-            help="Grad-CAMs of the top K classes side by side (implies --cam).",
-            rich_help_panel="Gradients",
-        ),
-    ] = 1,
-    no_images: Annotated[
-        bool,
-        typer.Option(
-            "--no-images",
-            help="Statistics only: no grid PNGs (same as `actviz stats`).",
-            rich_help_panel="Diagnostics",
-        ),
-    ] = False,
-    no_report: Annotated[
-        bool,
-        typer.Option(
-            "--no-report", help="Do not write the HTML report.", rich_help_panel="Diagnostics"
-        ),
-    ] = False,
+    grads: GradsOption = False,
+    target: TargetOption = "top1",
+    cam: CamOption = False,
+    cam_classes: CamClassesOption = 1,
+    no_images: NoImagesOption = False,
+    no_report: NoReportOption = False,
     fail_on: FailOnOption = None,
     threshold: ThresholdOption = None,
     as_json: JsonOption = False,

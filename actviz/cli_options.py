@@ -8,6 +8,23 @@ from typing import Annotated, Literal
 import typer
 
 __all__ = [
+    "CaptureOption",
+    "LayoutOption",
+    "MaxChannelsOption",
+    "SortOption",
+    "NormOption",
+    "ClipOption",
+    "CmapOption",
+    "OverlayOption",
+    "OverlayChannelOption",
+    "SaveTensorsOption",
+    "PngCompressionOption",
+    "GradsOption",
+    "TargetOption",
+    "CamOption",
+    "CamClassesOption",
+    "NoImagesOption",
+    "NoReportOption",
     "AmpOption",
     "BatchSizeOption",
     "ChannelsLastOption",
@@ -182,5 +199,174 @@ ThresholdOption = Annotated[
         ),
         rich_help_panel="Diagnostics",
         show_default=False,
+    ),
+]
+
+# Options of `run` only.
+CaptureOption = Annotated[
+    Literal["output", "input", "both"],
+    typer.Option(
+        "--capture",
+        help="Draw each layer's output, its input (forward pre-hook), or both.",
+        rich_help_panel="Layers",
+    ),
+]
+
+LayoutOption = Annotated[
+    Literal["auto", "nchw", "nhwc", "tokens"],
+    typer.Option(
+        "--layout",
+        help="How outputs are read: auto, or force nchw, nhwc (channels-last) or tokens.",
+        rich_help_panel="Layers",
+    ),
+]
+
+MaxChannelsOption = Annotated[
+    int,
+    typer.Option(
+        "--channels",
+        "--max-channels",
+        "-c",
+        min=0,
+        help="Channels drawn per grid at most (0 = all).",
+        rich_help_panel="Grid",
+    ),
+]
+
+SortOption = Annotated[
+    Literal["index", "mean", "max", "std"],
+    typer.Option(
+        "--sort",
+        help="Which channels when capped: index order, or the top ones by mean, max or std.",
+        rich_help_panel="Grid",
+    ),
+]
+
+NormOption = Annotated[
+    Literal["channel", "layer", "shared"],
+    typer.Option(
+        "--norm",
+        help=(
+            "Scale per channel, per layer, or shared: one scale per layer across every "
+            "image of the run, so images compare (costs a second pass)."
+        ),
+        rich_help_panel="Grid",
+    ),
+]
+
+ClipOption = Annotated[
+    str | None,
+    typer.Option(
+        "--clip",
+        metavar="LO,HI",
+        help="Clip to these percentiles before scaling, e.g. 1,99.",
+        rich_help_panel="Grid",
+    ),
+]
+
+CmapOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cmap",
+        help="Any matplotlib colormap (default: viridis, or RdBu_r centred on 0 if signed).",
+        rich_help_panel="Grid",
+    ),
+]
+
+OverlayOption = Annotated[
+    bool,
+    typer.Option(
+        "--overlay",
+        help="Also write each layer's mean map over the input: <NN>_<layer>_overlay.png.",
+        rich_help_panel="Grid",
+    ),
+]
+
+OverlayChannelOption = Annotated[
+    int | None,
+    typer.Option(
+        "--overlay-channel",
+        min=0,
+        help="Overlay this channel instead of the mean.",
+        rich_help_panel="Grid",
+    ),
+]
+
+SaveTensorsOption = Annotated[
+    Literal["npy", "safetensors"] | None,
+    typer.Option(
+        "--save-tensors",
+        help="Also save each raw activation beside its PNG.",
+        rich_help_panel="Output",
+    ),
+]
+
+PngCompressionOption = Annotated[
+    int,
+    typer.Option(
+        "--png-compression",
+        min=0,
+        max=9,
+        help="zlib level for the PNGs: 1 is fast, 9 is smallest.",
+        rich_help_panel="Output",
+    ),
+]
+
+GradsOption = Annotated[
+    bool,
+    typer.Option(
+        "--grads",
+        help=(
+            "Also backpropagate from --target: a gradient grid per layer "
+            "(<NN>_<layer>_grad.png) and gradient-flow charts."
+        ),
+        rich_help_panel="Gradients",
+    ),
+]
+
+TargetOption = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help="What to backpropagate from: top1 (each image its own), a class index or name.",
+        rich_help_panel="Gradients",
+    ),
+]
+
+CamOption = Annotated[
+    bool,
+    typer.Option(
+        "--cam",
+        help=(
+            "Grad-CAM over the input for the selected layers (default: the last spatial "
+            "layer): <NN>_<layer>_cam.png."
+        ),
+        rich_help_panel="Gradients",
+    ),
+]
+
+CamClassesOption = Annotated[
+    int,
+    typer.Option(
+        "--cam-classes",
+        min=1,
+        help="Grad-CAMs of the top K classes side by side (implies --cam).",
+        rich_help_panel="Gradients",
+    ),
+]
+
+NoImagesOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-images",
+        help="Statistics only: no grid PNGs (same as `actviz stats`).",
+        rich_help_panel="Diagnostics",
+    ),
+]
+
+NoReportOption = Annotated[
+    bool,
+    typer.Option(
+        "--no-report", help="Do not write the HTML report.", rich_help_panel="Diagnostics"
     ),
 ]

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ActvizError, ModelError
+from actviz.results import Prediction
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
 
-__all__ = ["BatchForward", "model_failure", "shared_ranges"]
+__all__ = ["BatchForward", "model_failure", "shared_ranges", "top_k_predictions"]
 
 
 def model_failure(name: str, first: Path, exc: BaseException, x: Any) -> ModelError:
@@ -132,3 +133,22 @@ def shared_ranges(
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def top_k_predictions(
+    logits: object, row: int, categories: list[str] | None, k: int
+) -> list[Prediction]:
+    import torch
+
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or k <= 0:
+        return []
+    probs = logits[row].float().softmax(dim=0)
+    values, indices = probs.topk(min(k, probs.numel()))
+    return [
+        Prediction(
+            index=int(i),
+            label=categories[int(i)] if categories and int(i) < len(categories) else None,
+            probability=float(v),
+        )
+        for v, i in zip(values, indices, strict=True)
+    ]

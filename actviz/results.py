@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -22,6 +22,7 @@ __all__ = [
     "RunResult",
     "SilentReporter",
     "image_record",
+    "reuse_earlier",
     "manifest",
 ]
 
@@ -244,3 +245,51 @@ def image_record(result: ImageResult) -> dict[str, Any]:
 
 def _finite(value: float) -> float | None:
     return round(value, 6) if math.isfinite(value) else None
+
+
+def reuse_earlier(
+    done: Mapping[tuple[str, str], Mapping[str, Any]], results: list[ImageResult]
+) -> None:
+    """Mark images an earlier run completed (same settings, files still there) as reused,
+    restoring what it recorded for them: the inverse of :func:`image_record`."""
+    for result in results:
+        earlier = done.get((str(result.path), result.out_dir.as_posix()))
+        if earlier is None:
+            continue
+        result.status = "reused"
+        result.size = tuple(earlier["size"]) if earlier.get("size") else None
+        result.thumbnail = earlier.get("thumbnail")
+        result.predictions = [
+            Prediction(p["index"], p["label"], nan_if_none(p["probability"]))
+            for p in earlier["predictions"]
+        ]
+        result.layers = [
+            LayerResult(
+                key=x["name"],
+                module=x["module"],
+                module_type=x["type"],
+                call=x["call"],
+                shape=tuple(x["shape"]),
+                min=nan_if_none(x["min"]),
+                max=nan_if_none(x["max"]),
+                mean=nan_if_none(x["mean"]),
+                channels_shown=x["channels_shown"],
+                channels_total=x["channels_total"],
+                file=x["file"],
+                note=x.get("note"),
+                kind=x.get("kind", "output"),
+                layout=x.get("layout"),
+                overlay=x.get("overlay"),
+                tensor_file=x.get("tensor"),
+                stats=x.get("stats"),
+                gradient=x.get("gradient"),
+                gradient_file=x.get("gradient_file"),
+                cam_file=x.get("cam"),
+                channels=x.get("channels"),
+            )
+            for x in earlier["layers"]
+        ]
+
+
+def nan_if_none(value: float | None) -> float:
+    return math.nan if value is None else float(value)
