@@ -152,7 +152,8 @@ def test_screenshot_is_not_blank(chromium: str, report: Path, tmp_path: Path) ->
         assert result.returncode == 0, result.stderr[-2000:]
         assert shot.is_file()
         with Image.open(shot) as image:
-            if np.asarray(image.convert("L")).std() > 20:
+            grey = np.asarray(image.convert("L"))
+            if grey.std() > 20 and (grey < 200).mean() > 0.01:
                 break
     keep = os.environ.get("ACTVIZ_REPORT_SCREENSHOT")
     if keep:
@@ -161,7 +162,8 @@ def test_screenshot_is_not_blank(chromium: str, report: Path, tmp_path: Path) ->
         assert image.format == "PNG" and image.size == (1280, 2000)
         pixels = np.asarray(image.convert("RGB")).astype(np.int16)
     assert pixels.std() > 20
-    assert (pixels.sum(axis=-1) < 600).mean() > 0.02  # text, tables, pictures: not all white
+    # Text, tables and pictures: at least 1% of a 1280 x 2000 page (25,600 pixels) is ink.
+    assert (pixels.sum(axis=-1) < 600).mean() > 0.01
     # The random-weights banner: its dark red border and text.
     red = (pixels[..., 0] > 150) & (pixels[..., 1] < 70) & (pixels[..., 2] < 70)
     assert red.sum() > 500
