@@ -293,3 +293,117 @@ def test_extreme_aspect_ratios_are_cheap_and_match_torchvision(
     assert torch.allclose(strip[0], torch.full((224, 224), strip[0, 0, 0].item()))
     for image, want in zip(images, expected, strict=True):
         assert torch.allclose(ours(image), want, atol=one_level)
+
+
+@pytest.mark.parametrize(
+    "name", ["fcn_resnet50", "deeplabv3_mobilenet_v3_large", "lraspp_mobilenet_v3_large"]
+)
+@pytest.mark.parametrize("weights", ["none", "auto"])
+def test_segmentation_models_build_offline(name: str, weights: str) -> None:
+    # torchvision's builders fetch an ImageNet backbone unless told not to; offline that
+    # fails, and random weights must not need any download.
+    loaded = load_model(name, weights=weights, device="cpu")
+    assert loaded.weights.random
+    if weights == "auto":
+        assert "could not be downloaded" in (loaded.weights.reason or "")
+    assert loaded.input_size == (520, 520)
+    with torch.inference_mode():
+        out = loaded.module(torch.zeros(1, 3, 64, 64))
+    assert out["out"].shape == (1, 21, 64, 64)
+
+
+@pytest.mark.parametrize("spec", ["default", "auto", "COCO_WITH_VOC_LABELS_V1"])
+def test_segmentation_pretrained_weights_come_from_the_cache(spec: str) -> None:
+    from torchvision.models import get_model
+    from torchvision.models.segmentation import DeepLabV3_MobileNet_V3_Large_Weights
+
+    # torchvision's files hold the auxiliary head its builder adds when given weights.
+    torch.manual_seed(11)
+    staged = get_model(
+        "deeplabv3_mobilenet_v3_large", weights=None, weights_backbone=None, aux_loss=True
+    ).state_dict()
+    preset = DeepLabV3_MobileNet_V3_Large_Weights.COCO_WITH_VOC_LABELS_V1
+    path = cached_weights_path(preset)
+    path.parent.mkdir(parents=True)
+    torch.save(staged, path)
+    loaded = load_model("deeplabv3_mobilenet_v3_large", weights=spec, device="cpu")
+    assert loaded.weights.source == "pretrained"
+    assert loaded.weights.name == "DeepLabV3_MobileNet_V3_Large_Weights.COCO_WITH_VOC_LABELS_V1"
+    state = loaded.module.state_dict()
+    assert state.keys() == staged.keys()
+    assert all(torch.equal(state[k], staged[k]) for k in staged)
+    assert loaded.categories is not None and loaded.categories[0] == "__background__"
+
+
+def test_a_builder_that_still_downloads_fails_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchvision.models import _api
+
+    from actviz.errors import ModelError
+    from actviz.models import build_architecture
+
+    seen: dict[str, object] = {}
+
+    def downloading(*, weights: object = None, weights_backbone: object = "x") -> torch.nn.Module:
+        seen["weights_backbone"] = weights_backbone
+        torch.hub.load_state_dict_from_url("https://download.invalid/extra-0123456789.pth")
+        return torch.nn.Identity()
+
+    monkeypatch.setitem(_api.BUILTIN_MODELS, "downloading_net", downloading)
+    with pytest.raises(ModelError) as info:
+        build_architecture("downloading_net")
+    message = str(info.value)
+    assert seen["weights_backbone"] is None  # asked not to download, by its own signature
+    assert message.startswith("cannot build downloading_net:")
+    assert "network is unreachable" in message and "torch.hub cache" in message
+    assert "\n" not in message
+
+
+def test_architecture_follows_the_weights() -> None:
+    from torchvision.models import ViT_B_16_Weights, ViT_H_14_Weights
+
+    from actviz.models import architecture_kwargs
+
+    assert architecture_kwargs("resnet18", None, ResNet18_Weights.DEFAULT) == {}
+    # vit_h_14's default weights are for 518 x 518 input, as its preprocessing crops.
+    assert architecture_kwargs("vit_h_14", None, ViT_H_14_Weights.DEFAULT) == {"image_size": 518}
+    assert architecture_kwargs("vit_b_16", None, ViT_B_16_Weights.DEFAULT) == {}
+    state = {
+        "encoder.pos_embedding": torch.zeros(1, 24 * 24 + 1, 8),
+        "conv_proj.weight": torch.zeros(8, 3, 16, 16),
+    }
+    assert architecture_kwargs("vit_b_16", state, ViT_B_16_Weights.DEFAULT) == {"image_size": 384}
+    assert architecture_kwargs("fcn_resnet50", {"aux_classifier.0.weight": torch.zeros(1)}) == {
+        "aux_loss": True
+    }
+    assert architecture_kwargs("fcn_resnet50", {"classifier.0.weight": torch.zeros(1)}) == {}
+
+
+def test_garbage_is_corrupt_not_a_pickle_to_trust(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.pt"
+    path.write_bytes(b"garbage")
+    with pytest.raises(CheckpointError) as info:
+        load_model("resnet18", weights=str(path), device="cpu")
+    message = str(info.value)
+    assert message.startswith(f"corrupt or unsupported checkpoint {path}: ")
+    assert "--trust-checkpoint" not in message and "full pickle" not in message
+    assert "torch.save(model.state_dict(), path)" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("how", ["zip", "legacy", "plain pickle"])
+def test_a_pickled_module_names_its_globals(tmp_path: Path, how: str) -> None:
+    torch.manual_seed(5)
+    model = resnet18().eval()
+    path = tmp_path / "whole.pt"
+    if how == "plain pickle":
+        with path.open("wb") as fh:
+            pickle.dump(model, fh)
+    else:
+        torch.save(model, path, _use_new_zipfile_serialization=how == "zip")
+    with pytest.raises(CheckpointError) as info:
+        load_model("resnet18", weights=str(path), device="cpu")
+    message = str(info.value)
+    assert "full pickle" in message and "--trust-checkpoint" in message
+    # The model's own classes come first, read from memoized strings correctly.
+    wanted = message.split("(it wants ")[1]
+    assert wanted.startswith("torchvision.models.resnet.")
+    assert "_rebuild_parameter._rebuild" not in message
