@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from actviz.api import list_layers, render_activation, run
     from actviz.errors import ActvizError
     from actviz.hooks import ActivationRecorder, capture
-    from actviz.models import load_model
+    from actviz.models.registry import load_model
     from actviz.selectors import select_layers
 
 __all__ = [
@@ -42,7 +42,7 @@ _LAZY = {
     "capture": "actviz.hooks",
     "ActvizError": "actviz.errors",
     "list_layers": "actviz.api",
-    "load_model": "actviz.models",
+    "load_model": "actviz.models.registry",
     "render_activation": "actviz.api",
     "run": "actviz.api",
     "select_layers": "actviz.selectors",

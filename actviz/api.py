@@ -15,8 +15,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.diagnostics import stats_callback, write_stats
-from actviz.draw import (
+from actviz.errors import ActvizError, UsageError
+from actviz.forward import BatchForward, model_failure, shared_ranges, top_k_predictions
+from actviz.gradients.backward import (
+    backward,
+    choose_cam_keys,
+    write_flow_chart,
+    write_run_flow_chart,
+)
+from actviz.models.listing import LayerInfo, LayerListing, list_layers
+from actviz.render.draw import (
     DrawOptions,
     ImageJob,
     Norm,
@@ -26,15 +34,6 @@ from actviz.draw import (
     summaries,
     thumbnail_path,
 )
-from actviz.errors import ActvizError, UsageError
-from actviz.forward import BatchForward, model_failure, shared_ranges, top_k_predictions
-from actviz.gradpass import (
-    backward,
-    choose_cam_keys,
-    write_flow_chart,
-    write_run_flow_chart,
-)
-from actviz.listing import LayerInfo, LayerListing, list_layers
 from actviz.results import (
     ImageResult,
     LayerResult,
@@ -46,12 +45,13 @@ from actviz.results import (
     manifest,
     reuse_earlier,
 )
+from actviz.stats.collect import stats_callback, write_stats
 
 if TYPE_CHECKING:
     from actviz.hooks import CaptureMode
     from actviz.layouts import Layout
-    from actviz.models import LoadedModel
-    from actviz.render import Order
+    from actviz.models.registry import LoadedModel
+    from actviz.render.grid import Order
     from actviz.stats import Thresholds
 
 __all__ = [
@@ -147,7 +147,7 @@ def run(
             ``stats.csv``), on the device where the activation is.
         grids: Draw the grid PNGs (False: statistics only, much faster).
         report: Write the static HTML report ``index.html``.
-        thresholds: Anomaly thresholds (``actviz.stats.Thresholds``); None for the defaults.
+        thresholds: Anomaly thresholds (``actviz.stats.compute.Thresholds``); None for the defaults.
         grads: Also backpropagate from ``target`` and draw each layer's gradient
             (``<NN>_<layer>_grad.png``), with a gradient-flow chart per image and for the run.
         target: What to backpropagate from: ``top1`` (each image its own top class), a class
@@ -170,7 +170,7 @@ def run(
     from actviz import output
     from actviz.hooks import ActivationRecorder, eval_mode, layer_refs
     from actviz.layouts import default_selector, layer_contexts
-    from actviz.models import load_model
+    from actviz.models.registry import load_model
     from actviz.selectors import select_layers
 
     started = time.perf_counter()
@@ -397,7 +397,7 @@ def run(
         record = manifest(result_obj)
         output.write_json(manifest_path, record)
         if report:
-            from actviz.report import build_report
+            from actviz.report.pages import build_report
 
             for rel, data in build_report(record, stats_doc, out_dir_name=out_dir.name).items():
                 output.write_bytes(out_dir / rel, data)

@@ -11,7 +11,7 @@ from actviz.errors import ActvizError, ModelError
 from actviz.results import Prediction
 
 if TYPE_CHECKING:
-    from actviz.models import LoadedModel
+    from actviz.models.registry import LoadedModel
 
 __all__ = ["BatchForward", "model_failure", "shared_ranges", "top_k_predictions"]
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from actviz import __version__
 
 if TYPE_CHECKING:
-    from actviz.models import WeightsInfo
+    from actviz.models.registry import WeightsInfo
 
 __all__ = [
     "ImageResult",
@@ -166,7 +166,7 @@ def manifest(result: RunResult) -> dict[str, Any]:
     import torch
     import torchvision
 
-    from actviz.models import RANDOM_SEED
+    from actviz.models.registry import RANDOM_SEED
 
     weights = result.weights
     return {

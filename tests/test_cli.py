@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from actviz.cli import app
+from actviz.cli.commands import app
 from tests.conftest import make_image
 
 runner = CliRunner()
@@ -217,11 +217,11 @@ def test_models_command() -> None:
 
 def test_help_and_import_do_not_import_torch() -> None:
     code = (
-        "import sys, actviz, actviz.cli\n"
+        "import sys, actviz, actviz.cli.commands\n"
         "from typer.testing import CliRunner\n"
-        "r = CliRunner().invoke(actviz.cli.app, ['--help'])\n"
+        "r = CliRunner().invoke(actviz.cli.commands.app, ['--help'])\n"
         "assert r.exit_code == 0 and 'list-layers' in r.stdout, r.output\n"
-        "r = CliRunner().invoke(actviz.cli.app, ['run', '--help'])\n"
+        "r = CliRunner().invoke(actviz.cli.commands.app, ['run', '--help'])\n"
         "assert r.exit_code == 0 and '--layers' in r.stdout, r.output\n"
         "print(sorted(m for m in ('torch', 'torchvision', 'matplotlib') if m in sys.modules))\n"
     )
@@ -301,7 +301,7 @@ def test_list_layers_of_a_factory_file(tmp_path: Path) -> None:
 
 def test_list_layers_of_a_factory_falls_back_to_the_cpu(tmp_path: Path) -> None:
     from actviz.errors import ModelError
-    from actviz.listing import list_layers
+    from actviz.models.listing import list_layers
 
     factory = tmp_path / "tiny.py"
     factory.write_text(_FACTORY)

@@ -13,14 +13,14 @@ import torch
 from torch import nn
 
 from actviz.errors import ModelError, UsageError
-from actviz.factories import (
+from actviz.hooks import ActivationRecorder, layer_refs
+from actviz.layouts import default_selector, layer_contexts, to_drawable
+from actviz.models.factories import (
     build_user_model,
     is_factory_spec,
     load_factory,
     split_factory_spec,
 )
-from actviz.hooks import ActivationRecorder, layer_refs
-from actviz.layouts import default_selector, layer_contexts, to_drawable
 from actviz.selectors import select_layers
 
 TINY = """

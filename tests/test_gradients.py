@@ -21,12 +21,11 @@ from actviz.gradients import (
     VANISHING,
     GradientRecorder,
     class_cams,
-    compute_gradients,
     grad_cam,
     gradient_flow_png,
-    resolve_targets,
     to_nchw,
 )
+from actviz.gradients.core import compute_gradients, resolve_targets
 
 SAMPLE = Path(__file__).resolve().parent.parent / "sample_images" / "cat.jpg"
 

@@ -17,7 +17,8 @@ from actviz.errors import (
     UsageError,
     WeightsError,
 )
-from actviz.models import cached_weights_path, list_model_names, load_model, resolve_device
+from actviz.models import cached_weights_path, resolve_device
+from actviz.models.registry import list_model_names, load_model
 
 
 @pytest.fixture(autouse=True)
@@ -339,7 +340,7 @@ def test_a_builder_that_still_downloads_fails_in_one_line(monkeypatch: pytest.Mo
     from torchvision.models import _api
 
     from actviz.errors import ModelError
-    from actviz.models import build_architecture
+    from actviz.models.registry import build_architecture
 
     seen: dict[str, object] = {}
 
@@ -361,7 +362,7 @@ def test_a_builder_that_still_downloads_fails_in_one_line(monkeypatch: pytest.Mo
 def test_architecture_follows_the_weights() -> None:
     from torchvision.models import ViT_B_16_Weights, ViT_H_14_Weights
 
-    from actviz.models import architecture_kwargs
+    from actviz.models.registry import architecture_kwargs
 
     assert architecture_kwargs("resnet18", None, ResNet18_Weights.DEFAULT) == {}
     # vit_h_14's default weights are for 518 x 518 input, as its preprocessing crops.

@@ -9,7 +9,7 @@ import torchvision.transforms.functional as TF
 from PIL import Image
 from torchvision.transforms._presets import ImageClassification
 
-from actviz.overlay import (
+from actviz.render.overlay import (
     LABEL_HEIGHT,
     PANEL_GAP,
     blend,

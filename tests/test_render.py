@@ -1,4 +1,4 @@
-"""Tests of actviz.render: geometry, colour mapping, header, and input checks."""
+"""Tests of actviz.render.grid: geometry, colour mapping, header, and input checks."""
 
 from __future__ import annotations
 
@@ -23,9 +23,8 @@ from actviz.render import (
     GridImage,
     colormap_lut,
     is_signed,
-    render_grid,
-    render_vector,
 )
+from actviz.render.grid import render_grid, render_vector
 
 U8 = npt.NDArray[np.uint8]
 
@@ -534,7 +533,7 @@ def test_float64_input_matches_float32() -> None:
 
 def test_import_stays_light() -> None:
     code = (
-        "import sys, numpy as np, actviz.render as r;"
+        "import sys, numpy as np, actviz.render.grid as r;"
         "r.render_grid(np.ones((2, 3, 3)), title='t'); r.render_vector(np.ones(3), title='t');"
         "print(sorted(m for m in sys.modules if m.startswith(('torch', 'matplotlib.pyplot'))))"
     )

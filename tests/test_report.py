@@ -1,4 +1,4 @@
-"""Tests of actviz.report: links resolve, names are escaped and encoded, pages are complete."""
+"""Tests of the report: links resolve, names are escaped and encoded, pages are complete."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import pytest
 import torch
 from PIL import Image
 
-from actviz.report import PER_IMAGE_CHARTS, build_report
-from actviz.stats import aggregate_run, compute_stats, to_json
+from actviz.report.pages import PER_IMAGE_CHARTS, build_report
+from actviz.stats import aggregate_run, to_json
+from actviz.stats.compute import compute_stats
 
 EVIL = "<script>alert(1)</script>"
 ODD_DIR = "odd name #1?é"  # space, '#', '?', non-ASCII: all must survive as URLs
@@ -507,7 +508,7 @@ def test_names_in_scripts_the_font_lacks_draw_without_warnings(
 def test_only_missing_glyph_warnings_are_silenced(
     monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
 ) -> None:
-    from actviz.charts import DepthChart
+    from actviz.report.charts import DepthChart
 
     chart = DepthChart()
     original = chart.fig.savefig

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from actviz.report import build_report
+from actviz.report.pages import build_report
 from tests.test_report import make_run, write
 
 # Counts the images that failed to load once the page (with every image made eager) is done,

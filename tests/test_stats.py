@@ -1,4 +1,4 @@
-"""Tests of actviz.stats: per-sample statistics, pooling, anomaly flags, CSV and JSON."""
+"""Tests of actviz.stats.compute: per-sample statistics, pooling, anomaly flags, CSV and JSON."""
 
 from __future__ import annotations
 
@@ -15,15 +15,12 @@ from actviz.errors import UsageError
 from actviz.stats import (
     CSV_FIELDS,
     FLAG_KINDS,
-    PERCENTILE_EXACT_LIMIT,
     RUN_KEY,
     Flag,
     LayerStats,
     Thresholds,
     aggregate,
     aggregate_run,
-    compute_stats,
-    default_channel_dim,
     find_flags,
     first_bad_layer,
     flag_anomalies,
@@ -32,6 +29,7 @@ from actviz.stats import (
     to_csv,
     to_json,
 )
+from actviz.stats.compute import PERCENTILE_EXACT_LIMIT, compute_stats, default_channel_dim
 
 NAN = float("nan")
 INF = float("inf")

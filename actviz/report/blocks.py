@@ -2,9 +2,9 @@
 
 The random-weights banner, the run's metadata, the failed and skipped inputs, a layer's table
 row, statistics and pictures, a list of flags: none of them needs to know which page it lands
-on or how pages link to each other, which is what :mod:`actviz.report` decides. Text is escaped
-and paths are encoded with :mod:`actviz.markup`; ``base`` arguments are the relative way from
-the page back to the output folder (``""`` or ``"../../"``).
+on or how pages link to each other, which is what :mod:`~actviz.report.pages` decides. Text is
+escaped and paths are encoded with :mod:`~actviz.report.markup`; ``base`` arguments are the
+relative way from the page back to the output folder (``""`` or ``"../../"``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from actviz import __version__
-from actviz.markup import badges, esc, image_tag, link_to, num, pct, shape_text
+from actviz.report.markup import badges, esc, image_tag, link_to, num, pct, shape_text
 
 __all__ = [
     "by_name",

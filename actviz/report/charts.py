@@ -1,7 +1,7 @@
 """The depth chart of the report: how a network's activations change from layer to layer.
 
 :class:`DepthChart` draws one picture of an image (or of a run's aggregate) from the layer rows
-of ``stats.json``; which images get one is for :mod:`actviz.report` to decide. matplotlib and
+of ``stats.json``; which images get one is for :mod:`actviz.report.pages` to decide. matplotlib and
 numpy are imported when a chart is made, not with this module: importing the report costs
 nothing until it draws.
 """

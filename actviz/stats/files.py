@@ -14,11 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from actviz.anomalies import FLAG_KINDS, Thresholds, first_bad_layer, flag_anomalies
-from actviz.layerstats import STAT_FIELDS
+from actviz.stats.anomalies import FLAG_KINDS, Thresholds, first_bad_layer, flag_anomalies
+from actviz.stats.layerstats import STAT_FIELDS
 
 if TYPE_CHECKING:
-    from actviz.layerstats import LayerStats
+    from actviz.stats.layerstats import LayerStats
 
 __all__ = ["CSV_FIELDS", "RUN_KEY", "stats_rows", "to_csv", "to_json"]
 

@@ -11,7 +11,7 @@ from actviz.errors import UsageError
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
-    from actviz.gradients import CamLayout
+    from actviz.gradients.cam import CamLayout
 
 __all__ = ["backward", "choose_cam_keys", "write_flow_chart", "write_run_flow_chart"]
 
@@ -48,7 +48,8 @@ def backward(
     contexts: Mapping[str, Any],
 ) -> tuple[Mapping[str, Any], list[int], dict[str, list[list[Any]]]]:
     """Gradients of the target logit for ``layers``, and ranked class CAMs when asked."""
-    from actviz.gradients import class_cams, compute_gradients
+    from actviz.gradients.cam import class_cams
+    from actviz.gradients.core import compute_gradients
 
     result = compute_gradients(module, x, layers, target=target, categories=categories)
     ranked: dict[str, list[list[Any]]] = {}
@@ -77,7 +78,7 @@ def backward(
 def write_flow_chart(out_dir: Path, result: ImageResult) -> str | None:
     """One image's gradient norm per layer against depth."""
     from actviz import output
-    from actviz.gradients import gradient_flow_png
+    from actviz.gradients.flowchart import gradient_flow_png
 
     layers = [layer for layer in result.layers if layer.gradient and layer.kind == "output"]
     if not layers:
@@ -97,7 +98,7 @@ def write_flow_chart(out_dir: Path, result: ImageResult) -> str | None:
 def write_run_flow_chart(out_dir: Path, results: Sequence[ImageResult]) -> Path | None:
     """Every image's gradient flow in one chart, with their geometric mean."""
     from actviz import output
-    from actviz.gradients import gradient_flow_png
+    from actviz.gradients.flowchart import gradient_flow_png
 
     series: dict[str, list[float]] = {}
     keys: list[str] = []

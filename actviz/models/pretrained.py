@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from actviz.checkpoints import _first_line, _unwrap_state_dict
 from actviz.errors import WeightsError
+from actviz.models.checkpoints import _first_line, _unwrap_state_dict
 
 if TYPE_CHECKING:
     import torch

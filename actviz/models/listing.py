@@ -71,10 +71,11 @@ def list_layers(
         ModelError: If the model cannot be built or traced.
         LayerSelectionError: If the selector matches nothing.
     """
-    from actviz.factories import is_factory_spec
     from actviz.hooks import layer_refs
-    from actviz.models import Preprocessing, _weights_enum, check_model_name
-    from actviz.pretrained import _default_enum
+    from actviz.models.factories import is_factory_spec
+    from actviz.models.preprocessing import Preprocessing
+    from actviz.models.pretrained import _default_enum, _weights_enum
+    from actviz.models.registry import check_model_name
     from actviz.selectors import select_layers
 
     if in_chans not in (1, 3):
@@ -130,7 +131,7 @@ def _trace_torchvision(
 ) -> tuple[nn.Module, ActivationRecorder]:
     import torch
 
-    from actviz.models import architecture_kwargs, build_architecture
+    from actviz.models.registry import architecture_kwargs, build_architecture
 
     kwargs = architecture_kwargs(model, None, weights)
     try:
@@ -181,7 +182,7 @@ def _weights_on_meta() -> Iterator[None]:
 def _trace_factory(spec: str, input_shape: tuple[int, ...]) -> tuple[nn.Module, ActivationRecorder]:
     import torch
 
-    from actviz.factories import load_factory
+    from actviz.models.factories import load_factory
 
     factory = load_factory(spec)  # imports once; UsageError for a bad spec or path
     try:

@@ -2,7 +2,7 @@
 
 Everything works on whole ``(C, ...)`` arrays at once: per-channel minima, maxima, sort keys
 and percentiles of finite values, and the linear map from a range to the palette levels
-``0 .. N_LEVELS - 1`` (see :mod:`actviz.palette`). NaN and infinities never enter a range;
+``0 .. N_LEVELS - 1`` (see :mod:`actviz.render.palette`). NaN and infinities never enter a range;
 they are mapped to ``NONFINITE``.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from actviz.palette import N_LEVELS, NONFINITE, U8Array
+from actviz.render.palette import N_LEVELS, NONFINITE, U8Array
 
 __all__ = [
     "BoolArray",

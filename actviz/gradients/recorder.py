@@ -9,8 +9,8 @@ How the gradients are taken, and why:
   real output.
 - Backward runs as ``torch.autograd.grad(loss, input)``: it fires the tensor hooks but never
   writes ``.grad`` into the parameters, and it frees the graph when it returns. When only
-  late layers matter (:func:`actviz.cam.class_cams`) and no in-place op touched them, backward
-  stops at the selected outputs instead, which costs a fraction of a full backward.
+  late layers matter (:func:`~actviz.gradients.cam.class_cams`) and no in-place op touched
+  them, backward stops at the selected outputs instead, which costs a fraction of a full backward.
 - The model runs in eval mode (each module's own flag is restored afterwards): batch-norm in
   training mode would mix the images of a batch and update its running statistics.
 - Gradients and activations are copied to the CPU as float32 the moment they exist.

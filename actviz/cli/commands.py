@@ -16,7 +16,18 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 import typer
 
 from actviz import __version__
-from actviz.cli_options import (
+from actviz.cli.console import (
+    RichReporter,
+    error,
+    listing_json,
+    out_console,
+    print_flags,
+    print_listing,
+    print_run,
+    print_summary,
+    warn,
+)
+from actviz.cli.options import (
     AmpOption,
     BatchSizeOption,
     CamClassesOption,
@@ -53,17 +64,6 @@ from actviz.cli_options import (
     TrustCheckpointOption,
     WeightsOption,
     WorkersOption,
-)
-from actviz.console import (
-    RichReporter,
-    error,
-    listing_json,
-    out_console,
-    print_flags,
-    print_listing,
-    print_run,
-    print_summary,
-    warn,
 )
 from actviz.errors import ActvizError, ExitCode, UsageError
 
@@ -368,7 +368,7 @@ def models(
     as_json: JsonOption = False,
 ) -> None:
     """List torchvision model names that actviz can run."""
-    from actviz.models import list_model_names
+    from actviz.models.registry import list_model_names
 
     names = list_model_names(pattern, include_all=include_all)
     if as_json:

@@ -1,6 +1,6 @@
 """Anomaly flags drawn from a depth-ordered list of layer summaries.
 
-:func:`flag_anomalies` turns the :class:`~actviz.layerstats.LayerStats` of one image (or of a
+:func:`flag_anomalies` turns the :class:`~actviz.stats.layerstats.LayerStats` of one image (or of a
 run's aggregate), in capture order, into :class:`Flag` s: NaN, Inf, dead channels, constant
 output, exploding or vanishing magnitude; :class:`Thresholds` says when each is raised.
 :func:`first_bad_layer` points at where non-finite values start, :func:`find_flags` reads
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
-    from actviz.layerstats import LayerStats
+    from actviz.stats.layerstats import LayerStats
 
 __all__ = [
     "FLAG_KINDS",

@@ -23,8 +23,8 @@ HTML-escaped, and every URL is percent-encoded. Grids load lazily and sections o
 skip layout (``content-visibility``), so a run of hundreds of images stays responsive.
 
 This module decides which pages there are and how they link to each other. The blocks they
-are made of come from :mod:`actviz.report_blocks`, the page shell, stylesheet, escaping and
-links from :mod:`actviz.markup`, and the depth charts from :mod:`actviz.charts`.
+are made of come from :mod:`actviz.report.blocks`, the page shell, stylesheet, escaping and
+links from :mod:`actviz.report.markup`, and the depth charts from :mod:`actviz.report.charts`.
 """
 
 from __future__ import annotations
@@ -33,10 +33,8 @@ import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from actviz.charts import DepthChart
-from actviz.markup import badges, esc, html_page, image_tag, link_to, pct, shape_text, url
 from actviz.output import safe_name
-from actviz.report_blocks import (
+from actviz.report.blocks import (
     by_name,
     failed_tables,
     flag_list,
@@ -48,6 +46,8 @@ from actviz.report_blocks import (
     summary_line,
     weights_banner,
 )
+from actviz.report.charts import DepthChart
+from actviz.report.markup import badges, esc, html_page, image_tag, link_to, pct, shape_text, url
 
 __all__ = ["PER_IMAGE_CHARTS", "build_report"]
 
@@ -84,7 +84,7 @@ def build_report(
             carry ``"thumbnail"``: the path, relative to the output folder, of a small copy
             of the input picture; it is shown only when present. A layer entry may carry
             ``"width"`` and ``"height"`` of its grid PNG, which let the browser reserve space.
-        stats: What ``stats.json`` holds (``actviz.stats.to_json``), keyed by the images'
+        stats: What ``stats.json`` holds (``actviz.stats.compute.to_json``), keyed by the images'
             ``out_dir``; None when statistics were not computed.
         out_dir_name: The output folder's name, shown in the title.
 

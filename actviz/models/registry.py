@@ -2,10 +2,9 @@
 
 :func:`load_model` turns a model name (or the user's own factory) and ``--weights`` into a
 model in eval mode on its device, with pretrained weights, a checkpoint, or a seeded random
-initialization, and returns it with its preprocessing and class names. The parts it builds on
-live beside this module and are re-exported here: :mod:`actviz.pretrained` (torchvision's
-weights, their cache and download), :mod:`actviz.checkpoints` (reading checkpoint files safely
-and fitting them to a model), :mod:`actviz.preprocessing` and :mod:`actviz.devices`.
+initialization, and returns it with its preprocessing and class names. It builds on its
+siblings: ``pretrained`` (torchvision's weights, their cache and download), ``checkpoints``
+(reading checkpoint files safely and fitting them to a model), ``preprocessing`` and ``devices``.
 """
 
 from __future__ import annotations
@@ -21,15 +20,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from actviz.checkpoints import _checkpoint_classes, _first_line, _load_state_dict, load_checkpoint
-from actviz.devices import resolve_device
 from actviz.errors import ModelError, UnknownModelError, UsageError, WeightsError
+from actviz.models.checkpoints import (
+    _checkpoint_classes,
+    _first_line,
+    _load_state_dict,
+    load_checkpoint,
+)
+from actviz.models.devices import resolve_device
 
 # The ``name as name`` imports mark re-exports for mypy --strict: other modules import them here.
-from actviz.preprocessing import IMAGENET_MEAN as IMAGENET_MEAN
-from actviz.preprocessing import IMAGENET_STD as IMAGENET_STD
-from actviz.preprocessing import Preprocessing
-from actviz.pretrained import (
+from actviz.models.preprocessing import IMAGENET_MEAN as IMAGENET_MEAN
+from actviz.models.preprocessing import IMAGENET_STD as IMAGENET_STD
+from actviz.models.preprocessing import Preprocessing
+from actviz.models.pretrained import (
     _default_enum,
     _enum_label,
     _fetch_pretrained,
@@ -37,9 +41,8 @@ from actviz.pretrained import (
     _looks_like_enum_name,
     _pick_enum,
     _valid_weight_names,
-    cached_weights_path,
 )
-from actviz.pretrained import _weights_enum as _weights_enum
+from actviz.models.pretrained import _weights_enum as _weights_enum
 
 if TYPE_CHECKING:
     import torch
@@ -48,15 +51,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LoadedModel",
-    "Preprocessing",
     "WeightsInfo",
     "architecture_kwargs",
     "build_architecture",
-    "cached_weights_path",
     "list_model_names",
-    "load_checkpoint",
     "load_model",
-    "resolve_device",
 ]
 
 #: Families whose input and output contracts differ from "an image batch in, a tensor out".
@@ -166,7 +165,7 @@ def load_model(
         DeviceError: If the device is not available.
     """
 
-    from actviz.factories import build_user_model, is_factory_spec
+    from actviz.models.factories import build_user_model, is_factory_spec
 
     torch_device = resolve_device(device)
     if in_chans not in (1, 3):

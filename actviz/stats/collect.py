@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
-    from actviz.stats import Thresholds
+    from actviz.stats.anomalies import Thresholds
 
 __all__ = ["stats_callback", "write_stats"]
 
 
 def stats_callback(contexts: Mapping[str, Any]) -> Callable[[str, Any], Any]:
     """Statistics per image of a captured batch, computed where the tensor is."""
-    from actviz.stats import compute_stats, default_channel_dim
+    from actviz.stats.compute import compute_stats, default_channel_dim
 
     def summarize(module: str, tensor: Any) -> Any:
         ctx = contexts.get(module)
@@ -35,14 +35,9 @@ def write_stats(
 ) -> dict[str, Any]:
     """``stats.json`` and ``stats.csv`` for every image drawn or reused, and the run."""
     from actviz import output
-    from actviz.stats import (
-        LayerStats,
-        Thresholds,
-        aggregate_run,
-        stats_rows,
-        to_csv,
-        to_json,
-    )
+    from actviz.stats.anomalies import Thresholds
+    from actviz.stats.files import stats_rows, to_csv, to_json
+    from actviz.stats.layerstats import LayerStats, aggregate_run
 
     limits = thresholds or Thresholds()
     per_image = {

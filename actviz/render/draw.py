@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
     from actviz.hooks import Capture
     from actviz.layouts import LayerContext, Layout
-    from actviz.render import GridImage, Order
+    from actviz.render.grid import Order
+    from actviz.render.palette import GridImage
 
 __all__ = [
     "DrawOptions",
@@ -128,7 +129,7 @@ def render_activation(
         max_channels: Channels drawn at most (0 = all).
         context: What the model says about the layer (``actviz.layouts.layer_contexts``).
         layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
-        **render_options: Passed to ``actviz.render.render_grid`` (``order``, ``norm``,
+        **render_options: Passed to ``actviz.render.grid.render_grid`` (``order``, ``norm``,
             ``value_range``, ``clip``, ``cmap``).
 
     Returns:
@@ -139,8 +140,8 @@ def render_activation(
     """
     import numpy as np
 
-    from actviz import render
     from actviz.layouts import to_drawable
+    from actviz.render import grid as render
 
     array = np.asarray(
         activation.detach().cpu().float().numpy() if hasattr(activation, "detach") else activation,
@@ -176,7 +177,7 @@ def draw_image(job: ImageJob) -> list[LayerResult]:
 
 def model_view(job: ImageJob) -> Image.Image:
     """What the model saw (after resize and crop), de-normalized; greyscale input as grey."""
-    from actviz.overlay import input_view
+    from actviz.render.overlay import input_view
 
     assert job.model_input is not None
     x = job.model_input.numpy()
@@ -193,8 +194,9 @@ def thumbnail_path(folder: PurePosixPath) -> PurePosixPath:
 
 
 def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> LayerResult:
-    from actviz import output, render
+    from actviz import output
     from actviz.layouts import to_drawable
+    from actviz.render import grid as render
 
     opts = job.options
     assert cap.tensor is not None  # the pipeline records tensors
@@ -294,8 +296,9 @@ def _draw_gradient(
     import numpy as np
     from PIL import Image
 
-    from actviz import output, render
+    from actviz import output
     from actviz.layouts import to_drawable
+    from actviz.render import grid as render
 
     captured = job.gradients.get(cap.key)
     if captured is None:
@@ -334,8 +337,8 @@ def _draw_gradient(
         and grad_maps.kind == "maps"
         and grad_maps.array is not None
     ):
-        from actviz.cam import grad_cam
-        from actviz.overlay import blend, cam_panel
+        from actviz.gradients.cam import grad_cam
+        from actviz.render.overlay import blend, cam_panel
 
         view = model_view(job)
         ranked = job.class_cams.get(cap.key)
@@ -363,7 +366,7 @@ def _write_overlay(job: ImageJob, maps: np.ndarray, stem: str) -> str | None:
     from PIL import Image
 
     from actviz import output
-    from actviz.overlay import blend
+    from actviz.render.overlay import blend
 
     if job.model_input is None:
         return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from actviz.palette import BACKGROUND, U8Array
+from actviz.render.palette import BACKGROUND, U8Array
 
 __all__ = ["GAP", "tile_grid"]
 

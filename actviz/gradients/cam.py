@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from actviz.backprop import GradientRecorder
 from actviz.errors import ModelError, UsageError
+from actviz.gradients.recorder import GradientRecorder
 
 if TYPE_CHECKING:
     import numpy.typing as npt

@@ -1,21 +1,20 @@
 """Rendering of one image's activations as an 8-bit palette picture.
 
 The input is a plain numpy array, ``(C, H, W)`` for a feature map or ``(C,)`` for a vector
-(pooled features, logits). The output is a :class:`~actviz.palette.GridImage`: a ``(H, W)``
+(pooled features, logits). The output is a :class:`~actviz.render.palette.GridImage`: a ``(H, W)``
 array of palette indices plus a 256-entry RGB palette, ready to be written as a mode ``"P"``
 PNG.
 
 This module decides what a picture shows (which channels, which range, which colormap) and
 puts it together from the pieces that draw it:
 
-* :mod:`actviz.palette`: the palette layout, colormap tables and :class:`GridImage`;
-* :mod:`actviz.normalize`: input checks, value ranges, percentiles and level mapping;
-* :mod:`actviz.tiling`: channels laid out as a grid of tiles;
-* :mod:`actviz.legend`: the header text and colour bar.
+* :mod:`actviz.render.palette`: the palette layout, colormap tables and :class:`GridImage`;
+* :mod:`actviz.render.normalize`: input checks, value ranges, percentiles and level mapping;
+* :mod:`actviz.render.tiling`: channels laid out as a grid of tiles;
+* :mod:`actviz.render.legend`: the header text and colour bar.
 
-The names of those modules that callers use are importable from here as well. Everything is
-vectorised over channels, and the header is drawn once per picture. Nothing here writes files
-or imports ``matplotlib.pyplot``.
+Everything is vectorised over channels, and the header is drawn once per picture. Nothing here
+writes files or imports ``matplotlib.pyplot``.
 """
 
 from __future__ import annotations
@@ -26,8 +25,7 @@ from typing import Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from actviz.legend import (
-    HEADER_MIN_WIDTH,
+from actviz.render.legend import (
     Header,
     fmt_value,
     line_height,
@@ -35,7 +33,7 @@ from actviz.legend import (
     paste_text,
     text_width,
 )
-from actviz.normalize import (
+from actviz.render.normalize import (
     BoolArray,
     as_float32,
     channel_minmax,
@@ -43,45 +41,29 @@ from actviz.normalize import (
     check_clip,
     check_value_range,
     flat_percentiles,
-    is_signed,
     map_levels,
     order_scores,
     range_is_signed,
     row_percentiles,
 )
-from actviz.normalize import F32Array as F32Array
-from actviz.normalize import F64Array as F64Array
-from actviz.palette import (
+from actviz.render.normalize import F32Array as F32Array
+from actviz.render.normalize import F64Array as F64Array
+from actviz.render.palette import (
     BACKGROUND,
     CENTER_LEVEL,
-    N_LEVELS,
-    NONFINITE,
-    SPARE,
-    TEXT,
     GridImage,
     choose_cmap,
     colormap_lut,
     palette_for,
 )
-from actviz.palette import U8Array as U8Array
-from actviz.tiling import GAP, tile_grid
+from actviz.render.palette import U8Array as U8Array
+from actviz.render.tiling import GAP, tile_grid
 
 # The array type aliases (U8Array, F32Array, F64Array) are imported as themselves above so that
 # annotations can keep taking them from this module; they are not part of the API.
 __all__ = [
-    "BACKGROUND",
-    "CENTER_LEVEL",
-    "GAP",
-    "HEADER_MIN_WIDTH",
-    "N_LEVELS",
-    "NONFINITE",
-    "SPARE",
-    "TEXT",
-    "GridImage",
     "Norm",
     "Order",
-    "colormap_lut",
-    "is_signed",
     "render_grid",
     "render_vector",
 ]

@@ -1,6 +1,6 @@
 """The summary of one layer's activations, :class:`LayerStats`, and pooling it over images.
 
-Pure arithmetic on summaries: nothing here touches a tensor. :func:`actviz.stats.compute_stats`
+Pure arithmetic on summaries: nothing here touches a tensor. :func:`~actviz.stats.compute_stats`
 makes the per-image summaries on the device; :func:`aggregate` and :func:`aggregate_run` pool
 them over a folder run.
 
@@ -55,7 +55,7 @@ class LayerStats:
         min: Smallest finite value.
         max: Largest finite value.
         p01: 1st percentile of the finite values (nearest rank, see
-            :func:`actviz.stats.compute_stats`).
+            :func:`actviz.stats.compute.compute_stats`).
         p99: 99th percentile of the finite values.
         zero_frac: Fraction of all elements that are exactly 0.
         neg_frac: Fraction of all elements below 0.

@@ -1,13 +1,8 @@
 """Gradients of a class score with respect to layer outputs, Grad-CAM, and gradient flow.
 
 :func:`compute_gradients` runs one batch forward and backward and returns each selected output
-with its gradient; :func:`resolve_targets` chooses the class to explain. What they build on
-lives beside this module and is re-exported here:
-
-- :mod:`actviz.backprop`: :class:`GradientRecorder`, the hooks that take the gradients, and
-  why they are taken the way they are;
-- :mod:`actviz.cam`: Grad-CAM (:func:`grad_cam`, :func:`class_cams`, :func:`to_nchw`);
-- :mod:`actviz.flowchart`: the gradient-flow chart (:func:`gradient_flow_png`).
+with its gradient; :func:`resolve_targets` chooses the class to explain. The hooks that take
+the gradients, and why they are taken the way they are, are in :mod:`actviz.gradients.recorder`.
 
 The loss is the sum over images of each image's own target logit. In eval mode images do not
 interact, so each image's gradient is that of its own target alone.
@@ -20,10 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from actviz.backprop import GradientCapture, GradientRecorder
-from actviz.cam import CamLayout, ClassCam, class_cams, grad_cam, to_nchw
 from actviz.errors import ModelError, UsageError
-from actviz.flowchart import EXPLODING, VANISHING, gradient_flow_png
+from actviz.gradients.recorder import GradientCapture, GradientRecorder
 from actviz.hooks import Skipped
 
 if TYPE_CHECKING:
@@ -31,19 +24,9 @@ if TYPE_CHECKING:
     from torch import nn
 
 __all__ = [
-    "EXPLODING",
-    "VANISHING",
-    "CamLayout",
-    "ClassCam",
-    "GradientCapture",
-    "GradientRecorder",
     "GradientResult",
-    "class_cams",
     "compute_gradients",
-    "grad_cam",
-    "gradient_flow_png",
     "resolve_targets",
-    "to_nchw",
 ]
 
 

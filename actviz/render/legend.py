@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from actviz.normalize import BoolArray
-from actviz.palette import BACKGROUND, N_LEVELS, NONFINITE, TEXT, U8Array
+from actviz.render.normalize import BoolArray
+from actviz.render.palette import BACKGROUND, N_LEVELS, NONFINITE, TEXT, U8Array
 
 __all__ = [
     "HEADER_MIN_WIDTH",

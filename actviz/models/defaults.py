@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from actviz.contexts import type_names
+from actviz.structure import type_names
 
 if TYPE_CHECKING:
     from torch import nn

@@ -1,19 +1,9 @@
-"""Per-layer statistics of activations, computed on the device; the home of the statistics API.
+"""Per-layer statistics of activations, computed on the device.
 
 :func:`compute_stats` summarises every sample of a captured batch on the tensor's own device,
 before any copy, with a handful of whole-batch reductions and one small transfer, so it can run
-inside a forward hook. The rest of the statistics API lives beside it and is re-exported here,
-so ``actviz.stats`` stays the one place to import it from:
-
-- :mod:`actviz.layerstats`: :class:`LayerStats` and pooling over a run (:func:`aggregate`,
-  :func:`aggregate_run`);
-- :mod:`actviz.anomalies`: :class:`Thresholds`, :class:`Flag`, :func:`flag_anomalies` and the
-  helpers that read and parse flags;
-- :mod:`actviz.statsfile`: the ``stats.csv`` rows (:func:`stats_rows`, :func:`to_csv`) and the
-  ``stats.json`` document (:func:`to_json`).
-
-The conventions of the numbers (finite values only, population ``std``, what a dead channel is)
-are those of :mod:`actviz.layerstats`.
+inside a forward hook. The conventions of the numbers (finite values only, population ``std``,
+what a dead channel is) are those of :mod:`actviz.stats.layerstats`.
 """
 
 from __future__ import annotations
@@ -22,40 +12,15 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from actviz.anomalies import (
-    FLAG_KINDS,
-    Flag,
-    Thresholds,
-    find_flags,
-    first_bad_layer,
-    flag_anomalies,
-    parse_kinds,
-)
-from actviz.layerstats import LayerStats, aggregate, aggregate_run
-from actviz.statsfile import CSV_FIELDS, RUN_KEY, stats_rows, to_csv, to_json
+from actviz.stats.layerstats import LayerStats
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
-    "CSV_FIELDS",
-    "FLAG_KINDS",
     "PERCENTILE_EXACT_LIMIT",
-    "RUN_KEY",
-    "Flag",
-    "LayerStats",
-    "Thresholds",
-    "aggregate",
-    "aggregate_run",
     "compute_stats",
     "default_channel_dim",
-    "find_flags",
-    "first_bad_layer",
-    "flag_anomalies",
-    "parse_kinds",
-    "stats_rows",
-    "to_csv",
-    "to_json",
 ]
 
 PERCENTILE_EXACT_LIMIT = 65_536
