@@ -16,13 +16,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from actviz._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, render_activation, run
     from actviz.errors import ActvizError
     from actviz.hooks import ActivationRecorder, capture
-    from actviz.models.registry import load_model
+    from actviz.models import load_model
     from actviz.selectors import select_layers
 
 __all__ = [
@@ -42,7 +42,7 @@ _LAZY = {
     "capture": "actviz.hooks",
     "ActvizError": "actviz.errors",
     "list_layers": "actviz.api",
-    "load_model": "actviz.models.registry",
+    "load_model": "actviz.models",
     "render_activation": "actviz.api",
     "run": "actviz.api",
     "select_layers": "actviz.selectors",

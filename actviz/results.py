@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
 
-from actviz import __version__
+from actviz._version import __version__
 
 if TYPE_CHECKING:
     from actviz.models.registry import WeightsInfo

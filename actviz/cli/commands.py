@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
-from actviz import __version__
+from actviz._version import __version__
 from actviz.cli.console import (
     RichReporter,
     error,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from actviz import __version__
+from actviz._version import __version__
 from actviz.report.markup import badges, esc, image_tag, link_to, num, pct, shape_text
 
 __all__ = [

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
-from actviz import __version__
+from actviz._version import __version__
 
 __all__ = [
     "badges",
