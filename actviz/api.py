@@ -12,28 +12,16 @@ import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ActvizError, UsageError
+from actviz.errors import ActvizError
 from actviz.forward import BatchForward, model_failure, shared_ranges, top_k_predictions
-from actviz.gradients.backward import (
-    backward,
-    choose_cam_keys,
-    write_flow_chart,
-    write_run_flow_chart,
-)
-from actviz.models.listing import LayerInfo, LayerListing, list_layers
-from actviz.render.draw import (
-    DrawOptions,
-    ImageJob,
-    Norm,
-    TensorFormat,
-    draw_image,
-    render_activation,
-    summaries,
-    thumbnail_path,
-)
+from actviz.gradients import backward, choose_cam_keys, write_flow_chart, write_run_flow_chart
+from actviz.models import LayerInfo, LayerListing, list_layers
+from actviz.options import GradientOptions, RunOptions
+from actviz.render import ImageJob, draw_image, render_activation, summaries, thumbnail_path
 from actviz.results import (
     ImageResult,
     LayerResult,
@@ -45,14 +33,10 @@ from actviz.results import (
     manifest,
     reuse_earlier,
 )
-from actviz.stats.collect import stats_callback, write_stats
+from actviz.stats import stats_callback, write_stats
 
 if TYPE_CHECKING:
-    from actviz.hooks import CaptureMode
-    from actviz.layouts import Layout
-    from actviz.models.registry import LoadedModel
-    from actviz.render.grid import Order
-    from actviz.stats import Thresholds
+    from actviz.models import LoadedModel
 
 __all__ = [
     "ImageResult",
@@ -61,6 +45,7 @@ __all__ = [
     "LayerResult",
     "Prediction",
     "Reporter",
+    "RunOptions",
     "RunResult",
     "list_layers",
     "render_activation",
@@ -71,41 +56,10 @@ __all__ = [
 def run(
     model: str,
     inputs: Sequence[Path | str],
+    options: RunOptions | None = None,
     *,
-    layers: str | Sequence[str] | None = None,
-    out: Path | str = "actviz-out",
-    weights: str = "auto",
-    device: str = "auto",
-    capture: CaptureMode = "output",
-    max_channels: int = 64,
-    order: Order = "index",
-    norm: Norm = "channel",
-    clip: tuple[float, float] | None = None,
-    cmap: str | None = None,
-    layout: Layout = "auto",
-    overlay: bool = False,
-    overlay_channel: int | None = None,
-    save_tensors: TensorFormat | None = None,
-    png_compression: int = 1,
-    batch_size: int = 8,
-    workers: int = 0,
-    resume: bool = False,
-    overwrite: bool = False,
-    amp: bool = False,
-    channels_last: bool = False,
-    trust_checkpoint: bool = False,
-    input_size: tuple[int, int] | None = None,
-    in_chans: int = 3,
-    stats: bool = True,
-    grids: bool = True,
-    report: bool = True,
-    thresholds: Thresholds | None = None,
-    grads: bool = False,
-    target: str = "top1",
-    cam: bool = False,
-    cam_classes: int = 1,
-    top_k: int = 5,
     reporter: Reporter | None = None,
+    **keywords: Any,
 ) -> RunResult:
     """Run images through a model and write one feature-map grid PNG per selected layer.
 
@@ -113,326 +67,378 @@ def run(
         model: A torchvision model name, or ``package.module:factory`` /
             ``path/to/file.py:factory`` for the user's own model (runs that code).
         inputs: Image files and/or folders (walked recursively).
-        layers: Selector for the layers to draw (see ``actviz.selectors``); None picks a
-            sensible default for the architecture (convolutions, ViT blocks, Swin stages).
-        out: Output folder; gets ``<image>/<NN>_<layer>.png`` and ``manifest.json``.
-        weights: ``auto``, ``default``, ``none``, an enum name, or a checkpoint path.
-        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-        capture: Draw each layer's ``output``, its ``input``, or ``both``.
-        max_channels: Channels drawn per grid at most (0 = all).
-        order: Which channels when capped: ``index``, or the top ones by ``mean``, ``max``
-            or ``std``.
-        norm: ``channel`` (each tile its own range), ``layer`` (one range per grid), or
-            ``shared`` (one range per layer across every image: a second pass measures it).
-        clip: Percentiles ``(lo, hi)`` to clip to before scaling, e.g. ``(1, 99)``.
-        cmap: A matplotlib colormap; None picks viridis, or RdBu_r centred on 0 for signed
-            activations.
-        layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
-        overlay: Also write each layer's mean map blended over the model's input view.
-        overlay_channel: Overlay this channel instead of the mean.
-        save_tensors: Also save raw activations as ``npy`` or ``safetensors``.
-        png_compression: zlib level 0-9 for the PNGs (1 is fast and nearly as small).
-        batch_size: Images per forward pass.
-        workers: DataLoader worker processes for decoding (0: one background thread).
-        resume: Skip images whose outputs an earlier run with the same settings completed.
-        overwrite: Replace an earlier run's outputs in ``out``.
-        amp: Autocast the forward pass (bfloat16 on CPU, float16 on CUDA); the maps are
-            drawn in float32.
-        channels_last: Run the model in channels-last memory format.
-        trust_checkpoint: Allow a checkpoint that needs full unpickling (runs its code).
-        input_size: ``(height, width)`` of the model input, for models that do not take
-            224 x 224.
-        in_chans: 3 (RGB) or 1 (greyscale) input channels.
-        stats: Compute per-layer statistics and anomaly flags (``stats.json``,
-            ``stats.csv``), on the device where the activation is.
-        grids: Draw the grid PNGs (False: statistics only, much faster).
-        report: Write the static HTML report ``index.html``.
-        thresholds: Anomaly thresholds (``actviz.stats.compute.Thresholds``); None for the defaults.
-        grads: Also backpropagate from ``target`` and draw each layer's gradient
-            (``<NN>_<layer>_grad.png``), with a gradient-flow chart per image and for the run.
-        target: What to backpropagate from: ``top1`` (each image its own top class), a class
-            index, or a class name.
-        cam: Grad-CAM over the input for the selected layers (without ``layers``: the last
-            spatial layer), ``<NN>_<layer>_cam.png``.
-        cam_classes: Grad-CAMs of this many top classes side by side.
-        top_k: How many predictions to record per image for classifiers.
+        options: The run's options (:class:`~actviz.options.RunOptions`).
         reporter: Receives warnings and progress.
+        **keywords: Instead of ``options``, any option by its flat name (``layers``, ``out``,
+            ``weights``, ``norm``, ``batch_size``, ``cam``, ...): every field of
+            :class:`~actviz.options.RunOptions` and of its groups.
 
     Returns:
         What was written, per image and layer.
 
     Raises:
         ActvizError: For every expected failure (unknown model, empty selection, ...).
+        TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    import torch
-
     from actviz import images as image_io
     from actviz import output
-    from actviz.hooks import ActivationRecorder, eval_mode, layer_refs
-    from actviz.layouts import default_selector, layer_contexts
-    from actviz.models.registry import load_model
-    from actviz.selectors import select_layers
 
+    if options is not None and keywords:
+        raise TypeError("pass either options or keywords, not both")
+    opts = options or RunOptions.from_keywords(**keywords)
     started = time.perf_counter()
     notify = reporter or SilentReporter()
-    out_dir = Path(out)
-    if batch_size < 1 or workers < 0:
-        raise UsageError("--batch-size must be at least 1 and --workers at least 0")
-    if cam_classes < 1:
-        raise UsageError("--cam-classes must be at least 1")
-    cam = cam or cam_classes > 1
-    draw = DrawOptions(
-        max_channels=max_channels,
-        order=order,
-        norm=norm,
-        clip=_checked_clip(clip),
-        cmap=_checked_cmap(cmap),
-        layout=layout,
-        overlay=overlay,
-        overlay_channel=overlay_channel,
-        save_tensors=save_tensors,
-        png_compression=png_compression,
-        grids=grids,
-    )
-
     found = image_io.discover([Path(p) for p in inputs])
-    if resume and overwrite:
-        raise UsageError("--resume and --overwrite contradict each other; choose one")
-    created = not out_dir.exists()
-    output.prepare_out_dir(out_dir, resume=resume, overwrite=overwrite)
+    created = not opts.out.exists()
+    output.prepare_out_dir(
+        opts.out, resume=opts.execution.resume, overwrite=opts.execution.overwrite
+    )
     # A run that fails before writing anything leaves no empty folder behind.
-    with output.removed_if_empty(out_dir, created):
-        loaded = load_model(
-            model,
-            weights=weights,
-            device=device,
-            trust_checkpoint=trust_checkpoint,
-            input_size=input_size,
-            in_chans=in_chans,
-        )
-        warnings: list[str] = []
-        if loaded.weights.random and loaded.weights.spec != "none":
-            warnings.append(_random_weights_warning(loaded))
-            notify.warn(warnings[-1])
-
-        module = loaded.module
-        selector = (
-            default_selector(module)
-            if layers is None
-            else (layers if isinstance(layers, str) else ",".join(layers))
-        )
-        names = select_layers(layer_refs(module), selector, model=model)
-        contexts = layer_contexts(module, loaded.input_size)
-        dirs = output.image_dirs([item.rel for item in found.images])
-        results = [
-            ImageResult(path=item.path, out_dir=folder)
-            for item, folder in zip(found.images, dirs, strict=True)
-        ]
-        settings = {
-            "model": model,
-            "weights": loaded.weights.name or loaded.weights.source,
-            "selector": selector,
-            "capture": capture,
-            "draw": {k: v for k, v in draw.describe().items() if k != "png_compression"},
-            "input_size": list(loaded.input_size),
-            "grads": [grads, target, cam, cam_classes],
-        }
-        records = output.RunRecords(out_dir, settings)
-        if resume:
-            reuse_earlier(records.completed(), results)
-        elif overwrite:
-            records.reset([r.out_dir for r in results])
-        todo = [r for r in results if r.status != "reused"]
-
-        if channels_last:
-            module = module.to(memory_format=torch.channels_last)
-        forward = BatchForward(loaded, module, batch_size, workers, amp, channels_last)
-
-        # Statistics are computed where the activation is: on an accelerator inside the hook,
-        # before the copy; on the CPU in the render threads, where they run in parallel.
-        on_cpu = loaded.device.type == "cpu"
-        summarize = stats_callback(contexts) if stats and not on_cpu else None
-        stats_in_threads = stats_callback(contexts) if stats and on_cpu else None
-        ranges: dict[str, tuple[float, float]] = {}
-        if draw.norm == "shared":
-            # One scale per layer for the whole run needs every image's range before drawing.
-            with ActivationRecorder(module, names, mode=capture) as recorder, eval_mode(module):
-                ranges = shared_ranges(forward, [r.path for r in results], recorder, draw.clip)
-
-        notify.start(len(results))
-        for result in results:
-            if result.status == "reused":
-                notify.advance(result)
-        never_ran: set[str] = set()
-        cam_keys: frozenset[str] | None = None
-        in_flight: deque[tuple[list[ImageResult], list[Future[list[LayerResult]]]]] = deque()
-
-        def settle(batch: list[ImageResult], futures: list[Future[list[LayerResult]]]) -> None:
-            for result, future in zip(batch, futures, strict=True):
-                result.layers = future.result()
-                if grads:
-                    result.gradient_flow = write_flow_chart(out_dir, result)
-                records.add(image_record(result))
-                notify.advance(result)
-
-        def failed(index: int, error: str | None) -> None:
-            result = todo[index]
-            result.status, result.error = "failed", error
-            records.add(image_record(result))
-            notify.advance(result)
-
-        with (
-            ActivationRecorder(module, names, mode=capture, summarize=summarize) as recorder,
-            eval_mode(module),
-            ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
-            contextlib.ExitStack() as stack,
-        ):
-            try:
-                for good, logits, x in forward.batches([r.path for r in todo], stack, failed):
-                    never_ran.update(recorder.never_called())
-                    captures = recorder.captures
-                    layer_summaries = [summaries(recorder[cap.key]) for cap in captures]
-                    if cam and cam_keys is None:
-                        cam_keys = choose_cam_keys(captures, contexts, explicit=layers is not None)
-                    gradients: Mapping[str, Any] = {}
-                    targets: list[int] = []
-                    class_maps: dict[str, list[list[Any]]] = {}
-                    if grads or cam:
-                        try:
-                            with recorder.paused():
-                                gradients, targets, class_maps = backward(
-                                    module,
-                                    x,
-                                    names
-                                    if grads
-                                    else sorted({k.split(":")[0] for k in cam_keys or ()}),
-                                    target=target,
-                                    categories=loaded.categories,
-                                    cam_keys=cam_keys or frozenset(),
-                                    cam_classes=cam_classes,
-                                    contexts=contexts,
-                                )
-                        except ActvizError:
-                            raise
-                        except Exception as exc:  # the model's own code in the backward pass
-                            raise model_failure(model, todo[good[0][0]].path, exc, x) from exc
-                    futures = []
-                    for i, (index, size, x_cpu) in enumerate(good):
-                        result = todo[index]
-                        result.size = size
-                        result.predictions = top_k_predictions(logits, i, loaded.categories, top_k)
-                        job = ImageJob(
-                            captures=captures,
-                            summaries=layer_summaries,
-                            index=i,
-                            folder=result.out_dir,
-                            out_dir=out_dir,
-                            options=draw,
-                            contexts=contexts,
-                            ranges=ranges,
-                            model_input=x_cpu if (draw.overlay or report or cam) else None,
-                            mean=loaded.preprocess.mean,
-                            std=loaded.preprocess.std,
-                            thumbnail=report,
-                            gradients=gradients
-                            if grads
-                            else {k: v for k, v in gradients.items() if k in (cam_keys or ())},
-                            gradient_grids=grads,
-                            stats_fn=stats_in_threads,
-                            target=targets[i] if targets else None,
-                            cam_keys=cam_keys or frozenset(),
-                            class_cams={key: maps[i] for key, maps in class_maps.items()},
-                        )
-                        if report:
-                            result.thumbnail = thumbnail_path(result.out_dir).as_posix()
-                        futures.append(pool.submit(draw_image, job))
-                    in_flight.append(([todo[index] for index, _, _ in good], futures))
-                    # One batch renders while the next one runs: no more is kept alive.
-                    while len(in_flight) > 1:
-                        settle(*in_flight.popleft())
-                while in_flight:
-                    settle(*in_flight.popleft())
-            except BaseException:
-                for _, futures in in_flight:
-                    for future in futures:
-                        future.cancel()
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+    with output.removed_if_empty(opts.out, created):
+        loaded, warnings = _load(model, opts, notify)
+        selector, names = _select(model, loaded, opts)
+        state = _plan(model, loaded, selector, names, found, opts)
+        never_ran = _capture_and_render(model, loaded, state, opts, notify)
         for name in sorted(never_ran):
             warnings.append(f"layer {name} was selected but never ran in the forward pass")
             notify.warn(warnings[-1])
-
-        stats_doc = write_stats(out_dir, results, thresholds) if stats else None
-        flow = write_run_flow_chart(out_dir, results) if grads else None
-        manifest_path = out_dir / "manifest.json"
-        result_obj = RunResult(
-            model=model,
-            weights=loaded.weights,
-            device=str(loaded.device),
-            selector=selector,
-            layers=names,
-            out=out_dir,
-            images=results,
-            skipped=found.skipped,
-            seconds=time.perf_counter() - started,
-            manifest=manifest_path,
-            warnings=warnings,
-            options={
-                "capture": capture,
-                "input_size": list(loaded.input_size),
-                "in_chans": in_chans,
-                "batch_size": batch_size,
-                "workers": workers,
-                "amp": amp,
-                "channels_last": channels_last,
-                "png_compression": png_compression,
-                "resume": resume,
-                "overwrite": overwrite,
-            },
-            render=draw.describe(),
-            stats=stats_doc,
-            report=out_dir / "index.html" if report else None,
-            gradient_flow=flow,
-        )
-        record = manifest(result_obj)
-        output.write_json(manifest_path, record)
-        if report:
-            from actviz.report.pages import build_report
-
-            for rel, data in build_report(record, stats_doc, out_dir_name=out_dir.name).items():
-                output.write_bytes(out_dir / rel, data)
-        return result_obj
+        return _write(model, loaded, state, found.skipped, warnings, opts, started)
 
 
-def _checked_clip(clip: tuple[float, float] | None) -> tuple[float, float] | None:
-    if clip is None:
-        return None
-    lo, hi = clip
-    if not 0 <= lo < hi <= 100:
-        raise UsageError(f"--clip needs 0 <= LO < HI <= 100, e.g. 1,99; got {lo},{hi}")
-    return (float(lo), float(hi))
+@dataclass
+class _Plan:
+    """What a run is about to do: its layers, their contexts, and the images still to draw."""
+
+    selector: str
+    names: list[str]
+    module: Any
+    contexts: Mapping[str, Any]
+    results: list[ImageResult]
+    todo: list[ImageResult]
+    records: Any
 
 
-def _checked_cmap(cmap: str | None) -> str | None:
-    if cmap is None:
-        return None
-    from actviz.render import colormap_lut
+def _load(model: str, opts: RunOptions, notify: Reporter) -> tuple[LoadedModel, list[str]]:
+    """Build the model on its device; warn loudly when its weights are random."""
+    from actviz.models import load_model
 
+    load = opts.load
+    loaded = load_model(
+        model,
+        weights=load.weights,
+        device=load.device,
+        trust_checkpoint=load.trust_checkpoint,
+        input_size=load.input_size,
+        in_chans=load.in_chans,
+    )
+    warnings: list[str] = []
+    if loaded.weights.random and loaded.weights.spec != "none":
+        warnings.append(_random_weights_warning(loaded))
+        notify.warn(warnings[-1])
+    return loaded, warnings
+
+
+def _select(model: str, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
+    """The selector (the architecture's default when none was given) and the modules it names."""
+    from actviz.hooks import layer_refs
+    from actviz.layouts import default_selector
+    from actviz.selectors import select_layers
+
+    selector = opts.layers if opts.layers is not None else default_selector(loaded.module)
+    return selector, select_layers(layer_refs(loaded.module), selector, model=model)
+
+
+def _plan(
+    model: str,
+    loaded: LoadedModel,
+    selector: str,
+    names: list[str],
+    found: Any,
+    opts: RunOptions,
+) -> _Plan:
+    """Output folders per image, the resume records, and which images are still to draw."""
+    import torch
+
+    from actviz import output
+    from actviz.layouts import layer_contexts
+
+    dirs = output.image_dirs([item.rel for item in found.images])
+    results = [
+        ImageResult(path=item.path, out_dir=folder)
+        for item, folder in zip(found.images, dirs, strict=True)
+    ]
+    grads = opts.gradients
+    settings = {
+        "model": model,
+        "weights": loaded.weights.name or loaded.weights.source,
+        "selector": selector,
+        "capture": opts.capture,
+        "draw": {k: v for k, v in opts.draw.describe().items() if k != "png_compression"},
+        "input_size": list(loaded.input_size),
+        "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
+    }
+    records = output.RunRecords(opts.out, settings)
+    if opts.execution.resume:
+        reuse_earlier(records.completed(), results)
+    elif opts.execution.overwrite:
+        records.reset([r.out_dir for r in results])
+    module = loaded.module
+    if opts.execution.channels_last:
+        module = module.to(memory_format=torch.channels_last)
+    return _Plan(
+        selector=selector,
+        names=names,
+        module=module,
+        contexts=layer_contexts(module, loaded.input_size),
+        results=results,
+        todo=[r for r in results if r.status != "reused"],
+        records=records,
+    )
+
+
+def _capture_and_render(
+    model: str, loaded: LoadedModel, plan: _Plan, opts: RunOptions, notify: Reporter
+) -> set[str]:
+    """Stream the images through the hooked model; draw each batch while the next one runs.
+
+    Returns the selected modules that never ran.
+    """
+    from actviz.hooks import ActivationRecorder, eval_mode
+
+    ex = opts.execution
+    forward = BatchForward(loaded, plan.module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
+    # Statistics are computed where the activation is: on an accelerator inside the hook,
+    # before the copy; on the CPU in the render threads, where they run in parallel.
+    on_cpu = loaded.device.type == "cpu"
+    summarize = stats_callback(plan.contexts) if opts.stats and not on_cpu else None
+    stats_in_threads = stats_callback(plan.contexts) if opts.stats and on_cpu else None
+    ranges: dict[str, tuple[float, float]] = {}
+    if opts.draw.norm == "shared":
+        # One scale per layer for the whole run needs every image's range before drawing.
+        with (
+            ActivationRecorder(plan.module, plan.names, mode=opts.capture) as recorder,
+            eval_mode(plan.module),
+        ):
+            paths = [r.path for r in plan.results]
+            ranges = shared_ranges(forward, paths, recorder, opts.draw.clip)
+
+    notify.start(len(plan.results))
+    for result in plan.results:
+        if result.status == "reused":
+            notify.advance(result)
+    todo, records, grads = plan.todo, plan.records, opts.gradients
+    never_ran: set[str] = set()
+    cam_keys: frozenset[str] | None = None
+    in_flight: deque[tuple[list[ImageResult], list[Future[list[LayerResult]]]]] = deque()
+
+    def settle(batch: list[ImageResult], futures: list[Future[list[LayerResult]]]) -> None:
+        for result, future in zip(batch, futures, strict=True):
+            result.layers = future.result()
+            if grads.grads:
+                result.gradient_flow = write_flow_chart(opts.out, result)
+            records.add(image_record(result))
+            notify.advance(result)
+
+    def failed(index: int, error: str | None) -> None:
+        result = todo[index]
+        result.status, result.error = "failed", error
+        records.add(image_record(result))
+        notify.advance(result)
+
+    with (
+        ActivationRecorder(
+            plan.module, plan.names, mode=opts.capture, summarize=summarize
+        ) as recorder,
+        eval_mode(plan.module),
+        ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
+        contextlib.ExitStack() as stack,
+    ):
+        try:
+            for good, logits, x in forward.batches([r.path for r in todo], stack, failed):
+                never_ran.update(recorder.never_called())
+                captures = recorder.captures
+                if grads.cam and cam_keys is None:
+                    explicit = opts.layers is not None
+                    cam_keys = choose_cam_keys(captures, plan.contexts, explicit=explicit)
+                backward_pass = _Backward()
+                if grads.backward:
+                    with recorder.paused():
+                        backward_pass = _backward(
+                            model, loaded, plan, x, todo[good[0][0]].path, cam_keys, grads
+                        )
+                shared = _BatchCaptures(
+                    captures, [summaries(recorder[cap.key]) for cap in captures], backward_pass
+                )
+                futures = []
+                for i, (index, size, x_cpu) in enumerate(good):
+                    result = todo[index]
+                    result.size = size
+                    result.predictions = top_k_predictions(logits, i, loaded.categories, opts.top_k)
+                    job = _image_job(
+                        shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
+                    )
+                    futures.append(pool.submit(draw_image, job))
+                in_flight.append(([todo[index] for index, _, _ in good], futures))
+                # One batch renders while the next one runs: no more is kept alive.
+                while len(in_flight) > 1:
+                    settle(*in_flight.popleft())
+            while in_flight:
+                settle(*in_flight.popleft())
+        except BaseException:
+            for _, futures in in_flight:
+                for future in futures:
+                    future.cancel()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return never_ran
+
+
+@dataclass
+class _Backward:
+    """One batch's backward pass: gradients per capture key, targets, per-class CAM maps."""
+
+    gradients: Mapping[str, Any] = field(default_factory=dict)
+    targets: list[int] = field(default_factory=list)
+    class_maps: dict[str, list[list[Any]]] = field(default_factory=dict)
+    cam_keys: frozenset[str] = frozenset()
+
+
+@dataclass
+class _BatchCaptures:
+    """What every image job of one batch shares."""
+
+    captures: list[Any]
+    summaries: list[Any]
+    backward: _Backward
+
+
+def _backward(
+    model: str,
+    loaded: LoadedModel,
+    plan: _Plan,
+    x: Any,
+    first: Path,
+    cam_keys: frozenset[str] | None,
+    grads: GradientOptions,
+) -> _Backward:
+    """Gradients of the target class for the selected layers (or only the CAM layers)."""
+    keys = cam_keys or frozenset()
+    layers = plan.names if grads.grads else sorted({k.split(":")[0] for k in keys})
     try:
-        colormap_lut(cmap)
-    except ValueError as exc:
-        raise UsageError(f"--cmap: {exc}") from None
-    return cmap
+        gradients, targets, class_maps = backward(
+            plan.module,
+            x,
+            layers,
+            target=grads.target,
+            categories=loaded.categories,
+            cam_keys=keys,
+            cam_classes=grads.cam_classes,
+            contexts=plan.contexts,
+        )
+    except ActvizError:
+        raise
+    except Exception as exc:  # the model's own code in the backward pass
+        raise model_failure(model, first, exc, x) from exc
+    if not grads.grads:
+        gradients = {k: v for k, v in gradients.items() if k in keys}
+    return _Backward(gradients, targets, class_maps, keys)
+
+
+def _image_job(
+    batch: _BatchCaptures,
+    i: int,
+    result: ImageResult,
+    x_cpu: Any,
+    loaded: LoadedModel,
+    plan: _Plan,
+    opts: RunOptions,
+    ranges: Mapping[str, tuple[float, float]],
+    stats_fn: Any,
+) -> ImageJob:
+    """The drawing of image ``i`` of a batch, for a render thread."""
+    back = batch.backward
+    if opts.report:
+        result.thumbnail = thumbnail_path(result.out_dir).as_posix()
+    return ImageJob(
+        captures=batch.captures,
+        summaries=batch.summaries,
+        index=i,
+        folder=result.out_dir,
+        out_dir=opts.out,
+        options=opts.draw,
+        contexts=plan.contexts,
+        ranges=ranges,
+        model_input=x_cpu if (opts.draw.overlay or opts.report or opts.gradients.cam) else None,
+        mean=loaded.preprocess.mean,
+        std=loaded.preprocess.std,
+        thumbnail=opts.report,
+        gradients=back.gradients,
+        gradient_grids=opts.gradients.grads,
+        stats_fn=stats_fn,
+        target=back.targets[i] if back.targets else None,
+        cam_keys=back.cam_keys,
+        class_cams={key: maps[i] for key, maps in back.class_maps.items()},
+    )
+
+
+def _write(
+    model: str,
+    loaded: LoadedModel,
+    plan: _Plan,
+    skipped: list[tuple[Path, str]],
+    warnings: list[str],
+    opts: RunOptions,
+    started: float,
+) -> RunResult:
+    """Statistics, flow chart, manifest and report: the files about the whole run."""
+    from actviz import output
+
+    out_dir, ex, results = opts.out, opts.execution, plan.results
+    stats_doc = write_stats(out_dir, results, opts.thresholds) if opts.stats else None
+    flow = write_run_flow_chart(out_dir, results) if opts.gradients.grads else None
+    manifest_path = out_dir / "manifest.json"
+    result = RunResult(
+        model=model,
+        weights=loaded.weights,
+        device=str(loaded.device),
+        selector=plan.selector,
+        layers=plan.names,
+        out=out_dir,
+        images=results,
+        skipped=skipped,
+        seconds=time.perf_counter() - started,
+        manifest=manifest_path,
+        warnings=warnings,
+        options={
+            "capture": opts.capture,
+            "input_size": list(loaded.input_size),
+            "in_chans": opts.load.in_chans,
+            "batch_size": ex.batch_size,
+            "workers": ex.workers,
+            "amp": ex.amp,
+            "channels_last": ex.channels_last,
+            "png_compression": opts.draw.png_compression,
+            "resume": ex.resume,
+            "overwrite": ex.overwrite,
+        },
+        render=opts.draw.describe(),
+        stats=stats_doc,
+        report=out_dir / "index.html" if opts.report else None,
+        gradient_flow=flow,
+    )
+    record = manifest(result)
+    output.write_json(manifest_path, record)
+    if opts.report:
+        from actviz.report import build_report
+
+        for rel, data in build_report(record, stats_doc, out_dir_name=out_dir.name).items():
+            output.write_bytes(out_dir / rel, data)
+    return result
 
 
 def _render_threads() -> int:
     # Rendering is numpy and zlib, which release the GIL: one thread per core pays off.
     return max(2, min(8, os.cpu_count() or 2))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _random_weights_warning(loaded: LoadedModel) -> str:

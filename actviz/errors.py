@@ -6,9 +6,11 @@ library code only raises them. This module imports nothing of actviz.
 
 from __future__ import annotations
 
+import re
 from enum import IntEnum
 
 __all__ = [
+    "first_line",
     "ActvizError",
     "CheckpointError",
     "DeviceError",
@@ -87,3 +89,11 @@ class OutputError(ActvizError):
         super().__init__(message)
         if usage:
             self.exit_code = ExitCode.USAGE
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message cut to its first line (its type's name when it has none), for
+    one-line errors that quote a library's or the user's code's own words."""
+    # torch's messages carry ANSI bold codes and several paragraphs.
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ActvizError, ModelError
+from actviz.errors import ActvizError, ModelError, first_line
 from actviz.results import Prediction
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def model_failure(name: str, first: Path, exc: BaseException, x: Any) -> ModelEr
     )
     return ModelError(
         f"{name} failed on a batch starting with {first}: "
-        f"{type(exc).__name__}: {_first_line(exc)}{hint}"
+        f"{type(exc).__name__}: {first_line(exc)}{hint}"
     )
 
 
@@ -128,11 +128,6 @@ def shared_ranges(
                     lows[cap.key] = min(lo, lows.get(cap.key, lo))
                     highs[cap.key] = max(hi, highs.get(cap.key, hi))
     return {key: (lows[key], highs[key]) for key in lows}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def top_k_predictions(

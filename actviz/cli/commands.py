@@ -69,6 +69,8 @@ from actviz.errors import ActvizError, ExitCode, UsageError
 
 if TYPE_CHECKING:
     from actviz.api import RunResult
+    from actviz.options import LoadOptions, RunOptions
+    from actviz.stats import Thresholds
 
 __all__ = ["app", "main"]
 
@@ -182,44 +184,44 @@ def run(
     Writes grids to OUT/<image>/<NN>_<layer>.png, and OUT/manifest.json, stats.json,
     stats.csv and the report index.html.
     """
-    _execute(
-        fail_on=fail_on,
-        threshold=threshold,
-        as_json=as_json,
-        quiet=quiet,
-        model=model,
-        inputs=inputs,
-        layers=layers or None,
-        out=out,
-        weights=weights,
-        device=device,
-        capture=capture,
-        max_channels=max_channels,
-        order=sort,
-        norm=norm,
-        clip=_pair(clip, "--clip", float) if clip else None,
-        cmap=cmap,
-        layout=layout,
-        overlay=overlay or overlay_channel is not None,
-        overlay_channel=overlay_channel,
-        save_tensors=save_tensors,
-        trust_checkpoint=trust_checkpoint,
-        input_size=_pair(input_size, "--input-size", int) if input_size else None,
-        in_chans=in_chans,
-        png_compression=png_compression,
-        batch_size=batch_size,
-        workers=workers,
-        resume=resume,
-        overwrite=overwrite,
-        amp=amp,
-        channels_last=channels_last,
-        grids=not no_images,
-        report=not no_report,
-        grads=grads,
-        target=target,
-        cam=cam,
-        cam_classes=cam_classes,
+    from actviz.options import (
+        DrawOptions,
+        ExecutionOptions,
+        GradientOptions,
+        RunOptions,
     )
+
+    options = RunOptions(
+        layers=",".join(layers) if layers else None,
+        out=out,
+        capture=capture,
+        thresholds=_thresholds(threshold),
+        report=not no_report,
+        load=_load_options(weights, device, trust_checkpoint, input_size, in_chans),
+        draw=DrawOptions(
+            max_channels=max_channels,
+            order=sort,
+            norm=norm,
+            clip=_pair(clip, "--clip", float) if clip else None,
+            cmap=cmap,
+            layout=layout,
+            overlay=overlay or overlay_channel is not None,
+            overlay_channel=overlay_channel,
+            save_tensors=save_tensors,
+            png_compression=png_compression,
+            grids=not no_images,
+        ),
+        gradients=GradientOptions(grads=grads, target=target, cam=cam, cam_classes=cam_classes),
+        execution=ExecutionOptions(
+            batch_size=batch_size,
+            workers=workers,
+            amp=amp,
+            channels_last=channels_last,
+            resume=resume,
+            overwrite=overwrite,
+        ),
+    )
+    _execute(model, inputs, options, fail_on=fail_on, as_json=as_json, quiet=quiet)
 
 
 @app.command()
@@ -254,38 +256,49 @@ def stats(
     Writes OUT/stats.json, OUT/stats.csv and OUT/manifest.json; flags NaN/Inf, dead,
     constant, exploding and vanishing layers.
     """
-    _execute(
-        fail_on=fail_on,
-        threshold=threshold,
-        as_json=as_json,
-        quiet=quiet,
-        model=model,
-        inputs=inputs,
-        layers=layers or None,
+    from actviz.options import DrawOptions, ExecutionOptions, RunOptions
+
+    options = RunOptions(
+        layers=",".join(layers) if layers else None,
         out=out,
+        thresholds=_thresholds(threshold),
+        report=report,
+        load=_load_options(weights, device, trust_checkpoint, input_size, in_chans),
+        draw=DrawOptions(grids=False),
+        execution=ExecutionOptions(
+            batch_size=batch_size,
+            workers=workers,
+            amp=amp,
+            channels_last=channels_last,
+            resume=resume,
+            overwrite=overwrite,
+        ),
+    )
+    _execute(model, inputs, options, fail_on=fail_on, as_json=as_json, quiet=quiet)
+
+
+def _load_options(
+    weights: str, device: str, trust_checkpoint: bool, input_size: str | None, in_chans: int
+) -> LoadOptions:
+    from actviz.options import LoadOptions
+
+    return LoadOptions(
         weights=weights,
         device=device,
         trust_checkpoint=trust_checkpoint,
         input_size=_pair(input_size, "--input-size", int) if input_size else None,
         in_chans=in_chans,
-        batch_size=batch_size,
-        workers=workers,
-        resume=resume,
-        overwrite=overwrite,
-        amp=amp,
-        channels_last=channels_last,
-        grids=False,
-        report=report,
     )
 
 
 def _execute(
+    model: str,
+    inputs: list[Path],
+    options: RunOptions,
     *,
     fail_on: str | None,
-    threshold: list[str] | None,
     as_json: bool,
     quiet: bool,
-    **pipeline: Any,
 ) -> None:
     """Run the pipeline with a progress bar and a clean stop on SIGTERM, then report."""
     from actviz.api import run as run_pipeline
@@ -295,7 +308,7 @@ def _execute(
     signal.signal(signal.SIGTERM, _on_sigterm)
     reporter = RichReporter(quiet=quiet, status=_state)
     try:
-        result = run_pipeline(thresholds=_thresholds(threshold), reporter=reporter, **pipeline)
+        result = run_pipeline(model, inputs, options, reporter=reporter)
     finally:
         reporter.stop()
     _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)
@@ -391,7 +404,7 @@ def _pair(text: str, option: str, kind: type[float] | type[int]) -> tuple[Any, A
     return first, second
 
 
-def _thresholds(pairs: list[str] | None) -> Any:
+def _thresholds(pairs: list[str] | None) -> Thresholds | None:
     """``--threshold name=value`` options -> ``Thresholds``, or None for the defaults."""
     if not pairs:
         return None

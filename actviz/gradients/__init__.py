@@ -2,54 +2,28 @@
 
 from __future__ import annotations
 
-from actviz.gradients.backward import (
-    backward as backward,
-)
-from actviz.gradients.backward import (
-    choose_cam_keys as choose_cam_keys,
-)
-from actviz.gradients.backward import (
-    write_flow_chart as write_flow_chart,
-)
-from actviz.gradients.backward import (
-    write_run_flow_chart as write_run_flow_chart,
-)
-from actviz.gradients.cam import (
-    CamLayout as CamLayout,
-)
-from actviz.gradients.cam import (
-    ClassCam as ClassCam,
-)
-from actviz.gradients.cam import (
-    class_cams as class_cams,
-)
-from actviz.gradients.cam import (
-    grad_cam as grad_cam,
-)
-from actviz.gradients.cam import (
-    to_nchw as to_nchw,
-)
-from actviz.gradients.core import (
-    GradientResult as GradientResult,
-)
-from actviz.gradients.core import (
-    compute_gradients as compute_gradients,
-)
-from actviz.gradients.core import (
-    resolve_targets as resolve_targets,
-)
-from actviz.gradients.flowchart import (
-    EXPLODING as EXPLODING,
-)
-from actviz.gradients.flowchart import (
-    VANISHING as VANISHING,
-)
-from actviz.gradients.flowchart import (
-    gradient_flow_png as gradient_flow_png,
-)
-from actviz.gradients.recorder import (
-    GradientCapture as GradientCapture,
-)
-from actviz.gradients.recorder import (
-    GradientRecorder as GradientRecorder,
-)
+from actviz.gradients.batch import backward, choose_cam_keys, write_flow_chart, write_run_flow_chart
+from actviz.gradients.cam import CamLayout, ClassCam, class_cams, grad_cam, to_nchw
+from actviz.gradients.core import GradientResult, compute_gradients, resolve_targets
+from actviz.gradients.flowchart import EXPLODING, VANISHING, gradient_flow_png
+from actviz.gradients.recorder import GradientCapture, GradientRecorder
+
+__all__ = [
+    "CamLayout",
+    "ClassCam",
+    "EXPLODING",
+    "GradientCapture",
+    "GradientRecorder",
+    "GradientResult",
+    "VANISHING",
+    "backward",
+    "choose_cam_keys",
+    "class_cams",
+    "compute_gradients",
+    "grad_cam",
+    "gradient_flow_png",
+    "resolve_targets",
+    "to_nchw",
+    "write_flow_chart",
+    "write_run_flow_chart",
+]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from actviz.errors import CheckpointError
+from actviz.errors import CheckpointError, first_line
 
 if TYPE_CHECKING:
     import torch
@@ -80,9 +80,7 @@ def _load_trusted(path: Path, safe_error: Exception) -> object:
             return torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # whatever the file's own code raises
-        raise CheckpointError(
-            f"cannot load trusted checkpoint {path}: {_first_line(exc)}"
-        ) from None
+        raise CheckpointError(f"cannot load trusted checkpoint {path}: {first_line(exc)}") from None
 
 
 def _is_safetensors(head: bytes) -> bool:
@@ -142,7 +140,7 @@ def _load_reason(exc: Exception) -> str:
         return f"not a PyTorch checkpoint ({detail.group(1).strip()})"
     if isinstance(exc, EOFError):
         return "the file ends too early (empty or truncated)"
-    return _first_line(exc)
+    return first_line(exc)
 
 
 def _unsafe_globals(path: Path) -> list[str]:
@@ -269,9 +267,3 @@ def _load_state_dict(
 def _few(items: list[str], n: int = 5) -> str:
     more = f" (+{len(items) - n} more)" if len(items) > n else ""
     return ", ".join(items[:n]) + more
-
-
-def _first_line(exc: BaseException) -> str:
-    # torch's messages carry ANSI bold codes and several paragraphs.
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -31,7 +31,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ModelError, UsageError
+from actviz.errors import ModelError, UsageError, first_line
 
 if TYPE_CHECKING:
     from torch import nn
@@ -128,7 +128,7 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
                 made = factory(**kwargs)
         except Exception as exc:  # the user's code: any failure is reported the same way
             raise ModelError(
-                f"factory {spec} raised {type(exc).__name__}: {_first_line(exc)}; "
+                f"factory {spec} raised {type(exc).__name__}: {first_line(exc)}; "
                 "fix the factory or call it yourself to see the traceback"
             ) from exc
         return _checked(made, spec)
@@ -210,10 +210,10 @@ def _import_target(target: str) -> tuple[ModuleType, Path]:
                 if exc.name is not None and target.split(".")[0] == exc.name.split(".")[0]
                 else ""
             )
-            raise ModelError(f"cannot import {target}: {_first_line(exc)}{where}") from exc
+            raise ModelError(f"cannot import {target}: {first_line(exc)}{where}") from exc
         except Exception as exc:  # the user's module failed while running its top level
             raise ModelError(
-                f"cannot import {target}: {type(exc).__name__}: {_first_line(exc)}"
+                f"cannot import {target}: {type(exc).__name__}: {first_line(exc)}"
             ) from exc
 
 
@@ -238,7 +238,7 @@ def _import_file(path: Path) -> ModuleType:
         except Exception as exc:  # the user's file failed while running its top level
             sys.modules.pop(name, None)
             raise ModelError(
-                f"cannot import {path}: {type(exc).__name__}: {_first_line(exc)}"
+                f"cannot import {path}: {type(exc).__name__}: {first_line(exc)}"
             ) from exc
     return module
 
@@ -291,8 +291,3 @@ def _no_bytecode() -> Iterator[None]:
         yield
     finally:
         sys.dont_write_bytecode = before
-
-
-def _first_line(exc: BaseException) -> str:
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from actviz.errors import ActvizError, ModelError, UsageError
+from actviz.errors import ActvizError, ModelError, UsageError, first_line
 
 if TYPE_CHECKING:
     import torch
@@ -147,7 +147,7 @@ def _trace_torchvision(
     except Exception as exc:  # an op without a meta kernel, or a shape the model refuses
         raise ModelError(
             f"cannot trace {model} on the meta device with input {input_shape}: "
-            f"{_first_line(exc)}; check --input-size and --in-chans"
+            f"{first_line(exc)}; check --input-size and --in-chans"
         ) from exc
 
 
@@ -200,7 +200,7 @@ def _trace_factory(spec: str, input_shape: tuple[int, ...]) -> tuple[nn.Module, 
     except Exception as exc:  # the user's forward: report it, whatever it raised
         raise ModelError(
             f"cannot run {spec} on a zero input of shape {input_shape}: "
-            f"{type(exc).__name__}: {_first_line(exc)}; pass the input size and channels "
+            f"{type(exc).__name__}: {first_line(exc)}; pass the input size and channels "
             "the model takes (--input-size H,W, --in-chans)"
         ) from exc
 
@@ -226,8 +226,3 @@ def _trace(
     with recorder, torch.inference_mode():
         module(torch.zeros(input_shape, device=device))
     return recorder
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from actviz.errors import WeightsError
-from actviz.models.checkpoints import _first_line, _unwrap_state_dict
+from actviz.errors import WeightsError, first_line
+from actviz.models.checkpoints import _unwrap_state_dict
 
 if TYPE_CHECKING:
     import torch
@@ -69,14 +69,14 @@ def _fetch_pretrained(weights: WeightsEnum) -> dict[str, torch.Tensor]:
                 f"pretrained weights {_enum_label(weights)} are not cached and could not be "
                 f"downloaded ({why}); on a connected machine download {weights.url} and put it "
                 f"at {path}, or use --weights none for random weights"
-            ) from None
+            ) from exc
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a corrupt cache file
         raise WeightsError(
-            f"the cached weights file {path} cannot be read ({_first_line(exc)}); delete it "
+            f"the cached weights file {path} cannot be read ({first_line(exc)}); delete it "
             "and run again to download it afresh"
-        ) from None
+        ) from exc
     return _unwrap_state_dict(state, path)
 
 

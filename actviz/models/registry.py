@@ -20,10 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from actviz.errors import ModelError, UnknownModelError, UsageError, WeightsError
+from actviz.errors import ModelError, UnknownModelError, UsageError, WeightsError, first_line
 from actviz.models.checkpoints import (
     _checkpoint_classes,
-    _first_line,
     _load_state_dict,
     load_checkpoint,
 )
@@ -285,7 +284,7 @@ def build_architecture(name: str, **kwargs: Any) -> nn.Module:
             warnings.simplefilter("ignore", FutureWarning)
             built: nn.Module = builder(weights=None, **kwargs)
     except (urllib.error.URLError, OSError) as exc:  # a download, though none was asked for
-        why = getattr(exc, "reason", None) or _first_line(exc)
+        why = getattr(exc, "reason", None) or first_line(exc)
         hub = Path(torch.hub.get_dir()) / "checkpoints"
         raise ModelError(
             f"cannot build {name}: torchvision tried to download a file for it and failed "
@@ -293,7 +292,7 @@ def build_architecture(name: str, **kwargs: Any) -> nn.Module:
             f"to {hub}, or pick another model"
         ) from exc
     except Exception as exc:  # a registry builder failing is a model problem, not a bug here
-        raise ModelError(f"cannot build {name}: {_first_line(exc)}") from exc
+        raise ModelError(f"cannot build {name}: {first_line(exc)}") from exc
     return built
 
 

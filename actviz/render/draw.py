@@ -10,8 +10,9 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from actviz.options import DrawOptions
 from actviz.results import LayerResult
 
 if TYPE_CHECKING:
@@ -21,11 +22,9 @@ if TYPE_CHECKING:
 
     from actviz.hooks import Capture
     from actviz.layouts import LayerContext, Layout
-    from actviz.render.grid import Order
     from actviz.render.palette import GridImage
 
 __all__ = [
-    "DrawOptions",
     "ImageJob",
     "draw_image",
     "render_activation",
@@ -33,58 +32,6 @@ __all__ = [
     "summaries",
     "thumbnail_path",
 ]
-
-Norm = Literal["channel", "layer", "shared"]
-TensorFormat = Literal["npy", "safetensors"]
-
-
-@dataclass(frozen=True)
-class DrawOptions:
-    """How grids are drawn; the same for every image of a run.
-
-    Attributes:
-        max_channels: Channels per grid at most (0 = all).
-        order: Which channels when capped, in which order: ``index``, or by descending
-            ``mean``, ``max`` or ``std``.
-        norm: ``channel`` (each tile its own range), ``layer`` (one range per layer and
-            image), or ``shared`` (one range per layer across every image of the run).
-        clip: Percentiles ``(lo, hi)`` to clip to before scaling, e.g. ``(1, 99)``.
-        cmap: A matplotlib colormap; None picks ``viridis``, or ``RdBu_r`` centred on 0 for
-            signed activations.
-        layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
-        overlay: Also blend each layer's mean map (or ``overlay_channel``) over the input.
-        overlay_channel: The channel to overlay instead of the mean.
-        save_tensors: Also save each raw activation as ``npy`` or ``safetensors``.
-        png_compression: zlib level of the PNGs.
-        grids: Draw the grid PNGs (False: statistics and tensors only).
-    """
-
-    max_channels: int = 64
-    order: Order = "index"
-    norm: Norm = "channel"
-    clip: tuple[float, float] | None = None
-    cmap: str | None = None
-    layout: Layout = "auto"
-    overlay: bool = False
-    overlay_channel: int | None = None
-    save_tensors: TensorFormat | None = None
-    png_compression: int = 1
-    grids: bool = True
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-ready, for the manifest."""
-        return {
-            "max_channels": self.max_channels,
-            "order": self.order,
-            "norm": self.norm,
-            "clip": list(self.clip) if self.clip else None,
-            "cmap": self.cmap or "auto",
-            "layout": self.layout,
-            "overlay": self.overlay,
-            "overlay_channel": self.overlay_channel,
-            "save_tensors": self.save_tensors,
-            "grids": self.grids,
-        }
 
 
 @dataclass(frozen=True)

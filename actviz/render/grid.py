@@ -25,6 +25,7 @@ from typing import Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
+from actviz.options import Order
 from actviz.render.legend import (
     Header,
     fmt_value,
@@ -63,13 +64,11 @@ from actviz.render.tiling import GAP, tile_grid
 # annotations can keep taking them from this module; they are not part of the API.
 __all__ = [
     "Norm",
-    "Order",
     "render_grid",
     "render_vector",
 ]
 
 Norm = Literal["channel", "layer"]
-Order = Literal["index", "mean", "max", "std"]
 
 # render_vector layout (pixels).
 _CELL = 11
