@@ -1,5 +1,5 @@
 """``python -m actviz``."""
 
-from actviz.cli.commands import main
+from actviz.cli import main
 
 main()

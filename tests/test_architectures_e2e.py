@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from actviz.cli.commands import app
+from actviz.cli import app
 from tests.conftest import make_image
 
 pytestmark = pytest.mark.slow

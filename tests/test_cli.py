@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from actviz.cli.commands import app
+from actviz.cli import app
 from tests.conftest import make_image
 
 runner = CliRunner()
@@ -217,11 +217,11 @@ def test_models_command() -> None:
 
 def test_help_and_import_do_not_import_torch() -> None:
     code = (
-        "import sys, actviz, actviz.cli.commands\n"
+        "import sys, actviz, actviz.cli\n"
         "from typer.testing import CliRunner\n"
-        "r = CliRunner().invoke(actviz.cli.commands.app, ['--help'])\n"
+        "r = CliRunner().invoke(actviz.cli.app, ['--help'])\n"
         "assert r.exit_code == 0 and 'list-layers' in r.stdout, r.output\n"
-        "r = CliRunner().invoke(actviz.cli.commands.app, ['run', '--help'])\n"
+        "r = CliRunner().invoke(actviz.cli.app, ['run', '--help'])\n"
         "assert r.exit_code == 0 and '--layers' in r.stdout, r.output\n"
         "print(sorted(m for m in ('torch', 'torchvision', 'matplotlib') if m in sys.modules))\n"
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from actviz.cli.commands import app
+from actviz.cli import app
 from tests.conftest import make_image
 from tests.test_report_browser import browse, checked_copy, find_chromium
 

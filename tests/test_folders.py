@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import actviz
 from actviz import api
 from actviz import api as api_module
-from actviz.cli.commands import app
+from actviz.cli import app
 from actviz.render import draw as draw_module
 from tests.conftest import make_image
 

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from actviz.cli.commands import app
+from actviz.cli import app
 from tests.conftest import make_image
 
 pytestmark = pytest.mark.slow

@@ -7,15 +7,13 @@ commands, never here, so ``actviz --help`` is instant.
 
 from __future__ import annotations
 
-import functools
 import signal
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from actviz._version import __version__
+from actviz.cli.boundary import app, boundary, load_options, on_sigterm, pair, state, thresholds
 from actviz.cli.console import (
     RichReporter,
     error,
@@ -65,82 +63,17 @@ from actviz.cli.options import (
     WeightsOption,
     WorkersOption,
 )
-from actviz.errors import ActvizError, ExitCode, UsageError
+from actviz.errors import ExitCode
 
 if TYPE_CHECKING:
     from actviz.api import RunResult
-    from actviz.options import LoadOptions, RunOptions
-    from actviz.stats import Thresholds
+    from actviz.options import RunOptions
 
-__all__ = ["app", "main"]
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-app = typer.Typer(
-    name="actviz",
-    help="Draw what a neural network's layers see: one feature-map grid PNG per layer.",
-    no_args_is_help=True,
-    pretty_exceptions_show_locals=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode="rich",
-)
-_state: dict[str, Any] = {"debug": False, "progress": ""}
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, delivered like Ctrl-C so the same cleanup runs."""
-
-
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"actviz {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
-    ] = False,
-    debug: Annotated[
-        bool, typer.Option("--debug", help="Show full tracebacks for errors.")
-    ] = False,
-) -> None:
-    """Draw what a neural network's layers see: one feature-map grid PNG per layer."""
-    _state["debug"] = debug
-
-
-def _boundary(command: Callable[P, R]) -> Callable[P, R]:
-    """Turn expected errors into a one-line message and their exit code."""
-
-    @functools.wraps(command)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return command(*args, **kwargs)
-        except ActvizError as exc:
-            if _state["debug"]:
-                raise
-            error(str(exc))
-            raise typer.Exit(int(exc.exit_code)) from None
-        except KeyboardInterrupt as exc:
-            if _state["debug"]:
-                raise
-            terminated = isinstance(exc, _Terminated)
-            error(f"{'terminated' if terminated else 'interrupted'}{_state['progress']}")
-            code = ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED
-            raise typer.Exit(int(code)) from None
-
-    return wrapper
+__all__ = ["list_layers", "models", "run", "stats"]
 
 
 @app.command()
-@_boundary
+@boundary
 def run(
     model: ModelArg,
     inputs: InputsArg,
@@ -195,14 +128,14 @@ def run(
         layers=",".join(layers) if layers else None,
         out=out,
         capture=capture,
-        thresholds=_thresholds(threshold),
+        thresholds=thresholds(threshold),
         report=not no_report,
-        load=_load_options(weights, device, trust_checkpoint, input_size, in_chans),
+        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
         draw=DrawOptions(
             max_channels=max_channels,
             order=sort,
             norm=norm,
-            clip=_pair(clip, "--clip", float) if clip else None,
+            clip=pair(clip, "--clip", float) if clip else None,
             cmap=cmap,
             layout=layout,
             overlay=overlay or overlay_channel is not None,
@@ -225,7 +158,7 @@ def run(
 
 
 @app.command()
-@_boundary
+@boundary
 def stats(
     model: ModelArg,
     inputs: InputsArg,
@@ -261,9 +194,9 @@ def stats(
     options = RunOptions(
         layers=",".join(layers) if layers else None,
         out=out,
-        thresholds=_thresholds(threshold),
+        thresholds=thresholds(threshold),
         report=report,
-        load=_load_options(weights, device, trust_checkpoint, input_size, in_chans),
+        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
         draw=DrawOptions(grids=False),
         execution=ExecutionOptions(
             batch_size=batch_size,
@@ -275,20 +208,6 @@ def stats(
         ),
     )
     _execute(model, inputs, options, fail_on=fail_on, as_json=as_json, quiet=quiet)
-
-
-def _load_options(
-    weights: str, device: str, trust_checkpoint: bool, input_size: str | None, in_chans: int
-) -> LoadOptions:
-    from actviz.options import LoadOptions
-
-    return LoadOptions(
-        weights=weights,
-        device=device,
-        trust_checkpoint=trust_checkpoint,
-        input_size=_pair(input_size, "--input-size", int) if input_size else None,
-        in_chans=in_chans,
-    )
 
 
 def _execute(
@@ -305,8 +224,8 @@ def _execute(
     from actviz.stats import parse_kinds
 
     kinds = parse_kinds(fail_on) if fail_on else frozenset()  # a bad kind fails before work
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    reporter = RichReporter(quiet=quiet, status=_state)
+    signal.signal(signal.SIGTERM, on_sigterm)
+    reporter = RichReporter(quiet=quiet, status=state)
     try:
         result = run_pipeline(model, inputs, options, reporter=reporter)
     finally:
@@ -341,7 +260,7 @@ def _finish(result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozen
 
 
 @app.command("list-layers")
-@_boundary
+@boundary
 def list_layers(
     model: ModelArg,
     layers: LayersOption = None,
@@ -359,7 +278,7 @@ def list_layers(
     listing = list_model_layers(
         model,
         layers=layers or None,
-        input_size=_pair(input_size, "--input-size", int) if input_size else None,
+        input_size=pair(input_size, "--input-size", int) if input_size else None,
         in_chans=in_chans,
     )
     if as_json:
@@ -369,7 +288,7 @@ def list_layers(
 
 
 @app.command()
-@_boundary
+@boundary
 def models(
     pattern: Annotated[
         str | None, typer.Argument(help="Glob (resnet*) or substring to filter by.")
@@ -392,42 +311,3 @@ def models(
         raise typer.Exit(int(ExitCode.ERROR))
     for name in names:
         out_console.print(name, markup=False)
-
-
-def _pair(text: str, option: str, kind: type[float] | type[int]) -> tuple[Any, Any]:
-    """Parse ``A,B`` (or ``AxB``) into two numbers, or fail with the option's name."""
-    parts = text.replace("x", ",").split(",")
-    try:
-        first, second = (kind(p.strip()) for p in parts)
-    except ValueError:
-        raise UsageError(f"{option} takes two numbers like 1,99 or 224,320; got '{text}'") from None
-    return first, second
-
-
-def _thresholds(pairs: list[str] | None) -> Thresholds | None:
-    """``--threshold name=value`` options -> ``Thresholds``, or None for the defaults."""
-    if not pairs:
-        return None
-    import dataclasses
-
-    from actviz.stats import Thresholds
-
-    known = {f.name for f in dataclasses.fields(Thresholds)}
-    values: dict[str, float] = {}
-    for pair in pairs:
-        name, _, text = pair.partition("=")
-        name = name.strip()
-        if name not in known:
-            raise UsageError(
-                f"--threshold: unknown name '{name}'; use one of {', '.join(sorted(known))}"
-            )
-        try:
-            values[name] = float(text)
-        except ValueError:
-            raise UsageError(f"--threshold {name} needs a number, e.g. {name}=0.8") from None
-    return Thresholds(**values)
-
-
-def main() -> None:
-    """Console-script entry point."""
-    app()
