@@ -1,4 +1,9 @@
-"""Forward hooks, registered in one context manager that always removes them.
+"""Hooks on named modules, registered in one context manager that always removes them.
+
+:class:`HookSession` is the one hook core: it resolves module names, names repeated calls
+``name:N``, registers in ``__enter__`` and removes every handle in ``finally``. The forward and
+pre-forward recorder (:class:`ActivationRecorder`, here) and the gradient recorder
+(:class:`actviz.gradients.recorder.GradientRecorder`) build on it.
 
 The policies that make the pictures true live here:
 
@@ -15,10 +20,11 @@ The policies that make the pictures true live here:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from actviz.errors import ModelError, UsageError
 
@@ -32,7 +38,9 @@ __all__ = [
     "ActivationRecorder",
     "Capture",
     "CaptureMode",
+    "HookSession",
     "Skipped",
+    "call_key",
     "capture",
     "check_hookable",
     "eval_mode",
@@ -42,6 +50,8 @@ __all__ = [
 CaptureMode = Literal["output", "input", "both"]
 #: Appended to the key of a captured input: ``layer1.0.conv1<in>`` (module names have no '<').
 INPUT_SUFFIX = "<in>"
+
+_Session = TypeVar("_Session", bound="HookSession")
 
 
 @dataclass
@@ -79,20 +89,139 @@ class Skipped:
     reason: str
 
 
-@dataclass
-class _State:
-    calls: dict[str, int] = field(default_factory=dict)
-    captures: dict[str, Capture] = field(default_factory=dict)
-    skipped: dict[str, Skipped] = field(default_factory=dict)
+def call_key(name: str, call: int) -> str:
+    """The key of the ``call``-th call of module ``name`` in a forward: ``name``, ``name:2``..."""
+    return name if call == 1 else f"{name}:{call}"
 
 
-class ActivationRecorder(Mapping[str, "torch.Tensor"]):
+class HookSession(abc.ABC):
+    """Hooks on named submodules, registered on enter and all removed on exit.
+
+    On enter the model is checked (:func:`check_hookable`), the names are resolved, a root
+    forward pre-hook is registered that starts a fresh record at each forward of the model, and
+    :meth:`_register` is called once per selected module. On exit, and when registration fails
+    part way, every handle is removed, tensor hooks included; with ``eval_mode=True`` the model
+    runs in eval mode meanwhile and each module's own ``training`` flag is restored.
+
+    Subclasses implement :meth:`_register` with :meth:`_add_forward_hook`,
+    :meth:`_add_pre_hook` and, inside hooks, :meth:`_add_tensor_hook`; their hooks number each
+    call with :meth:`_next_call` and report what they cannot record with :meth:`_skip`. They
+    extend :meth:`_start_record` to reset their own record, and :meth:`_close` to drop what
+    must not outlive the block.
+
+    Args:
+        model: The model to hook.
+        layers: Qualified names of the modules to hook.
+        eval_mode: Put every module in eval mode inside the block.
+    """
+
+    def __init__(self, model: nn.Module, layers: Sequence[str], *, eval_mode: bool = False) -> None:
+        self.model = model
+        self.layers = list(layers)
+        self._eval_mode = eval_mode
+        self._calls: dict[str, int] = {}
+        self._skipped: dict[str, Skipped] = {}
+        self._handles: list[RemovableHandle] = []
+        # Hooks on tensors of one forward: dropped when the next forward starts.
+        self._tensor_handles: list[RemovableHandle] = []
+        self._training: dict[nn.Module, bool] = {}
+
+    def __enter__(self: _Session) -> _Session:
+        check_hookable(self.model)
+        modules = dict(self.model.named_modules())
+        missing = [name for name in self.layers if name not in modules]
+        if missing:
+            raise ModelError(f"the model has no module named {', '.join(missing[:5])}")
+        try:
+            if self._eval_mode:
+                self._training = {module: module.training for module in self.model.modules()}
+                self.model.eval()
+            start = self.model.register_forward_pre_hook(lambda _m, _a: self._start_record())
+            self._handles.append(start)
+            for name in self.layers:
+                self._register(name, modules[name])
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._close()
+
+    def calls(self, module: str) -> int:
+        """How many times ``module`` ran in the latest forward."""
+        return self._calls.get(module, 0)
+
+    def never_called(self) -> list[str]:
+        """Selected modules that did not run in the latest forward."""
+        return [name for name in self.layers if self._calls.get(name, 0) == 0]
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        """Selected outputs (or inputs) of the latest forward that could not be recorded
+        (None, a string, a non-differentiable tensor, ...), with the reason."""
+        return list(self._skipped.values())
+
+    # For subclasses.
+    @abc.abstractmethod
+    def _register(self, name: str, module: nn.Module) -> None:
+        """Register the hooks for one selected module."""
+
+    def _add_forward_hook(self, module: nn.Module, hook: Callable[..., None]) -> None:
+        """``hook(module, args, output)`` after each call of ``module``, until exit."""
+        self._handles.append(module.register_forward_hook(hook))
+
+    def _add_pre_hook(self, module: nn.Module, hook: Callable[..., None]) -> None:
+        """``hook(module, args)`` before each call of ``module``, until exit."""
+        self._handles.append(module.register_forward_pre_hook(hook))
+
+    def _add_tensor_hook(self, tensor: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> None:
+        """``hook(grad)`` when the gradient of ``tensor`` is computed, until the next forward
+        starts or the block exits."""
+        # torch leaves Tensor.register_hook unannotated.
+        self._tensor_handles.append(tensor.register_hook(hook))  # type: ignore[no-untyped-call]
+
+    def _next_call(self, name: str, *, count: bool = True) -> tuple[int, str]:
+        """The number and key of the call of ``name`` that is happening now, counted unless
+        ``count`` is False (a pre-hook whose forward hook will count the same call)."""
+        call = self._calls.get(name, 0) + 1
+        if count:
+            self._calls[name] = call
+        return call, call_key(name, call)
+
+    def _skip(self, key: str, module: nn.Module, reason: str) -> None:
+        self._skipped[key] = Skipped(key, type(module).__name__, reason)
+
+    def _start_record(self) -> None:
+        """Forget the latest forward; runs when a forward of the model starts."""
+        self._drop_tensor_hooks()
+        self._calls = {}
+        self._skipped = {}
+
+    def _close(self) -> None:
+        """Remove every hook and restore the training flags; safe to call more than once."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._drop_tensor_hooks()
+        for module, training in self._training.items():
+            module.training = training
+        self._training.clear()
+
+    def _drop_tensor_hooks(self) -> None:
+        for handle in self._tensor_handles:
+            handle.remove()
+        self._tensor_handles.clear()
+
+
+class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
     """Record copies of the outputs of named submodules while the model runs.
 
     Hooks are registered on enter and removed on exit, even when the forward raises. Each new
     forward of the root model starts a fresh record, so after ``model(x)`` the recorder holds
     exactly that forward's outputs, in the order they were produced. As a mapping it gives
-    capture key -> tensor.
+    capture key -> tensor. The modules' ``training`` flags are left alone; wrap the block in
+    :func:`eval_mode` where eval mode is wanted.
 
     Args:
         model: The model to hook.
@@ -123,50 +252,34 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
     ) -> None:
         if mode not in ("output", "input", "both"):
             raise UsageError(f"unknown capture mode '{mode}'; use output, input or both")
-        self.model = model
-        self.layers = list(layers)
+        super().__init__(model, layers)
         self.keep_tensors = keep_tensors
         self.mode = mode
         self.summarize = summarize
         self._paused = False
-        self._state = _State()
-        self._handles: list[RemovableHandle] = []
+        self._captures: dict[str, Capture] = {}
 
     # Mapping protocol: key -> tensor of the latest forward.
     def __getitem__(self, key: str) -> torch.Tensor:
-        tensor = self._state.captures[key].tensor
+        tensor = self._captures[key].tensor
         if tensor is None:
             raise KeyError(f"{key} was recorded without its tensor (keep_tensors=False)")
         return tensor
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._state.captures)
+        return iter(self._captures)
 
     def __len__(self) -> int:
-        return len(self._state.captures)
+        return len(self._captures)
 
     @property
     def captures(self) -> list[Capture]:
         """The captures of the latest forward, in the order they were produced."""
-        return list(self._state.captures.values())
-
-    @property
-    def skipped(self) -> list[Skipped]:
-        """Selected outputs that held no tensor (None, a string, ...), with the reason."""
-        return list(self._state.skipped.values())
-
-    def calls(self, module: str) -> int:
-        """How many times ``module`` ran in the latest forward."""
-        return self._state.calls.get(module, 0)
-
-    def never_called(self) -> list[str]:
-        """Selected modules that did not run in the latest forward."""
-        return [name for name in self.layers if self._state.calls.get(name, 0) == 0]
+        return list(self._captures.values())
 
     def clear(self) -> None:
         """Forget everything recorded so far."""
-        if not self._paused:
-            self._state = _State()
+        self._start_record()
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -178,47 +291,22 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
         finally:
             self._paused = False
 
-    def __enter__(self) -> ActivationRecorder:
-        check_hookable(self.model)
-        modules = dict(self.model.named_modules())
-        missing = [name for name in self.layers if name not in modules]
-        if missing:
-            raise ModelError(f"the model has no module named {', '.join(missing[:5])}")
-        try:
-            self._handles.append(self.model.register_forward_pre_hook(lambda _m, _a: self.clear()))
-            for name in self.layers:
-                module = modules[name]
-                pre_hook, hook = self._hooks_for(name, module)
-                if pre_hook is not None:
-                    self._handles.append(module.register_forward_pre_hook(pre_hook))
-                if hook is not None:
-                    self._handles.append(module.register_forward_hook(hook))
-        except BaseException:
-            self._remove()
-            raise
-        return self
+    def _start_record(self) -> None:
+        if self._paused:
+            return
+        super()._start_record()
+        self._captures = {}
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._remove()
-
-    def _remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-
-    def _hooks_for(self, name: str, module: nn.Module) -> tuple[Any, Any]:
-        """The pre-hook (inputs) and hook (outputs) for one module, as the mode needs."""
+    def _register(self, name: str, module: nn.Module) -> None:
+        """A pre-hook (inputs) and a forward hook (outputs) for one module, as the mode needs."""
         module_type = type(module).__name__
         want_in = self.mode in ("input", "both")
         want_out = self.mode in ("output", "both")
 
-        def store(call: int, value: object, *, what: str, suffix: str) -> None:
-            state = self._state
-            base = (name if call == 1 else f"{name}:{call}") + suffix
+        def store(call: int, key: str, value: object, *, what: str) -> None:
             found = False
             for element, tensor in _tensors(value):
                 found = True
-                key = base + element
                 copy = (
                     # contiguous_format: channels-last outputs come back in plain NCHW order.
                     tensor.detach().to(
@@ -233,8 +321,8 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
                 summary = (
                     self.summarize(name, tensor.detach()) if self.summarize is not None else None
                 )
-                state.captures[key] = Capture(
-                    key,
+                self._captures[key + element] = Capture(
+                    key + element,
                     name,
                     module_type,
                     call,
@@ -244,27 +332,26 @@ class ActivationRecorder(Mapping[str, "torch.Tensor"]):
                     summary=summary,
                 )
             if not found:
-                state.skipped[base] = Skipped(
-                    base, module_type, f"{what} is {type(value).__name__}, not a tensor"
-                )
+                self._skip(key, module, f"{what} is {type(value).__name__}, not a tensor")
 
         def pre_hook(_module: nn.Module, args: tuple[object, ...]) -> None:
             if self._paused:
                 return
-            call = self._state.calls.get(name, 0) + 1
-            if not want_out:  # otherwise the output hook counts the call
-                self._state.calls[name] = call
+            # With outputs recorded too, the forward hook counts the call.
+            call, key = self._next_call(name, count=not want_out)
             inputs = args[0] if len(args) == 1 else args
-            store(call, inputs, what="input", suffix=INPUT_SUFFIX)
+            store(call, key + INPUT_SUFFIX, inputs, what="input")
 
         def hook(_module: nn.Module, _args: object, output: object) -> None:
             if self._paused:
                 return
-            call = self._state.calls.get(name, 0) + 1
-            self._state.calls[name] = call
-            store(call, output, what="output", suffix="")
+            call, key = self._next_call(name)
+            store(call, key, output, what="output")
 
-        return (pre_hook if want_in else None), (hook if want_out else None)
+        if want_in:
+            self._add_pre_hook(module, pre_hook)
+        if want_out:
+            self._add_forward_hook(module, hook)
 
 
 def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> ActivationRecorder:

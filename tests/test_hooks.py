@@ -10,7 +10,7 @@ from torch import nn
 
 import actviz
 from actviz.errors import ActvizError, LayerSelectionError, ModelError
-from actviz.hooks import ActivationRecorder, eval_mode
+from actviz.hooks import ActivationRecorder, HookSession, eval_mode
 
 
 def _hook_count(model: nn.Module) -> int:
@@ -178,3 +178,118 @@ def test_channels_last_captures_come_back_contiguous(tiny_net: nn.Module) -> Non
     with ActivationRecorder(model, ["stem.conv"]) as acts:
         model(x)
     assert acts["stem.conv"].is_contiguous()
+
+
+# --------------------------------------------------------------------------- the hook core
+
+
+class _Shapes(HookSession):
+    """The smallest recorder on the core: each call's output shape, and which gradients ran."""
+
+    def __init__(self, model: nn.Module, layers: list[str], *, eval_mode: bool = False) -> None:
+        super().__init__(model, layers, eval_mode=eval_mode)
+        self.shapes: dict[str, tuple[int, ...]] = {}
+        self.outputs: list[torch.Tensor] = []
+        self.grads: list[str] = []
+
+    def _start_record(self) -> None:
+        super()._start_record()
+        self.shapes = {}
+
+    def _register(self, name: str, module: nn.Module) -> None:
+        def hook(_module: nn.Module, _args: object, output: torch.Tensor) -> None:
+            _, key = self._next_call(name)
+            self.shapes[key] = tuple(output.shape)
+            self.outputs.append(output)
+            self._add_tensor_hook(output, lambda _grad: self.grads.append(key))
+
+        self._add_forward_hook(module, hook)
+
+
+class _FailsOnHead(_Shapes):
+    state_at_failure: tuple[int, list[bool]] = (0, [])
+
+    def _register(self, name: str, module: nn.Module) -> None:
+        if name == "head":
+            self.state_at_failure = (
+                _hook_count(self.model),
+                [m.training for m in self.model.modules()],
+            )
+            raise RuntimeError("cannot hook head")
+        super()._register(name, module)
+
+
+def _flags(model: nn.Module) -> dict[str, bool]:
+    return {name: m.training for name, m in model.named_modules()}
+
+
+def test_a_tiny_subclass_names_counts_and_hooks_gradients(tiny_net: nn.Module) -> None:
+    x = torch.randn(2, 3, 8, 8)
+    with _Shapes(tiny_net, ["act", "head", "pool"]) as rec:
+        out = tiny_net(x)
+        assert list(rec.shapes.items()) == [
+            ("act", (2, 4, 8, 8)),
+            ("act:2", (2, 6, 8, 8)),
+            ("pool", (2, 6, 1, 1)),
+            ("head", (2, 3)),
+        ]
+        assert (rec.calls("act"), rec.calls("head"), rec.calls("stem.conv")) == (2, 1, 0)
+        assert rec.never_called() == [] and rec.skipped == []
+        out.sum().backward(retain_graph=True)
+        assert rec.grads == ["head", "pool", "act:2", "act"]  # backward runs from the end
+        # A new forward starts a fresh record and drops the previous forward's tensor hooks.
+        tiny_net(x[:1])
+        assert list(rec.shapes) == ["act", "act:2", "pool", "head"]
+        assert rec.shapes["head"] == (1, 3)
+        out.sum().backward()
+        assert rec.grads == ["head", "pool", "act:2", "act"]
+    assert _hook_count(tiny_net) == 0
+
+
+def test_registration_failing_part_way_removes_hooks_and_restores_flags(
+    tiny_net: nn.Module,
+) -> None:
+    tiny_net.train()
+    tiny_net.get_submodule("stem.bn").eval()
+    flags = _flags(tiny_net)
+    rec = _FailsOnHead(tiny_net, ["stem.conv", "act", "head"], eval_mode=True)
+    with pytest.raises(RuntimeError, match="cannot hook head"), rec:
+        pass
+    # The root's hook and two layers' hooks were in place, in eval mode, when it failed.
+    hooks, training = rec.state_at_failure
+    assert hooks == 3 and not any(training)
+    assert _hook_count(tiny_net) == 0
+    assert _flags(tiny_net) == flags
+
+
+def test_forward_raising_removes_tensor_hooks_too_and_restores_flags(
+    tiny_net: nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def boom(x: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("boom in pool")
+
+    monkeypatch.setattr(tiny_net.get_submodule("pool"), "forward", boom)
+    tiny_net.train()
+    tiny_net.get_submodule("block").eval()
+    flags = _flags(tiny_net)
+    rec = _Shapes(tiny_net, ["act", "head"], eval_mode=True)
+    with pytest.raises(RuntimeError, match="boom in pool"), rec:
+        assert not any(m.training for m in tiny_net.modules())
+        tiny_net(torch.randn(1, 3, 8, 8))
+    assert list(rec.shapes) == ["act", "act:2"]  # both calls ran before pool raised
+    assert rec.never_called() == ["head"]
+    assert _hook_count(tiny_net) == 0
+    assert _flags(tiny_net) == flags
+    rec.outputs[1].sum().backward()
+    assert rec.grads == []  # the gradient hook went with the forward hooks
+
+
+def test_activation_recorder_leaves_training_flags_alone(tiny_net: nn.Module) -> None:
+    tiny_net.train()
+    tiny_net.get_submodule("stem.bn").eval()
+    flags = _flags(tiny_net)
+    with ActivationRecorder(tiny_net, ["act"]) as acts:
+        assert _flags(tiny_net) == flags
+        tiny_net(torch.randn(2, 3, 8, 8))
+    assert _flags(tiny_net) == flags
+    assert list(acts) == ["act", "act:2"]

@@ -19,16 +19,14 @@ How the gradients are taken, and why:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from actviz.errors import ModelError
-from actviz.hooks import Skipped, check_hookable
+from actviz.hooks import HookSession
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
-    from torch.utils.hooks import RemovableHandle
 
 __all__ = ["GradientCapture", "GradientRecorder"]
 
@@ -77,14 +75,7 @@ class _Entry:
     version: int = 0
 
 
-@dataclass
-class _State:
-    calls: dict[str, int] = field(default_factory=dict)
-    entries: dict[str, _Entry] = field(default_factory=dict)
-    skipped: dict[str, Skipped] = field(default_factory=dict)
-
-
-class GradientRecorder:
+class GradientRecorder(HookSession):
     """Record selected outputs during a forward, and their gradients during a backward.
 
     On enter the model is put in eval mode and forward hooks are registered; on exit every
@@ -105,71 +96,32 @@ class GradientRecorder:
     """
 
     def __init__(self, model: nn.Module, layers: Sequence[str]) -> None:
-        self.model = model
-        self.layers = list(layers)
-        self._state = _State()
-        self._handles: list[RemovableHandle] = []
-        self._tensor_handles: list[RemovableHandle] = []
-        self._training: dict[nn.Module, bool] = {}
+        super().__init__(model, layers, eval_mode=True)
+        self._entries: dict[str, _Entry] = {}
         self._backward_done = False
 
-    def __enter__(self) -> GradientRecorder:
-        check_hookable(self.model)
-        modules = dict(self.model.named_modules())
-        missing = [name for name in self.layers if name not in modules]
-        if missing:
-            raise ModelError(f"the model has no module named {', '.join(missing[:5])}")
-        self._training = {module: module.training for module in self.model.modules()}
-        try:
-            self.model.eval()
-            self._handles.append(self.model.register_forward_pre_hook(self._on_root_forward))
-            for name in self.layers:
-                module = modules[name]
-                self._handles.append(module.register_forward_hook(self._hook_for(name, module)))
-        except BaseException:
-            self._restore()
-            raise
-        return self
+    def _start_record(self) -> None:
+        super()._start_record()
+        self._entries = {}
+        self._backward_done = False
 
-    def __exit__(self, *exc_info: object) -> None:
-        self._restore()
-
-    def _restore(self) -> None:
-        for handle in (*self._handles, *self._tensor_handles):
-            handle.remove()
-        self._handles.clear()
-        self._tensor_handles.clear()
-        for module, training in self._training.items():
-            module.training = training
-        self._training.clear()
+    def _close(self) -> None:
+        super()._close()
         self._release_outputs()
 
-    def _on_root_forward(self, _module: nn.Module, _args: object) -> None:
-        for handle in self._tensor_handles:
-            handle.remove()
-        self._tensor_handles.clear()
-        self._state = _State()
-        self._backward_done = False
-
-    def _hook_for(self, name: str, module: nn.Module) -> Any:
+    def _register(self, name: str, module: nn.Module) -> None:
+        """A forward hook that copies the output and hooks the output tensor's gradient."""
         import torch
 
-        module_type = type(module).__name__
-
         def hook(_module: nn.Module, _args: object, output: object) -> None:
-            state = self._state
-            call = state.calls.get(name, 0) + 1
-            state.calls[name] = call
-            key = name if call == 1 else f"{name}:{call}"
+            call, key = self._next_call(name)
             if not isinstance(output, torch.Tensor):
-                state.skipped[key] = Skipped(
-                    key, module_type, f"output is {type(output).__name__}, not one tensor"
-                )
+                self._skip(key, module, f"output is {type(output).__name__}, not one tensor")
                 return
             if not output.requires_grad:
-                state.skipped[key] = Skipped(
+                self._skip(
                     key,
-                    module_type,
+                    module,
                     "output has no gradient (grad disabled, or it does not depend on the "
                     "input or any parameter)",
                 )
@@ -177,22 +129,20 @@ class GradientRecorder:
             entry = _Entry(
                 key,
                 name,
-                module_type,
+                type(module).__name__,
                 call,
                 output.detach().to(device="cpu", dtype=torch.float32, copy=True),
                 output=output,
                 version=output._version,
             )
-            state.entries[key] = entry
+            self._entries[key] = entry
 
             def keep_gradient(grad: torch.Tensor) -> None:
                 entry.gradient = grad.detach().to(device="cpu", dtype=torch.float32, copy=True)
 
-            # torch leaves Tensor.register_hook unannotated.
-            handle = output.register_hook(keep_gradient)  # type: ignore[no-untyped-call]
-            self._tensor_handles.append(handle)
+            self._add_tensor_hook(output, keep_gradient)
 
-        return hook
+        self._add_forward_hook(module, hook)
 
     def backward(
         self,
@@ -223,7 +173,7 @@ class GradientRecorder:
         """
         import torch
 
-        entries = list(self._state.entries.values())
+        entries = list(self._entries.values())
         for entry in entries:
             entry.gradient = None
         targets = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
@@ -255,7 +205,7 @@ class GradientRecorder:
         return result
 
     def _release_outputs(self) -> None:
-        for entry in self._state.entries.values():
+        for entry in self._entries.values():
             entry.output = None
 
     @property
@@ -270,7 +220,7 @@ class GradientRecorder:
         if not self._backward_done:
             raise RuntimeError("call backward() after the forward before reading gradients")
         out = []
-        for e in self._state.entries.values():
+        for e in self._entries.values():
             note = None
             gradient = e.gradient
             if gradient is None:
@@ -292,12 +242,3 @@ class GradientRecorder:
                 )
             )
         return out
-
-    @property
-    def skipped(self) -> list[Skipped]:
-        """Selected outputs of the latest forward that have no gradient, with the reason."""
-        return list(self._state.skipped.values())
-
-    def never_called(self) -> list[str]:
-        """Selected modules that did not run in the latest forward."""
-        return [name for name in self.layers if self._state.calls.get(name, 0) == 0]
