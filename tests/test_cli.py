@@ -406,3 +406,62 @@ def test_models_lists_segmentation_models_too() -> None:
     assert "fasterrcnn_resnet50_fpn" not in names
     everything = runner.invoke(app, ["models", "--all"]).stdout.split()
     assert "fasterrcnn_resnet50_fpn" in everything and "fcn_resnet50" in everything
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "resnet18", "x.jpg", "--norm", "foo"], "Invalid value for '--norm'"),
+        (["run", "resnet18", "x.jpg", "--channels", "-1"], "'--channels'"),
+        (["run", "resnet18", "x.jpg", "--batch-size", "0"], "'--batch-size'"),
+        (["run", "resnet18", "x.jpg", "--bogus"], "No such option: --bogus"),
+        (["run"], "Missing argument"),
+        (["bogus"], "No such command 'bogus'"),
+    ],
+)
+def test_parser_errors_are_one_line_with_exit_2(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "actviz", *args], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert "--help" in lines[0]  # where to look next
+    assert not done.stdout
+
+
+def test_help_keeps_its_panels_and_no_arguments_shows_it() -> None:
+    for args in (["run", "--help"], []):
+        done = subprocess.run(
+            [sys.executable, "-m", "actviz", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, "COLUMNS": "120"},
+        )
+        assert done.returncode == 0, done.stderr
+        assert "Usage: actviz" in done.stdout
+    assert "─ Grid ─" in done.stdout or "Commands" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("flags", "suffix"),
+    [(["--save-tensors"], ".npy"), (["--tensor-format", "safetensors"], ".safetensors")],
+)
+def test_save_tensors_is_a_flag(
+    tmp_path: Path, image_file: Path, flags: list[str], suffix: str
+) -> None:
+    out = tmp_path / "out"
+    # The flag must not swallow the next argument: the input comes after it.
+    argv = ["run", "resnet18", *flags, str(image_file), "-l", "layer4.1.conv2"]
+    result = runner.invoke(app, [*argv, "--weights", "none", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    saved = sorted((out / "dog").glob(f"*{suffix}"))
+    assert [p.name for p in saved] == [f"00_layer4.1.conv2{suffix}"]
+    if suffix == ".npy":
+        assert np.load(saved[0]).shape == (512, 7, 7)
+    else:
+        from safetensors.numpy import load_file
+
+        assert next(iter(load_file(saved[0]).values())).shape == (512, 7, 7)

@@ -3,12 +3,27 @@ error boundary (in ``boundary``). Importing this package registers every command
 
 from __future__ import annotations
 
+import sys
+
 from actviz.cli import commands as commands
-from actviz.cli.boundary import app
+from actviz.cli.boundary import app, usage_error
 
 __all__ = ["app", "main"]
 
 
-def main() -> None:
-    """Console-script entry point."""
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Console-script entry point: usage errors, including those Typer's parser finds, are one
+    line and exit 2; ``--help`` keeps its panels."""
+    import typer
+
+    args = sys.argv[1:] if argv is None else argv
+    command = typer.main.get_command(app)
+    try:
+        # standalone_mode=False hands parser errors to us instead of Typer's multi-line box.
+        code = command.main(args or ["--help"], prog_name="actviz", standalone_mode=False)
+    except Exception as exc:
+        line = usage_error(exc)
+        if line is None:
+            raise
+        sys.exit(line)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -26,6 +26,7 @@ __all__ = [
     "pair",
     "state",
     "thresholds",
+    "usage_error",
 ]
 
 P = ParamSpec("P")
@@ -139,3 +140,16 @@ def load_options(
         input_size=pair(input_size, "--input-size", int) if input_size else None,
         in_chans=in_chans,
     )
+
+
+def usage_error(exc: BaseException) -> int | None:
+    """Print a parser's usage error as one line and return its exit code (2); None when
+    ``exc`` is not a parser error."""
+    exit_code = getattr(exc, "exit_code", None)
+    format_message = getattr(exc, "format_message", None)
+    if not isinstance(exit_code, int) or not callable(format_message):
+        return None
+    ctx = getattr(exc, "ctx", None)
+    where = getattr(ctx, "command_path", "actviz")
+    error(f"{format_message()} (see '{where} --help')")
+    return exit_code

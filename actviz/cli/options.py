@@ -18,6 +18,7 @@ __all__ = [
     "OverlayOption",
     "OverlayChannelOption",
     "SaveTensorsOption",
+    "TensorFormatOption",
     "PngCompressionOption",
     "GradsOption",
     "TargetOption",
@@ -293,11 +294,21 @@ OverlayChannelOption = Annotated[
 ]
 
 SaveTensorsOption = Annotated[
-    Literal["npy", "safetensors"] | None,
+    bool,
     typer.Option(
         "--save-tensors",
-        help="Also save each raw activation beside its PNG.",
+        help="Also save each raw activation beside its PNG (.npy unless --tensor-format).",
         rich_help_panel="Output",
+    ),
+]
+
+TensorFormatOption = Annotated[
+    Literal["npy", "safetensors"] | None,
+    typer.Option(
+        "--tensor-format",
+        help="File format of the saved activations: npy or safetensors (implies --save-tensors).",
+        rich_help_panel="Output",
+        show_default=False,
     ),
 ]
 
