@@ -98,6 +98,10 @@ def run(
         loaded, warnings = _load(model, opts, notify)
         selector, names = _select(model, loaded, opts)
         state = _plan(model, loaded, selector, names, found, opts)
+        if state.kept:
+            shown = ", ".join(state.kept[:5]) + (", ..." if len(state.kept) > 5 else "")
+            warnings.append(f"--overwrite kept {len(state.kept)} file(s) no run wrote: {shown}")
+            notify.warn(warnings[-1])
         never_ran = _capture_and_render(model, loaded, state, opts, notify)
         for name in sorted(never_ran):
             warnings.append(f"layer {name} was selected but never ran in the forward pass")
@@ -116,6 +120,7 @@ class _Plan:
     results: list[ImageResult]
     todo: list[ImageResult]
     records: Any
+    kept: list[str]
 
 
 def _load(model: str, opts: RunOptions, notify: Reporter) -> tuple[LoadedModel, list[str]]:
@@ -178,10 +183,11 @@ def _plan(
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
     }
     records = output.RunRecords(opts.out, settings)
+    kept: list[Path] = []
     if opts.execution.resume:
         reuse_earlier(records.completed(), results)
     elif opts.execution.overwrite:
-        records.reset([r.out_dir for r in results])
+        kept = records.reset([r.out_dir for r in results])
     module = loaded.module
     if opts.execution.channels_last:
         module = module.to(memory_format=torch.channels_last)
@@ -193,6 +199,7 @@ def _plan(
         results=results,
         todo=[r for r in results if r.status != "reused"],
         records=records,
+        kept=[p.relative_to(opts.out).as_posix() for p in kept],
     )
 
 

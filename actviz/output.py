@@ -12,6 +12,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 import unicodedata
 import uuid
 from collections.abc import Iterator, Sequence
@@ -39,6 +40,16 @@ __all__ = [
 ]
 
 TMP_MARK = ".actviz-tmp"
+#: The files a run writes at the top of the output folder, and the folder of report pages.
+RUN_FILES = (
+    ".actviz-records.jsonl",
+    "manifest.json",
+    "stats.json",
+    "stats.csv",
+    "index.html",
+    "gradient_flow.png",
+)
+REPORT_DIR = "report"
 _MAX_NAME = 120
 # Windows device names, with or without an extension; COM/LPT take superscript digits too.
 _RESERVED = frozenset(
@@ -213,19 +224,49 @@ class RunRecords:
         except OSError as exc:
             raise OutputError(_os_message(self.path, exc)) from None
 
-    def reset(self, folders: Sequence[PurePosixPath]) -> None:
-        """Forget earlier records and remove the earlier grids of the given image folders."""
+    def reset(self, folders: Sequence[PurePosixPath]) -> list[Path]:
+        """Remove everything earlier runs wrote here, so the folder holds this run's outputs
+        only: the run's files, the report, and every image folder an earlier record or manifest
+        names (an earlier run over other inputs included), besides ``folders``.
+
+        Returns:
+            The files left in place because no run wrote them, for the caller to mention.
+        """
         out = self.path.parent
         try:
-            for name in (self.FILE, "manifest.json"):
+            earlier = self._earlier_folders()
+            for name in RUN_FILES:
                 (out / name).unlink(missing_ok=True)
-            for folder in folders:
-                target = out / folder
-                if target.is_dir():
-                    for png in target.glob("[0-9]*_*.png"):
-                        png.unlink()
+            shutil.rmtree(out / REPORT_DIR, ignore_errors=True)
+            for folder in {*earlier, *folders}:
+                target = (out / folder).resolve()
+                if out.resolve() not in target.parents or not target.is_dir():
+                    continue  # never outside the output folder, whatever a record says
+                for entry in target.iterdir():
+                    if entry.is_file() or entry.is_symlink():
+                        entry.unlink()
+                while target != out.resolve() and not any(target.iterdir()):
+                    target.rmdir()
+                    target = target.parent
+            return sorted(p for p in out.rglob("*") if not p.is_dir())
         except OSError as exc:
             raise OutputError(_os_message(out, exc)) from None
+
+    def _earlier_folders(self) -> set[PurePosixPath]:
+        """Image folders named by the records and the manifest already here."""
+        found: set[PurePosixPath] = set()
+        lines = self.path.read_text(encoding="utf-8").splitlines() if self.path.exists() else []
+        manifest_path = self.path.parent / "manifest.json"
+        if manifest_path.exists():
+            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
+                images = json.loads(manifest_path.read_text(encoding="utf-8")).get("images", [])
+                lines += [json.dumps(image) for image in images if isinstance(image, dict)]
+        for line in lines:
+            with contextlib.suppress(json.JSONDecodeError):
+                record = json.loads(line)
+                if isinstance(record, dict) and isinstance(record.get("out_dir"), str):
+                    found.add(PurePosixPath(record["out_dir"]))
+        return found
 
     def _refuse(self, what: str) -> NoReturn:
         raise OutputError(

@@ -173,6 +173,41 @@ def test_overwrite_replaces_earlier_grids(folder: Path, tmp_path: Path) -> None:
     assert (out / "keep.txt").read_text() == "mine"  # not ours: left alone
 
 
+def test_overwrite_with_other_inputs_leaves_only_this_runs_outputs(
+    folder: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    actviz.run("resnet18", [folder], layers="conv1", out=out, weights="none")
+    earlier = {p.parent.relative_to(out).as_posix() for p in out.rglob("00_conv1.png")}
+    assert earlier == {"a/x", "b/x", "b/deep/y", "top"}
+    other = tmp_path / "other"
+    make_image(other / "elsewhere.png", size=(40, 40), seed=99)
+    (out / "keep.txt").write_text("mine")
+    result = actviz.run(
+        "resnet18", [other], layers="conv1", out=out, weights="none", overwrite=True
+    )
+    written = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    # Only this run's image folder, run files and report pages are left, and the user's file.
+    assert {w.split("/")[0] for w in written} == {
+        "elsewhere",
+        "report",
+        "keep.txt",
+        "index.html",
+        "manifest.json",
+        "stats.json",
+        "stats.csv",
+        ".actviz-records.jsonl",
+    }
+    assert not any((out / name).exists() for name in earlier)
+    assert not (out / "a").exists() and not (out / "b").exists()  # emptied folders go too
+    assert any("kept 1 file(s) no run wrote: keep.txt" in w for w in result.warnings)
+    html = "".join(p.read_text() for p in out.rglob("*.html"))
+    assert "elsewhere/00_conv1.png" in html
+    assert not any(f"{name}/00_conv1.png" in html for name in earlier)  # nothing of the earlier
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [Path(i["path"]).name for i in manifest["images"]] == ["elsewhere.png"]
+
+
 def test_live_activations_stay_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "many"
     for i in range(24):
