@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import fnmatch
+import html
 import io
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 import warnings
+import zipfile
 from collections.abc import Container, Iterator
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
@@ -322,7 +330,9 @@ def test_header_lists_the_run(folder_run: tuple[Path, dict[str, bytes]]) -> None
 def test_flagged_layers_carry_badges(folder_run: tuple[Path, dict[str, bytes]]) -> None:
     root, _ = folder_run
     odd = (root / "report/images/odd_name_1_é.html").read_text(encoding="utf-8")
-    sections = re.findall(r'<section class="layer( flagged)?" id="L(\d)">(.*?)</section>', odd)
+    sections = re.findall(
+        r'<section class="layer( flagged)?" id="L(\d)">(.*?)</section>', odd, flags=re.DOTALL
+    )
     assert [(bool(flagged), int(i)) for flagged, i, _ in sections] == [
         (False, 0),
         (False, 1),
@@ -522,3 +532,151 @@ def test_only_missing_glyph_warnings_are_silenced(
     monkeypatch.setattr(chart.fig, "savefig", savefig)
     chart.render([{"name": "a", "mean": 0.0, "std": 1.0}], [], "猫.jpg")
     assert [str(w.message) for w in recwarn] == ["something else"]
+
+
+# --------------------------------------------------------------------------- hostile names
+
+HOSTILE_FILE = "/data/in/<script>alert(1)</script>.jpg"
+HOSTILE_LAYER = 'conv" onerror="alert(2)" a=\'&<>'
+HOSTILE_LABEL = "<img src=x onerror=alert(3)>&amp;"
+
+
+def renamed(value: Any, old: str, new: str) -> Any:
+    """``value`` (JSON-like) with every string equal to ``old`` replaced by ``new``."""
+    if isinstance(value, dict):
+        return {k: renamed(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [renamed(v, old, new) for v in value]
+    return new if value == old else value
+
+
+def test_hostile_names_are_escaped_on_every_page(tmp_path: Path) -> None:
+    manifest, stats = make_run(tmp_path)
+    manifest, stats = (
+        renamed(manifest, "conv1", HOSTILE_LAYER),
+        renamed(stats, "conv1", HOSTILE_LAYER),
+    )
+    manifest["images"][0]["path"] = HOSTILE_FILE
+    manifest["images"][0]["predictions"][0]["label"] = HOSTILE_LABEL
+    manifest["model"] = HOSTILE_LABEL
+    manifest["warnings"] = [f"cannot read {HOSTILE_FILE}"]
+    files = build_report(manifest, stats, out_dir_name=HOSTILE_LABEL)
+    write(tmp_path, files)
+    pages = html_pages(tmp_path)
+    assert len(pages) == 1 + 3 + 4
+
+    def shown(page: Path) -> str:
+        return "\n".join(parse(page).text)
+
+    for page in pages:
+        raw = page.read_text(encoding="utf-8")
+        for hostile in (HOSTILE_FILE, HOSTILE_LAYER, HOSTILE_LABEL, EVIL):
+            assert hostile not in raw, (page.name, hostile)
+        parsed = parse(page)
+        # Nothing of a name turned into a tag, an attribute or a script.
+        assert all(not name.startswith("on") for _, a in parsed.tags for name in a), page.name
+        assert all(a.get("class") for t, a in parsed.tags if t == "img"), page.name
+        assert sum(t == "script" for t, _ in parsed.tags) == (page.name == "index.html")
+        # The model's name is on every page, shown as the text it is.
+        assert HOSTILE_LABEL in shown(page), page.name
+
+    def title(page: Path) -> str:
+        found = re.search(r"<title>(.*?)</title>", page.read_text(encoding="utf-8"))
+        assert found is not None, page.name
+        return html.unescape(found.group(1))
+
+    assert title(tmp_path / "index.html") == f"actviz · {HOSTILE_LABEL} · {HOSTILE_LABEL}"
+    assert title(tmp_path / "report/images/cat.html") == f"actviz · {HOSTILE_FILE}"
+
+    index = shown(tmp_path / "index.html")
+    assert HOSTILE_FILE in index and HOSTILE_LAYER in index and EVIL in index
+    assert f"cannot read {HOSTILE_FILE}" in index
+    for page in sorted((tmp_path / "report/images").glob("*.html")):
+        assert HOSTILE_LAYER in shown(page) and EVIL in shown(page), page.name
+        alts = [a.get("alt") for t, a in parse(page).tags if t == "img"]
+        assert f"feature maps of {HOSTILE_LAYER}" in alts, page.name
+    first = parse(tmp_path / "report/images/cat.html")
+    assert HOSTILE_FILE in first.text  # the page's heading
+    assert f"{HOSTILE_LABEL} (50.0%)" in index  # the first image's top prediction
+    assert any(HOSTILE_LABEL in t for t in first.text)
+    for page in sorted((tmp_path / "report/layers").glob("*.html")):
+        assert HOSTILE_FILE in shown(page), page.name  # the card of the first image
+    own = list((tmp_path / "report/layers").glob("00_*.html"))
+    assert len(own) == 1 and HOSTILE_LAYER in parse(own[0]).text  # its heading
+    assert title(own[0]) == f"actviz · {HOSTILE_LAYER}"
+
+
+# --------------------------------------------------------------------------- templates
+
+
+def test_templates_ship_as_package_data() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    patterns = config["tool"]["setuptools"]["package-data"]["actviz"]
+    templates = sorted((root / "actviz/report/templates").iterdir())
+    assert {t.name for t in templates} >= {"base.html", "blocks.html", "index.html"}
+    for template in templates:
+        relative = template.relative_to(root / "actviz").as_posix()
+        assert any(fnmatch.fnmatch(relative, p) for p in patterns), relative
+
+
+INSTALLED_SCRIPT = """
+import json, sys
+from pathlib import Path
+import actviz
+from actviz.report.pages import build_report
+assert Path(actviz.__file__).is_relative_to(Path(sys.argv[1])), actviz.__file__
+manifest = json.loads(Path(sys.argv[2]).read_text(encoding="utf-8"))
+files = build_report(manifest, None, out_dir_name="out")
+print(json.dumps({k: v.decode() for k, v in files.items() if k.endswith(".html")}))
+"""
+
+
+@pytest.mark.slow
+def test_an_installed_wheel_finds_its_templates(tmp_path: Path) -> None:
+    """Build the wheel, unpack it (what installing a pure-Python wheel does) and build a
+    report with it, in a process that cannot see the source tree."""
+    pytest.importorskip("setuptools")
+    root = Path(__file__).resolve().parents[1]
+    source = tmp_path / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(root / name, source / name)
+    shutil.copytree(root / "actviz", source / "actviz", ignore=shutil.ignore_patterns("__py*"))
+    build = "from setuptools import build_meta; print(build_meta.build_wheel('dist'))"
+    result = subprocess.run(
+        [sys.executable, "-c", build], cwd=source, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (wheel,) = (source / "dist").glob("actviz-*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        archive.extractall(site)
+    for template in (root / "actviz/report/templates").iterdir():
+        assert f"actviz/report/templates/{template.name}" in names
+
+    manifest, _ = make_run(tmp_path / "run", images=2)
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    result = subprocess.run(
+        [sys.executable, "-c", INSTALLED_SCRIPT, str(site), str(tmp_path / "manifest.json")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    pages = json.loads(result.stdout)
+    assert len(pages) == 1 + 2 + 4
+    index = pages["index.html"]
+    assert index.startswith("<!DOCTYPE html>") and index.rstrip().endswith("</html>")
+    assert "<title>actviz · resnet18 · out</title>" in index
+    for heading in ("<h2>Run</h2>", "<h2>Images (2)</h2>", "<h2>Layers across images</h2>"):
+        assert heading in index, heading
+    assert '<div class="banner" role="alert">RANDOM WEIGHTS' in index
+    assert "Made with actviz" in index and "section.layer" in index  # footer, stylesheet
+    image = pages["report/images/cat.html"]
+    assert image.count('<section class="layer') == 4 and "<h2>Layers</h2>" in image

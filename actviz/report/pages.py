@@ -19,35 +19,28 @@ into files, returned as ``relative path -> bytes`` for ``actviz.output`` to writ
 
 Every page is self-contained (inline CSS, one tiny inline script for the image filter) and
 uses relative links only. Names come from the model and the file system, so every one is
-HTML-escaped, and every URL is percent-encoded. Grids load lazily and sections off screen
-skip layout (``content-visibility``), so a run of hundreds of images stays responsive.
+HTML-escaped (the templates autoescape), and every URL is percent-encoded. Grids load lazily
+and sections off screen skip layout (``content-visibility``), so a run of hundreds of images
+stays responsive.
 
-This module decides which pages there are and how they link to each other. The blocks they
-are made of come from :mod:`actviz.report.blocks`, the page shell, stylesheet, escaping and
-links from :mod:`actviz.report.markup`, and the depth charts from :mod:`actviz.report.charts`.
+This module decides which pages there are, what each shows and how they link to each other.
+The markup is in the Jinja2 templates of ``templates/`` (the page shell and stylesheet, the
+blocks as macros, one template per kind of page), rendered by :mod:`actviz.report.markup`;
+what the blocks show is worked out by :mod:`actviz.report.blocks`, and the depth charts are
+drawn by :mod:`actviz.report.charts`.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from actviz.output import safe_name
-from actviz.report.blocks import (
-    by_name,
-    failed_tables,
-    flag_list,
-    layer_pictures,
-    layer_table,
-    run_meta,
-    run_warnings,
-    stats_table,
-    summary_line,
-    weights_banner,
-)
+from actviz.report.blocks import by_name, run_meta, run_warnings, weights_banner
 from actviz.report.charts import DepthChart
-from actviz.report.markup import badges, esc, html_page, image_tag, link_to, pct, shape_text, url
+from actviz.report.markup import render
 
 __all__ = ["PER_IMAGE_CHARTS", "build_report"]
 
@@ -61,14 +54,6 @@ costs a dozen charts plus its flagged images rather than one chart per image.
 
 _OK = ("ok", "reused")
 _RUN_CHART = "report/run_depth.png"
-
-# The filter box of the image index: hide rows whose text does not contain the query.
-_FILTER_JS = (
-    "document.getElementById('filter').addEventListener('input',function(e){"
-    "var q=e.target.value.toLowerCase();"
-    "document.querySelectorAll('#images tbody tr').forEach(function(r){"
-    "r.hidden=q&&r.textContent.toLowerCase().indexOf(q)<0;});});"
-)
 
 
 def build_report(
@@ -134,8 +119,8 @@ class _Report:
                 run["layers"], run.get("flags", []), "all images, pooled"
             )
         if self.folder:
-            for index, (image, slug) in enumerate(zip(self.images, self.slugs, strict=True)):
-                self.files[f"report/images/{slug}.html"] = self._image_page(index, image, slug)
+            for index, slug in enumerate(self.slugs):
+                self.files[f"report/images/{slug}.html"] = self._image_page(index)
             for index, (key, _) in enumerate(self.layers):
                 page = f"report/layers/{self.layer_pages[index]}.html"
                 self.files[page] = self._layer_page(index, key)
@@ -143,256 +128,151 @@ class _Report:
         return self.files
 
     def _index(self) -> bytes:
-        m = self.m
-        parts = [
-            f"<h1>{esc(m.get('model', '?'))}</h1>",
-            f'<p class="muted">actviz report of <code>{esc(self.name)}</code>'
-            f" &middot; {esc(m.get('created', ''))}</p>",
-            weights_banner(self.m),
-            *(f'<div class="warn">{esc(w)}</div>' for w in run_warnings(self.m)),
-            "<h2>Run</h2>",
-            run_meta(
+        run = self.stats.get("run")
+        single = self._image_body(0, "") if self.images and not self.folder else None
+        return render(
+            "index.html",
+            manifest=self.m,
+            name=self.name,
+            banner=weights_banner(self.m),
+            warnings=run_warnings(self.m),
+            meta=run_meta(
                 self.m, layers=len(self.layers), drawn=len(self.images), failed=len(self.failed)
             ),
-        ]
-        run = self.stats.get("run")
-        if _RUN_CHART in self.files:
-            parts.append("<h2>Depth profile</h2>")
-            parts.append(image_tag(_RUN_CHART, "depth profile of the run", "chart", ""))
-            parts.append(self._flag_summary(run.get("flags", []) if run else []))
-        if self.folder:
-            parts.append(self._image_index())
-            parts.append(self._layer_index())
-        elif self.images:
-            parts.append(f"<h2>Image <code>{esc(self.images[0].get('path', ''))}</code></h2>")
-            parts.append(self._image_body(0, ""))
-        parts.append(failed_tables(self.failed, self.m.get("skipped") or []))
-        script = _FILTER_JS if self.folder else ""
-        return html_page(f"actviz · {m.get('model', '')} · {self.name}", "".join(parts), script)
-
-    def _image_page(self, index: int, image: Mapping[str, Any], slug: str) -> bytes:
-        base = "../../"
-        nav = [f'<a href="{base}index.html">&larr; all images</a>']
-        if index > 0:
-            nav.append(link_to(f"{self.slugs[index - 1]}.html", "previous"))
-        if index + 1 < len(self.slugs):
-            nav.append(link_to(f"{self.slugs[index + 1]}.html", "next"))
-        body = (
-            f'<div class="nav">{" &middot; ".join(nav)}</div>'
-            f"<h1><code>{esc(image.get('path', ''))}</code></h1>"
-            f'<p class="muted">{esc(self.m.get("model", ""))}</p>'
-            f"{weights_banner(self.m)}{self._image_body(index, base)}"
+            run_chart=_RUN_CHART if _RUN_CHART in self.files else None,
+            flag_summary=self._flag_summary(run.get("flags", []) if run else []),
+            folder=self.folder,
+            images=self._image_rows() if self.folder else [],
+            layers=self._layer_rows() if self.folder else [],
+            single=single,
+            failed=self.failed,
+            skipped=self.m.get("skipped") or [],
         )
-        return html_page(f"actviz · {image.get('path', '')}", body)
+
+    def _image_page(self, index: int) -> bytes:
+        return render(
+            "image.html",
+            manifest=self.m,
+            banner=weights_banner(self.m),
+            previous=f"{self.slugs[index - 1]}.html" if index > 0 else None,
+            next=f"{self.slugs[index + 1]}.html" if index + 1 < len(self.slugs) else None,
+            body=self._image_body(index, "../../"),
+        )
 
     def _layer_page(self, index: int, key: str) -> bytes:
-        base = "../../"
-        layer = self.layers[index][1]
-        nav = [f'<a href="{base}index.html">&larr; index</a>']
-        if index > 0:
-            nav.append(link_to(f"{self.layer_pages[index - 1]}.html", "previous layer"))
-        if index + 1 < len(self.layers):
-            nav.append(link_to(f"{self.layer_pages[index + 1]}.html", "next layer"))
-        parts = [
-            f'<div class="nav">{" &middot; ".join(nav)}</div>',
-            f"<h1><code>{esc(key)}</code></h1>",
-            f'<p class="muted">{esc(layer.get("type", ""))} &middot; layer {index + 1} of '
-            f"{len(self.layers)} &middot; {esc(self.m.get('model', ''))}</p>",
-            weights_banner(self.m),
-        ]
+        pages = self.layer_pages
         run = self.stats.get("run")
-        if run:
-            row = by_name(run.get("layers", [])).get(key)
-            flags = [f for f in run.get("flags", []) if f.get("layer") == key]
-            if row:
-                parts.append("<h2>All images</h2>" + stats_table(row))
-            parts.append(flag_list(flags))
         cards = []
         for image, view, slug in zip(self.images, self.views, self.slugs, strict=True):
             found = view.positions.get(key)
-            if found is None:
-                continue
-            position, entry = found
-            row = view.rows.get(key)
-            kinds = view.kinds.get(key, [])
-            summary = summary_line(row) if row else ""
-            link = link_to(f"../images/{slug}.html", image.get("path", ""), f"L{position}")
-            cards.append(
-                f'<div class="card"><div><code>{link}</code> {badges(kinds)}</div>'
-                f'<div class="muted">{summary}</div>{layer_pictures(entry, base)}</div>'
-            )
-        parts.append(f'<h2>Each image</h2><div class="cards">{"".join(cards)}</div>')
-        return html_page(f"actviz · {key}", "".join(parts))
+            if found is not None:
+                position, entry = found
+                kinds = view.kinds.get(key, [])
+                page = f"../images/{slug}.html"
+                cards.append(_Card(image, page, position, entry, kinds, view.rows.get(key)))
+        return render(
+            "layer.html",
+            manifest=self.m,
+            banner=weights_banner(self.m),
+            previous=f"{pages[index - 1]}.html" if index > 0 else None,
+            next=f"{pages[index + 1]}.html" if index + 1 < len(pages) else None,
+            key=key,
+            layer=self.layers[index][1],
+            number=index + 1,
+            count=len(self.layers),
+            run_row=by_name(run.get("layers", [])).get(key) if run else None,
+            run_flags=[f for f in run.get("flags", []) if f.get("layer") == key] if run else [],
+            cards=cards,
+        )
 
     # ------------------------------------------------------------------ linked blocks
 
-    def _image_body(self, index: int, base: str) -> str:
+    def _image_body(self, index: int, base: str) -> _ImageBody:
         image, view, slug = self.images[index], self.views[index], self.slugs[index]
-        head = []
-        if image.get("thumbnail"):
-            head.append(image_tag(base + image["thumbnail"], "input image", "thumb", ""))
-        preds = image.get("predictions") or []
-        if preds:
-            rows = "".join(
-                f"<tr><td>{esc(p.get('label') or '')}</td><td class=n>{esc(p.get('index'))}</td>"
-                f"<td class=n>{pct(p.get('probability'))}</td></tr>"
-                for p in preds
-            )
-            head.append(
-                "<table style='width:auto'><thead><tr><th>prediction</th><th class=n>class"
-                f"</th><th class=n>probability</th></tr></thead><tbody>{rows}</tbody></table>"
-            )
-        size = image.get("size")
-        if size:
-            head.append(f'<p class="muted">{esc(size[0])} &times; {esc(size[1])} pixels</p>')
-        parts = [f'<div class="head">{"".join(head)}</div>']
-        flags, rows_by_name = view.flags, view.rows
         chart = f"report/depth/{slug}.png"
-        if chart in self.files:
-            parts.append("<h2>Depth profile</h2>")
-            parts.append(image_tag(base + chart, "depth profile of this image", "chart", ""))
-        elif view.layers:
-            parts.append("<h2>Depth profile</h2>" + self._shared_chart(base))
         first = view.stats.get("first_nonfinite") if view.stats else None
-        if first:
-            found = view.positions.get(str(first))
-            anchor = f"L{found[0]}" if found else ""
-            parts.append(
-                f'<div class="banner">Non-finite values first appear in '
-                f"<a href='#{anchor}'><code>{esc(first)}</code></a></div>"
-            )
-        layers = image.get("layers") or []
-        parts.append("<h2>Layers</h2>" + layer_table(layers, rows_by_name, flags))
-        total = len(layers)
+        found = view.positions.get(str(first)) if first else None
+        layers = list(image.get("layers") or [])
+        sections = []
         for position, entry in enumerate(layers):
             key = entry.get("name", "")
-            kinds = view.kinds.get(key, [])
-            messages = view.messages.get(key, [])
-            row = rows_by_name.get(key)
-            marker = 100 * position / max(total - 1, 1)
-            shown = (
-                f"{esc(entry.get('channels_shown'))} of {esc(entry.get('channels_total'))} "
-                "channels shown"
-            )
-            extra = "".join(
-                f" &middot; {label} {esc(entry[field])}"
-                for field, label in (("kind", ""), ("layout", "layout"))
-                if entry.get(field) and entry.get(field) != "output"
-            )
-            across = ""
+            across = None
             if self.folder and key in self.layer_index:
-                page = self.layer_pages[self.layer_index[key]]
-                across = " &middot; " + link_to(f"{base}report/layers/{page}.html", "across images")
-            parts.append(
-                f'<section class="layer{" flagged" if kinds else ""}" id="L{position}">'
-                f'<h3><span class="muted">#{position}</span><code>{esc(key)}</code>'
-                f'<span class="muted">{esc(entry.get("type", ""))}</span>{badges(kinds)}</h3>'
-                f'<div class="depth" title="layer {position + 1} of {total}">'
-                f'<span style="left:{marker:.1f}%"></span></div>'
-                f'<div class="muted">shape {esc(shape_text(entry.get("shape")))} &middot; {shown}'
-                f"{extra}{across}</div>"
-                + (stats_table(row) if row else "")
-                + (
-                    '<ul class="flags">' + "".join(f"<li>{esc(t)}</li>" for t in messages) + "</ul>"
-                    if messages
-                    else ""
+                across = f"report/layers/{self.layer_pages[self.layer_index[key]]}.html"
+            sections.append(
+                _Section(
+                    position=position,
+                    total=len(layers),
+                    # Where the layer sits in the network, as a marker on a bar of its depth.
+                    marker=100 * position / max(len(layers) - 1, 1),
+                    key=key,
+                    entry=entry,
+                    kinds=view.kinds.get(key, []),
+                    messages=view.messages.get(key, []),
+                    row=view.rows.get(key),
+                    across=across,
                 )
-                + layer_pictures(entry, base)
-                + "</section>"
             )
-        return "".join(parts)
-
-    def _shared_chart(self, base: str) -> str:
-        """What an image page without a chart of its own shows instead: the run's chart."""
-        charted = (
-            f"Depth charts of single images are drawn only for images with a flag and for the "
-            f"first {PER_IMAGE_CHARTS} of the run; this image has no flag, so "
-        )
-        numbers = (
-            " Its own numbers, layer by layer, are in the table below and in "
-            "<code>stats.json</code>."
-        )
-        if _RUN_CHART not in self.files:
-            return f'<p class="muted">{charted}no chart is shown here.{numbers}</p>'
-        return (
-            f'<p class="muted">{charted}the chart below is the run\'s, pooled over all images.'
-            f"{numbers}</p>"
-            + image_tag(
-                base + _RUN_CHART, "depth profile of the run, pooled over all images", "chart", ""
-            )
+        return _ImageBody(
+            image=image,
+            base=base,
+            chart=chart if chart in self.files else None,
+            # An image without a chart of its own shows the run's and says why.
+            shared_chart=bool(view.layers),
+            run_chart=_RUN_CHART if _RUN_CHART in self.files else None,
+            per_image_charts=PER_IMAGE_CHARTS,
+            first_nonfinite=str(first) if first else None,
+            first_anchor=f"L{found[0]}" if found else "",
+            layers=layers,
+            rows=view.rows,
+            kinds=view.kinds,
+            sections=sections,
         )
 
-    def _image_index(self) -> str:
+    def _image_rows(self) -> list[_ImageRow]:
         rows = []
-        for number, (image, slug) in enumerate(zip(self.images, self.slugs, strict=True)):
-            thumb = ""
-            if image.get("thumbnail"):
-                thumb = image_tag(image["thumbnail"], "", "mini", "")
-            preds = image.get("predictions") or []
-            top = ""
-            if preds:
-                p = preds[0]
-                top = f"{esc(p.get('label') or p.get('index'))} ({pct(p.get('probability'))})"
-            view = self.views[number]
-            kinds = sorted({str(f.get("kind", "")) for f in view.flags})
+        for image, view, slug in zip(self.images, self.views, self.slugs, strict=True):
             first = view.stats.get("first_nonfinite") if view.stats else None
             rows.append(
-                f"<tr><td class=n>{number + 1}</td><td>{thumb}</td>"
-                f"<td>{link_to(f'report/images/{slug}.html', image.get('path', ''))}</td>"
-                f"<td>{top}</td><td>{badges(kinds)}</td>"
-                f"<td>{f'<code>{esc(first)}</code>' if first else ''}</td></tr>"
+                _ImageRow(
+                    path=image.get("path", ""),
+                    page=f"report/images/{slug}.html",
+                    thumbnail=image.get("thumbnail"),
+                    top=(image.get("predictions") or [None])[0],
+                    kinds=sorted({str(f.get("kind", "")) for f in view.flags}),
+                    first_nonfinite=first,
+                )
             )
-        return (
-            f"<h2>Images ({len(self.images)})</h2>"
-            '<input type="search" id="filter" placeholder="Filter images" aria-label="filter">'
-            '<table id="images"><thead><tr><th class=n>#</th><th></th><th>image</th>'
-            "<th>top prediction</th><th>flags</th><th>first NaN/Inf</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>"
-        )
+        return rows
 
-    def _layer_index(self) -> str:
+    def _layer_rows(self) -> list[_LayerRow]:
         counts: dict[str, int] = {}
         for view in self.views:
             for layer in {f.get("layer") for f in view.flags}:
                 counts[str(layer)] = counts.get(str(layer), 0) + 1
-        rows = []
-        for index, (key, layer) in enumerate(self.layers):
-            page = f"report/layers/{self.layer_pages[index]}.html"
-            flagged = counts.get(key, 0)
-            rows.append(
-                f"<tr{' class=flagged' if flagged else ''}><td class=n>{index}</td>"
-                f"<td><code>{link_to(page, key)}</code></td><td>{esc(layer.get('type', ''))}</td>"
-                f"<td>{esc(shape_text(layer.get('shape')))}</td>"
-                f"<td class=n>{flagged or ''}</td></tr>"
+        return [
+            _LayerRow(
+                key, layer, f"report/layers/{self.layer_pages[index]}.html", counts.get(key, 0)
             )
-        return (
-            "<h2>Layers across images</h2><table><thead><tr><th class=n>#</th><th>layer</th>"
-            "<th>type</th><th>shape</th><th class=n>images flagged</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>"
-        )
+            for index, (key, layer) in enumerate(self.layers)
+        ]
 
-    def _flag_summary(self, flags: Sequence[Mapping[str, Any]]) -> str:
-        """The run's flags by kind, each layer linked to its page across images."""
+    def _flag_summary(self, flags: Sequence[Mapping[str, Any]]) -> list[tuple[str, list[_Link]]]:
+        """The run's flags by kind: each flagged layer with its page across images, if any."""
         by_kind: dict[str, list[str]] = {}
         for flag in flags:
             by_kind.setdefault(str(flag.get("kind")), []).append(str(flag.get("layer")))
-        rows = []
+        summary = []
         for kind, names in by_kind.items():
-            links = []
+            links: list[_Link] = []
             for key in dict.fromkeys(names):
                 index = self.layer_index.get(key)
-                text = f"<code>{esc(key)}</code>"
+                page = None
                 if self.folder and index is not None:
                     page = f"report/layers/{self.layer_pages[index]}.html"
-                    text = f'<a href="{url(page)}">{text}</a>'
-                links.append(text)
-            rows.append(f"<tr><td>{badges([kind])}</td><td>{', '.join(links)}</td></tr>")
-        if not rows:
-            return '<p class="muted">No layer is flagged over the whole run.</p>'
-        return (
-            "<table style='width:auto'><thead><tr><th>flag</th><th>layers (pooled over all "
-            f"images)</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-        )
+                links.append((key, page))
+            summary.append((kind, links))
+        return summary
 
     @functools.cached_property
     def chart(self) -> DepthChart:
@@ -403,6 +283,76 @@ class _Report:
             str(image.get("out_dir", ""))
         )
         return found
+
+
+_Link = tuple[str, "str | None"]  # a layer's name and its page across images, if it has one
+
+
+@dataclass(frozen=True)
+class _Section:
+    """One layer's section on an image's page."""
+
+    position: int
+    total: int
+    marker: float
+    key: str
+    entry: Mapping[str, Any]
+    kinds: list[str]
+    messages: list[Any]
+    row: Mapping[str, Any] | None
+    across: str | None
+
+
+@dataclass(frozen=True)
+class _ImageBody:
+    """What an image's page shows below its title; a run of one image shows it on the index."""
+
+    image: Mapping[str, Any]
+    base: str
+    chart: str | None
+    shared_chart: bool
+    run_chart: str | None
+    per_image_charts: int
+    first_nonfinite: str | None
+    first_anchor: str
+    layers: list[Mapping[str, Any]]
+    rows: Mapping[str, Mapping[str, Any]]
+    kinds: Mapping[str, list[str]]
+    sections: list[_Section]
+
+
+@dataclass(frozen=True)
+class _ImageRow:
+    """One image in the index of a folder run."""
+
+    path: object
+    page: str
+    thumbnail: str | None
+    top: Mapping[str, Any] | None
+    kinds: list[str]
+    first_nonfinite: object
+
+
+@dataclass(frozen=True)
+class _LayerRow:
+    """One layer in the index of a folder run."""
+
+    key: str
+    layer: Mapping[str, Any]
+    page: str
+    flagged: int
+
+
+@dataclass(frozen=True)
+class _Card:
+    """One image's card on a layer's page."""
+
+    image: Mapping[str, Any]
+    page: str
+    position: int
+    entry: Mapping[str, Any]
+    kinds: list[str]
+    row: Mapping[str, Any] | None
 
 
 class _ImageView:
