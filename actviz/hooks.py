@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from torch.utils.hooks import RemovableHandle
 
 __all__ = [
+    "ATTN_SUFFIX",
     "INPUT_SUFFIX",
     "ActivationRecorder",
     "Capture",
@@ -47,9 +48,11 @@ __all__ = [
     "layer_refs",
 ]
 
-CaptureMode = Literal["output", "input", "both"]
+CaptureMode = Literal["output", "input", "both", "attn"]
 #: Appended to the key of a captured input: ``layer1.0.conv1<in>`` (module names have no '<').
 INPUT_SUFFIX = "<in>"
+#: Appended to the key of an attention capture: ``encoder.layers.encoder_layer_11<attn>``.
+ATTN_SUFFIX = "<attn>"
 
 _Session = TypeVar("_Session", bound="HookSession")
 
@@ -171,9 +174,12 @@ class HookSession(abc.ABC):
         """``hook(module, args, output)`` after each call of ``module``, until exit."""
         self._handles.append(module.register_forward_hook(hook))
 
-    def _add_pre_hook(self, module: nn.Module, hook: Callable[..., None]) -> None:
-        """``hook(module, args)`` before each call of ``module``, until exit."""
-        self._handles.append(module.register_forward_pre_hook(hook))
+    def _add_pre_hook(
+        self, module: nn.Module, hook: Callable[..., None], *, with_kwargs: bool = False
+    ) -> None:
+        """``hook(module, args)`` (or ``hook(module, args, kwargs)``) before each call of
+        ``module``, until exit."""
+        self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=with_kwargs))
 
     def _add_tensor_hook(self, tensor: torch.Tensor, hook: Callable[[torch.Tensor], None]) -> None:
         """``hook(grad)`` when the gradient of ``tensor`` is computed, until the next forward
@@ -229,7 +235,10 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         keep_tensors: Copy the outputs (True) or record only shapes and calls (False; this
             works on the ``meta`` device).
         mode: Record each module's ``output``, its ``input`` (through a forward pre-hook,
-            keyed ``name<in>``), or ``both``.
+            keyed ``name<in>``), ``both``, or ``attn``: for a module that is or holds an
+            ``nn.MultiheadAttention``, each head's attention from the class token to the
+            patches, ``(heads, H, W)`` per image, keyed ``name<attn>``
+            (:func:`actviz.attention.class_token_attention`).
         summarize: Called as ``summarize(module_name, tensor)`` on each captured tensor where
             it lives (on the device, before the copy); the result is kept in
             ``Capture.summary``. Statistics are cheapest there.
@@ -250,8 +259,8 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         mode: CaptureMode = "output",
         summarize: Callable[[str, torch.Tensor], Any] | None = None,
     ) -> None:
-        if mode not in ("output", "input", "both"):
-            raise UsageError(f"unknown capture mode '{mode}'; use output, input or both")
+        if mode not in ("output", "input", "both", "attn"):
+            raise UsageError(f"unknown capture mode '{mode}'; use output, input, both or attn")
         super().__init__(model, layers)
         self.keep_tensors = keep_tensors
         self.mode = mode
@@ -348,10 +357,46 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
             call, key = self._next_call(name)
             store(call, key, output, what="output")
 
+        if self.mode == "attn":
+            self._register_attention(name, module, store)
+            return
         if want_in:
             self._add_pre_hook(module, pre_hook)
         if want_out:
             self._add_forward_hook(module, hook)
+
+    def _register_attention(self, name: str, module: nn.Module, store: Callable[..., None]) -> None:
+        """Attention maps of the module's (first) ``nn.MultiheadAttention``, recomputed from
+        the query and key it is called with; modules without one are listed as skipped."""
+        from actviz.attention import class_token_attention, find_attention
+
+        attention = find_attention(module)
+        if attention is None:
+
+            def none_inside(_module: nn.Module, _args: object, _output: object) -> None:
+                if not self._paused:
+                    _, key = self._next_call(name)
+                    self._skip(key + ATTN_SUFFIX, module, "holds no nn.MultiheadAttention")
+
+            self._add_forward_hook(module, none_inside)
+            return
+
+        def attention_hook(
+            _module: nn.Module, args: tuple[object, ...], kwargs: dict[str, Any]
+        ) -> None:
+            if self._paused:
+                return
+            call, key = self._next_call(name)
+            maps, reason = class_token_attention(attention, args, kwargs)
+            if maps is None:
+                self._skip(key + ATTN_SUFFIX, module, reason or "no attention map")
+            else:
+                store(call, key + ATTN_SUFFIX, maps, what="attention")
+                # The header names what the tiles are: one per head, not channels.
+                kind = f"{type(module).__name__}: class-token attention, one tile per head"
+                self._captures[key + ATTN_SUFFIX].module_type = kind
+
+        self._add_pre_hook(attention, attention_hook, with_kwargs=True)
 
 
 def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> ActivationRecorder:
