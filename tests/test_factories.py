@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import textwrap
+import types
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
+from typer.testing import CliRunner
 
+from actviz.cli import app
 from actviz.errors import ModelError, UsageError
 from actviz.hooks import ActivationRecorder, layer_refs
 from actviz.layouts import default_selector, layer_contexts, to_drawable
@@ -19,9 +23,12 @@ from actviz.models.factories import (
     build_user_model,
     is_factory_spec,
     load_factory,
+    parse_factory_spec,
     split_factory_spec,
 )
 from actviz.selectors import select_layers
+
+runner = CliRunner()
 
 TINY = """
     import torch
@@ -117,7 +124,12 @@ def test_split_uses_the_last_colon_so_windows_paths_work() -> None:
         ("pkg.models:", "names no factory"),
         (":build", "names no factory"),
         ("nets/tiny.py:1build", "'1build' in 'nets/tiny.py:1build' is not a Python name"),
-        ("nets/tiny.py:build()", "is not a Python name"),
+        ("nets/tiny.py:build-x", "is not a Python name"),
+        ("nets/tiny.py:build(width=3+1)", "argument width=3+1 in"),
+        ("nets/tiny.py:build(open('x'))", "argument open('x') in"),
+        ("nets/tiny.py:build(*sizes)", "argument *sizes in"),
+        ("nets/tiny.py:build(**opts)", "argument **opts in"),
+        ("nets/tiny.py:build(width=)", "cannot read the arguments (width=)"),
         ("not a module:build", "is neither a Python module path"),
     ],
 )
@@ -126,6 +138,55 @@ def test_malformed_specs_are_usage_errors(spec: str, words: str) -> None:
         load_factory(spec)
     assert words in str(info.value)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("spec", "parsed"),
+    [
+        ("nets/tiny.py:build()", ("nets/tiny.py", "build", (), {})),
+        ("nets/tiny.py:build(width=32)", ("nets/tiny.py", "build", (), {"width": 32})),
+        ("pkg.mod:build(3, depth=2)", ("pkg.mod", "build", (3,), {"depth": 2})),
+        (
+            r"C:\nets\tiny.py:Net.build('a:b', sizes=(1, 2), opts={'x': None}, neg=-1.5)",
+            (
+                r"C:\nets\tiny.py",
+                "Net.build",
+                ("a:b",),
+                {"sizes": (1, 2), "opts": {"x": None}, "neg": -1.5},
+            ),
+        ),
+    ],
+)
+def test_factory_arguments_are_literals(spec: str, parsed: tuple[object, ...]) -> None:
+    got = parse_factory_spec(spec)
+    assert (got.target, got.attribute, got.args, got.kwargs) == parsed
+    assert split_factory_spec(spec) == parsed[:2]
+
+
+def test_a_non_literal_argument_is_never_evaluated(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    spec = f"nets/tiny.py:build(__import__('pathlib').Path({str(marker)!r}).touch())"
+    with pytest.raises(UsageError, match="is not a literal"):
+        parse_factory_spec(spec)
+    assert not marker.exists()
+
+
+def test_factory_arguments_reach_the_factory(tiny_file: Path) -> None:
+    assert width(load_factory(f"{tiny_file}:build(width=7)")()) == 7
+    assert width(load_factory(f"{tiny_file}:Tiny(3)")()) == 3
+    assert width(build_user_model(f"{tiny_file}:Tiny.build(width=9)")) == 9
+    # Keywords given in Python are added to the spec's own.
+    assert width(build_user_model(f"{tiny_file}:Tiny.build()", width=6)) == 6
+
+
+def test_arguments_that_do_not_fit_the_signature_are_usage_errors(tiny_file: Path) -> None:
+    with pytest.raises(UsageError) as info:
+        load_factory(f"{tiny_file}:build(widht=7)")
+    message = str(info.value)
+    assert "unexpected keyword argument 'widht'" in message
+    assert "build(width: int = 4)" in message and "\n" not in message
+    with pytest.raises(UsageError, match="takes no arguments"):
+        load_factory(f"{tiny_file}:instance(3)")()
 
 
 # --------------------------------------------------------------------------------------------
@@ -436,3 +497,149 @@ def test_awkward_outputs_each_become_the_right_drawable(tmp_path: Path) -> None:
     # The default selector on a custom CNN-like model is its convolutions.
     assert default_selector(model) == "conv"
     assert len(select_layers(layer_refs(model), "conv")) == 4
+
+
+# --------------------------------------------------------------------------------------------
+# The user's model from the command line: arguments, and checkpoints pickled in full
+
+MYNET = """
+    import torch
+    from torch import nn
+
+
+    class Net(nn.Module):
+        def __init__(self, width=8, depth=1):
+            super().__init__()
+            self.conv = nn.Conv2d(3, width, 3, padding=1)
+            self.blocks = nn.Sequential(
+                *[nn.Conv2d(width, width, 3, padding=1) for _ in range(depth)]
+            )
+            self.head = nn.Linear(width, 4)
+
+        def forward(self, x):
+            x = self.blocks(torch.relu(self.conv(x)))
+            return self.head(x.mean(dim=(2, 3)))
+
+
+    def build(width=8, depth=1):
+        return Net(width, depth)
+"""
+
+
+@pytest.fixture
+def mynet(tmp_path: Path) -> Path:
+    return write(tmp_path / "nets" / "mynet.py", MYNET)
+
+
+def _pickle_in_full(net_file: Path, out: Path, width: int) -> nn.Module:
+    """torch.save(model) of a model whose classes live in ``mynet``, imported as ``mynet``,
+    as the user's own training script would have it; ``mynet`` is forgotten afterwards."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("mynet", net_file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mynet"] = module
+    try:
+        spec.loader.exec_module(module)
+        torch.manual_seed(11)
+        model: nn.Module = module.build(width=width)
+        torch.save(model, out)
+    finally:
+        del sys.modules["mynet"]
+    return model
+
+
+def test_a_full_pickle_loads_with_the_file_form_of_its_factory(
+    mynet: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actviz.errors import CheckpointError
+    from actviz.models import load_model
+    from tests.conftest import make_image
+
+    full = tmp_path / "full.pt"
+    saved = _pickle_in_full(mynet, full, width=6)
+    monkeypatch.chdir(make_image(tmp_path / "elsewhere" / "cat.png").parent)  # not mynet's folder
+    spec = f"{mynet}:build(width=6)"
+    with pytest.raises(CheckpointError, match=r"full pickle .*mynet\.Net"):
+        load_model(spec, weights=str(full), device="cpu")
+    loaded = load_model(spec, weights=str(full), device="cpu", trust_checkpoint=True)
+    assert loaded.weights.source == "checkpoint"
+    assert torch.equal(loaded.module.get_parameter("conv.weight"), saved.conv.weight)
+    assert "mynet" not in sys.modules  # registered only while unpickling
+
+    result = runner.invoke(
+        app,
+        ["run", spec, "cat.png", "--weights", str(full), "--trust-checkpoint", "-o", "out"],
+    )
+    assert result.exit_code == 0, result.output
+    assert "wrote 2 grids for 1 image(s)" in result.stdout
+
+    # A different module already imported as `mynet` is never replaced.
+    other = types.ModuleType("mynet")
+    monkeypatch.setitem(sys.modules, "mynet", other)
+    with pytest.raises(CheckpointError, match="cannot load trusted checkpoint"):
+        load_model(spec, weights=str(full), device="cpu", trust_checkpoint=True)
+    assert sys.modules["mynet"] is other
+
+
+def test_a_full_pickle_naming_a_module_nowhere_to_be_found(tmp_path: Path, mynet: Path) -> None:
+    full = tmp_path / "full.pt"
+    _pickle_in_full(mynet, full, width=8)
+    other = write(tmp_path / "other.py", MYNET)  # the same classes, under another name
+    result = runner.invoke(
+        app,
+        ["list-layers", f"{other}:build"],
+    )
+    assert result.exit_code == 0
+    image = tmp_path / "cat.png"
+    from tests.conftest import make_image
+
+    make_image(image)
+    result = runner.invoke(
+        app,
+        [
+            "run",
+            f"{other}:build",
+            str(image),
+            "--weights",
+            str(full),
+            "--trust-checkpoint",
+            "-o",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert result.exit_code == 1
+    message = result.stderr.strip()
+    assert "\n" not in message
+    assert "it needs the module 'mynet', which cannot be imported" in message
+    assert "mynet.py:FACTORY" in message
+
+
+def test_factory_arguments_from_the_command_line(mynet: Path, tmp_path: Path) -> None:
+    from tests.conftest import make_image
+
+    image = make_image(tmp_path / "cat.png")
+    spec = f"{mynet}:build(5, depth=2)"
+    listing = runner.invoke(app, ["list-layers", spec, "--json"])
+    assert listing.exit_code == 0, listing.output
+    rows = {row["name"]: row for row in json.loads(listing.stdout)["layers"]}
+    assert rows["conv"]["shape"] == [1, 5, 224, 224] and "blocks.1" in rows
+
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", spec, str(image), "-o", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model"] == spec
+    assert [x["channels_total"] for x in manifest["images"][0]["layers"]] == [5, 5, 5]
+    stats = runner.invoke(app, ["stats", spec, str(image), "-o", str(tmp_path / "s")])
+    assert stats.exit_code == 0, stats.output
+
+    bad = runner.invoke(
+        app, ["run", f"{mynet}:build(width=2**5)", str(image), "-o", str(tmp_path / "new")]
+    )
+    assert bad.exit_code == 2
+    assert bad.stderr.strip().count("\n") == 0
+    assert "argument width=2**5 in" in bad.stderr and "is not a literal" in bad.stderr
+    wrong = runner.invoke(app, ["list-layers", f"{mynet}:build(widht=3)"])
+    assert wrong.exit_code == 2 and "unexpected keyword argument 'widht'" in wrong.stderr

@@ -79,6 +79,14 @@ def _load_trusted(path: Path, safe_error: Exception) -> object:
         if "TorchScript" in str(safe_error):
             return torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
         return torch.load(path, map_location="cpu", weights_only=False)
+    except ModuleNotFoundError as exc:
+        # The pickle names its classes by the module they were defined in.
+        raise CheckpointError(
+            f"cannot load trusted checkpoint {path}: it needs the module '{exc.name}', which "
+            f"cannot be imported; give MODEL as the factory in {exc.name}.py "
+            f"({exc.name}.py:FACTORY), run from the folder that holds it, or save a "
+            "state_dict with torch.save(model.state_dict(), path)"
+        ) from None
     except Exception as exc:  # whatever the file's own code raises
         raise CheckpointError(f"cannot load trusted checkpoint {path}: {first_line(exc)}") from None
 

@@ -12,21 +12,28 @@ trust, as you would with ``python file.py``.
   this way stay in ``sys.modules`` under their plain names, as any import would.
 - ``factory`` may be a function, an ``nn.Module`` subclass, a dotted path to either
   (``Net.build``), or a module instance.
+- Arguments for the factory may follow it as a call of literals:
+  ``nets/tiny.py:build(width=32)``, ``pkg.models:build(3, depth=2)``. They are parsed with
+  :mod:`ast` and :func:`ast.literal_eval`, never evaluated: numbers, strings, bytes, booleans,
+  None, and tuples, lists, dicts and sets of those.
 
 Nothing is written: bytecode caches are not created next to the user's files.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import difflib
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -36,10 +43,42 @@ from actviz.errors import ModelError, UsageError, first_line
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["build_user_model", "is_factory_spec", "load_factory", "split_factory_spec"]
+__all__ = [
+    "FactorySpec",
+    "build_user_model",
+    "factory_module_importable",
+    "is_factory_spec",
+    "load_factory",
+    "parse_factory_spec",
+    "split_factory_spec",
+]
 
 _ATTRIBUTE_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 _MODULE_PATH = _ATTRIBUTE_PATH
+#: ``TARGET:FACTORY(ARGS)``: the target is as long as it can be, so the split is at the last
+#: ``:`` before the factory name (a Windows drive's colon stays in the target, a colon inside
+#: the arguments stays in them).
+_SPEC_WITH_CALL = re.compile(
+    r"(?P<target>.*):(?P<attribute>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\s*(?P<call>\(.*\))",
+    re.DOTALL,
+)
+
+
+@dataclass(frozen=True)
+class FactorySpec:
+    """A parsed ``TARGET:FACTORY`` or ``TARGET:FACTORY(ARGS)``.
+
+    Attributes:
+        target: The module path (``pkg.models``) or file (``nets/tiny.py``).
+        attribute: The factory's (dotted) name inside it.
+        args: Positional literal arguments from the spec.
+        kwargs: Keyword literal arguments from the spec.
+    """
+
+    target: str
+    attribute: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def is_factory_spec(model: str) -> bool:
@@ -56,12 +95,35 @@ def is_factory_spec(model: str) -> bool:
 def split_factory_spec(spec: str) -> tuple[str, str]:
     """Split a factory spec into its module or file part and its attribute path.
 
-    The split is at the last ``:``, so a Windows path (``C:\\nets\\tiny.py:build``) works.
+    The split is at the last ``:`` before the factory name, so a Windows path
+    (``C:\\nets\\tiny.py:build``) works; arguments (``build(width=32)``) are left out.
 
     Raises:
         UsageError: If the factory part is missing or is not a dotted Python name.
     """
+    parsed = parse_factory_spec(spec)
+    return parsed.target, parsed.attribute
+
+
+def parse_factory_spec(spec: str) -> FactorySpec:
+    """Parse ``TARGET:FACTORY`` or ``TARGET:FACTORY(ARGS)`` without importing anything.
+
+    ARGS are Python literals only (``3``, ``"wide"``, ``(1, 2)``, ``width=32``), read with
+    :func:`ast.literal_eval`; nothing is evaluated.
+
+    Raises:
+        UsageError: If the factory part is missing or not a dotted Python name, or an
+            argument is not a literal (the message names it).
+
+    Example:
+        >>> parse_factory_spec("nets/tiny.py:build(3, depth=2)")
+        FactorySpec(target='nets/tiny.py', attribute='build', args=(3,), kwargs={'depth': 2})
+    """
     text = spec.strip()
+    called = _SPEC_WITH_CALL.fullmatch(text)
+    if called is not None and called.group("target").strip():
+        args, kwargs = _literal_arguments(called.group("call"), spec)
+        return FactorySpec(called.group("target").strip(), called.group("attribute"), args, kwargs)
     target, sep, attribute = text.rpartition(":")
     if not sep:
         target, attribute = text, ""
@@ -73,9 +135,60 @@ def split_factory_spec(spec: str) -> tuple[str, str]:
     if not _ATTRIBUTE_PATH.fullmatch(attribute):
         raise UsageError(
             f"'{attribute}' in '{spec}' is not a Python name; write MODULE:FACTORY with a "
-            "function or class name after the colon (dots allowed: Net.build)"
+            "function or class name after the colon (dots allowed: Net.build), optionally "
+            "with literal arguments: build(width=32)"
         )
-    return target, attribute
+    return FactorySpec(target, attribute)
+
+
+def _literal_arguments(call: str, spec: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The literal arguments of ``(ARGS)``; a usage error names any that is not a literal."""
+    source = f"f{call}"
+    try:
+        tree = ast.parse(source, mode="eval")
+    except SyntaxError:
+        raise UsageError(
+            f"cannot read the arguments {call} in '{spec}'; write literals separated by "
+            "commas, e.g. build(3, width=32)"
+        ) from None
+    node = tree.body
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+        raise UsageError(
+            f"cannot read the arguments {call} in '{spec}'; write one call of literals, "
+            "e.g. build(3, width=32)"
+        )
+
+    def literal(value: ast.expr, name: str | None = None) -> Any:
+        shown = _one_line(ast.get_source_segment(source, value) or ast.unparse(value))
+        if name is not None:
+            shown = f"{name}={shown}"
+        if isinstance(value, ast.Starred):
+            raise UsageError(
+                f"argument {shown} in '{spec}' unpacks a value; write each argument as a literal"
+            )
+        try:
+            return ast.literal_eval(value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            raise UsageError(
+                f"argument {shown} in '{spec}' is not a literal; factory arguments may only "
+                "be numbers, strings, booleans, None, and tuples, lists, dicts or sets of "
+                "those (nothing is evaluated)"
+            ) from None
+
+    args = tuple(literal(arg) for arg in node.args)
+    kwargs: dict[str, Any] = {}
+    for keyword in node.keywords:
+        if keyword.arg is None:
+            raise UsageError(
+                f"argument **{_one_line(ast.unparse(keyword.value))} in '{spec}' unpacks a "
+                "mapping; write each keyword argument as name=literal"
+            )
+        kwargs[keyword.arg] = literal(keyword.value, keyword.arg)
+    return args, kwargs
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def load_factory(spec: str) -> Callable[..., nn.Module]:
@@ -85,18 +198,21 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
 
     Args:
         spec: ``package.module:factory`` or ``path/to/file.py:factory``; ``factory`` may be
-            a dotted path (``Net.build``).
+            a dotted path (``Net.build``) and may carry literal arguments
+            (``build(3, width=32)``).
 
     Returns:
-        A callable that takes the factory's keyword arguments, calls it, and returns the
-        checked ``nn.Module``.
+        A callable that takes further keyword arguments for the factory, calls it with the
+        spec's arguments and those, and returns the checked ``nn.Module``.
 
     Raises:
-        UsageError: If the spec is malformed, the file does not exist, or the attribute is
-            missing (close names are suggested) or not callable.
+        UsageError: If the spec is malformed, the file does not exist, the attribute is
+            missing (close names are suggested) or not callable, or the spec's arguments do
+            not fit the factory's signature.
         ModelError: If the module cannot be imported.
     """
-    target, attribute = split_factory_spec(spec)
+    parsed = parse_factory_spec(spec)
+    target, attribute = parsed.target, parsed.attribute
     module, folder = _import_target(target)
     factory = _resolve_attribute(module, attribute, target)
 
@@ -107,7 +223,7 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
         instance = factory
 
         def given(**kwargs: Any) -> nn.Module:
-            if kwargs:
+            if kwargs or parsed.args or parsed.kwargs:
                 raise UsageError(
                     f"{spec} is a module instance and takes no arguments; point MODEL at "
                     "the function or class that builds it"
@@ -120,12 +236,13 @@ def load_factory(spec: str) -> Callable[..., nn.Module]:
             f"{spec} is a {type(factory).__name__}, not a function or nn.Module class; "
             "point MODEL at the function that builds the model"
         )
+    _check_arguments(factory, parsed, spec)
 
     def build(**kwargs: Any) -> nn.Module:
         # Searchable again while the factory runs, for imports it makes lazily.
         try:
             with _searchable(folder), _no_bytecode():
-                made = factory(**kwargs)
+                made = factory(*parsed.args, **{**parsed.kwargs, **kwargs})
         except Exception as exc:  # the user's code: any failure is reported the same way
             raise ModelError(
                 f"factory {spec} raised {type(exc).__name__}: {first_line(exc)}; "
@@ -157,6 +274,23 @@ def build_user_model(spec: str, **kwargs: Any) -> nn.Module:
         >>> model = build_user_model("nets/tiny.py:build", width=8)
     """
     return load_factory(spec)(**kwargs)
+
+
+def _check_arguments(factory: Callable[..., Any], parsed: FactorySpec, spec: str) -> None:
+    """A usage error, before anything runs, when the spec's arguments cannot bind."""
+    if not parsed.args and not parsed.kwargs:
+        return
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or C callable: let the call itself decide
+        return
+    try:
+        signature.bind(*parsed.args, **parsed.kwargs)
+    except TypeError as exc:
+        raise UsageError(
+            f"{parsed.target}:{parsed.attribute} cannot take the arguments in '{spec}' "
+            f"({exc}); its signature is {parsed.attribute}{signature}"
+        ) from None
 
 
 def _checked(made: object, spec: str) -> nn.Module:
@@ -217,14 +351,58 @@ def _import_target(target: str) -> tuple[ModuleType, Path]:
             ) from exc
 
 
+def _file_module_name(resolved: Path) -> str:
+    """The private module name a file is loaded under: unique per path."""
+    digest = hashlib.sha1(str(resolved).encode(), usedforsecurity=False).hexdigest()[:12]
+    stem = re.sub(r"\W", "_", resolved.stem)
+    return f"actviz_user_{stem}_{digest}"
+
+
+@contextlib.contextmanager
+def factory_module_importable(model: str) -> Iterator[None]:
+    """Make the factory's file importable under its plain name for the block.
+
+    A model pickled in full (``torch.save(model)``) names its classes by the module they were
+    defined in, as the user imported it: ``mynet.Net``. actviz loads ``mynet.py`` under a
+    private name, so unpickling would fail with ``No module named 'mynet'``. Inside the block,
+    the already-loaded module is also registered as ``mynet`` (unless a different ``mynet``
+    is imported already: that one is left alone) and its folder is searchable, for the
+    sibling modules a pickle may name. Both are undone afterwards. For
+    ``package.module:factory`` the module is imported under its own name already: nothing
+    to do. Call after :func:`load_factory` (it is what loads the file).
+    """
+    try:
+        target = parse_factory_spec(model).target
+    except UsageError:
+        target = ""
+    if not target or not _looks_like_path(target):
+        yield
+        return
+    resolved = Path(target).expanduser().resolve()
+    module = sys.modules.get(_file_module_name(resolved))
+    plain = resolved.stem
+    alias = (
+        module is not None
+        and plain.isidentifier()
+        and plain not in sys.modules
+        and plain not in sys.stdlib_module_names
+    )
+    if alias:
+        sys.modules[plain] = module  # type: ignore[assignment]
+    try:
+        with _searchable(resolved.parent), _no_bytecode():
+            yield
+    finally:
+        if alias and sys.modules.get(plain) is module:
+            del sys.modules[plain]
+
+
 def _import_file(path: Path) -> ModuleType:
     if not path.is_file():
         what = "is a folder, not a .py file" if path.is_dir() else "does not exist"
         raise UsageError(f"model file {path} {what}; check the path before the ':'")
     resolved = path.resolve()
-    digest = hashlib.sha1(str(resolved).encode(), usedforsecurity=False).hexdigest()[:12]
-    stem = re.sub(r"\W", "_", resolved.stem)
-    name = f"actviz_user_{stem}_{digest}"
+    name = _file_module_name(resolved)
     spec = importlib.util.spec_from_file_location(name, resolved)
     if spec is None or spec.loader is None:
         raise UsageError(f"cannot load {path} as Python source; give a .py file")
