@@ -21,6 +21,7 @@ __all__ = [
     "OutputError",
     "UsageError",
     "UnknownModelError",
+    "UnknownWeightsError",
     "WeightsError",
 ]
 
@@ -59,6 +60,10 @@ class LayerSelectionError(UsageError):
 
 class WeightsError(ActvizError):
     """Requested weights are unknown or cannot be had."""
+
+
+class UnknownWeightsError(WeightsError, UsageError):
+    """A ``--weights`` value that names no weights of the model and no file: a usage error."""
 
 
 class CheckpointError(WeightsError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import urllib.error
 from pathlib import Path
@@ -408,3 +409,91 @@ def test_a_pickled_module_names_its_globals(tmp_path: Path, how: str) -> None:
     wanted = message.split("(it wants ")[1]
     assert wanted.startswith("torchvision.models.resnet.")
     assert "_rebuild_parameter._rebuild" not in message
+
+
+# --------------------------------------------------------------------------------------------
+# What a new user types: a checkpoint as MODEL, a weights name that does not exist, --all
+
+
+def _cli(*args: str) -> tuple[int, str, str]:
+    from typer.testing import CliRunner
+
+    from actviz.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.mark.parametrize("model", ["model.pt", "runs/best.pth", "w.safetensors", "last.CKPT"])
+def test_a_checkpoint_given_as_the_model_says_to_use_weights(tmp_path: Path, model: str) -> None:
+    image = tmp_path / "cat.png"
+    from tests.conftest import make_image
+
+    make_image(image)
+    out = tmp_path / "out"
+    code, _, err = _cli("run", model, str(image), "-o", str(out))
+    assert code == 2
+    message = err.strip()
+    assert message.startswith(f"error: {model} is a checkpoint file, not a model;")
+    assert f"--weights {model}" in message and "net.py:build" in message
+    assert "\n" not in message and not out.exists()
+    code, _, err = _cli("list-layers", model)
+    assert code == 2 and "is a checkpoint file, not a model" in err
+
+
+def test_an_unknown_weights_name_is_a_usage_error(tmp_path: Path) -> None:
+    from tests.conftest import make_image
+
+    image = make_image(tmp_path / "cat.png")
+    out = tmp_path / "out"
+    code, _, err = _cli("run", "resnet18", str(image), "--weights", "IMAGENET1K_V9", "-o", str(out))
+    assert code == 2
+    assert err.strip() == (
+        "error: unknown weights 'IMAGENET1K_V9' for resnet18; valid: IMAGENET1K_V1 (default), "
+        "auto, default, none or a checkpoint path"
+    )
+    assert not out.exists()
+    with pytest.raises(UsageError):  # and still a WeightsError for library callers
+        load_model("resnet50", weights="IMAGENET9K", device="cpu")
+    code, _, err = _cli("run", "resnet18", str(image), "--weights", "not-a-name", "-o", str(out))
+    assert code == 2 and "neither a weights name of resnet18 nor an existing file" in err
+    # Weights that exist but cannot be had are an error, not a usage error.
+    code, _, err = _cli("run", "resnet18", str(image), "--weights", "default", "-o", str(out))
+    assert code == 1 and "could not be downloaded" in err
+
+
+def test_models_all_marks_what_run_takes() -> None:
+    from actviz.models.registry import list_models
+
+    entries = {e.name: e for e in list_models(include_all=True)}
+    assert (entries["resnet18"].family, entries["resnet18"].runnable) == ("classification", True)
+    assert (entries["fcn_resnet50"].family, entries["fcn_resnet50"].runnable) == (
+        "segmentation",
+        True,
+    )
+    for name, family in [
+        ("fasterrcnn_resnet50_fpn", "detection"),
+        ("r3d_18", "video"),
+        ("raft_small", "optical-flow"),
+        ("quantized_resnet18", "quantized"),
+    ]:
+        assert (entries[name].family, entries[name].runnable) == (family, False)
+        # What list_models calls runnable is exactly what load_model takes.
+        with pytest.raises(UnknownModelError, match=f"is a {family} model"):
+            load_model(name, weights="none", device="cpu")
+    assert all(e.runnable for e in list_models())
+
+    code, out, _ = _cli("models", "--all", "r*")
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0] == ["NAME", "FAMILY", "RUN"]
+    table = {row[0]: row[1:] for row in rows[1:]}
+    assert table["resnet18"] == ["classification", "yes"]
+    assert table["raft_small"] == ["optical-flow", "no"]
+    assert table["retinanet_resnet50_fpn"] == ["detection", "no"]
+    code, out, _ = _cli("models", "--all", "--json", "fcn_resnet5")
+    assert json.loads(out) == [
+        {"name": "fcn_resnet50", "family": "segmentation", "runnable": True},
+    ]
+    code, out, _ = _cli("models", "--json", "raft")
+    assert code == 0 and json.loads(out) == []

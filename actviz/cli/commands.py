@@ -302,14 +302,26 @@ def models(
     as_json: JsonOption = False,
 ) -> None:
     """List torchvision model names that actviz can run."""
-    from actviz.models.registry import list_model_names
+    from actviz.models.registry import list_models
 
-    names = list_model_names(pattern, include_all=include_all)
+    entries = list_models(pattern, include_all=include_all)
     if as_json:
-        out_console.print_json(data=names)
+        out_console.print_json(
+            data=[{"name": e.name, "family": e.family, "runnable": e.runnable} for e in entries]
+        )
         return
-    if not names:
+    if not entries:
         warn(f"no model name matches '{pattern}'")
         raise typer.Exit(int(ExitCode.ERROR))
-    for name in names:
-        out_console.print(name, markup=False)
+    if not include_all:  # every one of these runs: names only, one per line
+        for entry in entries:
+            out_console.print(entry.name, markup=False)
+        return
+    width = max(len(e.name) for e in entries)
+    family_width = max(len(e.family) for e in entries)
+    out_console.print(f"{'NAME':<{width}}  {'FAMILY':<{family_width}}  RUN", markup=False)
+    for entry in entries:
+        runs = "yes" if entry.runnable else "no"
+        out_console.print(
+            f"{entry.name:<{width}}  {entry.family:<{family_width}}  {runs}", markup=False
+        )

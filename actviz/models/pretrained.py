@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from actviz.errors import WeightsError, first_line
+from actviz.errors import UnknownWeightsError, WeightsError, first_line
 from actviz.models.checkpoints import _unwrap_state_dict
 
 if TYPE_CHECKING:
@@ -128,16 +128,18 @@ def _pick_enum(
     for weights in enum_cls:
         if weights.name == member:
             return weights
-    raise WeightsError(
+    raise UnknownWeightsError(
         f"unknown weights '{spec}' for {name}; valid: {_valid_weight_names(enum_cls)}"
-        "default, none or a checkpoint path"
+        "auto, default, none or a checkpoint path"
     )
 
 
 def _valid_weight_names(enum_cls: type[WeightsEnum] | None) -> str:
+    """``"IMAGENET1K_V1, IMAGENET1K_V2 (default), "``: each enum name, the default marked."""
     if enum_cls is None:
         return ""
-    return "".join(f"{w.name}, " for w in enum_cls)
+    default = _default_enum(enum_cls)
+    return "".join(f"{w.name}{' (default)' if w is default else ''}, " for w in enum_cls)
 
 
 def _enum_label(weights: WeightsEnum) -> str:

@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from actviz.errors import ModelError, UnknownModelError, UsageError, WeightsError, first_line
+from actviz.errors import (
+    ModelError,
+    UnknownModelError,
+    UnknownWeightsError,
+    UsageError,
+    WeightsError,
+    first_line,
+)
 from actviz.models.checkpoints import (
     _checkpoint_classes,
     _load_state_dict,
@@ -33,6 +40,7 @@ from actviz.models.preprocessing import IMAGENET_MEAN as IMAGENET_MEAN
 from actviz.models.preprocessing import IMAGENET_STD as IMAGENET_STD
 from actviz.models.preprocessing import Preprocessing
 from actviz.models.pretrained import (
+    _CHECKPOINT_SUFFIXES,
     _default_enum,
     _enum_label,
     _fetch_pretrained,
@@ -50,10 +58,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LoadedModel",
+    "ModelEntry",
     "WeightsInfo",
     "architecture_kwargs",
     "build_architecture",
     "list_model_names",
+    "list_models",
     "load_model",
 ]
 
@@ -64,6 +74,8 @@ _UNSUPPORTED_FAMILIES = {
     "optical_flow": "optical-flow",
     "quantization": "quantized",
 }
+#: The families ``run`` takes: an image batch in, class scores or class maps out.
+_RUNNABLE_FAMILIES = frozenset({"classification", "segmentation"})
 #: Seed for random initialization (recorded in the manifest).
 RANDOM_SEED = 0
 
@@ -106,8 +118,58 @@ class LoadedModel:
     device: torch.device
 
 
+@dataclass(frozen=True)
+class ModelEntry:
+    """One torchvision model name, its family, and whether ``run`` takes it.
+
+    Attributes:
+        name: The registry name (``resnet50``).
+        family: ``classification``, ``segmentation``, ``detection``, ``video``,
+            ``optical-flow`` or ``quantized``.
+        runnable: True when :func:`load_model` (and so ``run``, ``stats`` and
+            ``list-layers``) takes it: image classification and segmentation models.
+    """
+
+    name: str
+    family: str
+    runnable: bool
+
+
+def list_models(pattern: str | None = None, *, include_all: bool = False) -> list[ModelEntry]:
+    """torchvision's models with their family and whether ``run`` takes them.
+
+    Args:
+        pattern: A glob such as ``resnet*``; a pattern without wildcards matches as a
+            substring.
+        include_all: Also list detection, video, optical-flow and quantized models, which
+            ``run`` does not take. Without it, the classification and segmentation models.
+
+    Returns:
+        Entries sorted by name.
+    """
+    from torchvision import models
+
+    families = dict.fromkeys(models.list_models(module=models), "classification")
+    families.update(
+        (name, "segmentation") for name in models.list_models(module=models.segmentation)
+    )
+    if include_all:
+        for module, label in _UNSUPPORTED_FAMILIES.items():
+            families.update(
+                (name, label) for name in models.list_models(module=getattr(models, module))
+            )
+        for name in models.list_models():  # a family torchvision adds later: not runnable
+            families.setdefault(name, "other")
+    names = sorted(families)
+    if pattern:
+        glob = pattern if set("*?[") & set(pattern) else f"*{pattern}*"
+        names = [n for n in names if fnmatch.fnmatch(n, glob)]
+    return [ModelEntry(n, families[n], families[n] in _RUNNABLE_FAMILIES) for n in names]
+
+
 def list_model_names(pattern: str | None = None, *, include_all: bool = False) -> list[str]:
-    """torchvision model names, optionally filtered by a glob.
+    """torchvision model names, optionally filtered by a glob: the names of
+    :func:`list_models`.
 
     Args:
         pattern: A glob such as ``resnet*``; a pattern without wildcards matches as a
@@ -118,16 +180,7 @@ def list_model_names(pattern: str | None = None, *, include_all: bool = False) -
     Returns:
         Sorted model names.
     """
-    from torchvision import models
-
-    if include_all:
-        names = models.list_models()
-    else:
-        names = models.list_models(module=models) + models.list_models(module=models.segmentation)
-    if pattern:
-        glob = pattern if set("*?[") & set(pattern) else f"*{pattern}*"
-        names = [n for n in names if fnmatch.fnmatch(n, glob)]
-    return sorted(names)
+    return [entry.name for entry in list_models(pattern, include_all=include_all)]
 
 
 def load_model(
@@ -164,7 +217,11 @@ def load_model(
         DeviceError: If the device is not available.
     """
 
-    from actviz.models.factories import build_user_model, is_factory_spec
+    from actviz.models.factories import (
+        build_user_model,
+        factory_module_importable,
+        is_factory_spec,
+    )
 
     torch_device = resolve_device(device)
     if in_chans not in (1, 3):
@@ -175,7 +232,9 @@ def load_model(
         info = WeightsInfo(spec=spec, source="factory", name=name)
         if spec.lower() not in ("auto", "none"):
             path = _existing_checkpoint(spec, name, None, factory=True)
-            state = load_checkpoint(path, trust=trust_checkpoint)
+            # A full pickle names the factory's classes by the module's own name.
+            with factory_module_importable(name):
+                state = load_checkpoint(path, trust=trust_checkpoint)
             _load_state_dict(module, state, name=name, source=str(path))
             info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
         transforms_from = None
@@ -376,11 +435,11 @@ def _existing_checkpoint(
             f"checkpoint file not found: {spec}; check the path, or use {names} instead of a file"
         )
     if factory:
-        raise WeightsError(
+        raise UnknownWeightsError(
             f"'{spec}' is not an existing checkpoint file; for your own model use auto, none "
             "or a checkpoint path"
         )
-    raise WeightsError(
+    raise UnknownWeightsError(
         f"'{spec}' is neither a weights name of {name} nor an existing file; "
         f"use {names} or a checkpoint path"
     )
@@ -395,6 +454,13 @@ def check_model_name(name: str) -> None:
     from torchvision import models
 
     every = models.list_models()
+    if name not in every and name.lower().endswith(_CHECKPOINT_SUFFIXES):
+        raise UnknownModelError(
+            f"{name} is a checkpoint file, not a model; name the architecture as MODEL and "
+            f"pass the file with --weights: a model name (`actviz run resnet50 IMAGE "
+            f"--weights {name}`; `actviz models` lists them) or your own factory "
+            f"(`actviz run net.py:build IMAGE --weights {name}`)"
+        )
     if name in every:
         for family, label in _UNSUPPORTED_FAMILIES.items():
             if name in models.list_models(module=getattr(models, family)):
