@@ -96,7 +96,7 @@ def run(
     # A run that fails before writing anything leaves no empty folder behind.
     with output.removed_if_empty(opts.out, created):
         loaded, warnings = _load(model, opts, notify)
-        selector, names = _select(model, loaded, opts)
+        selector, names = _select(model, loaded, opts, warnings, notify)
         state = _plan(model, loaded, selector, names, found, opts)
         if state.kept:
             shown = ", ".join(state.kept[:5]) + (", ..." if len(state.kept) > 5 else "")
@@ -143,14 +143,25 @@ def _load(model: str, opts: RunOptions, notify: Reporter) -> tuple[LoadedModel, 
     return loaded, warnings
 
 
-def _select(model: str, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
-    """The selector (the architecture's default when none was given) and the modules it names."""
+def _select(
+    model: str, loaded: LoadedModel, opts: RunOptions, warnings: list[str], notify: Reporter
+) -> tuple[str, list[str]]:
+    """The selector (the architecture's default when none was given) and the modules it names,
+    less those it swept in that never run (one warning names them)."""
     from actviz.hooks import layer_refs
     from actviz.layouts import default_selector
+    from actviz.models.listing import skip_modules_that_never_run
     from actviz.selectors import select_layers
 
     selector = opts.layers if opts.layers is not None else default_selector(loaded.module)
-    return selector, select_layers(layer_refs(loaded.module), selector, model=model)
+    names = select_layers(layer_refs(loaded.module), selector, model=model)
+    # What the selector swept in but the forward never calls would only draw nothing.
+    shape = (1, loaded.preprocess.channels, *loaded.input_size)
+    names, skipped = skip_modules_that_never_run(loaded.module, shape, selector, names)
+    if skipped is not None:
+        warnings.append(skipped)
+        notify.warn(skipped)
+    return selector, names
 
 
 def _plan(

@@ -32,7 +32,7 @@ from fnmatch import fnmatchcase
 
 from actviz.errors import LayerSelectionError
 
-__all__ = ["TYPE_ALIASES", "LayerRef", "parse_selector", "select_layers"]
+__all__ = ["TYPE_ALIASES", "LayerRef", "named_exactly", "parse_selector", "select_layers"]
 
 #: Short names for families of layers. Values are class names, matched against each module's
 #: class hierarchy so subclasses count (a user's ``MyConv(nn.Conv2d)`` is a ``conv``).
@@ -224,6 +224,32 @@ def select_layers(
             f"after exclusions; run `actviz list-layers {model}` to see what there is"
         )
     return result
+
+
+def named_exactly(layers: Sequence[LayerRef], selector: str | Sequence[str]) -> set[str]:
+    """The modules a selector names one by one: its exact qualified names (``layer4``,
+    ``name:fc``), as opposed to what ``all``, a type, a glob or a regular expression sweeps in.
+
+    A caller may quietly drop a swept-in module that cannot be drawn; a module the user typed
+    by name deserves a word instead.
+
+    Raises:
+        LayerSelectionError: If the selector is malformed.
+    """
+    found: set[str] = set()
+    for term in parse_selector(selector):
+        if term.startswith("!"):
+            continue
+        if term.startswith("name:"):
+            found.update(_by_name(term[5:], layers))
+        elif (
+            term != "all"
+            and not term.startswith(("re:", "type:"))
+            and not _GLOB_CHARS & set(term)
+            and not _by_type(term, layers)
+        ):
+            found.update(_by_name(term, layers))
+    return found
 
 
 def _match_some(term: _Term, layers: Sequence[LayerRef], model: str) -> set[str]:

@@ -44,3 +44,51 @@ def test_default_selection_draws_every_layer(
     if tile is not None:
         tokens = next(x for x in layers if x["layout"] == "tokens")
         assert f"{tile[0]} x {tile[1]}" in tokens["note"] and tokens["channels_total"] == 768
+
+
+def test_all_skips_the_modules_that_never_run_with_one_warning(tmp_path: Path) -> None:
+    """vit_b_16's attention calls its 12 out_proj layers' weights, never the modules."""
+    image = make_image(tmp_path / "in" / "x.png", size=(90, 70))
+    args = ["-w", "none", "--no-images", "--no-report", "-q"]
+    result = CliRunner().invoke(
+        app, ["run", "vit_b_16", str(image), "-l", "all", "-o", str(tmp_path / "a"), *args]
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert manifest["warnings"] == [
+        "12 selected modules never run in the forward pass and were skipped: "
+        "encoder.layers.encoder_layer_0.self_attention.out_proj, "
+        "encoder.layers.encoder_layer_1.self_attention.out_proj, "
+        "encoder.layers.encoder_layer_2.self_attention.out_proj..."
+    ]
+    assert result.stderr.count("warning:") == 1 and "12 selected modules" in result.stderr
+    assert not any("out_proj" in name for name in manifest["layers"])
+    assert "encoder.layers.encoder_layer_0.mlp.0" in manifest["layers"]
+    assert {x["module"] for x in manifest["images"][0]["layers"]} == set(manifest["layers"])
+
+    # A module typed by its name stays selected, and the run says that it never ran.
+    named = "encoder.layers.encoder_layer_0.self_attention.out_proj"
+    result = CliRunner().invoke(
+        app,
+        [
+            "run",
+            "vit_b_16",
+            str(image),
+            "-l",
+            f"{named},conv_proj",
+            "-o",
+            str(tmp_path / "b"),
+            *args,
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    assert manifest["layers"] == ["conv_proj", named]
+    assert manifest["warnings"] == [f"layer {named} was selected but never ran in the forward pass"]
+
+    # list-layers marks what run would capture.
+    listing = CliRunner().invoke(app, ["list-layers", "vit_b_16", "-l", "all", "--json"])
+    rows = json.loads(listing.stdout)["layers"]
+    marked = {row["name"] for row in rows if row["selected"]}
+    assert named not in marked and "encoder.layers.encoder_layer_0.mlp.0" in marked
+    assert all(row["calls"] > 0 for row in rows if row["selected"])

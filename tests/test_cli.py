@@ -138,7 +138,7 @@ def test_one_bad_image_among_good_ones_exits_3(tmp_path: Path, image_file: Path)
     [
         (["run", "resnet-18", "IMG"], 2, "did you mean resnet18"),
         (["run", "resnet18", "IMG", "-l", "conv9"], 2, "actviz list-layers resnet18"),
-        (["run", "resnet18", "IMG", "-w", "IMAGENET9K"], 1, "IMAGENET1K_V1"),
+        (["run", "resnet18", "IMG", "-w", "IMAGENET9K"], 2, "IMAGENET1K_V1"),
         (["run", "resnet18", "IMG", "-w", "default"], 1, "could not be downloaded"),
         (["run", "resnet18", "IMG", "-d", "cuda:7"], 1, "--device"),
         (["run", "resnet18", "MISSING"], 1, "no such file or folder"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actviz.errors import LayerSelectionError
-from actviz.selectors import LayerRef, parse_selector, select_layers
+from actviz.selectors import LayerRef, named_exactly, parse_selector, select_layers
 
 MODEL = [
     LayerRef("conv1", ("Conv2d", "_ConvNd", "Module"), True),
@@ -246,3 +246,21 @@ def test_any_selector_gives_names_or_our_error(selector: str | list[str]) -> Non
     else:
         assert names and set(names) <= {r.name for r in MODEL}
         assert names == [r.name for r in MODEL if r.name in names]  # model order kept
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("all", set()),
+        ("conv,layer4.*,re:fc", set()),
+        ("layer1.0.conv1,fc", {"layer1.0.conv1", "fc"}),
+        ("name:relu", {"relu"}),
+        ("relu", set()),  # the alias wins: a type, not the module called relu
+        ("type:Linear,!fc,layer4", {"layer4"}),
+        (["conv", "avgpool"], {"avgpool"}),
+    ],
+)
+def test_named_exactly_is_what_the_user_typed_name_by_name(
+    selector: str | list[str], expected: set[str]
+) -> None:
+    assert named_exactly(MODEL, selector) == expected

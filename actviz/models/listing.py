@@ -16,7 +16,13 @@ if TYPE_CHECKING:
 
     from actviz.hooks import ActivationRecorder
 
-__all__ = ["LayerInfo", "LayerListing", "list_layers"]
+__all__ = [
+    "LayerInfo",
+    "LayerListing",
+    "list_layers",
+    "modules_that_never_run",
+    "skip_modules_that_never_run",
+]
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,8 @@ def list_layers(
     Args:
         model: A torchvision model name, or ``package.module:factory`` or
             ``path/to/file.py:factory``.
-        layers: Optional selector; matching rows are marked and counted.
+        layers: Optional selector; matching rows are marked and counted (as in `run`,
+            modules it sweeps in that never run are not marked).
         input_size: ``(height, width)`` of the input to trace with; default: the crop size of
             the model's default weights, 224 x 224 for the user's own model.
         in_chans: 3 for RGB input, 1 for greyscale.
@@ -76,7 +83,7 @@ def list_layers(
     from actviz.models.preprocessing import Preprocessing
     from actviz.models.pretrained import _default_enum, _weights_enum
     from actviz.models.registry import check_model_name
-    from actviz.selectors import select_layers
+    from actviz.selectors import named_exactly, select_layers
 
     if in_chans not in (1, 3):
         raise UsageError(f"--in-chans must be 1 or 3, not {in_chans}")
@@ -92,6 +99,12 @@ def list_layers(
         module, recorder = _trace_torchvision(model, input_shape, weights)
     refs = layer_refs(module)
     chosen = set(select_layers(refs, layers, model=model)) if layers else set()
+    if layers:
+        # As `run` does: what the selector swept in but never runs is not marked.
+        explicit = named_exactly(refs, layers)
+        idle = {name for name in chosen if name not in explicit and recorder.calls(name) == 0}
+        if len(idle) < len(chosen):
+            chosen -= idle
     first_shape: dict[str, tuple[int, ...]] = {}
     order: dict[str, int] = {}
     for cap in recorder.captures:
@@ -124,6 +137,99 @@ def list_layers(
         else (layers if isinstance(layers, str) else ",".join(layers)),
         grids=grids,
     )
+
+
+def modules_that_never_run(
+    module: nn.Module, input_shape: tuple[int, ...], names: Sequence[str]
+) -> set[str] | None:
+    """Which of ``names`` the model's forward never calls, as ``list-layers`` counts them.
+
+    The model runs once on the ``meta`` device with its own weights swapped for meta tensors
+    for the call (``torch.func.functional_call``): no memory, no computation, and the model
+    itself is left as it was. Some modules are built but never called in eval mode: the
+    ``out_proj`` of ViT's attention (its weights are used by a function), Swin's unused
+    heads, Inception's auxiliary classifier.
+
+    Args:
+        module: A built model, on any device.
+        input_shape: ``(batch, channels, height, width)`` of its input.
+        names: The qualified module names to check.
+
+    Returns:
+        The names called 0 times, or None when the model cannot run on the meta device (a
+        model that computes with tensors of its own, say): then nothing is known.
+    """
+    import torch
+    from torch.func import functional_call
+
+    from actviz.hooks import ActivationRecorder
+
+    on_meta = {
+        key: torch.empty_like(value, device="meta")
+        for key, value in (
+            *module.named_parameters(remove_duplicate=False),
+            *module.named_buffers(remove_duplicate=False),
+        )
+    }
+    recorder = ActivationRecorder(module, list(names), keep_tensors=False)
+    was_training = module.training
+    try:
+        module.eval()
+        with recorder, torch.inference_mode():
+            functional_call(module, on_meta, (torch.zeros(input_shape, device="meta"),))
+    except Exception:  # an op without a meta kernel, data-dependent code: no answer
+        return None
+    finally:
+        module.train(was_training)
+    return {name for name in names if recorder.calls(name) == 0}
+
+
+def skip_modules_that_never_run(
+    module: nn.Module,
+    input_shape: tuple[int, ...],
+    selector: str | Sequence[str],
+    names: Sequence[str],
+) -> tuple[list[str], str | None]:
+    """Drop the selected modules the forward never calls, unless the user named them.
+
+    ``all`` on vit_b_16 sweeps in the 12 ``out_proj`` layers that its attention never calls
+    as modules; each would only end in a "never ran" warning. What a selector sweeps in (``all``,
+    a type, a glob, a regular expression) and the meta-device forward of
+    :func:`modules_that_never_run` counts 0 calls for is dropped, with one warning for all of
+    them. A module the user typed by its exact name is kept: the run then says that it never
+    ran. Nothing is dropped when the model cannot run on the meta device, or when nothing
+    would be left.
+
+    Args:
+        module: The built model.
+        input_shape: ``(batch, channels, height, width)`` of its input.
+        selector: The selector that chose ``names``.
+        names: The selected module names, in order.
+
+    Returns:
+        The names to capture, and the warning that lists what was dropped (None when nothing
+        was).
+    """
+    from actviz.hooks import layer_refs
+    from actviz.selectors import named_exactly
+
+    explicit = named_exactly(layer_refs(module), selector)
+    swept = [name for name in names if name not in explicit]
+    idle = modules_that_never_run(module, input_shape, swept) if swept else None
+    if not idle or len(idle) == len(names):
+        return list(names), None
+    skipped = [name for name in names if name in idle]
+    shown = ", ".join(skipped[:_SKIPPED_SHOWN]) + ("..." if len(skipped) > _SKIPPED_SHOWN else "")
+    many = len(skipped) != 1
+    message = (
+        f"{len(skipped)} selected module{'s' if many else ''} never run{'' if many else 's'} in "
+        f"the forward pass and {'were' if many else 'was'} skipped: {shown}"
+    )
+    return [name for name in names if name not in idle], message
+
+
+#: Names listed in the warning about skipped modules before "...".
+_SKIPPED_SHOWN = 3
 
 
 def _trace_torchvision(
