@@ -1,0 +1,421 @@
+"""``top_images``: load -> select -> plan -> one streamed pass -> draw -> write.
+
+The pass over the folder keeps a running top-k per channel (:class:`~actviz.examples.topk.TopK`)
+fed by each batch's candidates, which the forward hooks compute on the device
+(:mod:`actviz.examples.scoring`); memory does not grow with the folder. The state is saved
+every few seconds and when the run is interrupted, so ``--resume`` continues where it stopped
+and ends with the same ``top-images.json`` as an uninterrupted run. Then the images the top-k
+chose are read once more for the pictures (:mod:`actviz.examples.draw`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from actviz.errors import UsageError
+from actviz.examples.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
+from actviz.examples.document import LayerFiles, document, selectivity
+from actviz.examples.options import ExamplesOptions
+from actviz.examples.plan import LayerPlan, Planned, plan_layers
+from actviz.examples.results import LayerSummary, TopImagesResult
+from actviz.examples.topk import TopK
+from actviz.results import ImageResult, Reporter, SilentReporter
+
+if TYPE_CHECKING:
+    from actviz.models import LoadedModel
+
+__all__ = ["JSON_FILE", "REPORT_FILE", "top_images"]
+
+JSON_FILE = "top-images.json"
+REPORT_FILE = "top-images.html"
+#: Seconds between two saves of the state during the pass (and always on interruption).
+CHECKPOINT_SECONDS = 5.0
+
+
+def top_images(
+    model: str,
+    inputs: Sequence[Path | str],
+    options: ExamplesOptions | None = None,
+    *,
+    reporter: Reporter | None = None,
+    **keywords: Any,
+) -> TopImagesResult:
+    """Find, for every channel of the selected layers, the images of a folder that excite it
+    most, and draw them.
+
+    One streamed pass: each channel keeps its ``k`` best images by the spatial maximum (or
+    mean) of its map, ties broken by path, so the result does not depend on batch size or
+    order. Writes ``top-images.json``, a contact sheet per channel and an overview per layer
+    under ``top-images/``, and the HTML pages.
+
+    Args:
+        model: A torchvision model name, or ``package.module:factory`` /
+            ``path/to/file.py:factory`` for the user's own model (runs that code).
+        inputs: Image files and/or folders (walked recursively).
+        options: The options (:class:`~actviz.examples.options.ExamplesOptions`).
+        reporter: Receives warnings and progress.
+        **keywords: Instead of ``options``, any option by its flat name (``layers``, ``out``,
+            ``k``, ``score``, ``channels``, ``weights``, ``batch_size``, ``resume``, ...).
+
+    Returns:
+        What was found and written.
+
+    Raises:
+        ActvizError: For every expected failure (unknown model, empty selection, a selection
+            with nothing to rank, a resume with other settings, ...).
+        TypeError: For an unknown keyword, or keywords given together with ``options``.
+    """
+    from actviz import images as image_io
+    from actviz import output
+
+    if options is not None and keywords:
+        raise TypeError("pass either options or keywords, not both")
+    opts = options or ExamplesOptions.from_keywords(**keywords)
+    started = time.perf_counter()
+    notify = reporter or SilentReporter()
+    found = image_io.discover([Path(p) for p in inputs])
+    if not found.images:
+        named = ", ".join(str(p) for p in inputs) or "(none)"
+        raise UsageError(
+            f"no images found in {named}; give image files or folders that hold some "
+            f"({len(found.skipped)} other file(s) skipped)"
+        )
+    ex = opts.execution
+    created = not opts.out.exists()
+    output.prepare_out_dir(opts.out, resume=ex.resume, overwrite=ex.overwrite)
+    with output.removed_if_empty(opts.out, created):
+        loaded, warnings = _load(model, opts, notify)
+        selector, names = _select(model, loaded, opts)
+        module = _prepared(loaded, opts)
+        planned = _plan(model, loaded, module, names, opts)
+        for name in planned.never_ran:
+            warnings.append(f"layer {name} was selected but never ran in the forward pass")
+            notify.warn(warnings[-1])
+        plans = list(planned.plans.values())
+        settings = {
+            "model": model,
+            "weights": loaded.weights.name or loaded.weights.source,
+            "layers": [plan.key for plan in plans],
+            "input_size": list(loaded.input_size),
+            **opts.settings(),
+        }
+        if ex.overwrite:
+            _remove_outputs(opts.out)
+        earlier = load_checkpoint(opts.out, settings) if ex.resume else None
+        done = earlier.done if earlier is not None else []
+        skip = set(done)
+        todo = [item.path for item in found.images if str(item.path) not in skip]
+        notify.start(len(todo) + len(done))
+        for path in done:
+            notify.advance(
+                ImageResult(path=Path(path), out_dir=PurePosixPath("."), status="reused")
+            )
+        progress = _Progress(opts.out, settings, earlier.top if earlier else TopK(opts.k), done)
+        _stream(loaded, module, names, planned, todo, progress, opts, notify)
+        top = progress.top
+        files = _draw(opts, plans, top, loaded, warnings, notify)
+        report = opts.out / REPORT_FILE if opts.report else None
+        doc = document(
+            model=model,
+            weights=_weights(loaded),
+            device=str(loaded.device),
+            selector=selector,
+            k=opts.k,
+            score=opts.score,
+            input_size=loaded.input_size,
+            images=top.images,
+            failed=progress.failed,
+            skipped=found.skipped,
+            plans=plans,
+            tops=top.layers,
+            files=files,
+            categories=loaded.categories,
+            unranked=planned.skipped,
+            warnings=warnings,
+            report=REPORT_FILE if report is not None else None,
+        )
+        output.write_json(opts.out / JSON_FILE, doc)
+        if report is not None:
+            from actviz.report.examples import build_examples_report
+
+            for rel, data in build_examples_report(doc, opts.out).items():
+                output.write_bytes(opts.out / rel, data)
+        return TopImagesResult(
+            model=model,
+            weights=loaded.weights,
+            device=str(loaded.device),
+            selector=selector,
+            k=opts.k,
+            score=opts.score,
+            out=opts.out,
+            json=opts.out / JSON_FILE,
+            report=report,
+            images=top.images,
+            reused=len(done),
+            failed=list(progress.failed),
+            skipped=list(found.skipped),
+            layers=_summaries(plans, top, files, loaded.categories),
+            unranked=list(planned.skipped),
+            warnings=warnings,
+            seconds=time.perf_counter() - started,
+            document=doc,
+        )
+
+
+def _load(model: str, opts: ExamplesOptions, notify: Reporter) -> tuple[LoadedModel, list[str]]:
+    from actviz.models import load_model
+
+    load = opts.load
+    loaded = load_model(
+        model,
+        weights=load.weights,
+        device=load.device,
+        trust_checkpoint=load.trust_checkpoint,
+        input_size=load.input_size,
+        in_chans=load.in_chans,
+    )
+    warnings: list[str] = []
+    if loaded.weights.random and loaded.weights.spec != "none":
+        why = loaded.weights.reason or "no pretrained weights"
+        warnings.append(
+            f"RANDOM WEIGHTS: {why}. The top images show an untrained {loaded.name}; "
+            "pass --weights none to say that is what you want."
+        )
+        notify.warn(warnings[-1])
+    return loaded, warnings
+
+
+def _select(model: str, loaded: LoadedModel, opts: ExamplesOptions) -> tuple[str, list[str]]:
+    """The selector and the modules it names; without one, the deepest layer of the
+    architecture's default selection (the last convolution, encoder block or stage)."""
+    from actviz.hooks import layer_refs
+    from actviz.layouts import default_selector
+    from actviz.selectors import select_layers
+
+    refs = layer_refs(loaded.module)
+    if opts.layers is not None:
+        return opts.layers, select_layers(refs, opts.layers, model=model)
+    names = select_layers(refs, default_selector(loaded.module), model=model)[-1:]
+    return names[0], names
+
+
+def _prepared(loaded: LoadedModel, opts: ExamplesOptions) -> Any:
+    module = loaded.module
+    if opts.execution.channels_last:
+        import torch
+
+        module = module.to(memory_format=torch.channels_last)
+    return module
+
+
+def _plan(
+    model: str, loaded: LoadedModel, module: Any, names: list[str], opts: ExamplesOptions
+) -> Planned:
+    from actviz.layouts import layer_contexts
+
+    planned = plan_layers(
+        module,
+        names,
+        layer_contexts(module, loaded.input_size),
+        input_size=loaded.input_size,
+        in_chans=opts.load.in_chans,
+        device=loaded.device,
+        model_name=model,
+    )
+    if not planned.plans:
+        reasons = "; ".join(f"{key}: {why}" for key, why in planned.skipped[:3]) or (
+            "the selected layers never ran"
+        )
+        raise UsageError(
+            f"none of the selected layers has channels to rank ({reasons}); "
+            f"choose layers with (C, H, W), token or vector outputs (actviz list-layers {model})"
+        )
+    return planned
+
+
+@dataclass
+class _State:
+    top: TopK
+    batches: int  # how many entries of _Progress.batches ``top`` holds
+
+
+class _Progress:
+    """The accumulator and the images it holds, saved together.
+
+    A batch's paths are appended to ``batches`` first; then one assignment makes the state
+    that includes them current. An interruption between the two leaves the extra paths out
+    of what is saved, so a saved state and its list of done images always agree.
+    """
+
+    def __init__(self, out: Path, settings: dict[str, Any], top: TopK, done: list[str]):
+        self.out = out
+        self.settings = settings
+        self.earlier = list(done)
+        self.batches: list[list[str]] = []
+        self.state = _State(top, 0)
+        self.saved: _State | None = None
+        self.failed: list[tuple[Path, str]] = []
+        self.last_save = time.monotonic()
+
+    @property
+    def top(self) -> TopK:
+        return self.state.top
+
+    def add(self, paths: list[str], top: TopK) -> None:
+        self.batches.append(paths)
+        self.state = _State(top, len(self.batches))
+
+    def save(self) -> None:
+        state = self.state
+        if state is self.saved:
+            return
+        done = self.earlier + [p for batch in self.batches[: state.batches] for p in batch]
+        save_checkpoint(self.out, self.settings, state.top, done)
+        self.saved = state
+        self.last_save = time.monotonic()
+
+
+def _stream(
+    loaded: LoadedModel,
+    module: Any,
+    names: list[str],
+    planned: Planned,
+    todo: list[Path],
+    progress: _Progress,
+    opts: ExamplesOptions,
+    notify: Reporter,
+) -> None:
+    """The one pass over the images still to score."""
+    from actviz.examples.scoring import ScoreRecorder, batch_candidates, predicted_classes
+    from actviz.forward import BatchForward
+    from actviz.hooks import eval_mode
+
+    ex = opts.execution
+    forward = BatchForward(loaded, module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
+
+    def failed(index: int, error: str | None) -> None:
+        reason = error or "unreadable"
+        progress.failed.append((todo[index], reason))
+        result = ImageResult(todo[index], PurePosixPath("."), status="failed", error=reason)
+        notify.advance(result)
+
+    with (
+        ScoreRecorder(module, names, planned.plans, opts.score) as recorder,
+        eval_mode(module),
+        contextlib.ExitStack() as stack,
+    ):
+        try:
+            for good, logits, _x in forward.batches(todo, stack, failed):
+                paths = [str(todo[index]) for index, _, _ in good]
+                classes = predicted_classes(logits, len(good))
+                candidates = batch_candidates(paths, recorder.take(), classes, opts.k)
+                progress.add(paths, progress.top.updated(candidates))
+                for index, size, _ in good:
+                    notify.advance(ImageResult(todo[index], PurePosixPath("."), size=size))
+                if time.monotonic() - progress.last_save >= CHECKPOINT_SECONDS:
+                    progress.save()
+        except BaseException:
+            # Keep what is done for --resume; a failing save must not hide the first error.
+            with contextlib.suppress(Exception):
+                progress.save()
+            raise
+    progress.save()
+
+
+def _draw(
+    opts: ExamplesOptions,
+    plans: list[LayerPlan],
+    top: TopK,
+    loaded: LoadedModel,
+    warnings: list[str],
+    notify: Reporter,
+) -> dict[str, LayerFiles]:
+    from actviz.examples.draw import draw_layers
+
+    def warn(message: str) -> None:
+        warnings.append(message)
+        notify.warn(message)
+
+    return draw_layers(
+        opts.out,
+        [plan for plan in plans if plan.key in top.layers],
+        top.layers,
+        loaded,
+        opts,
+        categories=loaded.categories,
+        warn=warn,
+    )
+
+
+def _weights(loaded: LoadedModel) -> dict[str, Any]:
+    from actviz.models.registry import RANDOM_SEED
+
+    weights = loaded.weights
+    return {
+        "spec": weights.spec,
+        "source": weights.source,
+        "name": weights.name,
+        "random": weights.random,
+        "seed": RANDOM_SEED if weights.random else None,
+        "reason": weights.reason,
+    }
+
+
+def _summaries(
+    plans: list[LayerPlan],
+    top: TopK,
+    files: dict[str, LayerFiles],
+    categories: Sequence[str] | None,
+) -> list[LayerSummary]:
+    summaries = []
+    for plan in plans:
+        layer = top.layers.get(plan.key)
+        if layer is None:
+            continue
+        best = None
+        for c in range(layer.channels):
+            chosen = selectivity(layer, c, categories)
+            if chosen is not None and (best is None or chosen.count > best[1].count):
+                best = (c, chosen)
+        summaries.append(
+            LayerSummary(
+                key=plan.key,
+                channels=layer.channels,
+                dead=int((layer.active == 0).sum()),
+                selective_channel=best[0] if best else None,
+                selective_class=best[1].index if best else None,
+                selective_label=best[1].label if best else None,
+                selective_count=best[1].count if best else 0,
+                top_count=int(layer.valid[best[0]].sum()) if best else 0,
+                overview=files[plan.key].overview if plan.key in files else None,
+            )
+        )
+    return summaries
+
+
+def _remove_outputs(out: Path) -> None:
+    """``--overwrite``: remove what an earlier top-images run wrote, and nothing else."""
+    import shutil
+
+    from actviz.errors import OutputError
+
+    try:
+        remove_checkpoint(out)
+        for name in (JSON_FILE, REPORT_FILE):
+            (out / name).unlink(missing_ok=True)
+        folder = out / "top-images"
+        if folder.is_dir():
+            for path in sorted(folder.rglob("*"), reverse=True):
+                if path.is_file() and path.suffix in (".png", ".html"):
+                    path.unlink()
+                elif path.is_dir() and not any(path.iterdir()):
+                    path.rmdir()
+            if not any(folder.iterdir()):
+                shutil.rmtree(folder)
+    except OSError as exc:
+        raise OutputError(f"cannot remove the earlier top images in {out}: {exc}") from None
