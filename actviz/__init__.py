@@ -21,6 +21,7 @@ from actviz._version import __version__ as __version__
 if TYPE_CHECKING:
     from actviz.api import list_layers, render_activation, run
     from actviz.errors import ActvizError
+    from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture
     from actviz.models import load_model
     from actviz.selectors import select_layers
@@ -35,6 +36,7 @@ __all__ = [
     "render_activation",
     "run",
     "select_layers",
+    "top_images",
 ]
 
 _LAZY = {
@@ -46,6 +48,7 @@ _LAZY = {
     "render_activation": "actviz.api",
     "run": "actviz.api",
     "select_layers": "actviz.selectors",
+    "top_images": "actviz.examples",
 }
 
 

@@ -1,0 +1,174 @@
+"""``actviz top-images``: the images of a folder that excite each channel most.
+
+Torch is imported inside the command, never here, so ``actviz --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+import typer
+from rich.text import Text
+
+from actviz.cli.boundary import app, boundary, load_options, on_sigterm, state
+from actviz.cli.console import RichReporter, err_console, error, out_console
+from actviz.cli.options import (
+    BatchSizeOption,
+    DeviceOption,
+    InChansOption,
+    InputsArg,
+    InputSizeOption,
+    JsonOption,
+    LayersOption,
+    ModelArg,
+    NoReportOption,
+    OutOption,
+    OverwriteOption,
+    QuietOption,
+    ResumeOption,
+    TrustCheckpointOption,
+    WeightsOption,
+    WorkersOption,
+)
+from actviz.errors import ExitCode
+
+if TYPE_CHECKING:
+    from actviz.examples import TopImagesResult
+
+__all__ = ["top_images"]
+
+TopKOption = Annotated[
+    int,
+    typer.Option(
+        "-k",
+        "--top-k",
+        min=1,
+        max=100,
+        help="Images kept per channel.",
+        rich_help_panel="Ranking",
+    ),
+]
+ScoreOption = Annotated[
+    Literal["max", "mean"],
+    typer.Option(
+        "--score",
+        help="How an image scores for a channel: the max or the mean of its map.",
+        rich_help_panel="Ranking",
+    ),
+]
+OverviewChannelsOption = Annotated[
+    int,
+    typer.Option(
+        "--channels",
+        "-c",
+        min=0,
+        help="Channels in each layer's overview picture, one row each (0 = all).",
+        rich_help_panel="Output",
+    ),
+]
+
+
+@app.command("top-images")
+@boundary
+def top_images(
+    model: ModelArg,
+    inputs: InputsArg,
+    layers: LayersOption = None,
+    k: TopKOption = 9,
+    score: ScoreOption = "max",
+    channels: OverviewChannelsOption = 16,
+    out: OutOption = Path("actviz-out"),
+    weights: WeightsOption = "auto",
+    device: DeviceOption = "auto",
+    batch_size: BatchSizeOption = 8,
+    workers: WorkersOption = 0,
+    resume: ResumeOption = False,
+    overwrite: OverwriteOption = False,
+    trust_checkpoint: TrustCheckpointOption = False,
+    input_size: InputSizeOption = None,
+    in_chans: InChansOption = 3,
+    no_report: NoReportOption = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """For every channel of the selected layers, the K images of a folder that excite it most.
+
+    One pass over the images. Writes OUT/top-images.json (every channel's top images and
+    health), a contact sheet per channel and an overview per layer in OUT/top-images/, and
+    the report OUT/top-images.html. Without --layers: the deepest layer of the architecture's
+    default selection.
+    """
+    from actviz.examples import ExamplesOptions
+    from actviz.examples import top_images as find_top_images
+    from actviz.options import ExecutionOptions
+
+    options = ExamplesOptions(
+        layers=",".join(layers) if layers else None,
+        out=out,
+        k=k,
+        score=score,
+        channels=channels,
+        report=not no_report,
+        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
+        execution=ExecutionOptions(
+            batch_size=batch_size, workers=workers, resume=resume, overwrite=overwrite
+        ),
+    )
+    signal.signal(signal.SIGTERM, on_sigterm)
+    reporter = RichReporter(quiet=quiet, status=state)
+    try:
+        result = find_top_images(model, inputs, options, reporter=reporter)
+    finally:
+        reporter.stop()
+    if as_json:
+        out_console.print_json(data=result.document)
+    else:
+        _print_result(result)
+    if not quiet:
+        _print_summary(result)
+    if result.images == 0:
+        error(f"no image could be read ({len(result.failed)} failed); see messages above")
+        raise typer.Exit(int(ExitCode.ERROR))
+    if result.failed:
+        raise typer.Exit(int(ExitCode.PARTIAL))
+
+
+def _print_result(result: TopImagesResult) -> None:
+    """Where the results are, and per layer its dead and most selective channels."""
+    note = " (random weights: meaningless)" if result.weights.random else ""
+    where = f"top {result.k} images by {result.score} of {result.images} images: {result.json}"
+    if result.report is not None:
+        where += f"; report: {result.report}"
+    out_console.print(where + note, markup=False)
+    for layer in result.layers:
+        line = f"  {layer.key}: {layer.channels} channels, {layer.dead} dead"
+        if layer.selective_channel is not None:
+            name = layer.selective_label or f"class {layer.selective_class}"
+            line += (
+                f"; most selective: channel {layer.selective_channel} "
+                f"({layer.selective_count} of {layer.top_count} top images predicted {name})"
+            )
+        if layer.overview is not None:
+            line += f"; overview: {result.out / layer.overview}"
+        out_console.print(line, markup=False)
+
+
+def _print_summary(result: TopImagesResult) -> None:
+    done = result.images - result.reused
+    rate = done / result.seconds if result.seconds > 0 else 0.0
+    err_console.print(
+        Text.assemble(
+            ("images ", "bold"),
+            f"{done} scored, {result.reused} reused (--resume), {len(result.failed)} failed, "
+            f"{len(result.skipped)} non-image skipped; {result.seconds:.1f} s "
+            f"({rate:.1f} images/s) on {result.device}",
+        )
+    )
+    for key, reason in result.unranked[:5]:
+        err_console.print(Text.assemble(("  not ranked ", "yellow"), key, f": {reason}"))
+    for path, reason in result.skipped[:5]:
+        err_console.print(Text.assemble(("  skipped ", "yellow"), str(path), f": {reason}"))
+    if len(result.skipped) > 5:
+        err_console.print(f"  ... and {len(result.skipped) - 5} more in top-images.json")
