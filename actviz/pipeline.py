@@ -75,7 +75,8 @@ def decode_batches(
     Args:
         paths: Image files.
         preprocess: PIL image -> CHW float tensor.
-        batch_size: Inputs per batch (failures included, so batches may hold fewer tensors).
+        batch_size: Inputs per batch (failures included, so batches may hold fewer tensors;
+            a batch is also split where the input shape changes, so that each one stacks).
         workers: DataLoader worker processes; 0 decodes in one background thread.
         pin_memory: Pin batches for fast, asynchronous copies to a GPU.
     """
@@ -92,15 +93,36 @@ def decode_batches(
             prefetch_factor=2,
         )
         for batch in loader:
-            yield _pinned(batch) if pin_memory else batch
+            yield from _same_shapes(_pinned(batch) if pin_memory else batch)
         return
     yield from _threaded(
-        _pinned(batch) if pin_memory else batch
+        part
         for batch in (
             [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
             for start in range(0, len(dataset), batch_size)
         )
+        for part in _same_shapes(_pinned(batch) if pin_memory else batch)
     )
+
+
+def _same_shapes(batch: list[Decoded]) -> Iterator[list[Decoded]]:
+    """Split a batch, in order, where the input shape changes, so each part stacks.
+
+    Only inputs that keep the image's aspect ratio (segmentation presets, which resize
+    without a crop) differ in shape; a batch of cropped inputs comes back whole.
+    """
+    part: list[Decoded] = []
+    shape: tuple[int, ...] | None = None
+    for item in batch:
+        current = None if item.tensor is None else tuple(item.tensor.shape)
+        if current is not None:
+            if shape is not None and current != shape:
+                yield part
+                part = []
+            shape = current
+        part.append(item)
+    if part:
+        yield part
 
 
 def _pinned(batch: list[Decoded]) -> list[Decoded]:

@@ -584,3 +584,32 @@ def test_corrupted_real_images_never_escape_as_other_errors(tmp_path: Path) -> N
     )
     run = fuzz_settings(hypothesis)(given(check))
     run()
+
+
+def test_batches_split_where_the_input_shape_changes(tmp_path: Path) -> None:
+    """Segmentation presets keep each image's aspect ratio: a batch must still stack."""
+    from torchvision.models.segmentation import FCN_ResNet50_Weights
+
+    from actviz.models import Preprocessing
+    from actviz.pipeline import decode_batches
+
+    preprocess = Preprocessing.for_weights(FCN_ResNet50_Weights.DEFAULT, input_size=None)
+    sizes = [(60, 40), (90, 60), (40, 60), (40, 60), None, (40, 60), (60, 60)]
+    paths = []
+    for i, size in enumerate(sizes):
+        path = tmp_path / f"{i}.png"
+        if size is None:
+            path.write_bytes(b"not an image")
+        else:
+            Image.new("RGB", size, (i * 20, 0, 0)).save(path)
+        paths.append(path)
+    for workers in (0, 1):
+        batches = list(decode_batches(paths, preprocess, batch_size=8, workers=workers))
+        assert [[item.index for item in batch] for batch in batches] == [
+            [0, 1],  # 60x40 and 90x60 both become 780x520
+            [2, 3, 4, 5],  # the unreadable one stays in order with its neighbours
+            [6],
+        ]
+        for batch in batches:
+            assert len({tuple(item.tensor.shape) for item in batch if item.tensor is not None}) == 1
+        assert batches[1][2].tensor is None and batches[1][2].error
