@@ -497,3 +497,108 @@ def test_models_all_marks_what_run_takes() -> None:
     ]
     code, out, _ = _cli("models", "--json", "raft")
     assert code == 0 and json.loads(out) == []
+
+
+# --------------------------------------------------------------------------------------------
+# Segmentation models: their preset's resize, class names, the logits module
+
+
+def test_segmentation_preprocessing_resizes_without_a_crop_like_torchvision() -> None:
+    import numpy as np
+    from PIL import Image
+    from torchvision.models.segmentation import FCN_ResNet50_Weights
+
+    from actviz.models import Preprocessing
+
+    preset = FCN_ResNet50_Weights.COCO_WITH_VOC_LABELS_V1
+    ours, theirs = Preprocessing.for_weights(preset), preset.transforms()
+    assert not ours.crop and ours.resize_size == 520
+    rng = np.random.default_rng(0)
+    for h, w in [(300, 451), (451, 300), (520, 520)]:
+        image = Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8))
+        got, want = ours(image), theirs(image)
+        assert got.shape == want.shape and 520 in got.shape[1:]
+        assert torch.equal(got, want)
+    # Only the centre of a strip is kept (4:1), not a 520000 x 520 resize of all of it.
+    strip = ours(Image.new("RGB", (10000, 10), (9, 9, 9)))
+    assert strip.shape == (3, 520, 2080)
+    assert ours.fit_note((10000, 10), "strip.png") == (
+        "image strip.png is 10000x10: upsampled 52x; its maps show interpolation more than "
+        "image detail; the model saw its central 40x10, resized to 2080x520, i.e. 0.4% of "
+        "the image"
+    )
+    # A fixed --input-size crops to it, as for classifiers.
+    fixed = Preprocessing.for_weights(preset, input_size=(256, 256))
+    assert fixed.crop and fixed(image).shape == (3, 256, 256)
+
+
+@pytest.mark.parametrize(
+    ("size", "note"),
+    [
+        ((640, 480), None),
+        ((1920, 1080), None),  # a 16:9 photo: 43% seen, nothing to say
+        ((224, 224), None),
+        (
+            (10000, 10),
+            "image x.png is 10000x10: upsampled 26x; its maps show interpolation more than "
+            "image detail; the model saw a 224x224 centre crop of a 256000x256 resize, i.e. "
+            "0.077% of the image",
+        ),
+        (
+            (900, 300),
+            "image x.png is 900x300: the model saw a 224x224 centre crop of a 768x256 resize, "
+            "i.e. 26% of the image",
+        ),
+        ((1, 1), "image x.png is 1x1: upsampled 256x; the maps show no structure"),
+        (
+            (32, 32),
+            "image x.png is 32x32: upsampled 8x; its maps show interpolation more than image "
+            "detail",
+        ),
+    ],
+)
+def test_what_the_model_saw_of_an_image(size: tuple[int, int], note: str | None) -> None:
+    from actviz.models import Preprocessing
+
+    preprocess = Preprocessing.for_weights(ResNet18_Weights.IMAGENET1K_V1)
+    assert preprocess.fit_note(size, "x.png") == note
+
+
+def test_segmentation_heads_are_named_by_class() -> None:
+    fcn = load_model("fcn_resnet50", weights="none", device="cpu")
+    assert fcn.segmentation == "classifier.4"
+    assert set(fcn.channel_names) == {"classifier", "classifier.4"}
+    names = fcn.channel_names["classifier.4"]
+    assert len(names) == 21 and names[0] == "__background__" and names[8] == "cat"
+    assert names == fcn.categories  # known without downloading, random weights or not
+
+    lraspp = load_model("lraspp_mobilenet_v3_large", weights="none", device="cpu")
+    assert lraspp.segmentation == "classifier"  # its head adds two convolutions' outputs
+    assert set(lraspp.channel_names) == {
+        "classifier",
+        "classifier.low_classifier",
+        "classifier.high_classifier",
+    }
+    from actviz.layouts import default_selector
+
+    assert default_selector(lraspp.module) == "conv,classifier"
+    assert default_selector(fcn.module) == "conv,classifier.4"
+
+    resnet = load_model("resnet18", weights="none", device="cpu")
+    assert resnet.segmentation is None and resnet.channel_names == {}
+
+
+def test_a_segmentation_checkpoint_with_other_classes_has_no_names(tmp_path: Path) -> None:
+    from torchvision.models import get_model
+
+    torch.manual_seed(0)
+    model = get_model("fcn_resnet50", weights=None, weights_backbone=None, num_classes=21)
+    state = model.state_dict()
+    path = tmp_path / "fcn.pt"
+    torch.save(state, path)
+    loaded = load_model("fcn_resnet50", weights=str(path), device="cpu")
+    assert loaded.channel_names["classifier.4"][15] == "person"
+
+    from actviz.models.segmentation import class_channel_names
+
+    assert class_channel_names(loaded.module, ["a", "b"]) == {}  # 21 channels, 2 names

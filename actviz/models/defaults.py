@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from actviz.models.segmentation import segmentation_logits
 from actviz.structure import type_names
 
 if TYPE_CHECKING:
@@ -21,7 +22,8 @@ __all__ = ["default_selector"]
 def default_selector(model: nn.Module) -> str:
     """A ``--layers`` selector that draws something meaningful for this model family.
 
-    Convolutions for CNNs (without auxiliary heads that never run in eval mode); the patch
+    Convolutions for CNNs (without auxiliary heads that never run in eval mode, with a
+    segmentation model's class-logits head); the patch
     embedding and each encoder block for ViTs; the stage outputs (``features.N``) for Swin
     and ConvNeXt; the stem and each layer for MaxViT; otherwise the items of the first
     numbered block list, or every leaf module.
@@ -51,7 +53,11 @@ def default_selector(model: nn.Module) -> str:
     if any(ref.leaf and TYPE_ALIASES["conv"].intersection(ref.types) for ref in refs):
         # Auxiliary classifiers (Inception, GoogLeNet) only run in training mode.
         aux = [ref.name for ref in refs if "InceptionAux" in ref.types and _selectable(ref.name)]
-        return ",".join(["conv", *(f"!{name}.*" for name in aux)])
+        # A segmentation model's class logits, even where no convolution alone gives them
+        # (LR-ASPP's head adds two): the tiles named by class, and the class map.
+        logits = segmentation_logits(model)
+        extra = [logits] if logits is not None and _selectable(logits) else []
+        return ",".join(["conv", *extra, *(f"!{name}.*" for name in aux)])
     blocks = _numbered_blocks(model)
     if blocks is not None:
         return rf"re:^{re.escape(blocks)}\.\d+$"

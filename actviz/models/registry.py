@@ -16,7 +16,7 @@ import math
 import urllib.error
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -50,6 +50,7 @@ from actviz.models.pretrained import (
     _valid_weight_names,
 )
 from actviz.models.pretrained import _weights_enum as _weights_enum
+from actviz.models.segmentation import class_channel_names, segmentation_logits
 
 if TYPE_CHECKING:
     import torch
@@ -116,6 +117,10 @@ class LoadedModel:
     input_size: tuple[int, int]
     categories: list[str] | None
     device: torch.device
+    channel_names: dict[str, list[str]] = field(default_factory=dict)
+    """Module name -> the class name of each output channel (a segmentation model's heads)."""
+    segmentation: str | None = None
+    """The module whose output is a segmentation model's class logits (before upsampling)."""
 
 
 @dataclass(frozen=True)
@@ -246,14 +251,17 @@ def load_model(
     preprocess = Preprocessing.for_weights(
         transforms_from, input_size=input_size, in_chans=in_chans
     )
+    categories = _categories(transforms_from, module)
     return LoadedModel(
         name=name,
         module=module,
         weights=info,
         preprocess=preprocess,
         input_size=preprocess.crop_size,
-        categories=_categories(transforms_from, module),
+        categories=categories,
         device=torch_device,
+        channel_names=class_channel_names(module, categories),
+        segmentation=segmentation_logits(module),
     )
 
 
@@ -491,6 +499,10 @@ def _categories(weights: WeightsEnum | None, module: nn.Module) -> list[str] | N
 def _output_classes(module: nn.Module) -> int | None:
     from torch import nn
 
+    logits = segmentation_logits(module)
+    if logits is not None:  # the classes are the head's output channels
+        convs = [m for m in module.get_submodule(logits).modules() if isinstance(m, nn.Conv2d)]
+        return convs[-1].out_channels if convs else None
     last: nn.Linear | None = None
     for child in module.modules():
         if isinstance(child, nn.Linear):

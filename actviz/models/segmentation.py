@@ -1,0 +1,91 @@
+"""What a segmentation model's output means: which module gives the class logits, and the
+class of each of its channels.
+
+torchvision's segmentation models (FCN, DeepLabV3, LR-ASPP) end in a ``classifier`` head with
+one output channel per class; the model upsamples that output bilinearly to the input size and
+returns it as ``out`` (and ``aux`` from ``aux_classifier``). Hooks see the head, not the
+upsampled result, so the head is where class names belong and where the per-pixel class map
+can be computed from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from actviz.structure import type_names
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["class_channel_names", "segmentation_logits"]
+
+#: Model classes whose ``classifier`` (and ``aux_classifier``) heads give class logits.
+_SEGMENTATION_MODELS = frozenset({"_SimpleSegmentationModel", "LRASPP"})
+_HEADS = ("classifier", "aux_classifier")
+
+
+def segmentation_logits(model: nn.Module, head: str = "classifier") -> str | None:
+    """The module whose output is the model's class logits, before upsampling.
+
+    ``classifier.4`` for FCN and DeepLabV3 (the last convolution of the head, so the default
+    selector of convolutions captures it), ``classifier`` for LR-ASPP (its head adds two
+    convolutions' outputs). None for a model that is not a torchvision segmentation model.
+
+    Args:
+        model: Any ``nn.Module``.
+        head: ``classifier``, or ``aux_classifier`` for the auxiliary head.
+    """
+    from torch import nn
+
+    if not type_names(model) & _SEGMENTATION_MODELS:
+        return None
+    module = getattr(model, head, None)
+    if not isinstance(module, nn.Module):
+        return None
+    if isinstance(module, nn.Sequential) and len(module) and isinstance(module[-1], nn.Conv2d):
+        return f"{head}.{len(module) - 1}"
+    return head
+
+
+def class_channel_names(model: nn.Module, categories: Sequence[str] | None) -> dict[str, list[str]]:
+    """Module name -> the class name of each output channel, for modules whose channels
+    are a segmentation model's classes.
+
+    The heads themselves and every convolution in them with one output channel per class
+    (LR-ASPP's ``low_classifier`` and ``high_classifier`` add up to its logits).
+
+    Args:
+        model: Any ``nn.Module``; only torchvision segmentation models get names.
+        categories: The class names of the model's weights (``meta["categories"]``).
+
+    Returns:
+        An empty mapping when the model is not a segmentation model, there are no names, or
+        the heads' channels do not match them (a checkpoint with classes of its own).
+    """
+    from torch import nn
+
+    if not categories or not type_names(model) & _SEGMENTATION_MODELS:
+        return {}
+    names = [str(c) for c in categories]
+    found: dict[str, list[str]] = {}
+    for head in _HEADS:
+        logits = segmentation_logits(model, head)
+        module = getattr(model, head, None)
+        if logits is None or not isinstance(module, nn.Module):
+            continue
+        convs = {
+            f"{head}.{name}" if name else head: child
+            for name, child in module.named_modules()
+            if isinstance(child, nn.Conv2d) and child.out_channels == len(names)
+        }
+        if logits not in convs and logits != head:
+            continue  # the head's last layer has another number of channels
+        if logits == head and not convs:
+            continue
+        found[head] = names
+        for name in convs:
+            found[name] = names
+    if "classifier" not in found:
+        return {}
+    return found
