@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DrawOptions",
+    "Engine",
     "ExecutionOptions",
     "GradientOptions",
     "LoadOptions",
@@ -32,6 +33,7 @@ __all__ = [
     "TensorFormat",
 ]
 
+Engine = Literal["local", "ray"]
 Order = Literal["index", "mean", "max", "std"]
 Norm = Literal["channel", "layer", "shared"]
 TensorFormat = Literal["npy", "safetensors"]
@@ -165,6 +167,11 @@ class ExecutionOptions:
         channels_last: Run the model in channels-last memory format.
         resume: Skip images whose outputs an earlier run with the same settings completed.
         overwrite: Replace an earlier run's outputs in the output folder.
+        engine: ``local`` (this process), or ``ray``: the per-image summaries on a pool of
+            Ray actors (``workers`` of them; the ``ray`` extra), for ``stats`` and
+            ``top-images``.
+        ray_address: The Ray cluster to join (``auto``: the one ``ray start`` runs here);
+            None starts a local Ray instance.
     """
 
     batch_size: int = 8
@@ -173,12 +180,18 @@ class ExecutionOptions:
     channels_last: bool = False
     resume: bool = False
     overwrite: bool = False
+    engine: Engine = "local"
+    ray_address: str | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.workers < 0:
             raise UsageError("--batch-size must be at least 1 and --workers at least 0")
         if self.resume and self.overwrite:
             raise UsageError("--resume and --overwrite contradict each other; choose one")
+        if self.engine not in ("local", "ray"):
+            raise UsageError(f"unknown --engine '{self.engine}'; use local or ray")
+        if self.ray_address is not None and self.engine != "ray":
+            raise UsageError("--ray-address needs --engine ray")
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready, for the manifest."""

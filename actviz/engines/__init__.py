@@ -1,0 +1,20 @@
+"""Engines: where a folder's per-batch work runs. The local engine is the pipeline in
+:mod:`actviz.api` and needs nothing more; the Ray engine (the ``ray`` extra) runs the same
+per-batch summaries on a pool of actors and merges them into the same files. Importing this
+package never imports ray."""
+
+from __future__ import annotations
+
+from actviz.engines.ray_data import INSTALL_HINT, RayOptions, WorkerSpec, ray_batches, require_ray
+from actviz.engines.stats import ImageSummary, stats_on_ray, stats_summaries
+
+__all__ = [
+    "INSTALL_HINT",
+    "ImageSummary",
+    "RayOptions",
+    "WorkerSpec",
+    "ray_batches",
+    "require_ray",
+    "stats_on_ray",
+    "stats_summaries",
+]

@@ -1,0 +1,131 @@
+"""``actviz stats`` on the Ray engine: per-image layer statistics from actors, merged on the driver.
+
+An actor's work on a batch is the local engine's with pictures off: the same hooks, the same
+:func:`~actviz.render.draw_image` (which with ``grids=False`` computes each layer's statistics,
+layout and note and writes nothing), the same predictions. The driver fills in the run's
+:class:`~actviz.results.ImageResult` list as results come back, so the statistics files, the
+manifest and the report are written by the very code a local run uses.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from actviz.engines.ray_data import RayOptions, WorkerSpec, ray_batches
+
+if TYPE_CHECKING:
+    from actviz.models import LoadedModel
+    from actviz.options import RunOptions
+    from actviz.results import ImageResult, LayerResult, Prediction, Reporter
+
+__all__ = ["ImageSummary", "stats_on_ray", "stats_summaries"]
+
+
+@dataclass
+class ImageSummary:
+    """What an actor sends back for one image: small, picklable, no tensors."""
+
+    error: str | None = None
+    size: tuple[int, int] | None = None
+    layers: list[LayerResult] = field(default_factory=list)
+    predictions: list[Prediction] = field(default_factory=list)
+    never_ran: list[str] = field(default_factory=list)
+
+
+def stats_summaries(
+    loaded: LoadedModel, paths: list[Path], layers: list[str], *, top_k: int, capture: Any
+) -> list[tuple[int, ImageSummary]]:
+    """One batch: decode, forward with the hooks, per image its layers' statistics."""
+    import torch
+
+    from actviz.forward import top_k_predictions
+    from actviz.hooks import ActivationRecorder, eval_mode
+    from actviz.layouts import layer_contexts
+    from actviz.options import DrawOptions
+    from actviz.pipeline import decode_batches
+    from actviz.render import ImageJob, draw_image
+    from actviz.stats import stats_callback
+
+    module = loaded.module
+    contexts = layer_contexts(module, loaded.input_size)
+    decoded = [
+        d
+        for batch in decode_batches(paths, loaded.preprocess, batch_size=len(paths))
+        for d in batch
+    ]
+    out: list[tuple[int, ImageSummary]] = [
+        (d.index, ImageSummary(error=d.error)) for d in decoded if d.tensor is None
+    ]
+    good = [d for d in decoded if d.tensor is not None]
+    if not good:
+        return out
+    x = torch.stack([d.tensor for d in good if d.tensor is not None]).to(loaded.device)
+    with (
+        ActivationRecorder(module, layers, mode=capture) as recorder,
+        eval_mode(module),
+        torch.inference_mode(),
+    ):
+        logits = module(x)
+    never_ran = recorder.never_called()
+    options = DrawOptions(grids=False)
+    stats_fn = stats_callback(contexts)
+    for i, item in enumerate(good):
+        job = ImageJob(
+            captures=recorder.captures,
+            summaries=[],
+            index=i,
+            folder=PurePosixPath("."),
+            out_dir=Path("."),  # nothing is written with grids off
+            options=options,
+            contexts=contexts,
+            stats_fn=stats_fn,
+        )
+        summary = ImageSummary(
+            size=item.size,
+            layers=draw_image(job),
+            predictions=top_k_predictions(logits, i, loaded.categories, top_k),
+            never_ran=never_ran,
+        )
+        out.append((item.index, summary))
+    return out
+
+
+def stats_on_ray(
+    model: str,
+    names: list[str],
+    todo: list[ImageResult],
+    records: Any,
+    opts: RunOptions,
+    notify: Reporter,
+) -> set[str]:
+    """Fill in ``todo`` from actors as their summaries come back; record and report each.
+
+    Returns:
+        The selected modules that did not run.
+    """
+    from actviz.results import image_record
+
+    ex = opts.execution
+    spec = WorkerSpec(
+        model=model,
+        load=opts.load,
+        layers=tuple(names),
+        summarize=functools.partial(stats_summaries, top_k=opts.top_k, capture=opts.capture),
+    )
+    ray = RayOptions(address=ex.ray_address, workers=ex.workers or 2, batch_size=ex.batch_size)
+    never_ran: set[str] = set()
+    for pairs in ray_batches(spec, [r.path for r in todo], ray):
+        for index, summary in pairs:
+            result = todo[index]
+            if summary.error is not None:
+                result.status, result.error = "failed", summary.error
+            else:
+                result.size, result.layers = summary.size, summary.layers
+                result.predictions = summary.predictions
+                never_ran.update(summary.never_ran)
+            records.add(image_record(result))
+            notify.advance(result)
+    return never_ran
