@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
+import shutil
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
@@ -16,13 +20,18 @@ from actviz.render import (
     CENTER_LEVEL,
     GAP,
     HEADER_MIN_WIDTH,
+    LABEL,
     N_LEVELS,
     NONFINITE,
     SPARE,
     TEXT,
+    TILE_LABEL_SIZE,
     GridImage,
     colormap_lut,
+    digit_rows,
     is_signed,
+    line_height,
+    paste_text,
 )
 from actviz.render.grid import render_grid, render_vector
 
@@ -30,13 +39,24 @@ U8 = npt.NDArray[np.uint8]
 
 
 def tile(grid: GridImage, position: int) -> U8:
-    """The pixels of the tile at ``position`` in display order."""
+    """The pixels of the tile at ``position`` in display order (under its label band)."""
     _, columns = grid.grid_shape
     tile_h, tile_w = grid.tile_shape
+    pitch_h, pitch_w = grid.pitch
     row, column = divmod(position, columns)
-    top = grid.header_height + GAP + row * (tile_h + GAP)
-    left = GAP + column * (tile_w + GAP)
+    top = grid.header_height + GAP + grid.label_height + row * pitch_h
+    left = GAP + column * pitch_w
     return grid.indices[top : top + tile_h, left : left + tile_w]
+
+
+def label_band(grid: GridImage, position: int) -> U8:
+    """The pixels of the channel-label band above the tile at ``position``."""
+    _, columns = grid.grid_shape
+    pitch_h, pitch_w = grid.pitch
+    row, column = divmod(position, columns)
+    top = grid.header_height + GAP + row * pitch_h
+    left = GAP + column * pitch_w
+    return grid.indices[top : top + grid.label_height, left : left + pitch_w - GAP]
 
 
 def body(grid: GridImage) -> U8:
@@ -110,7 +130,8 @@ def test_channel_cap() -> None:
     assert grid.grid_shape == (4, 4)
     drawn = [not np.all(tile(grid, i) == BACKGROUND) for i in range(16)]
     assert all(drawn)
-    assert body(grid).shape[0] == GAP + 4 * (8 + GAP)
+    assert grid.label_height > 0 and grid.pitch[0] == grid.label_height + 8 + GAP
+    assert body(grid).shape[0] == GAP + 4 * grid.pitch[0]
 
 
 @pytest.mark.parametrize("max_channels", [0, -1])
@@ -125,19 +146,23 @@ def test_columns_geometry() -> None:
     act = np.random.default_rng(2).random((9, 8, 8)).astype(np.float32)
     grid = render_grid(act, title="t", min_tile=8)
     assert grid.upscale == 1 and grid.tile_shape == (8, 8) and grid.grid_shape == (3, 3)
-    grid_width = GAP + 3 * (8 + GAP)
+    # An 8-pixel tile is narrower than its label: the cell widens to the label.
+    band, (pitch_h, pitch_w) = grid.label_height, grid.pitch
+    assert pitch_h == band + 8 + GAP and pitch_w >= 8 + GAP
+    grid_width = GAP + 3 * pitch_w
     height, width = grid.indices.shape
-    assert height == grid.header_height + GAP + 3 * (8 + GAP)
+    assert height == grid.header_height + GAP + 3 * pitch_h
     assert width >= max(grid_width, HEADER_MIN_WIDTH)
     # Padding right of the tiles is plain background.
     assert np.all(body(grid)[:, grid_width:] == BACKGROUND)
     # Gaps between tiles are background.
-    assert np.all(body(grid)[:, GAP + 8 : GAP + 8 + GAP] == BACKGROUND)
-    assert np.all(body(grid)[GAP + 8 : GAP + 8 + GAP, :grid_width] == BACKGROUND)
+    cell_w = pitch_w - GAP
+    assert np.all(body(grid)[:, GAP + cell_w : GAP + pitch_w] == BACKGROUND)
+    assert np.all(body(grid)[GAP + band + 8 : GAP + pitch_h, :grid_width] == BACKGROUND)
 
     two = render_grid(act, title="t", min_tile=8, columns=2)
     assert two.grid_shape == (5, 2)
-    assert two.indices.shape[0] == two.header_height + GAP + 5 * (8 + GAP)
+    assert two.indices.shape[0] == two.header_height + GAP + 5 * two.pitch[0]
     # The tenth cell exists in the layout but is empty.
     assert np.all(tile(two, 9) == BACKGROUND)
     # More columns than channels: one row.
@@ -167,17 +192,92 @@ def test_non_square_maps_keep_their_aspect() -> None:
     act = np.random.default_rng(4).random((3, 14, 20)).astype(np.float32)
     grid = render_grid(act, title="t", min_tile=32)
     assert grid.upscale == 2 and grid.tile_shape == (28, 40)
-    assert body(grid).shape[0] == GAP + 2 * (28 + GAP)
+    assert grid.pitch == (grid.label_height + 28 + GAP, 40 + GAP)
+    assert body(grid).shape[0] == GAP + 2 * grid.pitch[0]
     assert not np.any(tile(grid, 0) == BACKGROUND)
 
 
-def test_canvas_is_wide_enough_for_a_long_title() -> None:
+def _text_rows(header: U8) -> int:
+    """How many separate runs of rows hold header text: the number of text lines."""
+    has_text = np.any(header == TEXT, axis=1).astype(np.int8)
+    return int(np.count_nonzero(np.diff(np.concatenate([[0], has_text])) == 1))
+
+
+def test_long_titles_and_notes_wrap_to_the_picture_width() -> None:
+    # A long title wraps instead of widening the picture (it used to widen it).
     short = render_grid(np.zeros((1, 4, 4)), title="t")
     assert short.indices.shape[1] == HEADER_MIN_WIDTH
     long = render_grid(np.zeros((1, 4, 4)), title="x" * 150)
-    assert long.indices.shape[1] > HEADER_MIN_WIDTH + 300
+    assert long.indices.shape[1] == HEADER_MIN_WIDTH
     header = long.indices[: long.header_height]
-    assert np.any(header[:, long.indices.shape[1] - 60 :] == TEXT)  # not cut off
+    assert np.any(header[:, HEADER_MIN_WIDTH - 60 :] == TEXT)  # lines run to the edge
+    assert _text_rows(header) == _text_rows(short.indices[: short.header_height]) + 3
+    assert long.header_height > short.header_height
+
+    # The header follows a grid wider than the minimum; a long note wraps to it.
+    act = np.random.default_rng(5).random((64, 28, 28)).astype(np.float32)
+    plain = render_grid(act, title="features.3  Sequential  (1, 28, 28, 192)")
+    note = "channels-last (28, 28, 192) drawn as 192 maps of 28 x 28 " * 3
+    noted = render_grid(act, title="features.3  Sequential  (1, 28, 28, 192)", notes=[note])
+    grid_width = GAP + 8 * plain.pitch[1]
+    assert plain.size[0] == noted.size[0] == grid_width > HEADER_MIN_WIDTH
+    assert _text_rows(noted.indices[: noted.header_height]) >= (
+        _text_rows(plain.indices[: plain.header_height]) + 3
+    )
+    np.testing.assert_array_equal(body(plain), body(noted))
+
+
+def test_header_digits_are_legible_at_one_to_one() -> None:
+    from actviz.render.legend import _INFO_SIZE, _LABEL_SIZE, _TITLE_SIZE, _text_mask
+
+    for size in (TILE_LABEL_SIZE, _LABEL_SIZE, _INFO_SIZE, _TITLE_SIZE):
+        masks = {d: _text_mask(d, size) for d in "0123456789"}
+        assert line_height(size) >= 12
+        for digit, mask in masks.items():
+            rows = np.nonzero(mask.any(axis=1))[0]
+            assert rows[-1] - rows[0] + 1 >= 8, (size, digit)  # glyphs 8+ pixels tall
+        for a, b in itertools.combinations("0123456789", 2):
+            first, second = masks[a], masks[b]
+            width = min(first.shape[1], second.shape[1])
+            differ = np.count_nonzero(first[:, :width] != second[:, :width])
+            assert differ >= 5, (size, a, b, differ)
+
+
+def test_every_tile_carries_its_channel_index() -> None:
+    act = np.random.default_rng(8).random((40, 7, 7)).astype(np.float32)
+    for grid in (
+        render_grid(act, title="t", max_channels=12, order="max"),
+        render_grid(act, title="t", max_channels=0),
+        render_grid(act[:3, :2, :2], title="t", min_tile=2),  # tiles narrower than labels
+    ):
+        for position, channel in enumerate(grid.channel_ids):
+            band = label_band(grid, position)
+            expected = np.full_like(band, BACKGROUND)
+            skip = digit_rows(TILE_LABEL_SIZE)[0]
+            paste_text(expected, str(channel), TILE_LABEL_SIZE, 0, 1, colour=LABEL, skip=skip)
+            np.testing.assert_array_equal(band, expected)
+            assert np.count_nonzero(band == LABEL) > 5
+            assert not np.any(tile(grid, position) == LABEL)  # labels never cover the map
+        assert not np.any(grid.indices[: grid.header_height] == LABEL)
+
+
+def test_explicit_channels_are_drawn_in_their_order() -> None:
+    act = np.stack([np.full((4, 4), float(v)) for v in range(6)]).astype(np.float32)
+    grid = render_grid(
+        act, title="t", norm="layer", min_tile=4, channels=[4, 0, 5], channels_note="chosen"
+    )
+    assert grid.channel_ids == (4, 0, 5) and grid.channels_shown == 3
+    assert [int(tile(grid, i)[0, 0]) for i in range(3)] == [
+        round(4 / 5 * (N_LEVELS - 1)),
+        0,
+        N_LEVELS - 1,
+    ]
+    # The explicit list wins over order and max_channels.
+    same = render_grid(act, title="t", order="std", max_channels=1, channels=[4, 0, 5])
+    assert same.channel_ids == (4, 0, 5)
+    for bad in ([], [6], [-1]):
+        with pytest.raises(ValueError, match="channels"):
+            render_grid(act, title="t", channels=bad)
 
 
 # --------------------------------------------------------------------------- colour mapping

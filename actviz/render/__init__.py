@@ -14,12 +14,16 @@ from actviz.render.draw import (
 from actviz.render.grid import Norm, render_grid, render_vector
 from actviz.render.legend import (
     HEADER_MIN_WIDTH,
+    TILE_LABEL_SIZE,
     Header,
+    digit_rows,
     fmt_value,
+    header_height,
     line_height,
     new_canvas,
     paste_text,
     text_width,
+    wrap_text,
 )
 from actviz.render.normalize import (
     BoolArray,
@@ -41,6 +45,7 @@ from actviz.render.overlay import blend, cam_panel, input_view, resized_size, up
 from actviz.render.palette import (
     BACKGROUND,
     CENTER_LEVEL,
+    LABEL,
     N_LEVELS,
     NONFINITE,
     SPARE,
@@ -51,7 +56,7 @@ from actviz.render.palette import (
     colormap_lut,
     palette_for,
 )
-from actviz.render.tiling import GAP, tile_grid
+from actviz.render.tiling import GAP, TileLayout, tile_grid, tile_layout
 
 __all__ = [
     "BACKGROUND",
@@ -64,15 +69,19 @@ __all__ = [
     "HEADER_MIN_WIDTH",
     "Header",
     "ImageJob",
+    "LABEL",
     "NONFINITE",
     "N_LEVELS",
     "Norm",
     "SPARE",
     "TEXT",
+    "TILE_LABEL_SIZE",
+    "TileLayout",
     "U8Array",
     "as_float32",
     "blend",
     "cam_panel",
+    "digit_rows",
     "channel_minmax",
     "check_choice",
     "check_clip",
@@ -82,6 +91,7 @@ __all__ = [
     "draw_image",
     "flat_percentiles",
     "fmt_value",
+    "header_height",
     "input_view",
     "is_signed",
     "line_height",
@@ -101,5 +111,7 @@ __all__ = [
     "text_width",
     "thumbnail_path",
     "tile_grid",
+    "tile_layout",
     "upsample",
+    "wrap_text",
 ]

@@ -20,6 +20,7 @@ writes files or imports ``matplotlib.pyplot``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal, get_args
 
 import numpy as np
@@ -58,7 +59,7 @@ from actviz.render.palette import (
     palette_for,
 )
 from actviz.render.palette import U8Array as U8Array
-from actviz.render.tiling import GAP, tile_grid
+from actviz.render.tiling import GAP, tile_grid, tile_layout
 
 # The array type aliases (U8Array, F32Array, F64Array) are imported as themselves above so that
 # annotations can keep taking them from this module; they are not part of the API.
@@ -88,6 +89,10 @@ def render_grid(
     cmap: str | None = None,
     min_tile: int = 32,
     columns: int | None = None,
+    channels: Sequence[int] | None = None,
+    channels_note: str | None = None,
+    notes: Sequence[str] = (),
+    channel_names: Sequence[str] | None = None,
 ) -> GridImage:
     """Draw a feature map as a grid of tiles, one per channel, under a header.
 
@@ -110,6 +115,15 @@ def render_grid(
         min_tile: Small maps are upscaled by an integer factor (nearest neighbour) until
             their longer side is at least this many pixels.
         columns: Tiles per row; None uses ``ceil(sqrt(k))``.
+        channels: Exactly these channels, in this order, instead of choosing them with
+            ``order`` and ``max_channels``: a choice made once for several pictures (for
+            example ranked over every image of a run) so that they show the same channels.
+        channels_note: How ``channels`` were chosen, for the header
+            (e.g. ``"sorted by max over 6 images"``).
+        notes: Further header lines (how the output was laid out, random weights, ...);
+            long lines wrap to the picture's width.
+        channel_names: A name per channel (a segmentation head's classes): each tile is
+            labelled ``index name`` instead of its index alone.
 
     Returns:
         The picture and a description of what it shows.
@@ -120,7 +134,8 @@ def render_grid(
     Centred (signed) pictures map ``[-m, m]`` with ``m = max|x|``, so 0 is the centre
     colour. With per-channel normalisation a constant channel (max == min, e.g. all zero)
     is drawn at level 0, or at the centre level when centred. NaN and infinite pixels are
-    drawn in ``NONFINITE`` and ignored when computing ranges and sort keys.
+    drawn in ``NONFINITE`` and ignored when computing ranges and sort keys. Every tile has
+    its channel index above it.
     """
     array = as_float32(act, "act")
     if array.ndim == 2:
@@ -152,7 +167,14 @@ def render_grid(
     layer_hi = float(channel_hi[has_finite].max()) if has_finite.any() else 0.0
 
     shown_count = total if max_channels <= 0 else min(total, max_channels)
-    if order == "index":
+    if channels is not None:
+        ids = np.asarray(channels, dtype=np.intp).reshape(-1)
+        if ids.size == 0 or ids.min() < 0 or ids.max() >= total:
+            raise ValueError(f"channels must be a non-empty list of indices below {total}")
+        shown_count = int(ids.size)
+        shown = array[ids]
+        shown_finite = None if finite is None else finite[ids]
+    elif order == "index":
         ids = np.arange(shown_count)
         shown = array[:shown_count]
         shown_finite = None if finite is None else finite[:shown_count]
@@ -223,16 +245,26 @@ def render_grid(
 
     upscale = max(1, math.ceil(min_tile / max(height, width)))
     columns_used = min(columns, shown_count) if columns else math.ceil(math.sqrt(shown_count))
-    body = tile_grid(levels, columns_used, upscale)
+    tile_labels = [
+        f"{int(i)} {channel_names[int(i)]}"
+        if channel_names is not None and int(i) < len(channel_names)
+        else str(int(i))
+        for i in ids
+    ]
+    body = tile_grid(levels, columns_used, upscale, tile_labels)
+    placed = tile_layout(height * upscale, width * upscale, tile_labels)
 
     count_text = f"{shown_count} of {total} channel{'' if total == 1 else 's'}"
-    if order != "index":
+    if channels is not None:
+        count_text += f", {channels_note}" if channels_note else ""
+    elif order != "index":
         count_text += f", sorted by {order}"
     header = Header(
         title=title,
         info=f"{count_text}  |  {description}  |  {range_text}",
         labels=labels,
         nonfinite=shown_finite is not None,
+        notes=tuple(notes),
     )
     canvas, header_height = new_canvas(body.shape[0], body.shape[1], header)
     canvas[header_height:, : body.shape[1]] = body
@@ -252,6 +284,8 @@ def render_grid(
         tile_shape=(height * upscale, width * upscale),
         grid_shape=(-(-shown_count // columns_used), columns_used),
         upscale=upscale,
+        label_height=placed.label_height,
+        pitch=placed.pitch,
     )
 
 
@@ -261,6 +295,8 @@ def render_vector(
     title: str,
     cmap: str | None = None,
     max_values: int = 4096,
+    value_range: tuple[float, float] | None = None,
+    notes: Sequence[str] = (),
 ) -> GridImage:
     """Draw a vector (pooled features, logits) as a heat strip wrapped into rows.
 
@@ -275,6 +311,9 @@ def render_vector(
         title: First header line.
         cmap: Matplotlib colormap name, or None for the automatic choice.
         max_values: Show the first this many values; 0 or negative shows all.
+        value_range: Fixed ``(low, high)`` instead of the vector's own range, so several
+            strips can share one scale.
+        notes: Further header lines, wrapped to the picture's width.
 
     Returns:
         The picture; ``channels_total`` is C and ``tile_shape`` the size of one cell.
@@ -298,6 +337,8 @@ def render_vector(
     finite: BoolArray | None = None if bool(finite_all.all()) else finite_all
     lo_all, hi_all = channel_minmax(array[None], None if finite is None else finite[None])
     lo, hi = (float(lo_all[0]), float(hi_all[0])) if lo_all[0] <= hi_all[0] else (0.0, 0.0)
+    if value_range is not None:
+        lo, hi = check_value_range(value_range)
 
     signed_data = range_is_signed(lo, hi)
     cmap_name, centred = choose_cmap(cmap, signed_data)
@@ -332,6 +373,7 @@ def render_vector(
     body_width = gutter + strip.shape[1] + GAP
 
     how = "symmetric about 0" if centred else "min-max"
+    scope = "one range" if value_range is None else "shared range"
     range_text = f"range [{fmt_value(lo)}, {fmt_value(hi)}]"
     labels = (
         (fmt_value(lo), "0", "+" + fmt_value(hi)) if centred else (fmt_value(lo), fmt_value(hi))
@@ -339,9 +381,10 @@ def render_vector(
     count_text = f"{shown_count} of {total} value{'' if total == 1 else 's'}"
     header = Header(
         title=title,
-        info=f"{count_text}  |  one range, {how}  |  {range_text}",
+        info=f"{count_text}  |  {scope}, {how}  |  {range_text}",
         labels=labels,
         nonfinite=shown_finite is not None,
+        notes=tuple(notes),
     )
     canvas, header_height = new_canvas(body_height, body_width, header)
     top = header_height + GAP
@@ -361,9 +404,10 @@ def render_vector(
         vmax=float(hi),
         cmap=cmap_name,
         signed=centred,
-        norm="layer",
+        norm="layer" if value_range is None else "shared",
         header_height=header_height,
         tile_shape=(_CELL, _CELL),
         grid_shape=(rows, per_row),
         upscale=1,
+        pitch=(_CELL_PITCH, _CELL_PITCH),
     )

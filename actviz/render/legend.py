@@ -1,7 +1,10 @@
-"""The header band at the top of every picture: title, description, colour bar and labels.
+"""The header band at the top of every picture: title, description, notes, colour bar, labels.
 
-Text is drawn with Pillow's default font as crisp glyph masks pasted into the palette-index
-canvas in ``TEXT``; fonts and glyph masks are cached, so a header costs little after the
+Text is drawn as crisp glyph masks pasted into the palette-index canvas in ``TEXT``, in DejaVu
+Sans (shipped with matplotlib; Pillow's scalable default font when it cannot be found), at
+sizes where every digit is told apart at 1:1. The header is as wide as the picture below it
+(never narrower than ``HEADER_MIN_WIDTH``) and long text wraps to that width instead of
+widening the picture. Fonts and glyph masks are cached, so a header costs little after the
 first picture. The colour bar shows the palette's levels from low to high, labelled with the
 range it stands for, and a ``NONFINITE`` swatch when the picture has NaN or infinite values.
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,23 +24,32 @@ from actviz.render.palette import BACKGROUND, N_LEVELS, NONFINITE, TEXT, U8Array
 
 __all__ = [
     "HEADER_MIN_WIDTH",
+    "TILE_LABEL_SIZE",
     "Header",
+    "digit_rows",
     "fmt_value",
+    "font",
+    "header_height",
     "line_height",
     "new_canvas",
     "paste_text",
     "text_width",
+    "wrap_text",
 ]
 
 HEADER_MIN_WIDTH = 420
-"""The picture is never narrower than this, so the header always fits."""
+"""The picture is never narrower than this, so the colour bar and short lines fit."""
+
+TILE_LABEL_SIZE = 12
+"""Font size of the channel index above each tile."""
 
 # Header layout (pixels).
 _PAD_X = 6
 _PAD_Y = 5
-_TITLE_SIZE = 13
+_TITLE_SIZE = 14
 _INFO_SIZE = 12
-_LABEL_SIZE = 11
+_LABEL_SIZE = 12
+_LINE_GAP = 1
 _BAR_WIDTH = 160
 _BAR_HEIGHT = 8
 
@@ -44,30 +57,48 @@ _BAR_HEIGHT = 8
 # --------------------------------------------------------------------------- text
 
 
+@functools.lru_cache(maxsize=1)
+def _font_path() -> str | None:
+    """DejaVu Sans from matplotlib's data: hinted for small sizes, and always installed."""
+    import os
+
+    import matplotlib
+
+    path = os.path.join(matplotlib.get_data_path(), "fonts", "ttf", "DejaVuSans.ttf")
+    return path if os.path.isfile(path) else None
+
+
 @functools.lru_cache(maxsize=8)
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+def font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    """The font every picture's text is drawn in, at ``size`` pixels."""
+    path = _font_path()
+    if path is not None:
+        try:
+            return ImageFont.truetype(path, size)
+        except OSError:
+            pass
     return ImageFont.load_default(size=size)
 
 
 @functools.lru_cache(maxsize=8)
 def line_height(size: int) -> int:
     """Height in pixels of one line of text at font ``size``."""
-    font = _font(size)
-    if isinstance(font, ImageFont.FreeTypeFont):
-        ascent, descent = font.getmetrics()
+    face = font(size)
+    if isinstance(face, ImageFont.FreeTypeFont):
+        ascent, descent = face.getmetrics()
         return int(ascent + descent)
-    return int(font.getbbox("Hg")[3]) + 1
+    return int(face.getbbox("Hg")[3]) + 1
 
 
-@functools.lru_cache(maxsize=2048)
+@functools.lru_cache(maxsize=4096)
 def _text_mask(text: str, size: int) -> BoolArray:
     """Boolean glyph mask of one line of text, ``line_height(size)`` pixels tall."""
-    font = _font(size)
-    width = max(1, math.ceil(font.getbbox(text, mode="1")[2]) + 2)
+    face = font(size)
+    width = max(1, math.ceil(face.getbbox(text, mode="1")[2]) + 2)
     image = Image.new("L", (width, line_height(size)), 0)
     draw = ImageDraw.Draw(image)
     draw.fontmode = "1"  # crisp, hinted glyphs: no anti-aliasing to threshold away
-    draw.text((0, 0), text, font=font, fill=255)
+    draw.text((0, 0), text, font=face, fill=255)
     mask = np.asarray(image) > 127
     mask.setflags(write=False)
     return mask
@@ -78,17 +109,84 @@ def text_width(text: str, size: int) -> int:
     return int(_text_mask(text, size).shape[1])
 
 
-def paste_text(canvas: U8Array, text: str, size: int, x: int, y: int) -> None:
-    """Draw ``text`` in ``TEXT`` with its top-left corner at ``(x, y)``, cut at the edges."""
+def paste_text(
+    canvas: U8Array, text: str, size: int, x: int, y: int, colour: int = TEXT, skip: int = 0
+) -> None:
+    """Draw ``text`` in ``colour`` with its top-left corner at ``(x, y)``, cut at the edges;
+    ``skip`` leaves out that many rows at the top of the line (blank above digits)."""
     if not text:
         return
-    mask = _text_mask(text, size)
+    mask = _text_mask(text, size)[skip:]
     height = min(mask.shape[0], canvas.shape[0] - y)
     width = min(mask.shape[1], canvas.shape[1] - x)
     if height <= 0 or width <= 0:
         return
     region = canvas[y : y + height, x : x + width]
-    region[mask[:height, :width]] = TEXT
+    region[mask[:height, :width]] = colour
+
+
+_SEPARATORS = re.compile(r"(  \|  |   )")
+
+
+@functools.lru_cache(maxsize=1024)
+def wrap_text(text: str, size: int, width: int) -> tuple[str, ...]:
+    """Break ``text`` into lines no wider than ``width`` pixels at font ``size``.
+
+    Parts separated by ``"  |  "`` or three spaces (the header's separators) are kept whole
+    on a line when they fit; otherwise lines break at spaces, and a word wider than a whole
+    line is cut between characters.
+    """
+    pieces = _SEPARATORS.split(text)
+    lines: list[str] = []
+    for i in range(0, len(pieces), 2):
+        part = pieces[i]
+        joined = f"{lines[-1]}{pieces[i - 1]}{part}" if lines else part
+        if lines and text_width(joined, size) <= width:
+            lines[-1] = joined
+        else:
+            lines.extend(_wrap_words(part, size, width))
+    return tuple(lines) if lines else ("",)
+
+
+def _wrap_words(text: str, size: int, width: int) -> list[str]:
+    lines: list[str] = []
+    line = ""
+    for word, space in re.findall(r"(\S+)(\s*)", text.strip()):
+        candidate = f"{line}{word}"
+        if not line or text_width(candidate, size) <= width:
+            line = candidate
+        else:
+            lines.append(line.rstrip())
+            line = word
+        while text_width(line, size) > width and len(line) > 1:
+            cut = _longest_prefix(line, size, width)
+            lines.append(line[:cut])
+            line = line[cut:]
+        line += space
+    lines.append(line.rstrip())
+    return lines
+
+
+def _longest_prefix(text: str, size: int, width: int) -> int:
+    """The most leading characters of ``text`` that fit in ``width`` (at least one)."""
+    low, high = 1, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if text_width(text[:middle], size) <= width:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+@functools.lru_cache(maxsize=8)
+def digit_rows(size: int) -> tuple[int, int]:
+    """The first and last rows of a line at font ``size`` that digits draw in."""
+    ink = np.zeros(line_height(size), dtype=bool)
+    for digit in "0123456789":
+        ink |= _text_mask(digit, size).any(axis=1)
+    rows = np.nonzero(ink)[0]
+    return (int(rows[0]), int(rows[-1])) if rows.size else (0, line_height(size) - 1)
 
 
 def fmt_value(value: float) -> str:
@@ -103,35 +201,54 @@ def fmt_value(value: float) -> str:
 
 @dataclass(frozen=True)
 class Header:
-    """What a header says: two lines of text and the colour bar's labels."""
+    """What a header says: a title, a description, notes, and the colour bar's labels.
+
+    Attributes:
+        title: The first line, larger: what the picture is (layer, type, shape).
+        info: What is shown and how it is scaled.
+        labels: Two (low, high) or three (low, centre, high) colour-bar labels.
+        nonfinite: Show the NaN/Inf swatch beside the colour bar.
+        notes: Further lines: how the output was laid out, random weights, all-zero maps.
+    """
 
     title: str
     info: str
-    labels: tuple[str, ...]  # two (low, high) or three (low, centre, high)
+    labels: tuple[str, ...]
     nonfinite: bool
+    notes: tuple[str, ...] = ()
 
 
-@functools.lru_cache(maxsize=1)
-def _header_rows() -> tuple[int, int, int, int, int]:
-    """``(title_y, info_y, bar_y, label_y, height)`` of the header band."""
-    title_y = _PAD_Y
-    info_y = title_y + line_height(_TITLE_SIZE) + 2
-    bar_y = info_y + line_height(_INFO_SIZE) + 4
-    label_y = bar_y + _BAR_HEIGHT + 1
-    height = label_y + line_height(_LABEL_SIZE) + 3
-    return title_y, info_y, bar_y, label_y, height
+@dataclass(frozen=True)
+class _Layout:
+    lines: tuple[tuple[str, int, int], ...]  # (text, size, y)
+    bar_y: int
+    label_y: int
+    height: int
 
 
 _NONFINITE_LEGEND = "NaN/Inf"
 
 
-def _header_width(header: Header) -> int:
-    widths = [
-        text_width(header.title, _TITLE_SIZE),
-        text_width(header.info, _INFO_SIZE),
-        _BAR_WIDTH + 20 + _BAR_HEIGHT + 4 + text_width(_NONFINITE_LEGEND, _LABEL_SIZE),
-    ]
-    return max(widths) + 2 * _PAD_X
+@functools.lru_cache(maxsize=256)
+def _layout(header: Header, width: int) -> _Layout:
+    """Where each wrapped line, the colour bar and its labels go in a header ``width`` wide."""
+    text_room = max(1, width - 2 * _PAD_X)
+    lines: list[tuple[str, int, int]] = []
+    y = _PAD_Y
+    blocks = [(header.title, _TITLE_SIZE), (header.info, _INFO_SIZE)]
+    blocks += [(note, _INFO_SIZE) for note in header.notes if note]
+    for text, size in blocks:
+        for line in wrap_text(text, size, text_room):
+            lines.append((line, size, y))
+            y += line_height(size) + _LINE_GAP
+    bar_y = y + 3
+    label_y = bar_y + _BAR_HEIGHT + 1
+    return _Layout(tuple(lines), bar_y, label_y, label_y + line_height(_LABEL_SIZE) + 3)
+
+
+def header_height(header: Header, width: int) -> int:
+    """Height in pixels of ``header`` drawn ``width`` pixels wide."""
+    return _layout(header, width).height
 
 
 def _colour_bar() -> U8Array:
@@ -139,12 +256,11 @@ def _colour_bar() -> U8Array:
     return np.broadcast_to(levels, (_BAR_HEIGHT, _BAR_WIDTH))
 
 
-def _draw_header(canvas: U8Array, header: Header) -> None:
-    title_y, info_y, bar_y, label_y, _ = _header_rows()
-    paste_text(canvas, header.title, _TITLE_SIZE, _PAD_X, title_y)
-    paste_text(canvas, header.info, _INFO_SIZE, _PAD_X, info_y)
+def _draw_header(canvas: U8Array, header: Header, layout: _Layout) -> None:
+    for text, size, y in layout.lines:
+        paste_text(canvas, text, size, _PAD_X, y)
 
-    bar_x = _PAD_X
+    bar_x, bar_y, label_y = _PAD_X, layout.bar_y, layout.label_y
     canvas[bar_y : bar_y + _BAR_HEIGHT, bar_x : bar_x + _BAR_WIDTH] = _colour_bar()
     low, *middle, high = header.labels
     paste_text(canvas, low, _LABEL_SIZE, bar_x, label_y)
@@ -161,10 +277,13 @@ def _draw_header(canvas: U8Array, header: Header) -> None:
         paste_text(canvas, _NONFINITE_LEGEND, _LABEL_SIZE, swatch_x + _BAR_HEIGHT + 4, legend_y)
 
 
-def new_canvas(body_height: int, body_width: int, header: Header) -> tuple[U8Array, int]:
-    """A BACKGROUND canvas with the header drawn; returns it and the header height."""
-    header_height = _header_rows()[4]
-    width = max(body_width, HEADER_MIN_WIDTH, _header_width(header))
-    canvas = np.full((header_height + body_height, width), BACKGROUND, dtype=np.uint8)
-    _draw_header(canvas, header)
-    return canvas, header_height
+def new_canvas(
+    body_height: int, body_width: int, header: Header, *, min_width: int = HEADER_MIN_WIDTH
+) -> tuple[U8Array, int]:
+    """A BACKGROUND canvas as wide as the body (at least ``min_width``) with the header
+    drawn, its text wrapped to that width; returns the canvas and the header height."""
+    width = max(body_width, min_width)
+    layout = _layout(header, width)
+    canvas = np.full((layout.height + body_height, width), BACKGROUND, dtype=np.uint8)
+    _draw_header(canvas, header, layout)
+    return canvas, layout.height

@@ -9,7 +9,6 @@ is written and ``matplotlib.pyplot`` is never used.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -214,18 +213,24 @@ def cam_panel(
     return out
 
 
-@functools.lru_cache(maxsize=1)
 def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    return ImageFont.load_default(size=_FONT_SIZE)
+    from actviz.render.legend import font
+
+    return font(_FONT_SIZE)
 
 
 def _fit(text: str, width: int, font: ImageFont.FreeTypeFont | ImageFont.ImageFont) -> str:
-    """Shorten ``text`` with an ellipsis until it fits in ``width`` pixels."""
+    """Shorten ``text`` with an ellipsis until it fits in ``width`` pixels, keeping its tail
+    from the last ``" ("`` (a class label's ``"(281) 42.0%"``) whole when that fits."""
     if font.getlength(text) <= width:
         return text
-    while text and font.getlength(text + "…") > width:
-        text = text[:-1]
-    return text + "…"
+    cut = text.rfind(" (")
+    head, tail = (text[:cut], text[cut:]) if cut > 0 else (text, "")
+    if tail and font.getlength("…" + tail) > width:
+        head, tail = text, ""
+    while head and font.getlength(head + "…" + tail) > width:
+        head = head[:-1]
+    return head + "…" + tail
 
 
 def _int_list(value: int | Sequence[int], name: str) -> list[int]:

@@ -9,7 +9,8 @@ be written as a mode ``"P"`` PNG. Palette layout:
 * ``BACKGROUND``: dark grey, used for gaps, padding and the header background.
 * ``TEXT``: near-white, used for header text only.
 * ``NONFINITE``: magenta, for NaN and infinite values.
-* ``SPARE``: unused (black), as is index 255.
+* ``SPARE``: unused (black).
+* ``LABEL``: light grey, for the channel index above each tile.
 
 Colormap tables and palettes are cached. Only ``matplotlib.colormaps`` is used, never
 ``matplotlib.pyplot``.
@@ -29,6 +30,7 @@ from PIL import Image
 __all__ = [
     "BACKGROUND",
     "CENTER_LEVEL",
+    "LABEL",
     "N_LEVELS",
     "NONFINITE",
     "SPARE",
@@ -52,11 +54,15 @@ NONFINITE = N_LEVELS + 2
 """Palette index of NaN and infinite values (magenta)."""
 SPARE = N_LEVELS + 3
 """Palette index kept free (black)."""
+LABEL = N_LEVELS + 4
+"""Palette index of the channel labels above tiles (light grey): text in the picture's body
+that is told apart from the header's ``TEXT``."""
 
 _BACKGROUND_RGB = (38, 38, 38)
 _TEXT_RGB = (235, 235, 235)
 _NONFINITE_RGB = (255, 0, 255)
 _SPARE_RGB = (0, 0, 0)
+_LABEL_RGB = (205, 205, 205)
 
 _DEFAULT_CMAP = "viridis"
 _DEFAULT_SIGNED_CMAP = "RdBu_r"
@@ -106,6 +112,9 @@ class GridImage:
         tile_shape: ``(height, width)`` in pixels of one tile (one cell for vectors).
         grid_shape: ``(rows, columns)`` of the tile layout.
         upscale: Integer nearest-neighbour upscaling factor applied to each map.
+        label_height: Pixels of the channel-index band above each tile (0: none).
+        pitch: ``(rows, columns)`` pixels from one tile to the next, gap and label included;
+            ``(0, 0)`` when unknown.
     """
 
     indices: U8Array
@@ -122,6 +131,8 @@ class GridImage:
     tile_shape: tuple[int, int] = (0, 0)
     grid_shape: tuple[int, int] = (0, 0)
     upscale: int = 1
+    label_height: int = 0
+    pitch: tuple[int, int] = (0, 0)
 
     @property
     def size(self) -> tuple[int, int]:
@@ -188,6 +199,7 @@ def palette_for(name: str) -> U8Array:
     palette[TEXT] = _TEXT_RGB
     palette[NONFINITE] = _NONFINITE_RGB
     palette[SPARE] = _SPARE_RGB
+    palette[LABEL] = _LABEL_RGB
     palette.setflags(write=False)
     return palette
 
