@@ -291,6 +291,9 @@ def _capture_and_render(
                 for i, (index, size, x_cpu) in enumerate(good):
                     result = todo[index]
                     result.size = size
+                    result.note = loaded.preprocess.fit_note(size, result.path) if size else None
+                    if result.note is not None:
+                        notify.warn(result.note)
                     result.predictions = top_k_predictions(logits, i, loaded.categories, opts.top_k)
                     job = _image_job(
                         shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
@@ -386,7 +389,11 @@ def _image_job(
         options=opts.draw,
         contexts=plan.contexts,
         ranges=ranges,
-        model_input=x_cpu if (opts.draw.overlay or opts.report or opts.gradients.cam) else None,
+        model_input=(
+            x_cpu
+            if opts.draw.overlay or opts.report or opts.gradients.cam or loaded.segmentation
+            else None
+        ),
         mean=loaded.preprocess.mean,
         std=loaded.preprocess.std,
         thumbnail=opts.report,
@@ -396,6 +403,8 @@ def _image_job(
         target=back.targets[i] if back.targets else None,
         cam_keys=back.cam_keys,
         class_cams={key: maps[i] for key, maps in back.class_maps.items()},
+        channel_names=loaded.channel_names,
+        segmentation=loaded.segmentation,
     )
 
 

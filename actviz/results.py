@@ -103,6 +103,8 @@ class ImageResult:
     predictions: list[Prediction] = field(default_factory=list)
     thumbnail: str | None = None
     gradient_flow: str | None = None
+    note: str | None = None
+    """What the model saw of an image it barely sees (a far-off aspect ratio, a tiny image)."""
 
 
 @dataclass
@@ -210,6 +212,7 @@ def image_record(result: ImageResult) -> dict[str, Any]:
         "size": list(result.size) if result.size else None,
         "thumbnail": result.thumbnail,
         "gradient_flow": result.gradient_flow,
+        "note": result.note,
         "predictions": [
             {"index": p.index, "label": p.label, "probability": _finite(p.probability)}
             for p in result.predictions
@@ -259,6 +262,7 @@ def reuse_earlier(
         result.status = "reused"
         result.size = tuple(earlier["size"]) if earlier.get("size") else None
         result.thumbnail = earlier.get("thumbnail")
+        result.note = earlier.get("note")
         result.predictions = [
             Prediction(p["index"], p["label"], nan_if_none(p["probability"]))
             for p in earlier["predictions"]

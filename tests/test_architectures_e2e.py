@@ -92,3 +92,59 @@ def test_all_skips_the_modules_that_never_run_with_one_warning(tmp_path: Path) -
     marked = {row["name"] for row in rows if row["selected"]}
     assert named not in marked and "encoder.layers.encoder_layer_0.mlp.0" in marked
     assert all(row["calls"] > 0 for row in rows if row["selected"])
+
+
+def test_segmentation_model_names_its_classes_and_draws_a_class_map(tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    image = make_image(tmp_path / "in" / "x.png", size=(180, 120))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        ["run", "lraspp_mobilenet_v3_large", str(image), "-w", "none", "-o", str(out), "-q"],
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["selector"] == "conv,classifier"
+    record = manifest["images"][0]
+    assert record["size"] == [180, 120] and record["note"] is None
+    head = next(x for x in record["layers"] if x["name"] == "classifier")
+    # The preset resizes 180x120 to 780x520 and does not crop; the head works at stride 8.
+    assert head["shape"] == [1, 21, 65, 98] and head["channels_total"] == 21
+
+    view = np.asarray(Image.open(out / "x" / "input.png").convert("RGB"))
+    assert view.shape == (520, 780, 3)
+    picture = np.asarray(Image.open(out / "x" / "segmentation.png").convert("RGB"))
+    assert picture.shape[1] > 780 and picture.shape[0] >= 520
+    # Under the title lines, the left part is the view, each pixel blended with its class's
+    # colour (or left alone for the background): it follows the input, it is not flat.
+    body = picture[-520:, :780].astype(int)
+    assert np.abs(body - view).mean() > 5
+    assert body.std() > 1
+
+
+def test_images_the_model_barely_sees_are_named_with_what_it_saw(tmp_path: Path) -> None:
+    from PIL import Image
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    Image.new("RGB", (900, 300), (200, 30, 30)).save(folder / "wide.png")
+    Image.new("RGB", (1, 1), (0, 200, 0)).save(folder / "dot.png")
+    make_image(folder / "photo.png", size=(64, 48))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        ["run", "resnet18", str(folder), "-w", "none", "-l", "conv1", "-o", str(out), "-q"],
+    )
+    assert result.exit_code == 0, result.output
+    wide = (
+        f"image {folder / 'wide.png'} is 900x300: the model saw a 224x224 centre crop of a "
+        "768x256 resize, i.e. 26% of the image"
+    )
+    dot = f"image {folder / 'dot.png'} is 1x1: upsampled 256x; the maps show no structure"
+    stderr = " ".join(result.stderr.split())  # rich may wrap long lines
+    assert wide in stderr and dot in stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    notes = {Path(i["path"]).name: i["note"] for i in manifest["images"]}
+    assert notes == {"wide.png": wide, "dot.png": dot, "photo.png": None}

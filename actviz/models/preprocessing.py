@@ -29,7 +29,7 @@ MAX_ASPECT = 4.0
 #: 256 -> 224 crop keeps 43%; a 3:1 panorama 26%).
 _SEEN_NOTE_BELOW = 0.3
 #: A note when an image is enlarged this many times or more.
-_UPSAMPLED_NOTE_FROM = 4.0
+_UPSAMPLED_NOTE_FROM = 8.0
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,10 @@ class ImageJob:
     target: int | None = None
     cam_keys: frozenset[str] = frozenset()
     class_cams: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    channel_names: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Module name -> the name of each output channel (a segmentation head's classes)."""
+    segmentation: str | None = None
+    """The module whose output is a segmentation model's class logits: ``segmentation.png``."""
 
 
 def render_activation(
@@ -116,10 +120,15 @@ def draw_image(job: ImageJob) -> list[LayerResult]:
         output.write_png(
             job.out_dir / thumbnail_path(job.folder), model_view(job), compress_level=1
         )
-    return [
+    layers = [
         _draw_layer(job, order, cap, output.layer_filename(order, cap.key, width=width))
         for order, cap in enumerate(captures)
     ]
+    if job.segmentation is not None and job.options.grids:
+        from actviz.render.segmentation import write_segmentation
+
+        write_segmentation(job)
+    return layers
 
 
 def model_view(job: ImageJob) -> Image.Image:
