@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ActvizError
-from actviz.forward import BatchForward, model_failure, shared_ranges, top_k_predictions
+from actviz.forward import (
+    BatchForward,
+    SharedScales,
+    model_failure,
+    shared_ranges,
+    top_k_predictions,
+)
 from actviz.gradients import backward, choose_cam_keys, write_flow_chart, write_run_flow_chart
 from actviz.models import LayerInfo, LayerListing, list_layers
 from actviz.options import GradientOptions, RunOptions
@@ -230,7 +236,7 @@ def _capture_and_render(
     on_cpu = loaded.device.type == "cpu"
     summarize = stats_callback(plan.contexts) if opts.stats and not on_cpu else None
     stats_in_threads = stats_callback(plan.contexts) if opts.stats and on_cpu else None
-    ranges: dict[str, tuple[float, float]] = {}
+    ranges = SharedScales()
     if opts.draw.norm == "shared":
         # One scale per layer for the whole run needs every image's range before drawing.
         with (
@@ -238,7 +244,17 @@ def _capture_and_render(
             eval_mode(plan.module),
         ):
             paths = [r.path for r in plan.results]
-            ranges = shared_ranges(forward, paths, recorder, opts.draw.clip)
+            draw = opts.draw
+            ranges = shared_ranges(
+                forward,
+                paths,
+                recorder,
+                draw.clip,
+                order=draw.order,
+                max_channels=draw.max_channels,
+                contexts=plan.contexts,
+                layout=draw.layout,
+            )
 
     notify.start(len(plan.results))
     for result in plan.results:
@@ -373,13 +389,16 @@ def _image_job(
     loaded: LoadedModel,
     plan: _Plan,
     opts: RunOptions,
-    ranges: Mapping[str, tuple[float, float]],
+    ranges: SharedScales,
     stats_fn: Any,
 ) -> ImageJob:
     """The drawing of image ``i`` of a batch, for a render thread."""
     back = batch.backward
     if opts.report:
         result.thumbnail = thumbnail_path(result.out_dir).as_posix()
+    target = back.targets[i] if back.targets else None
+    names = loaded.categories or []
+    label = names[target] if target is not None and target < len(names) else None
     return ImageJob(
         captures=batch.captures,
         summaries=batch.summaries,
@@ -388,7 +407,9 @@ def _image_job(
         out_dir=opts.out,
         options=opts.draw,
         contexts=plan.contexts,
-        ranges=ranges,
+        ranges=ranges.ranges,
+        shared_channels=ranges.channels,
+        shared_images=ranges.images,
         model_input=(
             x_cpu
             if opts.draw.overlay or opts.report or opts.gradients.cam or loaded.segmentation
@@ -400,9 +421,11 @@ def _image_job(
         gradients=back.gradients,
         gradient_grids=opts.gradients.grads,
         stats_fn=stats_fn,
-        target=back.targets[i] if back.targets else None,
+        target=target,
+        target_label=label,
         cam_keys=back.cam_keys,
         class_cams={key: maps[i] for key, maps in back.class_maps.items()},
+        random_weights=loaded.weights.random,
         channel_names=loaded.channel_names,
         segmentation=loaded.segmentation,
     )

@@ -22,6 +22,7 @@ __all__ = [
     "RunResult",
     "SilentReporter",
     "image_record",
+    "layer_notes",
     "reuse_earlier",
     "manifest",
 ]
@@ -88,6 +89,10 @@ class LayerResult:
     gradient_file: str | None = None
     cam_file: str | None = None
     channels: list[int] | None = None
+    cam_note: str | None = None
+    """Why the Grad-CAM map is all zero, when it is (``class: why; ...`` when only some of
+    several classes' maps are); ``gradient["zero"]`` and ``gradient["note"]`` say the same
+    of the gradient."""
 
 
 @dataclass
@@ -127,6 +132,16 @@ class RunResult:
     stats: dict[str, Any] | None = None
     report: Path | None = None
     gradient_flow: Path | None = None
+
+    @property
+    def notes(self) -> list[str]:
+        """What a person should know about the pictures (all-zero gradients and Grad-CAM
+        maps, with the reason), each once, with the first image it was seen in."""
+        seen: dict[str, str] = {}
+        for result in self.images:
+            for message in layer_notes(result):
+                seen.setdefault(message, result.out_dir.as_posix())
+        return [f"{message} (first in {where})" for message, where in seen.items()]
 
     @property
     def undrawable(self) -> dict[str, str]:
@@ -199,6 +214,7 @@ def manifest(result: RunResult) -> dict[str, Any]:
         "images": [image_record(r) for r in result.images],
         "skipped": [{"path": str(p), "reason": why} for p, why in result.skipped],
         "warnings": result.warnings,
+        "notes": result.notes,
         "undrawable": [{"layer": k, "reason": v} for k, v in result.undrawable.items()],
     }
 
@@ -240,10 +256,27 @@ def image_record(result: ImageResult) -> dict[str, Any]:
                 "gradient": layer.gradient,
                 "gradient_file": layer.gradient_file,
                 "cam": layer.cam_file,
+                "cam_note": layer.cam_note,
             }
             for layer in result.layers
         ],
     }
+
+
+def layer_notes(result: ImageResult) -> list[str]:
+    """One image's notes on its pictures: each all-zero gradient or Grad-CAM map, and why."""
+    notes = []
+    for layer in result.layers:
+        gradient = layer.gradient or {}
+        why = gradient.get("note")
+        if gradient.get("zero") and why is not None and why == layer.cam_note:
+            notes.append(f"{layer.key}: the gradient and the Grad-CAM map are all zero: {why}")
+            continue
+        if gradient.get("zero"):
+            notes.append(f"{layer.key}: the gradient is all zero" + (f": {why}" if why else ""))
+        if layer.cam_note:
+            notes.append(f"{layer.key}: the Grad-CAM map is all zero: {layer.cam_note}")
+    return notes
 
 
 def _finite(value: float) -> float | None:
@@ -290,6 +323,7 @@ def reuse_earlier(
                 gradient_file=x.get("gradient_file"),
                 cam_file=x.get("cam"),
                 channels=x.get("channels"),
+                cam_note=x.get("cam_note"),
             )
             for x in earlier["layers"]
         ]

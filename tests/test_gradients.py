@@ -535,3 +535,156 @@ def test_gradient_flow_png_is_a_readable_chart() -> None:
     assert png[:4] == b"\x89PNG"
     with pytest.raises(ValueError, match="2 norms for 3 layers"):
         gradient_flow_png(["a", "b", "c"], {"s": [1.0, 2.0]}, title="t")
+
+
+# --------------------------------------------------------------------------- class-token models
+
+
+def _tiny_vit(*, trained_head: bool) -> nn.Module:
+    """torchvision's ViT, tiny: 4 x 4 patches of 8 px, two blocks, a class-token readout.
+
+    Like every torchvision ViT its head is zero-initialised; ``trained_head`` fills it.
+    """
+    from torchvision.models import VisionTransformer
+
+    torch.manual_seed(0)
+    model = VisionTransformer(
+        image_size=32,
+        patch_size=8,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        mlp_dim=32,
+        num_classes=5,
+    )
+    if trained_head:
+        nn.init.normal_(cast(torch.Tensor, model.heads.head.weight), std=0.5)
+    model.eval()
+    return cast(nn.Module, model)
+
+
+BLOCK0, BLOCK1 = "encoder.layers.encoder_layer_0", "encoder.layers.encoder_layer_1"
+
+
+def test_patch_tokens_get_gradient_exactly_where_attention_follows() -> None:
+    from actviz.gradients.batch import patches_reach_readout
+    from actviz.structure import layer_contexts
+
+    model = _tiny_vit(trained_head=True)
+    contexts = layer_contexts(model)
+    names = [
+        "conv_proj",
+        BLOCK0,
+        f"{BLOCK1}.ln_1",
+        f"{BLOCK1}.ln_2",
+        BLOCK1,
+        "encoder.ln",
+    ]
+    result = compute_gradients(model, torch.randn(2, 3, 32, 32), names)
+    reach = {}
+    for name in names[1:]:  # token outputs: (B, 1 + 16, C)
+        gradient = result.captures[name].gradient
+        reach[name] = bool(gradient[:, 1:].any())
+        assert bool(gradient[:, :1].any())  # the class token always gets its gradient
+    assert reach == {name: patches_reach_readout(name, contexts) for name in names[1:]}
+    assert reach == {
+        BLOCK0: True,
+        f"{BLOCK1}.ln_1": True,
+        f"{BLOCK1}.ln_2": False,
+        BLOCK1: False,
+        "encoder.ln": False,
+    }
+    assert patches_reach_readout("conv_proj", contexts)
+
+
+def test_default_cam_layer_skips_outputs_no_attention_follows(tiny_net: nn.Module) -> None:
+    from types import SimpleNamespace
+
+    from actviz.gradients import choose_cam_keys
+    from actviz.structure import layer_contexts
+
+    contexts = layer_contexts(_tiny_vit(trained_head=False))
+
+    def cap(name: str, shape: tuple[int, ...]) -> SimpleNamespace:
+        return SimpleNamespace(key=name, module=name, kind="output", shape=shape)
+
+    captures = [cap("conv_proj", (1, 16, 4, 4)), cap(BLOCK0, (1, 17, 16)), cap(BLOCK1, (1, 17, 16))]
+    assert choose_cam_keys(captures, contexts, explicit=False) == {BLOCK0}
+    assert choose_cam_keys(captures, contexts, explicit=True) == {"conv_proj", BLOCK0, BLOCK1}
+    # A convolutional model keeps its last spatial output.
+    cnn = layer_contexts(tiny_net)
+    convs = [cap("stem.conv", (1, 4, 8, 8)), cap("block.conv", (1, 6, 8, 8))]
+    assert choose_cam_keys(convs, cnn, explicit=False) == {"block.conv"}
+
+
+def test_all_zero_gradients_and_cams_say_why() -> None:
+    from actviz.gradients import backward
+    from actviz.gradients.core import CLASS_TOKEN_NOTE
+    from actviz.structure import layer_contexts
+
+    x = torch.randn(2, 3, 32, 32)
+    names = ["a", "b", "c", "d", "e"]
+
+    # Random weights: the zero-initialised head makes every gradient zero.
+    model = _tiny_vit(trained_head=False)
+    contexts = layer_contexts(model)
+    captures, targets, ranked = backward(
+        model,
+        x,
+        [BLOCK0, BLOCK1],
+        target="top1",
+        categories=names,
+        cam_keys=frozenset({BLOCK0}),
+        cam_classes=1,
+        contexts=contexts,
+    )
+    for key in (BLOCK0, BLOCK1):
+        note = captures[key].note
+        assert note is not None and "heads.head" in note and "all-zero weights" in note
+    maps = ranked[BLOCK0]
+    assert [len(row) for row in maps] == [1, 1]
+    for row, target in zip(maps, targets, strict=True):
+        cam = row[0]
+        assert cam.index == target and cam.label == names[target]
+        assert cam.probability == pytest.approx(1 / 5)  # constant logits
+        assert not cam.cam.any() and cam.note == captures[BLOCK0].note
+
+    # A trained head: the last block's patches still get nothing (class-token readout),
+    # the block before it gets a map; each map carries its class and probability.
+    model = _tiny_vit(trained_head=True)
+    captures, targets, ranked = backward(
+        model,
+        x,
+        [BLOCK0, BLOCK1],
+        target="top1",
+        categories=names,
+        cam_keys=frozenset({BLOCK0, BLOCK1}),
+        cam_classes=1,
+        contexts=contexts,
+    )
+    assert captures[BLOCK1].note == CLASS_TOKEN_NOTE and captures[BLOCK0].note is None
+    with torch.no_grad():
+        probabilities = model(x).softmax(dim=1)
+    for i, target in enumerate(targets):
+        good, blank = ranked[BLOCK0][i][0], ranked[BLOCK1][i][0]
+        assert good.cam.max() == 1.0 and good.note is None
+        assert good.probability == pytest.approx(float(probabilities[i, target]), rel=1e-5)
+        assert good.caption == f"{names[target]} ({target}) {good.probability:.1%}"
+        assert not blank.cam.any() and blank.note == CLASS_TOKEN_NOTE
+
+    # Top classes side by side get the same notes.
+    _, _, ranked = backward(
+        model,
+        x,
+        [BLOCK1],
+        target="top1",
+        categories=None,
+        cam_keys=frozenset({BLOCK1}),
+        cam_classes=2,
+        contexts=contexts,
+    )
+    assert all(
+        c.note == CLASS_TOKEN_NOTE and c.name.startswith("class ")
+        for row in ranked[BLOCK1]
+        for c in row
+    )

@@ -147,3 +147,16 @@ def test_cam_panel_puts_labelled_panels_side_by_side() -> None:
     assert no_view.shape == (LABEL_HEIGHT + 48, 64, 3)
     with pytest.raises(ValueError, match="at least one"):
         cam_panel(view, [])
+
+
+def test_long_panel_labels_keep_their_class_index_and_probability() -> None:
+    from actviz.render.overlay import _fit, _font
+
+    font = _font()
+    label = "Greater Swiss Mountain dog (238) 1.2%"
+    short = _fit(label, 218, font)
+    assert short.startswith("Greater Swiss") and short.endswith("… (238) 1.2%")
+    assert font.getlength(short) <= 218 < font.getlength(label)
+    assert _fit("tabby (281) 42.0%", 400, font) == "tabby (281) 42.0%"
+    tiny = _fit("tabby (281) 42.0%", 40, font)  # no room for the tail: cut at the end
+    assert tiny.endswith("…") and font.getlength(tiny) <= 40

@@ -652,3 +652,44 @@ def test_clip_range_matches_numpy_percentiles() -> None:
     everything = np.concatenate(finite_rows)
     assert layer.vmin == pytest.approx(np.percentile(everything, 2))
     assert layer.vmax == pytest.approx(np.percentile(everything, 97.5))
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+
+@pytest.mark.slow
+def test_shared_norm_sorts_channels_once_for_every_image(tmp_path: Path) -> None:
+    from PIL import Image
+    from typer.testing import CliRunner
+
+    from actviz.cli import app
+
+    sample = Path(__file__).resolve().parent.parent / "sample_images"
+    images = [
+        shutil.copy(sample / src, tmp_path / f"{name}.jpg")
+        for name, src in (("a", "cat.jpg"), ("b", "coffee.jpg"))
+    ]
+    out = tmp_path / "out"
+    args = ["run", "resnet18", *map(str, images), "-w", "none", "-o", str(out), "-q"]
+    args += ["-l", "layer3.0.conv1", "--norm", "shared", "--sort", "max", "-c", "9"]
+    result = CliRunner().invoke(app, [*args, "--save-tensors"])
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "manifest.json").read_text())
+    saved = [np.load(out / name / "00_layer3.0.conv1.npy") for name in "ab"]  # (C, H, W)
+    # Ranked by each channel's largest value over both images, then shown to both.
+    peak = np.maximum(*(maps.reshape(maps.shape[0], -1).max(axis=1) for maps in saved))
+    expected = [int(i) for i in np.argsort(-peak, kind="stable")[:9]]
+    own = [
+        list(np.argsort(-m.reshape(m.shape[0], -1).max(axis=1), kind="stable")[:9]) for m in saved
+    ]
+    assert own[0] != own[1]  # the images alone would pick different channels
+    lo = min(float(m.min()) for m in saved)
+    hi = max(float(m.max()) for m in saved)
+    for name, maps in zip("ab", saved, strict=True):
+        layer = record["images"][[i["out_dir"] for i in record["images"]].index(name)]["layers"][0]
+        assert layer["channels"] == expected
+        with Image.open(out / name / "00_layer3.0.conv1.png") as png:
+            drawn = np.asarray(png)
+        reference = render_grid(maps, title="t", channels=expected, value_range=(lo, hi))
+        below = reference.indices.shape[0] - reference.header_height
+        np.testing.assert_array_equal(drawn[-below:], reference.indices[-below:])

@@ -53,6 +53,7 @@ class RichReporter:
         self.total = 0
         self._progress: Any = None
         self._task: Any = None
+        self._noted: set[str] = set()
 
     def warn(self, message: str) -> None:
         warn(message)
@@ -97,6 +98,14 @@ class RichReporter:
             err_console.print(
                 Text.assemble(("failed: ", "bold red"), str(result.path), f": {result.error}")
             )
+        from actviz.results import layer_notes
+
+        # Each all-zero gradient or Grad-CAM once, at the first image that shows it; the
+        # manifest lists them all.
+        for message in layer_notes(result):
+            if message not in self._noted:
+                self._noted.add(message)
+                warn(f"{message} (in {result.path.name})")
         if self._progress is not None:
             self._progress.advance(self._task)
             speed = self._progress.tasks[0].speed

@@ -29,18 +29,31 @@ CamLayout = Literal["nchw", "nhwc", "tokens"]
 
 @dataclass(frozen=True)
 class ClassCam:
-    """The Grad-CAM of one class for one image."""
+    """The Grad-CAM of one class for one image.
+
+    Attributes:
+        index: The class index.
+        label: The class name, when the model has names.
+        probability: The class's softmax probability for the image.
+        cam: ``(h, w)`` map in ``[0, 1]``.
+        note: Why the map is all zero, when it is and the reason is known.
+    """
 
     index: int
     label: str | None
     probability: float
     cam: torch.Tensor
+    note: str | None = None
+
+    @property
+    def name(self) -> str:
+        """``"tabby (281)"``, or ``"class 281"`` without a name."""
+        return f"{self.label} ({self.index})" if self.label is not None else f"class {self.index}"
 
     @property
     def caption(self) -> str:
-        """``"tabby 42.0%"`` (or ``"class 281 ..."`` without a name): a panel label."""
-        name = self.label if self.label is not None else f"class {self.index}"
-        return f"{name} {self.probability:.1%}"
+        """``"tabby (281) 42.0%"`` (or ``"class 281 42.0%"`` without a name): a panel label."""
+        return f"{self.name} {self.probability:.1%}"
 
 
 def class_cams(

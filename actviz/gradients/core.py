@@ -11,9 +11,9 @@ interact, so each image's gradient is that of its own target alone.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ModelError, UsageError
 from actviz.gradients.recorder import GradientCapture, GradientRecorder
@@ -24,10 +24,27 @@ if TYPE_CHECKING:
     from torch import nn
 
 __all__ = [
+    "CLASS_TOKEN_NOTE",
     "GradientResult",
     "compute_gradients",
+    "explain_zero_gradients",
     "resolve_targets",
+    "zero_cam_note",
+    "zero_classifier",
 ]
+
+CLASS_TOKEN_NOTE = (
+    "only the class token reaches the classifier: after the last attention layer the patch "
+    "tokens get no gradient; pick an earlier layer (the block before the last, or the last "
+    "block's ln_1)"
+)
+"""Why a token layer's patch gradients are zero in a model that classifies from its class
+token (torchvision's ViT)."""
+
+NO_EVIDENCE_NOTE = (
+    "no positive evidence for this class at this layer: the gradient-weighted sum of its "
+    "maps is nowhere above zero"
+)
 
 
 @dataclass
@@ -200,3 +217,70 @@ def _targets(
     for index in chosen:
         resolve_targets(logits[:1], index, None)  # the same range check and message
     return chosen
+
+
+def zero_classifier(model: nn.Module) -> str | None:
+    """The name of the model's classifier (its last leaf with a 2-D weight) when that weight
+    is all zero, so that no logit depends on the input; None otherwise.
+
+    torchvision zero-initialises the heads of its ViTs, so with random weights every
+    gradient of a ViT is zero.
+    """
+    import torch
+
+    last: tuple[str, torch.Tensor] | None = None
+    for name, module in model.named_modules():
+        weight = getattr(module, "weight", None)
+        leaf = next(iter(module.children()), None) is None
+        if leaf and isinstance(weight, torch.Tensor) and weight.ndim == 2:
+            last = (name, weight)
+    if last is None or last[1].is_meta or bool(last[1].detach().any()):
+        return None
+    return last[0]
+
+
+def explain_zero_gradients(
+    model: nn.Module, captures: Iterable[GradientCapture], contexts: Mapping[str, Any]
+) -> None:
+    """Set the note of each capture whose drawn gradient is all zero for some image, when
+    the reason is known: the output does not reach the loss (the recorder's own note), the
+    classifier's weights are all zero, or only the class token is read out (the patch
+    tokens of a token layer get nothing while the class token does).
+
+    The drawn positions are the patch tokens for a token layer, everything otherwise.
+    """
+    head: str | None = None
+    looked = False
+    for capture in captures:
+        if capture.note is not None:
+            continue
+        ctx = contexts.get(capture.module)
+        gradient = capture.gradient
+        prefix = _prefix_tokens(gradient, ctx)
+        drawn = gradient[:, prefix:] if prefix else gradient
+        rows = drawn.reshape(drawn.shape[0], -1) if drawn.ndim else drawn.reshape(1, -1)
+        if bool(rows.any(dim=1).all()):
+            continue
+        if not looked:
+            head, looked = zero_classifier(model), True
+        if head is not None:
+            capture.note = (
+                f"the classifier {head} has all-zero weights (zero-initialised, not trained), "
+                "so no logit depends on the input"
+            )
+        elif prefix and bool(gradient[:, :prefix].any()):
+            capture.note = CLASS_TOKEN_NOTE
+
+
+def _prefix_tokens(gradient: torch.Tensor, ctx: Any) -> int:
+    """How many class/register tokens lead a token layer's output (0 for other layouts)."""
+    grid = getattr(ctx, "token_grid", None)
+    prefix = int(getattr(ctx, "prefix_tokens", 0) or 0)
+    if grid is None or not prefix or gradient.ndim != 3:
+        return 0
+    return prefix if gradient.shape[1] == prefix + grid[0] * grid[1] else 0
+
+
+def zero_cam_note(gradient_note: str | None) -> str:
+    """Why a Grad-CAM map is all zero: its gradient's note, or no positive evidence."""
+    return gradient_note or NO_EVIDENCE_NOTE

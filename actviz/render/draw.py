@@ -56,6 +56,14 @@ class ImageJob:
     target: int | None = None
     cam_keys: frozenset[str] = frozenset()
     class_cams: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    shared_channels: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    """With ``--norm shared`` and a sort: per capture key, the channels every image shows."""
+    shared_images: int = 0
+    """How many images ``shared_channels`` were ranked over."""
+    target_label: str | None = None
+    """The name of class ``target``, when the model has names."""
+    random_weights: bool = False
+    """The model's weights are random: every picture's header says so."""
     channel_names: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """Module name -> the name of each output channel (a segmentation head's classes)."""
     segmentation: str | None = None
@@ -207,12 +215,18 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
             tensor_file=tensor_file,
         )
     title = f"{cap.key}   {cap.module_type}   {shape}"
-    if drawable.note:
-        title += f"   ({drawable.note})"
+    notes = _notes(job, drawable.note)
+    shared = opts.norm == "shared"
     if drawable.kind == "vector":
-        grid = render.render_vector(drawable.array, title=title, cmap=opts.cmap)
+        grid = render.render_vector(
+            drawable.array,
+            title=title,
+            cmap=opts.cmap,
+            value_range=job.ranges.get(cap.key) if shared else None,
+            notes=notes,
+        )
     else:
-        shared = opts.norm == "shared"
+        channels = _shared_channels(job, cap.key, drawable.array.shape[0])
         grid = render.render_grid(
             drawable.array,
             title=title,
@@ -222,13 +236,20 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
             value_range=job.ranges.get(cap.key) if shared else None,
             clip=opts.clip,
             cmap=opts.cmap,
+            channels=channels,
+            channels_note=(
+                f"sorted by {opts.order} over {_count(job.shared_images, 'image')}"
+                if channels is not None
+                else None
+            ),
+            notes=notes,
         )
     rel = job.folder / filename
     output.write_png(job.out_dir / rel, grid.to_pil(), compress_level=opts.png_compression)
     overlay_file = None
     if opts.overlay and drawable.kind == "maps":
-        overlay_file = _write_overlay(job, drawable.array, stem)
-    gradient, gradient_file, cam_file = _draw_gradient(job, cap, stem, title)
+        overlay_file = _write_overlay(job, cap, drawable.array, stem, title)
+    gradient, gradient_file, cam_file, cam_note = _draw_gradient(job, cap, stem, title)
     return LayerResult(
         **base,
         channels_shown=grid.channels_shown,
@@ -242,15 +263,49 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
         gradient=gradient,
         gradient_file=gradient_file,
         cam_file=cam_file,
+        cam_note=cam_note,
     )
+
+
+_RANDOM_NOTE = "random weights: an untrained model, so no learned features"
+
+
+def _notes(job: ImageJob, *lines: str | None) -> list[str]:
+    """Header lines under the description: these (when set), then random weights."""
+    notes = [line for line in lines if line]
+    if job.random_weights:
+        notes.append(_RANDOM_NOTE)
+    return notes
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _shared_channels(job: ImageJob, key: str, total: int) -> Sequence[int] | None:
+    """The channels chosen once for the run (``--norm shared`` with a sort), if any."""
+    if job.options.norm != "shared" or job.options.order == "index":
+        return None
+    chosen = job.shared_channels.get(key)
+    if not chosen or max(chosen) >= total:
+        return None  # not measured, or this image's output has fewer channels
+    return chosen
+
+
+def _class_name(index: int | None, label: str | None) -> str:
+    """``"class 281 (tabby)"``, or ``"class 281"`` without a name."""
+    return f"class {index} ({label})" if label is not None else f"class {index}"
 
 
 def _draw_gradient(
     job: ImageJob, cap: Capture, stem: str, title: str
-) -> tuple[dict[str, Any] | None, str | None, str | None]:
-    """The gradient grid and the Grad-CAM overlay of one layer, when they were asked for."""
+) -> tuple[dict[str, Any] | None, str | None, str | None, str | None]:
+    """The gradient grid and the Grad-CAM picture of one layer, when they were asked for.
+
+    Returns the gradient's record, the two files, and why the Grad-CAM is all zero (when it
+    is).
+    """
     import numpy as np
-    from PIL import Image
 
     from actviz import output
     from actviz.layouts import to_drawable
@@ -258,71 +313,154 @@ def _draw_gradient(
 
     captured = job.gradients.get(cap.key)
     if captured is None:
-        return None, None, None
+        return None, None, None, None
     opts = job.options
     ctx = job.contexts.get(cap.module)
     grad = captured.gradient[job.index]
     finite = grad[grad.isfinite()]
+    grad_maps = to_drawable(grad.numpy(), ctx, layout=opts.layout)
+    # All zero where it is drawn: for a token layer, the patch tokens.
+    drawn = grad_maps.array if grad_maps.array is not None else grad.numpy()
+    zero = not bool(np.any(drawn))
     info = {
         "norm": _json_number(captured.norms[job.index]),
         "min": _json_number(float(finite.min())) if finite.numel() else None,
         "max": _json_number(float(finite.max())) if finite.numel() else None,
         "mean": _json_number(float(finite.mean())) if finite.numel() else None,
         "target": job.target,
-        "note": captured.note,
+        "target_label": job.target_label,
+        "zero": zero,
+        "note": captured.note if zero else None,
     }
-    grad_maps = to_drawable(grad.numpy(), ctx, layout=opts.layout)
     gradient_file = None
     if job.gradient_grids and grad_maps.kind == "maps" and grad_maps.array is not None:
+        zero_note = None
+        if zero:
+            zero_note = "the gradient is all zero" + (f": {captured.note}" if captured.note else "")
         # Gradients are heavy-tailed: one scale per layer, clipped, diverging around 0.
         picture = render.render_grid(
             grad_maps.array,
-            title=f"{title}   gradient of logit {job.target}",
+            title=f"{title}   gradient of the logit of {_class_name(job.target, job.target_label)}",
             max_channels=opts.max_channels,
             order=opts.order,
             norm="layer",
             clip=opts.clip or (1.0, 99.0),
+            notes=_notes(job, grad_maps.note, zero_note),
         )
         rel = job.folder / f"{stem}_grad.png"
         output.write_png(job.out_dir / rel, picture.to_pil(), compress_level=opts.png_compression)
         gradient_file = rel.as_posix()
-    cam_file = None
+    cam_file, cam_note = None, None
     if (
         cap.key in job.cam_keys
         and job.model_input is not None
         and grad_maps.kind == "maps"
         and grad_maps.array is not None
     ):
-        from actviz.gradients.cam import grad_cam
-        from actviz.render.overlay import blend, cam_panel
+        cam_file, cam_note = _draw_cam(job, cap, captured, grad_maps.array, stem)
+    return info, gradient_file, cam_file, cam_note
 
-        view = model_view(job)
-        ranked = job.class_cams.get(cap.key)
-        if ranked:
-            pixels = cam_panel(view, [(c.caption, c.cam.numpy()) for c in ranked])
+
+def _draw_cam(
+    job: ImageJob, cap: Capture, captured: Any, grad_maps: np.ndarray, stem: str
+) -> tuple[str | None, str | None]:
+    """The Grad-CAM picture of one layer: the input and each class's map beside it, under a
+    header naming the layer, the classes and their probabilities, with a colour bar.
+
+    Returns the file and why a map is all zero (None when none is).
+    """
+    from actviz import output
+    from actviz.gradients.core import zero_cam_note
+    from actviz.layouts import to_drawable
+    from actviz.render.legend import Header
+    from actviz.render.overlay import cam_panel
+
+    ranked = job.class_cams.get(cap.key)
+    if ranked:
+        panels = [(c.caption, c.cam.numpy()) for c in ranked]
+        zeros = [(c.name, c.note or zero_cam_note(None)) for c in ranked if not c.cam.any()]
+        first = ranked[0]
+        if len(ranked) == 1:
+            what = (
+                f"{_class_name(first.index, first.label)}  |  probability {first.probability:.1%}"
+            )
         else:
-            acts = to_drawable(captured.activation[job.index].numpy(), ctx, layout=opts.layout)
-            if acts.array is None:
-                return info, gradient_file, None
-            heat = grad_cam(acts.array, grad_maps.array).numpy()
-            pixels = blend(view, heat, cmap="jet", alpha=0.5)
-        rel = job.folder / f"{stem}_cam.png"
-        output.write_png(job.out_dir / rel, Image.fromarray(np.asarray(pixels)), compress_level=1)
-        cam_file = rel.as_posix()
-    return info, gradient_file, cam_file
+            what = f"top {len(ranked)} classes, most likely first"
+    else:  # a layout the class maps cannot read: from the drawn maps
+        from actviz.gradients.cam import grad_cam
+
+        ctx = job.contexts.get(cap.module)
+        acts = to_drawable(captured.activation[job.index].numpy(), ctx, layout=job.options.layout)
+        if acts.array is None:
+            return None, None
+        heat = grad_cam(acts.array, grad_maps).numpy()
+        name = _class_name(job.target, job.target_label)
+        panels = [(name, heat)]
+        zeros = [(name, zero_cam_note(captured.note))] if not heat.any() else []
+        what = name
+    # One line when every map is blank for the same reason, else one per blank map.
+    if len({reason for _, reason in zeros}) == 1 and len(zeros) == len(panels):
+        cam_note = zeros[0][1]
+        zero_lines = [f"the Grad-CAM map is all zero: {cam_note}"]
+    else:
+        cam_note = "; ".join(f"{name}: {reason}" for name, reason in zeros) or None
+        zero_lines = [f"the Grad-CAM map of {name} is all zero: {reason}" for name, reason in zeros]
+    header = Header(
+        title=f"{cap.key}   {cap.module_type}   Grad-CAM",
+        info=f"{what}  |  each map scaled to its maximum",
+        labels=("0", "max"),
+        nonfinite=False,
+        notes=tuple(_notes(job, *zero_lines)),
+    )
+    pixels = cam_panel(_display_view(job), panels)
+    rel = job.folder / f"{stem}_cam.png"
+    output.write_png(job.out_dir / rel, _headed(pixels, header, "jet"), compress_level=1)
+    return rel.as_posix(), cam_note
+
+
+_MIN_VIEW = 160
+"""Views smaller than this (a 28 x 28 digit model) are enlarged for the blended pictures."""
+
+
+def _display_view(job: ImageJob) -> Image.Image:
+    """What the model saw, enlarged by a whole factor (nearest) when it is small."""
+    from PIL import Image
+
+    view = model_view(job)
+    factor = -(-_MIN_VIEW // max(view.size))
+    if factor > 1:
+        view = view.resize((view.width * factor, view.height * factor), Image.Resampling.NEAREST)
+    return view
+
+
+def _headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
+    """An RGB picture under a header whose colour bar shows ``cmap``."""
+    from PIL import Image
+
+    from actviz.render.legend import new_canvas
+    from actviz.render.palette import palette_for
+
+    height, width = pixels.shape[:2]
+    canvas, top = new_canvas(height, width, header)
+    rgb = palette_for(cmap)[canvas]
+    rgb[top:, :width] = pixels
+    return Image.fromarray(rgb)
 
 
 def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _write_overlay(job: ImageJob, maps: np.ndarray, stem: str) -> str | None:
-    """The layer's mean map (or one channel) blended over what the model saw."""
+def _write_overlay(
+    job: ImageJob, cap: Capture, maps: np.ndarray, stem: str, title: str
+) -> str | None:
+    """The layer's mean map (or one channel) blended over what the model saw, beside the
+    plain input, under a header with the layer, what is shown, its range and a colour bar."""
     import numpy as np
-    from PIL import Image
 
     from actviz import output
-    from actviz.render.overlay import blend
+    from actviz.render.legend import Header, fmt_value
+    from actviz.render.overlay import cam_panel
 
     if job.model_input is None:
         return None
@@ -335,9 +473,17 @@ def _write_overlay(job: ImageJob, maps: np.ndarray, stem: str) -> str | None:
         return None
     lo, hi = float(heat[finite].min()), float(heat[finite].max())
     heat = (heat - lo) / (hi - lo) if hi > lo else np.zeros_like(heat)
-    view = model_view(job)
+    what = f"channel {channel}" if channel is not None else f"mean of {maps.shape[0]} channels"
+    header = Header(
+        title=title,
+        info=f"{what} over the input  |  min-max  |  range [{fmt_value(lo)}, {fmt_value(hi)}]",
+        labels=(fmt_value(lo), fmt_value(hi)),
+        nonfinite=False,
+        notes=tuple(_notes(job)),
+    )
+    pixels = cam_panel(_display_view(job), [(what, heat)], cmap="inferno", alpha=0.55)
     rel = job.folder / f"{stem}_overlay.png"
-    picture = Image.fromarray(blend(view, heat, cmap="inferno", alpha=0.55))
+    picture = _headed(pixels, header, "inferno")
     output.write_png(job.out_dir / rel, picture, compress_level=job.options.png_compression)
     return rel.as_posix()
 
