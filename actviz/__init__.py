@@ -20,6 +20,7 @@ from actviz._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, render_activation, run
+    from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture
@@ -31,6 +32,7 @@ __all__ = [
     "ActvizError",
     "__version__",
     "capture",
+    "diff",
     "list_layers",
     "load_model",
     "render_activation",
@@ -42,6 +44,7 @@ __all__ = [
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
     "capture": "actviz.hooks",
+    "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
     "list_layers": "actviz.api",
     "load_model": "actviz.models",

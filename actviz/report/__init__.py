@@ -29,6 +29,7 @@ from actviz.report.blocks import (
 from actviz.report.charts import (
     DepthChart as DepthChart,
 )
+from actviz.report.diff import diff_page as diff_page
 from actviz.report.markup import (
     environment as environment,
 )

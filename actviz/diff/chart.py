@@ -1,0 +1,116 @@
+"""The similarity chart: CKA and cosine similarity against depth, the threshold, and the first
+divergent layer marked. Drawn on a matplotlib ``Figure`` with the Agg canvas directly (no
+pyplot state, no GUI backend); matplotlib is imported when a chart is drawn."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+
+__all__ = ["similarity_png"]
+
+
+def similarity_png(
+    layers: Sequence[str],
+    series: dict[str, Sequence[float | None]],
+    *,
+    threshold: float,
+    metric: str,
+    first_divergent: str | None,
+    title: str,
+    size: tuple[int, int] = (1000, 460),
+) -> bytes:
+    """Similarity against depth: one line per series (``cka``, ``cosine``), the threshold of
+    ``metric`` as a dashed line, and the first divergent layer as a red band and label.
+
+    Args:
+        layers: Layer names in depth order (the x axis).
+        series: Name -> one value per layer (None where it is not defined).
+        threshold: Where ``metric`` counts as divergent.
+        metric: The series the threshold applies to.
+        first_divergent: The layer to mark, or None.
+        title: The chart's title.
+        size: ``(width, height)`` in pixels.
+
+    Returns:
+        The PNG file's bytes.
+
+    Raises:
+        ValueError: If there are no layers, or a series has the wrong length.
+    """
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    if not layers:
+        raise ValueError("need at least one layer")
+    for name, values in series.items():
+        if len(values) != len(layers):
+            raise ValueError(f"series {name!r} has {len(values)} values for {len(layers)} layers")
+    fig = Figure(figsize=(size[0] / 100, size[1] / 100), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    depth = np.arange(len(layers))
+    styles = {
+        "cka": ("linear CKA", "#0a58ca", "o"),
+        "cosine": ("mean cosine similarity", "#2e7d32", "s"),
+    }
+    finite: list[float] = [threshold]
+    for name, values in series.items():
+        data = np.array([math.nan if v is None else float(v) for v in values], dtype=np.float64)
+        if not np.isfinite(data).any():
+            continue
+        finite.extend(float(v) for v in data[np.isfinite(data)])
+        label, colour, marker = styles.get(name, (name, None, "."))
+        bold = name == metric
+        ax.plot(
+            depth,
+            data,
+            color=colour,
+            marker=marker if len(layers) <= 60 else "",
+            markersize=4,
+            linewidth=2.0 if bold else 1.2,
+            label=f"{label}{' (thresholded)' if bold else ''}",
+        )
+    low = min(finite)
+    # Room below the lowest value for the first divergent layer's label.
+    bottom = max(-1.05, low - 0.12 * max(1.0 - low, 0.05))
+    ax.set_ylim(bottom, 1.0 + max(0.005, (1.0 - bottom) * 0.04))
+    ax.axhline(threshold, color="#b3261e", linestyle="--", linewidth=1)
+    ax.text(
+        0.005,
+        threshold,
+        f" threshold: {metric} {threshold:g}",
+        color="#b3261e",
+        va="bottom",
+        fontsize=8,
+        transform=ax.get_yaxis_transform(),
+    )
+    if first_divergent is not None and first_divergent in layers:
+        where = list(layers).index(first_divergent)
+        ax.axvspan(where - 0.5, where + 0.5, color="#b3261e", alpha=0.15, linewidth=0)
+        ax.annotate(
+            f"first divergent: {first_divergent}",
+            xy=(where, bottom),
+            xytext=(4, 6),
+            textcoords="offset points",
+            color="#b3261e",
+            fontsize=9,
+            fontweight="bold",
+            ha="left" if where < len(layers) * 0.6 else "right",
+        )
+    step = max(1, math.ceil(len(layers) / 40))  # about 40 names fit across 1000 px
+    ticks = depth[::step]
+    ax.set_xticks(ticks, [layers[i] for i in ticks], rotation=60, ha="right", fontsize=7)
+    ax.set_xlim(-0.5, len(layers) - 0.5)
+    ax.set_xlabel("layer (input side left, output side right)")
+    ax.set_ylabel("similarity of B to A")
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, axis="y", alpha=0.3)
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize=8, loc="best")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    return buffer.getvalue()
