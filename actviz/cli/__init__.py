@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from actviz.cli import commands as commands
+from actviz.cli import diff as diff
 from actviz.cli import examples as examples
 from actviz.cli.boundary import app, usage_error
 

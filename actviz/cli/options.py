@@ -381,3 +381,68 @@ NoReportOption = Annotated[
         "--no-report", help="Do not write the HTML report.", rich_help_panel="Diagnostics"
     ),
 ]
+
+# Options of `diff` only.
+AgainstOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--against",
+        metavar="CHECKPOINT",
+        help="Model B: MODEL (or --against-model) with this checkpoint file.",
+        rich_help_panel="Comparison",
+        show_default=False,
+    ),
+]
+
+AgainstModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--against-model",
+        metavar="NAME_OR_FACTORY",
+        help="Model B: another model with the same layer names (a torchvision name or "
+        "file.py:factory, which runs that code).",
+        rich_help_panel="Comparison",
+        show_default=False,
+    ),
+]
+
+AgainstWeightsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--against-weights",
+        metavar="W",
+        help="Weights of model B, as --weights takes them (default: the same as --weights).",
+        rich_help_panel="Comparison",
+        show_default=False,
+    ),
+]
+
+DiffMetricOption = Annotated[
+    Literal["cosine", "cka"],
+    typer.Option(
+        "--metric",
+        help="Which similarity --threshold applies to: cosine (per image) or cka (over the "
+        "images).",
+        rich_help_panel="Comparison",
+    ),
+]
+
+DiffThresholdOption = Annotated[
+    float,
+    typer.Option(
+        "--threshold",
+        help="The first layer whose --metric is below this is the first divergent layer.",
+        rich_help_panel="Comparison",
+    ),
+]
+
+DiffImagesOption = Annotated[
+    int,
+    typer.Option(
+        "--images",
+        min=0,
+        help="Difference pictures for the first N images only (0: none), so large folders "
+        "stay fast.",
+        rich_help_panel="Output",
+    ),
+]

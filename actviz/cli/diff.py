@@ -1,0 +1,250 @@
+"""``actviz diff``: compare two models (or two images) layer by layer.
+
+Results on stdout (the first divergent layer and the least similar layers: a rich table on a
+terminal, plain columns when piped, or ``diff.json`` with ``--json``); progress and the summary
+on stderr. Torch is imported inside the command, never here.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from actviz.cli.boundary import app, boundary, load_options, on_sigterm, state
+from actviz.cli.console import RichReporter, err_console, error, out_console
+from actviz.cli.options import (
+    AgainstModelOption,
+    AgainstOption,
+    AgainstWeightsOption,
+    AmpOption,
+    BatchSizeOption,
+    ChannelsLastOption,
+    DeviceOption,
+    DiffImagesOption,
+    DiffMetricOption,
+    DiffThresholdOption,
+    InChansOption,
+    InputsArg,
+    InputSizeOption,
+    JsonOption,
+    LayersOption,
+    MaxChannelsOption,
+    ModelArg,
+    NoReportOption,
+    OutOption,
+    OverwriteOption,
+    PngCompressionOption,
+    QuietOption,
+    TrustCheckpointOption,
+    WeightsOption,
+    WorkersOption,
+)
+from actviz.errors import ExitCode
+
+if TYPE_CHECKING:
+    from actviz.diff import DiffResult, LayerDiff
+    from actviz.results import ImageResult
+
+__all__ = ["diff"]
+
+
+@app.command()
+@boundary
+def diff(
+    model: ModelArg,
+    inputs: InputsArg,
+    against: AgainstOption = None,
+    against_model: AgainstModelOption = None,
+    against_weights: AgainstWeightsOption = None,
+    layers: LayersOption = None,
+    out: OutOption = Path("actviz-diff"),
+    weights: WeightsOption = "auto",
+    device: DeviceOption = "auto",
+    metric: DiffMetricOption = "cosine",
+    threshold: DiffThresholdOption = 0.99,
+    images: DiffImagesOption = 4,
+    max_channels: MaxChannelsOption = 16,
+    png_compression: PngCompressionOption = 1,
+    batch_size: BatchSizeOption = 8,
+    workers: WorkersOption = 0,
+    amp: AmpOption = False,
+    channels_last: ChannelsLastOption = False,
+    overwrite: OverwriteOption = False,
+    trust_checkpoint: TrustCheckpointOption = False,
+    input_size: InputSizeOption = None,
+    in_chans: InChansOption = 3,
+    no_report: NoReportOption = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Compare two models (or two images) layer by layer: CKA, cosine, relative L2.
+
+    Two models: MODEL with --weights A.pt against --against B.pt (or --against-model NAME).
+
+    Two images: MODEL IMAGE_A IMAGE_B, without --against.
+
+    Writes OUT/diff.json, OUT/similarity.png, OUT/diff.html, and A | B | B - A pictures.
+    """
+    from actviz.diff import DiffOptions
+    from actviz.diff import diff as run_diff
+    from actviz.options import ExecutionOptions
+
+    options = DiffOptions(
+        against=against,
+        against_model=against_model,
+        against_weights=against_weights,
+        layers=",".join(layers) if layers else None,
+        out=out,
+        metric=metric,
+        threshold=threshold,
+        images=images,
+        max_channels=max_channels,
+        report=not no_report,
+        png_compression=png_compression,
+        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
+        execution=ExecutionOptions(
+            batch_size=batch_size,
+            workers=workers,
+            amp=amp,
+            channels_last=channels_last,
+            overwrite=overwrite,
+        ),
+    )
+    signal.signal(signal.SIGTERM, on_sigterm)
+    reporter = _DiffReporter(quiet=quiet, status=state)
+    try:
+        result = run_diff(model, inputs, options, reporter=reporter)
+    finally:
+        reporter.stop()
+    if as_json:
+        out_console.print_json(result.record.read_text(encoding="utf-8"))
+    else:
+        print_diff(result)
+    if not quiet:
+        _summary(result)
+    if result.failed:
+        if len(result.failed) == len(result.images):
+            error(f"no image could be read ({len(result.failed)} failed); see messages above")
+            raise typer.Exit(int(ExitCode.ERROR))
+        raise typer.Exit(int(ExitCode.PARTIAL))
+
+
+class _DiffReporter(RichReporter):
+    """The run's progress bar; an interrupted diff has nothing to resume, so the message on
+    Ctrl-C says only how far it got."""
+
+    def start(self, total: int) -> None:
+        super().start(total)
+        self.status["progress"] = ""
+
+    def advance(self, result: ImageResult) -> None:
+        super().advance(result)
+        self.status["progress"] = f" after {self.done} of {self.total} images"
+
+
+def print_diff(result: DiffResult) -> None:
+    """The first divergent layer, the least similar layers, and what was written."""
+    metric, threshold = result.metric, result.threshold
+    first = next((x for x in result.layers if x.name == result.first_divergent), None)
+    if first is not None:
+        value = first.similarity(metric)
+        out_console.print(
+            Text.assemble(
+                ("first divergent layer: ", "bold red"),
+                (first.name, "bold"),
+                f" ({metric} {_fmt(value)} < {threshold:g})",
+            )
+        )
+    elif result.layers:
+        out_console.print(
+            Text.assemble(
+                ("no divergent layer: ", "bold green"),
+                f"{metric} >= {threshold:g} on all {len(result.layers)} layers",
+            )
+        )
+    lowest = result.lowest(5)
+    if lowest:
+        out_console.print(f"lowest {metric}:", markup=False)
+        columns = _COLUMNS if result.mode == "models" else [c for c in _COLUMNS if c != "cka"]
+        if out_console.is_terminal:
+            _table(lowest, columns, result.first_divergent)
+        else:
+            _plain(lowest, columns)
+    written = [result.record.name]
+    if result.chart is not None:
+        written.append(result.chart.name)
+    if result.report is not None:
+        written.append(result.report.name)
+    if result.pictures:
+        count = result.pictured
+        which = (
+            "the image pair"
+            if result.mode == "images"
+            else f"first {count} image{'s' if count != 1 else ''}"
+        )
+        written.append(f"{len(result.pictures)} difference pictures ({which})")
+    out_console.print(f"wrote {', '.join(written)} to {result.out}/", markup=False)
+
+
+_COLUMNS = ["layer", "type", "cka", "cosine", "rel_l2"]
+
+
+def _rows(layers: list[LayerDiff], columns: list[str]) -> list[list[str]]:
+    rows = []
+    for x in layers:
+        cells = {
+            "layer": x.name,
+            "type": x.module_type,
+            "cka": _fmt(x.cka),
+            "cosine": _fmt(x.cosine),
+            "rel_l2": _fmt(x.rel_l2, 3),
+        }
+        rows.append([cells[c] for c in columns])
+    return rows
+
+
+def _plain(layers: list[LayerDiff], columns: list[str]) -> None:
+    rows = [columns, *_rows(layers, columns)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    out_console.file.write("\n".join(lines) + "\n")
+
+
+def _table(layers: list[LayerDiff], columns: list[str], first: str | None) -> None:
+    table = Table()
+    for i, head in enumerate(columns):
+        table.add_column(head, justify="right" if i >= 2 else "left", overflow="fold")
+    for layer, row in zip(layers, _rows(layers, columns), strict=True):
+        table.add_row(*(Text(c) for c in row), style="bold red" if layer.name == first else None)
+    out_console.print(table)
+
+
+def _summary(result: DiffResult) -> None:
+    ok = len(result.images) - len(result.failed)
+    rate = ok / result.seconds if result.seconds > 0 else 0.0
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "images",
+        f"{ok} compared, {len(result.failed)} failed, {len(result.skipped)} non-image skipped",
+    )
+    table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
+    table.add_row("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}")
+    err_console.print(table)
+    for path, reason in result.skipped[:5]:
+        err_console.print(Text.assemble(("  skipped ", "yellow"), str(path), f": {reason}"))
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if digits == 4 else f"{value:.{digits}g}"
