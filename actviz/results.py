@@ -264,19 +264,29 @@ def image_record(result: ImageResult) -> dict[str, Any]:
 
 
 def layer_notes(result: ImageResult) -> list[str]:
-    """One image's notes on its pictures: each all-zero gradient or Grad-CAM map, and why."""
-    notes = []
+    """One image's notes on its pictures: each all-zero gradient or Grad-CAM map, and why;
+    layers with the same note are named together."""
+    found: dict[str, list[str]] = {}
     for layer in result.layers:
         gradient = layer.gradient or {}
         why = gradient.get("note")
         if gradient.get("zero") and why is not None and why == layer.cam_note:
-            notes.append(f"{layer.key}: the gradient and the Grad-CAM map are all zero: {why}")
-            continue
-        if gradient.get("zero"):
-            notes.append(f"{layer.key}: the gradient is all zero" + (f": {why}" if why else ""))
-        if layer.cam_note:
-            notes.append(f"{layer.key}: the Grad-CAM map is all zero: {layer.cam_note}")
-    return notes
+            messages = [f"the gradient and the Grad-CAM map are all zero: {why}"]
+        else:
+            messages = []
+            if gradient.get("zero"):
+                messages.append("the gradient is all zero" + (f": {why}" if why else ""))
+            if layer.cam_note:
+                messages.append(f"the Grad-CAM map is all zero: {layer.cam_note}")
+        for message in messages:
+            found.setdefault(message, []).append(layer.key)
+    return [f"{_names(keys)}: {message}" for message, keys in found.items()]
+
+
+def _names(keys: list[str]) -> str:
+    if len(keys) <= 3:
+        return ", ".join(keys)
+    return f"{keys[0]}, {keys[1]} and {len(keys) - 2} more layers"
 
 
 def _finite(value: float) -> float | None:

@@ -688,3 +688,41 @@ def test_all_zero_gradients_and_cams_say_why() -> None:
         for row in ranked[BLOCK1]
         for c in row
     )
+
+
+def test_notes_name_the_layers_that_share_them() -> None:
+    from pathlib import Path, PurePosixPath
+
+    from actviz.results import ImageResult, LayerResult, layer_notes
+
+    def layer(key: str, zero: bool, note: str | None, cam_note: str | None) -> LayerResult:
+        gradient = {"zero": zero, "note": note}
+        return LayerResult(
+            key,
+            key,
+            "Block",
+            1,
+            (1, 4),
+            0.0,
+            0.0,
+            0.0,
+            4,
+            4,
+            None,
+            gradient=gradient,
+            cam_note=cam_note,
+        )
+
+    result = ImageResult(Path("x.png"), PurePosixPath("x"))
+    result.layers = [
+        layer("a", True, "why", "why"),
+        layer("b", True, "why", "why"),
+        layer("c", True, "other", None),
+        layer("d", False, None, "no positive evidence"),
+        layer("e", False, None, None),
+    ]
+    assert layer_notes(result) == [
+        "a, b: the gradient and the Grad-CAM map are all zero: why",
+        "c: the gradient is all zero: other",
+        "d: the Grad-CAM map is all zero: no positive evidence",
+    ]
