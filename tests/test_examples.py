@@ -8,6 +8,7 @@ channel 2 is zero everywhere (dead), so every order, tie and location is known e
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from actviz.examples import (
     top_images,
 )
 from actviz.examples.fields import field_from_boxes
-from actviz.examples.sheets import SheetTile
+from actviz.examples.sheets import SheetTile, encode_png
 from actviz.examples.topk import layer_candidates
 from actviz.render.legend import Header
 
@@ -402,6 +403,9 @@ def test_contact_sheet_has_its_tiles_labels_and_header() -> None:
     assert light.sum() > 200  # the title and info text
     below = sheet[np.nonzero(np.all(sheet == colours[0], axis=2))[0].max() + 1 :]
     assert np.all(below > 200, axis=2).sum() > 50  # the score and file name under each tile
+    # Written losslessly by the sheets' own PNG encoder.
+    back = np.asarray(Image.open(io.BytesIO(encode_png(sheet))).convert("RGB"))
+    assert np.array_equal(back, sheet)
 
 
 def test_written_sheet_and_overview(lamps_run: Any) -> None:

@@ -27,7 +27,8 @@ from actviz.examples.sheets import (
     SheetTile,
     contact_sheet,
     crop_view,
-    cut_tile,
+    cut_tiles,
+    encode_png,
     heat_scales,
     overview,
     score_text,
@@ -133,21 +134,31 @@ def _cut_tiles(
     plan_of = {plan.key: plan for plan in group}
 
     def cut(view: Any, path: str) -> None:
-        crops: dict[tuple[int, int, int, int], Any] = {}
+        # Entries that share a field and a window origin (channels peaking in the same cell,
+        # or every cell of a layer that sees the whole image) share one crop and are blended
+        # together.
+        groups: dict[tuple[str, tuple[int, int, int, int], tuple[int, int]], list[Any]] = {}
         for key, c, slot in wanted[path]:
-            top, plan = tops[key], plan_of[key]
+            top = tops[key]
             y, x = int(top.ys[c, slot]), int(top.xs[c, slot])
-            box = plan.receptive.box(y, x)
-            if box not in crops:  # channels peaking in the same field share one crop
+            origin = (int(top.origin[c, slot, 0]), int(top.origin[c, slot, 1]))
+            box = plan_of[key].receptive.box(y, x)
+            groups.setdefault((key, box, origin), []).append((c, slot, y, x))
+        crops: dict[tuple[int, int, int, int], Any] = {}
+        for (key, box, origin), entries in groups.items():
+            if box not in crops:
                 crops[box] = crop_view(view, box, tile)
-            tiles[key][c, slot] = cut_tile(
+            top = tops[key]
+            channels = np.array([e[0] for e in entries])
+            slots = np.array([e[1] for e in entries])
+            tiles[key][channels, slots] = cut_tiles(
                 crops[box],
-                plan,
-                y,
-                x,
-                top.heat[c, slot],
-                (int(top.origin[c, slot, 0]), int(top.origin[c, slot, 1])),
-                float(scales[key][c]),
+                plan_of[key],
+                box,
+                origin,
+                [(e[2], e[3]) for e in entries],
+                top.heat[channels, slots],
+                scales[key][channels],
                 tile=tile,
                 cmap=options.cmap,
             )
@@ -194,8 +205,6 @@ def _write_layer(
     categories: Sequence[str] | None,
 ) -> LayerFiles:
     """One contact sheet per channel and the overview, composed and written in threads."""
-    from PIL import Image
-
     from actviz import output
 
     scales = heat_scales(top)
@@ -205,22 +214,24 @@ def _write_layer(
     slots = top.scores.shape[1]
     # What every sheet of the layer says, drawn once and then found in the text cache.
     info = (
-        f"best {slots} of {top.images} images by the {kind} of the channel's "
-        f"{plan.height} x {plan.width} map; crops: receptive field of the maximum, "
-        f"{field_h} x {field_w} px{whole}"
+        f"score: the {kind} of the channel's {plan.height} x {plan.width} map; crops: the "
+        f"receptive field of its maximum, {field_h} x {field_w} px{whole}; heat: 0 to the "
+        "channel's highest value"
     )
 
     def write(rel: str, pixels: np.ndarray) -> None:
-        output.write_png(out / rel, Image.fromarray(pixels), compress_level=options.png_compression)
+        output.write_bytes(out / rel, encode_png(pixels, options.png_compression))
 
-    def sheet(c: int, rel: str, status: str) -> None:
+    # The header every sheet of the layer shares, drawn once; the channel's own line under it.
+    header = Header(
+        title=f"{plan.key}   top {slots} images of {top.images}, by the {kind} of each map",
+        info=info,
+        labels=("0", "max"),
+        nonfinite=False,
+    )
+
+    def sheet(c: int, rel: str, status: tuple[str, ...]) -> None:
         count = int(top.valid[c].sum())
-        header = Header(
-            title=f"{plan.key}   channel {c}   {status}",
-            info=info,
-            labels=("0", fmt_value(float(scales[c]))),
-            nonfinite=False,
-        )
         items = [
             SheetTile(
                 tiles[c, slot],
@@ -229,7 +240,11 @@ def _write_layer(
             )
             for slot in range(count)
         ]
-        write(rel, contact_sheet(items, header, tile=options.tile, cmap=options.cmap))
+        subtitle = (f"channel {c}", f"heat 0 to {fmt_value(float(scales[c]))}", *status)
+        picture = contact_sheet(
+            items, header, subtitle=subtitle, tile=options.tile, cmap=options.cmap
+        )
+        write(rel, picture)
 
     sheets = []
     with ThreadPoolExecutor(2, thread_name_prefix="actviz-sheets") as pool:
@@ -248,7 +263,7 @@ def _write_layer(
             labels.append(f"max {score_text(float(top.scores[c, 0]))}" if top.valid[c, 0] else "")
             rows.append(Row(tuple(labels), [tiles[c, s] for s in range(int(top.valid[c].sum()))]))
         header = Header(
-            title=f"{plan.key}   best {slots} images of channels 0-{shown - 1} of {top.channels}",
+            title=f"{plan.key}   top {slots} images of channels 0-{shown - 1} of {top.channels}",
             info=(
                 f"each row a channel, best image first, by the {kind} of its map; crops: "
                 f"receptive field of the maximum, {field_h} x {field_w} px{whole}; heat scaled "
@@ -265,15 +280,15 @@ def _write_layer(
     return LayerFiles(folder=folder, overview=rel_overview, sheets=tuple(sheets))
 
 
-def _status(top: LayerTop, channel: int, categories: Sequence[str] | None) -> str:
-    """A channel's health in a few words, for its sheet's title."""
+def _status(top: LayerTop, channel: int, categories: Sequence[str] | None) -> tuple[str, ...]:
+    """A channel's health in a few phrases, for its sheet."""
     health = channel_health(top, channel)
     if health["dead"]:
-        words = f"DEAD: never above zero in {top.images} images"
+        words = [f"DEAD: never above zero in {top.images} images"]
     else:
-        words = f"active in {health['active_frac']:.0%} of images"
+        words = [f"active in {health['active_frac']:.0%} of images"]
     chosen = selectivity(top, channel, categories)
     if chosen is not None:
         name = chosen.label if chosen.label is not None else f"class {chosen.index}"
-        words += f"; {chosen.count} of {int(top.valid[channel].sum())} predicted {name}"
-    return words
+        words.append(f"{chosen.count} of {int(top.valid[channel].sum())} predicted {name}")
+    return tuple(words)
