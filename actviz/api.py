@@ -159,7 +159,12 @@ def _select(
     from actviz.models.listing import skip_modules_that_never_run
     from actviz.selectors import select_layers
 
-    selector = opts.layers if opts.layers is not None else default_selector(loaded.module)
+    if opts.layers is not None:
+        selector = opts.layers
+    elif opts.capture == "attn":  # attention maps come from the attention modules
+        selector = "MultiheadAttention"
+    else:
+        selector = default_selector(loaded.module)
     names = select_layers(layer_refs(loaded.module), selector, model=model)
     # What the selector swept in but the forward never calls would only draw nothing.
     shape = (1, loaded.preprocess.channels, *loaded.input_size)
@@ -230,6 +235,14 @@ def _capture_and_render(
     from actviz.hooks import ActivationRecorder, eval_mode
 
     ex = opts.execution
+    if ex.engine == "ray":
+        from actviz.engines import stats_on_ray
+
+        notify.start(len(plan.results))
+        for result in plan.results:
+            if result.status == "reused":
+                notify.advance(result)
+        return stats_on_ray(model, plan.names, plan.todo, plan.records, opts, notify)
     forward = BatchForward(loaded, plan.module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
     # Statistics are computed where the activation is: on an accelerator inside the hook,
     # before the copy; on the CPU in the render threads, where they run in parallel.
@@ -300,9 +313,9 @@ def _capture_and_render(
                         backward_pass = _backward(
                             model, loaded, plan, x, todo[good[0][0]].path, cam_keys, grads
                         )
-                shared = _BatchCaptures(
-                    captures, [summaries(recorder[cap.key]) for cap in captures], backward_pass
-                )
+                # With statistics on, each image's min, max and mean come from them.
+                minmax = [] if opts.stats else [summaries(recorder[c.key]) for c in captures]
+                shared = _BatchCaptures(captures, minmax, backward_pass)
                 futures = []
                 for i, (index, size, x_cpu) in enumerate(good):
                     result = todo[index]
@@ -470,6 +483,7 @@ def _write(
             "png_compression": opts.draw.png_compression,
             "resume": ex.resume,
             "overwrite": ex.overwrite,
+            "engine": ex.engine,
         },
         render=opts.draw.describe(),
         stats=stats_doc,

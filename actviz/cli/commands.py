@@ -35,6 +35,7 @@ from actviz.cli.options import (
     ClipOption,
     CmapOption,
     DeviceOption,
+    EngineOption,
     FailOnOption,
     GradsOption,
     InChansOption,
@@ -54,6 +55,7 @@ from actviz.cli.options import (
     OverwriteOption,
     PngCompressionOption,
     QuietOption,
+    RayAddressOption,
     ResumeOption,
     SaveTensorsOption,
     SortOption,
@@ -170,6 +172,8 @@ def stats(
     device: DeviceOption = "auto",
     batch_size: BatchSizeOption = 8,
     workers: WorkersOption = 0,
+    engine: EngineOption = "local",
+    ray_address: RayAddressOption = None,
     amp: AmpOption = False,
     channels_last: ChannelsLastOption = False,
     resume: ResumeOption = False,
@@ -207,6 +211,8 @@ def stats(
             channels_last=channels_last,
             resume=resume,
             overwrite=overwrite,
+            engine=engine,
+            ray_address=ray_address,
         ),
     )
     _execute(model, inputs, options, fail_on=fail_on, as_json=as_json, quiet=quiet)

@@ -30,6 +30,7 @@ __all__ = [
     "BatchSizeOption",
     "ChannelsLastOption",
     "DeviceOption",
+    "EngineOption",
     "FailOnOption",
     "InChansOption",
     "InputSizeOption",
@@ -40,6 +41,7 @@ __all__ = [
     "OutOption",
     "OverwriteOption",
     "QuietOption",
+    "RayAddressOption",
     "ResumeOption",
     "ThresholdOption",
     "TrustCheckpointOption",
@@ -111,8 +113,37 @@ WorkersOption = Annotated[
         "--workers",
         "-j",
         min=0,
-        help="Decoding processes (0: one background thread).",
+        help=(
+            "Decoding processes (0: one background thread); with --engine ray, the actor pool "
+            "size (0: 2)."
+        ),
         rich_help_panel="Speed",
+    ),
+]
+
+EngineOption = Annotated[
+    Literal["local", "ray"],
+    typer.Option(
+        "--engine",
+        help=(
+            "local: this process; ray: per-image summaries on a pool of Ray actors, merged into "
+            "the same files (pip install 'actviz[ray]')."
+        ),
+        rich_help_panel="Speed",
+    ),
+]
+
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        metavar="ADDR",
+        help=(
+            "With --engine ray: the cluster to join (auto: the one `ray start` runs here); "
+            "without it, a local Ray instance is started."
+        ),
+        rich_help_panel="Speed",
+        show_default=False,
     ),
 ]
 
@@ -205,10 +236,14 @@ ThresholdOption = Annotated[
 
 # Options of `run` only.
 CaptureOption = Annotated[
-    Literal["output", "input", "both"],
+    Literal["output", "input", "both", "attn"],
     typer.Option(
         "--capture",
-        help="Draw each layer's output, its input (forward pre-hook), or both.",
+        help=(
+            "Draw each layer's output, its input (forward pre-hook), both, or attn: each "
+            "head's attention from the class token to the patches, for layers that are or "
+            "hold an nn.MultiheadAttention (ViT encoder blocks)."
+        ),
         rich_help_panel="Layers",
     ),
 ]

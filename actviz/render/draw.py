@@ -166,15 +166,18 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
     assert cap.tensor is not None  # the pipeline records tensors
     sample = cap.tensor[job.index]
     shape = (1, *sample.shape)
-    lo, hi, mean = job.summaries[order][job.index]
     stats = None
     if cap.summary is not None:  # computed in the hook, on the device
         stats = cap.summary[job.index]
     elif job.stats_fn is not None:
         computed = job.stats_fn(cap.module, cap.tensor[job.index : job.index + 1])
         stats = computed[0] if computed else None
-    if stats is not None:  # computed on the device already, finite-only like the summary
+    if stats is not None:  # finite-only, like the summary: no need for both
         lo, hi, mean = stats.min, stats.max, stats.mean
+    elif job.summaries:
+        lo, hi, mean = job.summaries[order][job.index]
+    else:  # statistics were asked for but this output has none (complex, 0-d)
+        lo, hi, mean = summaries(cap.tensor[job.index : job.index + 1])[0]
     base: dict[str, Any] = {
         "key": cap.key,
         "module": cap.module,
@@ -193,7 +196,9 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
         rel = job.folder / f"{stem}.{opts.save_tensors}"
         output.write_tensor(job.out_dir / rel, sample, opts.save_tensors)
         tensor_file = rel.as_posix()
-    drawable = to_drawable(sample.numpy(), job.contexts.get(cap.module), layout=opts.layout)
+    # Attention maps are (heads, H, W) whatever the module's own output looks like.
+    ctx = None if cap.kind == "attention" else job.contexts.get(cap.module)
+    drawable = to_drawable(sample.numpy(), ctx, layout=opts.layout)
     if not opts.grids:
         return LayerResult(
             **base,
@@ -243,6 +248,7 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
                 else None
             ),
             notes=notes,
+            channel_names=job.channel_names.get(cap.module),
         )
     rel = job.folder / filename
     output.write_png(job.out_dir / rel, grid.to_pil(), compress_level=opts.png_compression)
