@@ -124,6 +124,18 @@ def test_segmentation_model_names_its_classes_and_draws_a_class_map(tmp_path: Pa
     assert body.std() > 1
 
 
+def test_channel_names_label_the_tiles() -> None:
+    import numpy as np
+
+    from actviz.render import render_grid
+
+    maps = np.random.default_rng(0).normal(size=(3, 20, 30)).astype(np.float32)
+    plain = render_grid(maps, title="head")
+    named = render_grid(maps, title="head", channel_names=["__background__", "aeroplane", "cat"])
+    assert named.channels_shown == plain.channels_shown == 3
+    assert not np.array_equal(named.indices, plain.indices)
+
+
 def test_images_the_model_barely_sees_are_named_with_what_it_saw(tmp_path: Path) -> None:
     from PIL import Image
 
