@@ -272,8 +272,8 @@ class _Progress:
 
     def save(self) -> None:
         state = self.state
-        if state is self.saved:
-            return
+        if state is self.saved or (state.batches == 0 and not self.earlier):
+            return  # nothing new; and a run that scored nothing leaves no state behind
         done = self.earlier + [p for batch in self.batches[: state.batches] for p in batch]
         save_checkpoint(self.out, self.settings, state.top, done)
         self.saved = state
