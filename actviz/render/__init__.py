@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from actviz.render.draw import (
     ImageJob,
+    display_view,
     draw_image,
+    headed,
+    header_notes,
     model_view,
     render_activation,
     summaries,
@@ -18,6 +21,7 @@ from actviz.render.legend import (
     Header,
     digit_rows,
     fmt_value,
+    font,
     header_height,
     line_height,
     new_canvas,
@@ -56,6 +60,12 @@ from actviz.render.palette import (
     colormap_lut,
     palette_for,
 )
+from actviz.render.segmentation import (
+    class_map,
+    class_palette,
+    segmentation_picture,
+    write_segmentation,
+)
 from actviz.render.tiling import GAP, TileLayout, tile_grid, tile_layout
 
 __all__ = [
@@ -81,17 +91,23 @@ __all__ = [
     "as_float32",
     "blend",
     "cam_panel",
-    "digit_rows",
     "channel_minmax",
     "check_choice",
     "check_clip",
     "check_value_range",
     "choose_cmap",
+    "class_map",
+    "class_palette",
     "colormap_lut",
+    "digit_rows",
+    "display_view",
     "draw_image",
     "flat_percentiles",
     "fmt_value",
+    "font",
+    "headed",
     "header_height",
+    "header_notes",
     "input_view",
     "is_signed",
     "line_height",
@@ -107,6 +123,7 @@ __all__ = [
     "render_vector",
     "resized_size",
     "row_percentiles",
+    "segmentation_picture",
     "summaries",
     "text_width",
     "thumbnail_path",
@@ -114,4 +131,5 @@ __all__ = [
     "tile_layout",
     "upsample",
     "wrap_text",
+    "write_segmentation",
 ]

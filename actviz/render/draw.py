@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ImageJob",
+    "display_view",
     "draw_image",
+    "header_notes",
+    "headed",
     "render_activation",
     "model_view",
     "summaries",
@@ -220,7 +223,7 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
             tensor_file=tensor_file,
         )
     title = f"{cap.key}   {cap.module_type}   {shape}"
-    notes = _notes(job, drawable.note)
+    notes = header_notes(job, drawable.note)
     shared = opts.norm == "shared"
     if drawable.kind == "vector":
         grid = render.render_vector(
@@ -255,7 +258,9 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
     overlay_file = None
     if opts.overlay and drawable.kind == "maps":
         overlay_file = _write_overlay(job, cap, drawable.array, stem, title)
-    gradient, gradient_file, cam_file, cam_note = _draw_gradient(job, cap, stem, title)
+    from actviz.gradients import draw_gradient
+
+    gradient, gradient_file, cam_file, cam_note = draw_gradient(job, cap, stem, title)
     return LayerResult(
         **base,
         channels_shown=grid.channels_shown,
@@ -276,8 +281,9 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
 _RANDOM_NOTE = "random weights: an untrained model, so no learned features"
 
 
-def _notes(job: ImageJob, *lines: str | None) -> list[str]:
-    """Header lines under the description: these (when set), then random weights."""
+def header_notes(job: ImageJob, *lines: str | None) -> list[str]:
+    """Header lines under the description: these (when set), then random weights (every
+    picture of a run with random weights says so)."""
     notes = [line for line in lines if line]
     if job.random_weights:
         notes.append(_RANDOM_NOTE)
@@ -298,137 +304,11 @@ def _shared_channels(job: ImageJob, key: str, total: int) -> Sequence[int] | Non
     return chosen
 
 
-def _class_name(index: int | None, label: str | None) -> str:
-    """``"class 281 (tabby)"``, or ``"class 281"`` without a name."""
-    return f"class {index} ({label})" if label is not None else f"class {index}"
-
-
-def _draw_gradient(
-    job: ImageJob, cap: Capture, stem: str, title: str
-) -> tuple[dict[str, Any] | None, str | None, str | None, str | None]:
-    """The gradient grid and the Grad-CAM picture of one layer, when they were asked for.
-
-    Returns the gradient's record, the two files, and why the Grad-CAM is all zero (when it
-    is).
-    """
-    import numpy as np
-
-    from actviz import output
-    from actviz.layouts import to_drawable
-    from actviz.render import grid as render
-
-    captured = job.gradients.get(cap.key)
-    if captured is None:
-        return None, None, None, None
-    opts = job.options
-    ctx = job.contexts.get(cap.module)
-    grad = captured.gradient[job.index]
-    finite = grad[grad.isfinite()]
-    grad_maps = to_drawable(grad.numpy(), ctx, layout=opts.layout)
-    # All zero where it is drawn: for a token layer, the patch tokens.
-    drawn = grad_maps.array if grad_maps.array is not None else grad.numpy()
-    zero = not bool(np.any(drawn))
-    info = {
-        "norm": _json_number(captured.norms[job.index]),
-        "min": _json_number(float(finite.min())) if finite.numel() else None,
-        "max": _json_number(float(finite.max())) if finite.numel() else None,
-        "mean": _json_number(float(finite.mean())) if finite.numel() else None,
-        "target": job.target,
-        "target_label": job.target_label,
-        "zero": zero,
-        "note": captured.note if zero else None,
-    }
-    gradient_file = None
-    if job.gradient_grids and grad_maps.kind == "maps" and grad_maps.array is not None:
-        zero_note = None
-        if zero:
-            zero_note = "the gradient is all zero" + (f": {captured.note}" if captured.note else "")
-        # Gradients are heavy-tailed: one scale per layer, clipped, diverging around 0.
-        picture = render.render_grid(
-            grad_maps.array,
-            title=f"{title}   gradient of the logit of {_class_name(job.target, job.target_label)}",
-            max_channels=opts.max_channels,
-            order=opts.order,
-            norm="layer",
-            clip=opts.clip or (1.0, 99.0),
-            notes=_notes(job, grad_maps.note, zero_note),
-        )
-        rel = job.folder / f"{stem}_grad.png"
-        output.write_png(job.out_dir / rel, picture.to_pil(), compress_level=opts.png_compression)
-        gradient_file = rel.as_posix()
-    cam_file, cam_note = None, None
-    if (
-        cap.key in job.cam_keys
-        and job.model_input is not None
-        and grad_maps.kind == "maps"
-        and grad_maps.array is not None
-    ):
-        cam_file, cam_note = _draw_cam(job, cap, captured, grad_maps.array, stem)
-    return info, gradient_file, cam_file, cam_note
-
-
-def _draw_cam(
-    job: ImageJob, cap: Capture, captured: Any, grad_maps: np.ndarray, stem: str
-) -> tuple[str | None, str | None]:
-    """The Grad-CAM picture of one layer: the input and each class's map beside it, under a
-    header naming the layer, the classes and their probabilities, with a colour bar.
-
-    Returns the file and why a map is all zero (None when none is).
-    """
-    from actviz import output
-    from actviz.gradients.core import zero_cam_note
-    from actviz.layouts import to_drawable
-    from actviz.render.legend import Header
-    from actviz.render.overlay import cam_panel
-
-    ranked = job.class_cams.get(cap.key)
-    if ranked:
-        panels = [(c.caption, c.cam.numpy()) for c in ranked]
-        zeros = [(c.name, c.note or zero_cam_note(None)) for c in ranked if not c.cam.any()]
-        first = ranked[0]
-        if len(ranked) == 1:
-            what = (
-                f"{_class_name(first.index, first.label)}  |  probability {first.probability:.1%}"
-            )
-        else:
-            what = f"top {len(ranked)} classes, most likely first"
-    else:  # a layout the class maps cannot read: from the drawn maps
-        from actviz.gradients.cam import grad_cam
-
-        ctx = job.contexts.get(cap.module)
-        acts = to_drawable(captured.activation[job.index].numpy(), ctx, layout=job.options.layout)
-        if acts.array is None:
-            return None, None
-        heat = grad_cam(acts.array, grad_maps).numpy()
-        name = _class_name(job.target, job.target_label)
-        panels = [(name, heat)]
-        zeros = [(name, zero_cam_note(captured.note))] if not heat.any() else []
-        what = name
-    # One line when every map is blank for the same reason, else one per blank map.
-    if len({reason for _, reason in zeros}) == 1 and len(zeros) == len(panels):
-        cam_note = zeros[0][1]
-        zero_lines = [f"the Grad-CAM map is all zero: {cam_note}"]
-    else:
-        cam_note = "; ".join(f"{name}: {reason}" for name, reason in zeros) or None
-        zero_lines = [f"the Grad-CAM map of {name} is all zero: {reason}" for name, reason in zeros]
-    header = Header(
-        title=f"{cap.key}   {cap.module_type}   Grad-CAM",
-        info=f"{what}  |  each map scaled to its maximum",
-        labels=("0", "max"),
-        nonfinite=False,
-        notes=tuple(_notes(job, *zero_lines)),
-    )
-    pixels = cam_panel(_display_view(job), panels)
-    rel = job.folder / f"{stem}_cam.png"
-    output.write_png(job.out_dir / rel, _headed(pixels, header, "jet"), compress_level=1)
-    return rel.as_posix(), cam_note
-
-
 _MIN_VIEW = 160
 """Views smaller than this (a 28 x 28 digit model) are enlarged for the blended pictures."""
 
 
-def _display_view(job: ImageJob) -> Image.Image:
+def display_view(job: ImageJob) -> Image.Image:
     """What the model saw, enlarged by a whole factor (nearest) when it is small."""
     from PIL import Image
 
@@ -439,7 +319,7 @@ def _display_view(job: ImageJob) -> Image.Image:
     return view
 
 
-def _headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
+def headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
     """An RGB picture under a header whose colour bar shows ``cmap``."""
     from PIL import Image
 
@@ -451,10 +331,6 @@ def _headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
     rgb = palette_for(cmap)[canvas]
     rgb[top:, :width] = pixels
     return Image.fromarray(rgb)
-
-
-def _json_number(value: float) -> float | None:
-    return value if math.isfinite(value) else None
 
 
 def _write_overlay(
@@ -485,11 +361,11 @@ def _write_overlay(
         info=f"{what} over the input  |  min-max  |  range [{fmt_value(lo)}, {fmt_value(hi)}]",
         labels=(fmt_value(lo), fmt_value(hi)),
         nonfinite=False,
-        notes=tuple(_notes(job)),
+        notes=tuple(header_notes(job)),
     )
-    pixels = cam_panel(_display_view(job), [(what, heat)], cmap="inferno", alpha=0.55)
+    pixels = cam_panel(display_view(job), [(what, heat)], cmap="inferno", alpha=0.55)
     rel = job.folder / f"{stem}_overlay.png"
-    picture = _headed(pixels, header, "inferno")
+    picture = headed(pixels, header, "inferno")
     output.write_png(job.out_dir / rel, picture, compress_level=job.options.png_compression)
     return rel.as_posix()
 

@@ -1,0 +1,145 @@
+"""Gradient pictures: a layer's gradient grid and its Grad-CAM picture (the input beside each
+class's map, under a header with the layer, the class, its probability and a colour bar).
+
+Called per layer by :func:`actviz.render.draw_image` in the render threads, with the gradients
+the backward pass recorded; writes through ``output`` only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from actviz.gradients.cam import grad_cam
+from actviz.gradients.core import zero_cam_note
+from actviz.render import Header, cam_panel, display_view, headed, header_notes, render_grid
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from actviz.hooks import Capture
+    from actviz.render import ImageJob
+
+__all__ = ["class_name", "draw_gradient"]
+
+
+def class_name(index: int | None, label: str | None) -> str:
+    """``"class 281 (tabby)"``, or ``"class 281"`` without a name."""
+    return f"class {index} ({label})" if label is not None else f"class {index}"
+
+
+def draw_gradient(
+    job: ImageJob, cap: Capture, stem: str, title: str
+) -> tuple[dict[str, Any] | None, str | None, str | None, str | None]:
+    """The gradient grid and the Grad-CAM picture of one layer, when they were asked for.
+
+    Returns the gradient's record, the two files, and why the Grad-CAM is all zero (when it
+    is).
+    """
+    import numpy as np
+
+    from actviz import output
+    from actviz.layouts import to_drawable
+
+    captured = job.gradients.get(cap.key)
+    if captured is None:
+        return None, None, None, None
+    opts = job.options
+    ctx = job.contexts.get(cap.module)
+    grad = captured.gradient[job.index]
+    finite = grad[grad.isfinite()]
+    grad_maps = to_drawable(grad.numpy(), ctx, layout=opts.layout)
+    # All zero where it is drawn: for a token layer, the patch tokens.
+    drawn = grad_maps.array if grad_maps.array is not None else grad.numpy()
+    zero = not bool(np.any(drawn))
+    info = {
+        "norm": _json_number(captured.norms[job.index]),
+        "min": _json_number(float(finite.min())) if finite.numel() else None,
+        "max": _json_number(float(finite.max())) if finite.numel() else None,
+        "mean": _json_number(float(finite.mean())) if finite.numel() else None,
+        "target": job.target,
+        "target_label": job.target_label,
+        "zero": zero,
+        "note": captured.note if zero else None,
+    }
+    gradient_file = None
+    if job.gradient_grids and grad_maps.kind == "maps" and grad_maps.array is not None:
+        zero_note = None
+        if zero:
+            zero_note = "the gradient is all zero" + (f": {captured.note}" if captured.note else "")
+        # Gradients are heavy-tailed: one scale per layer, clipped, diverging around 0.
+        picture = render_grid(
+            grad_maps.array,
+            title=f"{title}   gradient of the logit of {class_name(job.target, job.target_label)}",
+            max_channels=opts.max_channels,
+            order=opts.order,
+            norm="layer",
+            clip=opts.clip or (1.0, 99.0),
+            notes=header_notes(job, grad_maps.note, zero_note),
+        )
+        rel = job.folder / f"{stem}_grad.png"
+        output.write_png(job.out_dir / rel, picture.to_pil(), compress_level=opts.png_compression)
+        gradient_file = rel.as_posix()
+    cam_file, cam_note = None, None
+    if (
+        cap.key in job.cam_keys
+        and job.model_input is not None
+        and grad_maps.kind == "maps"
+        and grad_maps.array is not None
+    ):
+        cam_file, cam_note = _draw_cam(job, cap, captured, grad_maps.array, stem)
+    return info, gradient_file, cam_file, cam_note
+
+
+def _draw_cam(
+    job: ImageJob, cap: Capture, captured: Any, grad_maps: np.ndarray, stem: str
+) -> tuple[str | None, str | None]:
+    """The Grad-CAM picture of one layer: the input and each class's map beside it, under a
+    header naming the layer, the classes and their probabilities, with a colour bar.
+
+    Returns the file and why a map is all zero (None when none is).
+    """
+    from actviz import output
+    from actviz.layouts import to_drawable
+
+    ranked = job.class_cams.get(cap.key)
+    if ranked:
+        panels = [(c.caption, c.cam.numpy()) for c in ranked]
+        zeros = [(c.name, c.note or zero_cam_note(None)) for c in ranked if not c.cam.any()]
+        first = ranked[0]
+        if len(ranked) == 1:
+            what = f"{class_name(first.index, first.label)}  |  probability {first.probability:.1%}"
+        else:
+            what = f"top {len(ranked)} classes, most likely first"
+    else:  # a layout the class maps cannot read: from the drawn maps
+        ctx = job.contexts.get(cap.module)
+        acts = to_drawable(captured.activation[job.index].numpy(), ctx, layout=job.options.layout)
+        if acts.array is None:
+            return None, None
+        heat = grad_cam(acts.array, grad_maps).numpy()
+        name = class_name(job.target, job.target_label)
+        panels = [(name, heat)]
+        zeros = [(name, zero_cam_note(captured.note))] if not heat.any() else []
+        what = name
+    # One line when every map is blank for the same reason, else one per blank map.
+    if len({reason for _, reason in zeros}) == 1 and len(zeros) == len(panels):
+        cam_note = zeros[0][1]
+        zero_lines = [f"the Grad-CAM map is all zero: {cam_note}"]
+    else:
+        cam_note = "; ".join(f"{name}: {reason}" for name, reason in zeros) or None
+        zero_lines = [f"the Grad-CAM map of {name} is all zero: {reason}" for name, reason in zeros]
+    header = Header(
+        title=f"{cap.key}   {cap.module_type}   Grad-CAM",
+        info=f"{what}  |  each map scaled to its maximum",
+        labels=("0", "max"),
+        nonfinite=False,
+        notes=tuple(header_notes(job, *zero_lines)),
+    )
+    pixels = cam_panel(display_view(job), panels)
+    rel = job.folder / f"{stem}_cam.png"
+    output.write_png(job.out_dir / rel, headed(pixels, header, "jet"), compress_level=1)
+    return rel.as_posix(), cam_note
+
+
+def _json_number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
