@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 import actviz
 from actviz import api
-from actviz import api as api_module
 from actviz.cli import app
+from actviz.engines import local as local_engine
 from actviz.render import draw as draw_module
 from tests.conftest import make_image
 
@@ -223,7 +223,7 @@ def test_live_activations_stay_bounded(tmp_path: Path, monkeypatch: pytest.Monke
         peak = max(peak, sum(ref() is not None for ref in seen.values()))
         return original(job)
 
-    monkeypatch.setattr(api_module, "draw_image", counting)
+    monkeypatch.setattr(local_engine, "draw_image", counting)
     layers = "layer1.0.conv1,layer4.1.conv2,fc"
     result = actviz.run(
         "resnet18", [root], layers=layers, out=tmp_path / "out", weights="none", batch_size=2

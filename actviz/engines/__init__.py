@@ -1,18 +1,21 @@
-"""Engines: where a folder's per-batch work runs. The local engine is the pipeline in
-:mod:`actviz.api` and needs nothing more; the Ray engine (the ``ray`` extra) runs the same
+"""Engines: where a run's per-batch work runs. The local engine streams a folder through the
+model in this process and needs nothing more; the Ray engine (the ``ray`` extra) runs the same
 per-batch summaries on a pool of actors and merges them into the same files. Importing this
 package never imports ray."""
 
 from __future__ import annotations
 
+from actviz.engines.local import Plan, capture_and_render
 from actviz.engines.ray_data import INSTALL_HINT, RayOptions, WorkerSpec, ray_batches, require_ray
 from actviz.engines.stats import ImageSummary, stats_on_ray, stats_summaries
 
 __all__ = [
     "INSTALL_HINT",
     "ImageSummary",
+    "Plan",
     "RayOptions",
     "WorkerSpec",
+    "capture_and_render",
     "ray_batches",
     "require_ray",
     "stats_on_ray",
