@@ -174,6 +174,9 @@ def test_difference_panels_share_channels_and_centre_zero() -> None:
     picture, boxes = compose(panels, ["caption"])
     assert len(boxes) == 3 and picture.mode == "P"  # one palette: RdBu_r for all three
     assert picture.width == boxes[2][0] + boxes[2][2] > boxes[1][0] > boxes[0][0] == 0
+    grids = (panels.a, panels.b, panels.diff)
+    tops = {box[1] + grid.header_height for box, grid in zip(boxes, grids, strict=True)}
+    assert len(tops) == 1  # the tiles line up, however the headers wrap
 
     same = PictureScale()
     same.update(a, a)

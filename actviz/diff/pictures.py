@@ -167,18 +167,22 @@ def compose(panels: DiffPanels, caption: list[str]) -> tuple[Image.Image, list[l
     pictures = [lut[g.indices] for g, lut in zip(grids, maps, strict=True)]
     line = line_height(_CAPTION_SIZE) + 3
     caption_height = 2 * _CAPTION_PAD + len(caption) * line
+    # Headers that wrap to more lines push their tiles down: align the tiles instead.
+    headers = max(g.header_height for g in grids)
+    offsets = [headers - g.header_height for g in grids]
     width = sum(p.shape[1] for p in pictures) + _GAP * (len(pictures) - 1)
-    height = caption_height + max(p.shape[0] for p in pictures)
+    height = caption_height + max(p.shape[0] + o for p, o in zip(pictures, offsets, strict=True))
     canvas = np.full((height, width), BACKGROUND, dtype=np.uint8)
     for row, text in enumerate(caption):
         y = _CAPTION_PAD + row * line
         paste_text(canvas, _fit(text, width - 2 * _CAPTION_PAD), _CAPTION_SIZE, _CAPTION_PAD, y)
     boxes = []
     x = 0
-    for i, picture in enumerate(pictures):
+    for i, (picture, offset) in enumerate(zip(pictures, offsets, strict=True)):
         h, w = picture.shape
-        canvas[caption_height : caption_height + h, x : x + w] = picture
-        boxes.append([x, caption_height, w, h])
+        top = caption_height + offset
+        canvas[top : top + h, x : x + w] = picture
+        boxes.append([x, top, w, h])
         x += w
         if i < len(pictures) - 1:
             canvas[caption_height:, x + _GAP // 2] = TEXT  # a thin rule between the panels
