@@ -324,7 +324,8 @@ def _write(
             threshold=opts.threshold,
             metric=opts.metric,
             first_divergent=first,
-            title=f"{what}: similarity by layer ({ok} image{'s' if ok != 1 else ''})",
+            title=f"{what}: similarity by layer ("
+            + ("one pair)" if state.two_images else f"{ok} image{'s' if ok != 1 else ''})"),
         )
         result.chart = out / "similarity.png"
         output.write_bytes(result.chart, png)
