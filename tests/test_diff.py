@@ -489,3 +489,31 @@ def test_differing_layers_are_named_and_a_full_folder_is_refused(
     code, _, stderr = _diff(["resnet18", *argv[:-2], "--against-model", "resnet18", "-o", str(out)])
     assert code == 2 and "--overwrite" in stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_pictured_images_across_batches_share_one_scale(tmp_path: Path, photos: Path) -> None:
+    import actviz
+
+    net = tmp_path / "net.py"
+    net.write_text(NET)
+    result = actviz.diff(
+        f"{net}:build",
+        [photos],
+        against_model=f"{net}:build_ones",
+        weights="none",
+        layers="conv,flat",
+        input_size=(32, 32),
+        batch_size=2,
+        images=3,  # two batches: drawn in a second pass over just these three
+        out=tmp_path / "out",
+    )
+    assert result.pictured == 3 and len(result.pictures) == 6
+    assert [p.image for p in result.pictures[::2]] == [
+        str(photos / f"img{i}.png") for i in range(3)
+    ]
+    for layer in ("conv", "flat"):
+        ranges = {p.diff_range for p in result.pictures if p.layer == layer}
+        assert len(ranges) == 1  # one symmetric scale per layer across the images
+    flat = next(p for p in result.pictures if p.layer == "flat")
+    assert flat.diff_range == 1.0  # ones minus zeros
+    assert all((tmp_path / "out" / p.file).is_file() for p in result.pictures)
