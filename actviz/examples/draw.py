@@ -1,24 +1,29 @@
-"""After the pass over the folder: re-read the images the top-k chose, and draw the pictures.
+"""After the pass over the folder: the pictures of the images the top-k chose.
 
-The streamed pass keeps no pixels (its candidates stay small enough for remote workers), so
-the crops are cut here: every image that is among some channel's top ``k`` is decoded and
-preprocessed once more, exactly as for the model, and de-normalized into the view the model
-had; each of its entries becomes a tile. Tiles are cut in worker threads (Pillow and numpy
-release the GIL) while the next images decode. Memory is bounded by the number of entries,
-not of images: layers are drawn in groups of at most :data:`ENTRY_BUDGET` entries (one
-decoding pass per group; a single layer of 512 channels and k = 9 is one group).
+The candidates of the pass hold no pixels (they stay small enough for remote workers), so the
+crops are cut here, from the model input as the model saw it (preprocessed exactly as for the
+model, then de-normalized). Views of images that are in some channel's top ``k`` are kept from
+the pass itself while they fit in :data:`VIEW_BUDGET` bytes (:class:`ViewCache`); the others
+are decoded once more. Each entry becomes a tile; tiles are cut, and sheets composed and
+PNG-encoded, in two worker threads (Pillow, numpy and zlib release the GIL) while the next
+images decode and, at the end, while the caller writes ``top-images.json`` and the report.
+
+Memory is bounded by the number of entries and the budgets, never by the number of images:
+layers are drawn in groups of at most :data:`ENTRY_BUDGET` entries (one layer of 512 channels
+and k = 9 is one group).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from actviz.examples.document import LayerFiles, channel_health, selectivity
 from actviz.examples.plan import LayerPlan
@@ -34,18 +39,65 @@ from actviz.examples.sheets import (
     score_text,
 )
 from actviz.examples.topk import LayerTop
-from actviz.render.legend import Header, fmt_value
+from actviz.render import Header, fmt_value
 
 if TYPE_CHECKING:
+    from PIL import Image
+
     from actviz.examples.options import ExamplesOptions
     from actviz.models import LoadedModel
 
-__all__ = ["ENTRY_BUDGET", "FOLDER", "draw_layers", "layer_folder"]
+__all__ = ["ENTRY_BUDGET", "FOLDER", "VIEW_BUDGET", "ViewCache", "draw_layers", "layer_files"]
 
 FOLDER = "top-images"
-#: Tiles held in memory at most before they are drawn into sheets (about 110 MB at 96 px).
+#: Tiles held in memory at most before they are drawn into sheets (about 127 MB at 96 px).
 ENTRY_BUDGET = 4608
+#: Bytes of model views kept from the pass for the pictures (the rest are decoded again).
+VIEW_BUDGET = 64 << 20
 _IN_FLIGHT = 8
+
+U8 = npt.NDArray[np.uint8]
+
+
+class ViewCache:
+    """Model views (``(H, W, 3)`` uint8) of images that are in some channel's top k, kept from
+    the pass so the pictures need not decode them again; at most ``budget`` bytes."""
+
+    def __init__(self, loaded: LoadedModel, budget: int = VIEW_BUDGET) -> None:
+        self.loaded = loaded
+        self.budget = budget
+        self.views: dict[str, U8] = {}
+        self.size = 0
+
+    def offer(self, items: Iterable[tuple[str, Any]], wanted: set[str]) -> None:
+        """Keep the views of these ``(path, model input)`` that are ``wanted``, while there
+        is room; then forget views no longer wanted."""
+        for path in [p for p in self.views if p not in wanted]:
+            self.size -= self.views.pop(path).nbytes
+        for path, tensor in items:
+            if path in wanted and path not in self.views:
+                nbytes = int(np.prod(tensor.shape[1:])) * 3
+                if self.size + nbytes > self.budget:
+                    continue
+                view = model_view(tensor, self.loaded)
+                self.views[path] = view
+                self.size += view.nbytes
+
+
+def model_view(tensor: Any, loaded: LoadedModel) -> U8:
+    """What the model saw: one preprocessed input de-normalized to ``(H, W, 3)`` uint8 (a
+    greyscale model's input as grey). The same arithmetic for views kept from the pass and
+    views decoded again, so the pictures never depend on which it was."""
+    import torch
+
+    mean = torch.tensor(loaded.preprocess.mean, dtype=torch.float32).view(-1, 1, 1)
+    std = torch.tensor(loaded.preprocess.std, dtype=torch.float32).view(-1, 1, 1)
+    x = tensor.detach().to("cpu", torch.float32) * std + mean
+    pixels = x.mul_(255).round_().clamp_(0, 255).to(torch.uint8)
+    if pixels.shape[0] == 1:
+        pixels = pixels.expand(3, -1, -1)
+    view: U8 = pixels.permute(1, 2, 0).contiguous().numpy()
+    return view
 
 
 def layer_folder(order: int, key: str, width: int) -> str:
@@ -60,6 +112,20 @@ def sheet_name(channel: int, channels: int) -> str:
     return f"c{channel:0{max(4, len(str(channels - 1)))}d}.png"
 
 
+def layer_files(plans: Sequence[LayerPlan], tops: Mapping[str, LayerTop]) -> dict[str, LayerFiles]:
+    """Where each layer's pictures go, relative to the output folder (known before drawing)."""
+    width = max(2, len(str(len(plans) - 1)))
+    files = {}
+    for i, plan in enumerate(plans):
+        if plan.key not in tops:
+            continue
+        folder = layer_folder(i, plan.key, width)
+        channels = tops[plan.key].channels
+        sheets = tuple(f"{folder}/{sheet_name(c, channels)}" for c in range(channels))
+        files[plan.key] = LayerFiles(folder, f"{folder}/overview.png", sheets)
+    return files
+
+
 def draw_layers(
     out: Path,
     plans: Sequence[LayerPlan],
@@ -69,30 +135,54 @@ def draw_layers(
     *,
     categories: Sequence[str] | None,
     warn: Callable[[str], None],
+    views: Mapping[str, U8] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> dict[str, LayerFiles]:
     """Draw and write every layer's contact sheets and overview.
+
+    Args:
+        out: The output folder.
+        plans: The layers, in capture order.
+        tops: Their final top-k.
+        loaded: The model (its preprocessing makes the views).
+        options: The run's options.
+        categories: Class names, for the sheets' words on selectivity.
+        warn: Called with a message for each image that cannot be read again.
+        views: Model views kept from the pass (:class:`ViewCache`), by path.
+        meanwhile: Called once every picture is on its way, while the last ones are being
+            encoded and written (the caller writes the JSON and the report there).
 
     Returns:
         Capture key -> where its pictures went (relative to ``out``).
     """
-    width = max(2, len(str(len(plans) - 1)))
-    folders = {plan.key: layer_folder(i, plan.key, width) for i, plan in enumerate(plans)}
-    files: dict[str, LayerFiles] = {}
+    drawn = [plan for plan in plans if plan.key in tops]
+    files = layer_files(plans, tops)
     unreadable: dict[str, str] = {}
-    for group in _groups([p for p in plans if p.key in tops], tops):
-        tiles = _cut_tiles(group, tops, loaded, options, unreadable)
-        for plan in group:
-            files[plan.key] = _write_layer(
-                out,
-                folders[plan.key],
-                plan,
-                tops[plan.key],
-                tiles.pop(plan.key),
-                options,
-                categories,
-            )
-    for path, why in sorted(unreadable.items()):
-        warn(f"could not read {path} again for the pictures ({why}); its tiles are blank")
+    with ThreadPoolExecutor(2, thread_name_prefix="actviz-pictures") as pool:
+        pending: deque[Future[None]] = deque()
+        for group in _groups(drawn, tops):
+            while pending:  # the previous group's sheets hold its tiles: let them go first
+                pending.popleft().result()
+            tiles = _cut_tiles(pool, group, tops, loaded, options, views or {}, unreadable)
+            for plan in group:
+                pending.extend(
+                    _submit_layer(
+                        pool,
+                        out,
+                        files[plan.key],
+                        plan,
+                        tops[plan.key],
+                        tiles.pop(plan.key),
+                        options,
+                        categories,
+                    )
+                )
+        for path, why in sorted(unreadable.items()):
+            warn(f"could not read {path} again for the pictures ({why}); its tiles are blank")
+        if meanwhile is not None:
+            meanwhile()
+        while pending:
+            pending.popleft().result()
     return files
 
 
@@ -111,13 +201,17 @@ def _groups(plans: Sequence[LayerPlan], tops: Mapping[str, LayerTop]) -> list[li
 
 
 def _cut_tiles(
+    pool: ThreadPoolExecutor,
     group: Sequence[LayerPlan],
     tops: Mapping[str, LayerTop],
     loaded: LoadedModel,
     options: ExamplesOptions,
+    views: Mapping[str, U8],
     unreadable: dict[str, str],
 ) -> dict[str, np.ndarray]:
     """Every entry's tile for the layers of ``group``: ``(C, m, tile, tile, 3)`` per layer."""
+    from PIL import Image
+
     from actviz.pipeline import decode_batches
 
     tile = options.tile
@@ -130,10 +224,9 @@ def _cut_tiles(
         scales[plan.key] = heat_scales(top)
         for c, slot in zip(*np.nonzero(top.valid), strict=True):
             wanted.setdefault(str(top.paths[c, slot]), []).append((plan.key, int(c), int(slot)))
-    paths = sorted(wanted)
     plan_of = {plan.key: plan for plan in group}
 
-    def cut(view: Any, path: str) -> None:
+    def cut(view: Image.Image, path: str) -> None:
         # Entries that share a field and a window origin (channels peaking in the same cell,
         # or every cell of a layer that sees the whole image) share one crop and are blended
         # together.
@@ -163,48 +256,41 @@ def _cut_tiles(
                 cmap=options.cmap,
             )
 
-    decoded = decode_batches([Path(p) for p in paths], loaded.preprocess, batch_size=8)
     pending: deque[Future[None]] = deque()
-    with (
-        ThreadPoolExecutor(2, thread_name_prefix="actviz-tiles") as pool,
-        contextlib.closing(decoded),
-    ):
+
+    def submit(view: Image.Image, path: str) -> None:
+        pending.append(pool.submit(cut, view, path))
+        while len(pending) > _IN_FLIGHT:
+            pending.popleft().result()
+
+    for path in sorted(p for p in wanted if p in views):
+        submit(Image.fromarray(views[path]), path)
+    missing = sorted(p for p in wanted if p not in views)
+    decoded = decode_batches([Path(p) for p in missing], loaded.preprocess, batch_size=8)
+    with contextlib.closing(decoded):
         for batch in decoded:
             for item in batch:
-                path = paths[item.index]
+                path = missing[item.index]
                 if item.tensor is None:
                     unreadable[path] = item.error or "unreadable"
                     continue
-                pending.append(pool.submit(cut, _view(item.tensor, loaded), path))
-                while len(pending) > _IN_FLIGHT:
-                    pending.popleft().result()
-        while pending:
-            pending.popleft().result()
+                submit(Image.fromarray(model_view(item.tensor, loaded)), path)
+    while pending:
+        pending.popleft().result()
     return tiles
 
 
-def _view(tensor: Any, loaded: LoadedModel) -> Any:
-    """What the model saw, de-normalized; a greyscale model's input as grey."""
-    from actviz.render.overlay import input_view
-
-    x = tensor.numpy()
-    mean, std = list(loaded.preprocess.mean), list(loaded.preprocess.std)
-    if x.shape[0] == 1:
-        x = x.repeat(3, axis=0)
-        mean, std = mean * 3, std * 3
-    return input_view(x, mean, std)
-
-
-def _write_layer(
+def _submit_layer(
+    pool: ThreadPoolExecutor,
     out: Path,
-    folder: str,
+    files: LayerFiles,
     plan: LayerPlan,
     top: LayerTop,
     tiles: np.ndarray,
     options: ExamplesOptions,
     categories: Sequence[str] | None,
-) -> LayerFiles:
-    """One contact sheet per channel and the overview, composed and written in threads."""
+) -> list[Future[None]]:
+    """Compose and write one contact sheet per channel and the overview, in the pool."""
     from actviz import output
 
     scales = heat_scales(top)
@@ -212,12 +298,6 @@ def _write_layer(
     whole = " (the whole image)" if plan.receptive.whole_image else ""
     kind = "maximum" if options.score == "max" else "mean"
     slots = top.scores.shape[1]
-    # What every sheet of the layer says, drawn once and then found in the text cache.
-    info = (
-        f"score: the {kind} of the channel's {plan.height} x {plan.width} map; crops: the "
-        f"receptive field of its maximum, {field_h} x {field_w} px{whole}; heat: 0 to the "
-        "channel's highest value"
-    )
 
     def write(rel: str, pixels: np.ndarray) -> None:
         output.write_bytes(out / rel, encode_png(pixels, options.png_compression))
@@ -225,12 +305,16 @@ def _write_layer(
     # The header every sheet of the layer shares, drawn once; the channel's own line under it.
     header = Header(
         title=f"{plan.key}   top {slots} images of {top.images}, by the {kind} of each map",
-        info=info,
+        info=(
+            f"score: the {kind} of the channel's {plan.height} x {plan.width} map; crops: the "
+            f"receptive field of its maximum, {field_h} x {field_w} px{whole}; heat: 0 to the "
+            "channel's highest value"
+        ),
         labels=("0", "max"),
         nonfinite=False,
     )
 
-    def sheet(c: int, rel: str, status: tuple[str, ...]) -> None:
+    def sheet(c: int, status: tuple[str, ...]) -> None:
         count = int(top.valid[c].sum())
         items = [
             SheetTile(
@@ -244,40 +328,34 @@ def _write_layer(
         picture = contact_sheet(
             items, header, subtitle=subtitle, tile=options.tile, cmap=options.cmap
         )
-        write(rel, picture)
+        write(files.sheets[c], picture)
 
-    sheets = []
-    with ThreadPoolExecutor(2, thread_name_prefix="actviz-sheets") as pool:
-        futures: deque[Future[None]] = deque()
-        for c in range(top.channels):
-            rel = f"{folder}/{sheet_name(c, top.channels)}"
-            futures.append(pool.submit(sheet, c, rel, _status(top, c, categories)))
-            sheets.append(rel)
-            while len(futures) > _IN_FLIGHT:
-                futures.popleft().result()
-        shown = top.channels if options.channels == 0 else min(options.channels, top.channels)
-        rows = []
-        for c in range(shown):
-            health = channel_health(top, c)
-            labels = [f"ch {c}", "dead" if health["dead"] else f"on {health['active_frac']:.0%}"]
-            labels.append(f"max {score_text(float(top.scores[c, 0]))}" if top.valid[c, 0] else "")
-            rows.append(Row(tuple(labels), [tiles[c, s] for s in range(int(top.valid[c].sum()))]))
-        header = Header(
-            title=f"{plan.key}   top {slots} images of channels 0-{shown - 1} of {top.channels}",
-            info=(
-                f"each row a channel, best image first, by the {kind} of its map; crops: "
-                f"receptive field of the maximum, {field_h} x {field_w} px{whole}; heat scaled "
-                "per row"
-            ),
-            labels=("0", "row max"),
-            nonfinite=False,
-        )
-        rel_overview = f"{folder}/overview.png"
-        picture = overview(rows, header, tile=options.tile, cmap=options.cmap, k=slots)
-        futures.append(pool.submit(write, rel_overview, picture))
-        while futures:
-            futures.popleft().result()
-    return LayerFiles(folder=folder, overview=rel_overview, sheets=tuple(sheets))
+    futures = [pool.submit(sheet, c, _status(top, c, categories)) for c in range(top.channels)]
+    shown = top.channels if options.channels == 0 else min(options.channels, top.channels)
+    rows = []
+    for c in range(shown):
+        health = channel_health(top, c)
+        labels = [f"ch {c}", "dead" if health["dead"] else f"on {health['active_frac']:.0%}"]
+        labels.append(f"max {score_text(float(top.scores[c, 0]))}" if top.valid[c, 0] else "")
+        rows.append(Row(tuple(labels), [tiles[c, s] for s in range(int(top.valid[c].sum()))]))
+    overview_header = Header(
+        title=f"{plan.key}   top {slots} images of channels 0-{shown - 1} of {top.channels}",
+        info=(
+            f"each row a channel, best image first, by the {kind} of its map; crops: "
+            f"receptive field of the maximum, {field_h} x {field_w} px{whole}; heat scaled "
+            "per row"
+        ),
+        labels=("0", "row max"),
+        nonfinite=False,
+    )
+
+    def overview_picture() -> None:
+        picture = overview(rows, overview_header, tile=options.tile, cmap=options.cmap, k=slots)
+        assert files.overview is not None
+        write(files.overview, picture)
+
+    futures.append(pool.submit(overview_picture))
+    return futures
 
 
 def _status(top: LayerTop, channel: int, categories: Sequence[str] | None) -> tuple[str, ...]:

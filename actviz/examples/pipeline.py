@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from actviz.errors import UsageError
 from actviz.examples.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
 from actviz.examples.document import LayerFiles, document, selectivity
+from actviz.examples.draw import ViewCache, draw_layers, layer_files
 from actviz.examples.options import ExamplesOptions
 from actviz.examples.plan import LayerPlan, Planned, plan_layers
 from actviz.examples.results import LayerSummary, TopImagesResult
@@ -116,35 +117,43 @@ def top_images(
                 ImageResult(path=Path(path), out_dir=PurePosixPath("."), status="reused")
             )
         progress = _Progress(opts.out, settings, earlier.top if earlier else TopK(opts.k), done)
-        _stream(loaded, module, names, planned, todo, progress, opts, notify)
+        views = ViewCache(loaded)
+        _stream(loaded, module, names, planned, todo, progress, views, opts, notify)
         top = progress.top
-        files = _draw(opts, plans, top, loaded, warnings, notify)
         report = opts.out / REPORT_FILE if opts.report else None
-        doc = document(
-            model=model,
-            weights=_weights(loaded),
-            device=str(loaded.device),
-            selector=selector,
-            k=opts.k,
-            score=opts.score,
-            input_size=loaded.input_size,
-            images=top.images,
-            failed=progress.failed,
-            skipped=found.skipped,
-            plans=plans,
-            tops=top.layers,
-            files=files,
-            categories=loaded.categories,
-            unranked=planned.skipped,
-            warnings=warnings,
-            report=REPORT_FILE if report is not None else None,
-        )
-        output.write_json(opts.out / JSON_FILE, doc)
-        if report is not None:
-            from actviz.report.examples import build_examples_report
+        written: dict[str, Any] = {}
 
-            for rel, data in build_examples_report(doc, opts.out).items():
-                output.write_bytes(opts.out / rel, data)
+        def write_documents() -> None:
+            # While the last pictures are encoded: their names are known already.
+            doc = document(
+                model=model,
+                weights=_weights(loaded),
+                device=str(loaded.device),
+                selector=selector,
+                k=opts.k,
+                score=opts.score,
+                input_size=loaded.input_size,
+                images=top.images,
+                failed=progress.failed,
+                skipped=found.skipped,
+                plans=plans,
+                tops=top.layers,
+                files=layer_files(plans, top.layers),
+                categories=loaded.categories,
+                unranked=planned.skipped,
+                warnings=warnings,
+                report=REPORT_FILE if report is not None else None,
+            )
+            output.write_json(opts.out / JSON_FILE, doc)
+            if report is not None:
+                from actviz.report import build_examples_report
+
+                for rel, data in build_examples_report(doc, opts.out).items():
+                    output.write_bytes(opts.out / rel, data)
+            written["doc"] = doc
+
+        files = _draw(opts, plans, top, loaded, warnings, notify, views, write_documents)
+        doc = written["doc"]
         return TopImagesResult(
             model=model,
             weights=loaded.weights,
@@ -287,10 +296,12 @@ def _stream(
     planned: Planned,
     todo: list[Path],
     progress: _Progress,
+    views: ViewCache,
     opts: ExamplesOptions,
     notify: Reporter,
 ) -> None:
-    """The one pass over the images still to score."""
+    """The one pass over the images still to score; the views of images that made some
+    top-k are kept for the pictures while they fit."""
     from actviz.examples.scoring import ScoreRecorder, batch_candidates, predicted_classes
     from actviz.forward import BatchForward
     from actviz.hooks import eval_mode
@@ -315,6 +326,9 @@ def _stream(
                 classes = predicted_classes(logits, len(good))
                 candidates = batch_candidates(paths, recorder.take(), classes, opts.k)
                 progress.add(paths, progress.top.updated(candidates))
+                views.offer(
+                    zip(paths, [x_cpu for _, _, x_cpu in good], strict=True), progress.top.paths()
+                )
                 for index, size, _ in good:
                     notify.advance(ImageResult(todo[index], PurePosixPath("."), size=size))
                 if time.monotonic() - progress.last_save >= CHECKPOINT_SECONDS:
@@ -334,21 +348,23 @@ def _draw(
     loaded: LoadedModel,
     warnings: list[str],
     notify: Reporter,
+    views: ViewCache,
+    meanwhile: Callable[[], None],
 ) -> dict[str, LayerFiles]:
-    from actviz.examples.draw import draw_layers
-
     def warn(message: str) -> None:
         warnings.append(message)
         notify.warn(message)
 
     return draw_layers(
         opts.out,
-        [plan for plan in plans if plan.key in top.layers],
+        plans,
         top.layers,
         loaded,
         opts,
         categories=loaded.categories,
         warn=warn,
+        views=views.views,
+        meanwhile=meanwhile,
     )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from actviz.models.registry import WeightsInfo
+    from actviz.models import WeightsInfo
 
 __all__ = ["LayerSummary", "TopImagesResult"]
 

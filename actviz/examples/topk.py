@@ -322,6 +322,13 @@ class TopK:
             )
         return merged
 
+    def paths(self) -> set[str]:
+        """Every image that is in some channel's top ``k`` of some layer."""
+        found: set[str] = set()
+        for top in self.layers.values():
+            found.update(np.unique(top.paths[top.valid]).tolist())
+        return found
+
     @property
     def images(self) -> int:
         """Images scored (the most any layer saw)."""

@@ -30,6 +30,7 @@ from actviz.report.charts import (
     DepthChart as DepthChart,
 )
 from actviz.report.diff import diff_page as diff_page
+from actviz.report.examples import build_examples_report as build_examples_report
 from actviz.report.markup import (
     environment as environment,
 )
