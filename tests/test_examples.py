@@ -212,6 +212,12 @@ def test_resume_gives_the_json_of_an_uninterrupted_run(
     assert resumed.reused == 4 and reporter.seen == ["reused"] * 4 + ["ok"] * 2
     assert resumed.document == lamps_run.document | {"report": resumed.document["report"]}
     assert json.loads((out / "top-images.json").read_text()) == resumed.document
+    # The pictures too: views kept from the pass and views decoded again are the same.
+    for channel in resumed.document["layers"][0]["channels"]:
+        pixels = [
+            np.asarray(Image.open(run.out / channel["sheet"])) for run in (resumed, lamps_run)
+        ]
+        assert np.array_equal(*pixels), channel["sheet"]
 
 
 def test_resume_with_other_settings_is_refused(lamps: tuple[str, Path], tmp_path: Path) -> None:
@@ -322,6 +328,28 @@ def test_nan_scores_sort_last() -> None:
     )
     assert [str(p) for p in layer.paths[0]] == ["b", "c", "a"]
     assert int(layer.nonfinite[0]) == 2 and layer.mean(0) == 1.0
+
+
+def test_view_cache_keeps_only_wanted_views_within_its_budget() -> None:
+    import torch
+
+    from actviz.examples.draw import ViewCache
+    from actviz.models.preprocessing import Preprocessing
+
+    class Loaded:
+        preprocess = Preprocessing(4, (2, 2))
+
+    x = torch.zeros(3, 2, 2)  # the ImageNet mean: mid grey after de-normalization
+    cache = ViewCache(Loaded(), budget=2 * 12)  # type: ignore[arg-type]
+    cache.offer([("a", x), ("b", x), ("c", x)], wanted={"a", "b", "c"})
+    assert sorted(cache.views) == ["a", "b"] and cache.size == 24  # the third does not fit
+    assert cache.views["a"].shape == (2, 2, 3) and cache.views["a"][0, 0].tolist() == [
+        124,
+        116,
+        104,
+    ]
+    cache.offer([("c", x)], wanted={"b", "c"})  # "a" left every top-k: its room is reused
+    assert sorted(cache.views) == ["b", "c"] and cache.size == 24
 
 
 # ------------------------------------------------------------------ receptive fields
