@@ -32,7 +32,7 @@ from actviz.examples import (
     top_images,
 )
 from actviz.examples.fields import field_from_boxes
-from actviz.examples.sheets import SheetTile, encode_png
+from actviz.examples.sheets import SheetTile, contact_sheet_png, encode_png
 from actviz.examples.topk import layer_candidates
 from actviz.render.legend import Header
 
@@ -431,9 +431,15 @@ def test_contact_sheet_has_its_tiles_labels_and_header() -> None:
     assert light.sum() > 200  # the title and info text
     below = sheet[np.nonzero(np.all(sheet == colours[0], axis=2))[0].max() + 1 :]
     assert np.all(below > 200, axis=2).sum() > 50  # the score and file name under each tile
-    # Written losslessly by the sheets' own PNG encoder.
+    # Written losslessly by the sheets' own PNG encoder; sheets sharing the header continue
+    # from its deflated rows.
     back = np.asarray(Image.open(io.BytesIO(encode_png(sheet))).convert("RGB"))
     assert np.array_equal(back, sheet)
+    for subtitle in (("channel 1",), ("channel 2", "dead")):
+        kw: dict[str, Any] = {"subtitle": subtitle, "tile": 32, "cmap": "turbo"}
+        data = contact_sheet_png(tiles, header, **kw)
+        back = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+        assert np.array_equal(back, contact_sheet(tiles, header, **kw))
 
 
 def test_written_sheet_and_overview(lamps_run: Any) -> None:

@@ -30,7 +30,7 @@ from actviz.examples.plan import LayerPlan
 from actviz.examples.sheets import (
     Row,
     SheetTile,
-    contact_sheet,
+    contact_sheet_png,
     crop_view,
     cut_tiles,
     encode_png,
@@ -325,10 +325,15 @@ def _submit_layer(
             for slot in range(count)
         ]
         subtitle = (f"channel {c}", f"heat 0 to {fmt_value(float(scales[c]))}", *status)
-        picture = contact_sheet(
-            items, header, subtitle=subtitle, tile=options.tile, cmap=options.cmap
+        data = contact_sheet_png(
+            items,
+            header,
+            subtitle=subtitle,
+            tile=options.tile,
+            cmap=options.cmap,
+            level=options.png_compression,
         )
-        write(files.sheets[c], picture)
+        output.write_bytes(out / files.sheets[c], data)
 
     futures = [pool.submit(sheet, c, _status(top, c, categories)) for c in range(top.channels)]
     shown = top.channels if options.channels == 0 else min(options.channels, top.channels)
