@@ -138,7 +138,9 @@ def top_images(
 def _print_result(result: TopImagesResult) -> None:
     """Where the results are, and per layer its dead and most selective channels."""
     note = " (random weights: meaningless)" if result.weights.random else ""
-    where = f"top {result.k} images by {result.score} of {result.images} images: {result.json}"
+    where = (
+        f"{result.images} images, top {result.k} per channel by the {result.score}: {result.json}"
+    )
     if result.report is not None:
         where += f"; report: {result.report}"
     out_console.print(where + note, markup=False)
