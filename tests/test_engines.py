@@ -104,3 +104,30 @@ def test_ray_stats_equal_the_local_engines(tmp_path: Path) -> None:
         _close(image["predictions"], images[1][path]["predictions"])
         assert image["size"] == images[1][path]["size"]
     assert manifests[1]["options"]["engine"] == "ray"
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_top_images_equal_the_local_engines(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    folder = _folder(tmp_path / "in", 40)
+    (folder / "set2" / "broken.png").write_bytes(b"not an image")
+    common = ["top-images", "resnet18", str(folder), "-w", "none", "-l", "layer4", "-k", "4"]
+    # Different batch sizes too: the top-k cannot depend on how images were grouped.
+    local = runner.invoke(app, [*common, "-b", "8", "-o", str(tmp_path / "local"), "--no-report"])
+    ray = runner.invoke(
+        app,
+        [*common, "-b", "5", "-o", str(tmp_path / "ray"), "--no-report"]
+        + ["--engine", "ray", "--workers", "2"],
+    )
+    assert local.exit_code == ray.exit_code == 3, (local.output, ray.output)
+    assert "broken.png" in ray.stderr
+    docs = [json.loads((tmp_path / n / "top-images.json").read_text()) for n in ("local", "ray")]
+    assert docs[0]["layers"] and docs[0]["layers"] == docs[1]["layers"]  # identical, not close
+    top = docs[0]["layers"][0]["channels"][0]["top"]
+    assert len(top) == 4 and [e["score"] for e in top] == sorted(
+        (e["score"] for e in top), reverse=True
+    )
+    sheets = [sorted((tmp_path / n / "top-images").rglob("*.png")) for n in ("local", "ray")]
+    assert len(sheets[0]) == len(sheets[1]) > 512
+    assert sheets[0][0].read_bytes() == sheets[1][0].read_bytes()  # the same crops, pixel for pixel

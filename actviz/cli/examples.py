@@ -17,6 +17,7 @@ from actviz.cli.console import RichReporter, err_console, error, out_console
 from actviz.cli.options import (
     BatchSizeOption,
     DeviceOption,
+    EngineOption,
     InChansOption,
     InputsArg,
     InputSizeOption,
@@ -27,6 +28,7 @@ from actviz.cli.options import (
     OutOption,
     OverwriteOption,
     QuietOption,
+    RayAddressOption,
     ResumeOption,
     TrustCheckpointOption,
     WeightsOption,
@@ -84,6 +86,8 @@ def top_images(
     device: DeviceOption = "auto",
     batch_size: BatchSizeOption = 8,
     workers: WorkersOption = 0,
+    engine: EngineOption = "local",
+    ray_address: RayAddressOption = None,
     resume: ResumeOption = False,
     overwrite: OverwriteOption = False,
     trust_checkpoint: TrustCheckpointOption = False,
@@ -113,7 +117,12 @@ def top_images(
         report=not no_report,
         load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
         execution=ExecutionOptions(
-            batch_size=batch_size, workers=workers, resume=resume, overwrite=overwrite
+            batch_size=batch_size,
+            workers=workers,
+            resume=resume,
+            overwrite=overwrite,
+            engine=engine,
+            ray_address=ray_address,
         ),
     )
     signal.signal(signal.SIGTERM, on_sigterm)

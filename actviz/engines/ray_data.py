@@ -58,8 +58,10 @@ class WorkerSpec:
         model: The model name or factory spec.
         load: How to load it (the device is the actor's: ``auto`` picks its accelerator).
         layers: The qualified module names to hook, as the driver selected them.
-        summarize: ``summarize(loaded, paths, layers) -> [(index, payload)]``: the work on one
-            batch, a picklable top-level function; its payloads come back pickled.
+        summarize: ``summarize(loaded, paths, layers) -> [(indices, payload)]``: the work on
+            one batch, a picklable top-level function; ``indices`` (into ``paths``) say which
+            images each payload covers (one for a per-image summary, several for a batch's
+            top-k candidates). Payloads come back pickled.
     """
 
     model: str
@@ -85,9 +87,9 @@ def require_ray() -> Any:
 
 def ray_batches(
     spec: WorkerSpec, paths: Sequence[Path], options: RayOptions
-) -> Iterator[list[tuple[int, Any]]]:
+) -> Iterator[list[tuple[list[int], Any]]]:
     """Run ``spec.summarize`` over ``paths`` on an actor pool; yield each batch's
-    ``(index into paths, payload)`` pairs as they come back, in no particular order.
+    ``(indices into paths, payload)`` pairs as they come back, in no particular order.
 
     The Ray job is stopped when the caller stops iterating (Ctrl-C included), and a Ray instance
     this call started is shut down.
@@ -105,7 +107,7 @@ def ray_batches(
 
 def _run(
     ray: Any, spec: WorkerSpec, paths: Sequence[Path], options: RayOptions
-) -> Iterator[list[tuple[int, Any]]]:
+) -> Iterator[list[tuple[list[int], Any]]]:
     started = _connect(ray, options)
     try:
         context = ray.data.DataContext.get_current()
@@ -129,8 +131,8 @@ def _run(
         try:
             for batch in mapped.iter_batches(batch_size=None, batch_format="numpy"):
                 yield [
-                    (int(i), pickle.loads(p))
-                    for i, p in zip(batch["index"], batch["payload"], strict=True)
+                    (list(pickle.loads(i)), pickle.loads(p))
+                    for i, p in zip(batch["indices"], batch["payload"], strict=True)
                 ]
         except ray.exceptions.RayError as exc:
             raise ActvizError(f"the Ray job failed: {_ray_reason(exc)}") from exc
@@ -162,10 +164,12 @@ class _Summarizer:
 
         paths = [Path(p) for p in batch["path"]]
         pairs = self.spec.summarize(self.loaded, paths, list(self.spec.layers))
+        # Pickled bytes in object columns: Ray Data moves them as they are.
+        indices = np.empty(len(pairs), dtype=object)
+        indices[:] = [pickle.dumps([int(batch["index"][i]) for i in rows]) for rows, _ in pairs]
         payloads = np.empty(len(pairs), dtype=object)
         payloads[:] = [pickle.dumps(payload) for _, payload in pairs]
-        indices = np.array([int(batch["index"][i]) for i, _ in pairs], dtype=np.int64)
-        return {"index": indices, "payload": payloads}
+        return {"indices": indices, "payload": payloads}
 
 
 @contextlib.contextmanager

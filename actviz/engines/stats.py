@@ -37,7 +37,7 @@ class ImageSummary:
 
 def stats_summaries(
     loaded: LoadedModel, paths: list[Path], layers: list[str], *, top_k: int, capture: Any
-) -> list[tuple[int, ImageSummary]]:
+) -> list[tuple[list[int], ImageSummary]]:
     """One batch: decode, forward with the hooks, per image its layers' statistics."""
     import torch
 
@@ -56,8 +56,8 @@ def stats_summaries(
         for batch in decode_batches(paths, loaded.preprocess, batch_size=len(paths))
         for d in batch
     ]
-    out: list[tuple[int, ImageSummary]] = [
-        (d.index, ImageSummary(error=d.error)) for d in decoded if d.tensor is None
+    out: list[tuple[list[int], ImageSummary]] = [
+        ([d.index], ImageSummary(error=d.error)) for d in decoded if d.tensor is None
     ]
     good = [d for d in decoded if d.tensor is not None]
     if not good:
@@ -89,7 +89,7 @@ def stats_summaries(
             predictions=top_k_predictions(logits, i, loaded.categories, top_k),
             never_ran=never_ran,
         )
-        out.append((item.index, summary))
+        out.append(([item.index], summary))
     return out
 
 
@@ -118,7 +118,7 @@ def stats_on_ray(
     ray = RayOptions(address=ex.ray_address, workers=ex.workers or 2, batch_size=ex.batch_size)
     never_ran: set[str] = set()
     for pairs in ray_batches(spec, [r.path for r in todo], ray):
-        for index, summary in pairs:
+        for (index,), summary in pairs:
             result = todo[index]
             if summary.error is not None:
                 result.status, result.error = "failed", summary.error

@@ -118,7 +118,7 @@ def top_images(
             )
         progress = _Progress(opts.out, settings, earlier.top if earlier else TopK(opts.k), done)
         views = ViewCache(loaded)
-        _stream(loaded, module, names, planned, todo, progress, views, opts, notify)
+        _stream(model, loaded, module, names, planned, todo, progress, views, opts, notify)
         top = progress.top
         report = opts.out / REPORT_FILE if opts.report else None
         written: dict[str, Any] = {}
@@ -290,6 +290,7 @@ class _Progress:
 
 
 def _stream(
+    model: str,
     loaded: LoadedModel,
     module: Any,
     names: list[str],
@@ -307,6 +308,9 @@ def _stream(
     from actviz.hooks import eval_mode
 
     ex = opts.execution
+    if ex.engine == "ray":
+        _stream_on_ray(model, names, planned, todo, progress, opts, notify)
+        return
     forward = BatchForward(loaded, module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
 
     def failed(index: int, error: str | None) -> None:
@@ -338,6 +342,51 @@ def _stream(
             with contextlib.suppress(Exception):
                 progress.save()
             raise
+    progress.save()
+
+
+def _stream_on_ray(
+    model: str,
+    names: list[str],
+    planned: Planned,
+    todo: list[Path],
+    progress: _Progress,
+    opts: ExamplesOptions,
+    notify: Reporter,
+) -> None:
+    """The same pass on a pool of Ray actors: each batch's candidates merged as they come
+    back. The pictures decode the chosen images again (no views travel back)."""
+    from actviz.engines import candidates_on_ray
+
+    pairs = candidates_on_ray(
+        model,
+        opts.load,
+        opts.execution,
+        names,
+        planned.plans,
+        todo,
+        score=opts.score,
+        k=opts.k,
+    )
+    try:
+        for indices, back in pairs:
+            if back.candidates is None:
+                reason = back.error or "unreadable"
+                progress.failed.append((todo[indices[0]], reason))
+                notify.advance(
+                    ImageResult(todo[indices[0]], PurePosixPath("."), status="failed", error=reason)
+                )
+                continue
+            paths = [str(todo[i]) for i in indices]
+            progress.add(paths, progress.top.updated(back.candidates))
+            for index, size in zip(indices, back.sizes, strict=True):
+                notify.advance(ImageResult(todo[index], PurePosixPath("."), size=size))
+            if time.monotonic() - progress.last_save >= CHECKPOINT_SECONDS:
+                progress.save()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            progress.save()
+        raise
     progress.save()
 
 

@@ -1,0 +1,94 @@
+"""``actviz top-images`` on the Ray engine: each actor scores its batches and sends back the
+batch's per-channel top-k candidates (:class:`~actviz.examples.topk.Candidates`, no pixels);
+the driver merges them into the same running top-k as a local run, whose order is total (score,
+then path), so the result is identical whatever the pool size or the order batches come back in.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from actviz.engines.ray_data import RayOptions, WorkerSpec, ray_batches
+
+if TYPE_CHECKING:
+    from actviz.examples.plan import LayerPlan
+    from actviz.examples.topk import Candidates
+    from actviz.models import LoadedModel
+    from actviz.options import ExecutionOptions, LoadOptions
+
+__all__ = ["BatchCandidates", "candidates_on_ray", "example_candidates"]
+
+
+@dataclass
+class BatchCandidates:
+    """What the driver gets back for one batch: its candidates, or an unreadable image."""
+
+    candidates: Candidates | None = None
+    sizes: tuple[tuple[int, int] | None, ...] = ()
+    error: str | None = None
+
+
+def example_candidates(
+    loaded: LoadedModel,
+    paths: list[Path],
+    layers: list[str],
+    *,
+    plans: Mapping[str, LayerPlan],
+    score: Any,
+    k: int,
+) -> list[tuple[list[int], BatchCandidates]]:
+    """One batch on an actor: decode, score with the run's plans, the batch's candidates."""
+    import torch
+
+    from actviz.examples.scoring import score_batch_candidates
+    from actviz.pipeline import decode_batches
+
+    batches = decode_batches(paths, loaded.preprocess, batch_size=len(paths))
+    decoded = [item for batch in batches for item in batch]
+    out = [([d.index], BatchCandidates(error=d.error)) for d in decoded if d.tensor is None]
+    good = [d for d in decoded if d.tensor is not None]
+    if good:
+        x = torch.stack([d.tensor for d in good if d.tensor is not None]).to(loaded.device)
+        candidates = score_batch_candidates(
+            loaded.module,
+            layers,
+            plans,
+            x,
+            [str(paths[d.index]) for d in good],
+            score=score,
+            k=k,
+        )
+        sizes = tuple(d.size for d in good)
+        out.append(([d.index for d in good], BatchCandidates(candidates, sizes)))
+    return out
+
+
+def candidates_on_ray(
+    model: str,
+    load: LoadOptions,
+    execution: ExecutionOptions,
+    names: Sequence[str],
+    plans: Mapping[str, LayerPlan],
+    paths: Sequence[Path],
+    *,
+    score: Any,
+    k: int,
+) -> Iterator[tuple[list[int], BatchCandidates]]:
+    """Each batch's candidates (or each unreadable image) as the actors send them back."""
+    spec = WorkerSpec(
+        model=model,
+        load=load,
+        layers=tuple(names),
+        summarize=functools.partial(example_candidates, plans=dict(plans), score=score, k=k),
+    )
+    options = RayOptions(
+        address=execution.ray_address,
+        workers=execution.workers or 2,
+        batch_size=execution.batch_size,
+    )
+    for pairs in ray_batches(spec, paths, options):
+        yield from pairs
