@@ -595,3 +595,23 @@ def test_errors_are_one_line_with_their_exit_code(lamps: tuple[str, Path], tmp_p
         text=True,
     )
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "-k" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("keywords", "message"),
+    [
+        ({"k": 101}, "-k must be between 1 and 100"),
+        ({"score": "median"}, "--score must be max or mean"),
+        ({"channels": -1}, "--channels must be 0 (all) or more"),
+        ({"tile": 8}, "tile must be 32 to 512 pixels"),
+        ({"cmap": "virdis"}, "did you mean viridis"),
+        ({"png_compression": 10}, "--png-compression must be between 0 and 9"),
+    ],
+)
+def test_option_errors_name_the_fix(keywords: dict[str, Any], message: str) -> None:
+    from actviz.errors import UsageError
+
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ExamplesOptions.from_keywords(**keywords)
+    with pytest.raises(TypeError, match="did you mean k"):
+        ExamplesOptions.from_keywords(kk=3)
