@@ -30,7 +30,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    exe = shutil.which("actviz") or "actviz"
+    exe = shutil.which("actviz", path=str(Path(sys.executable).parent)) or "actviz"
     py = sys.executable
     rows = {
         "python -c pass": timed([py, "-c", "pass"], args.repeat),

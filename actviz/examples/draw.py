@@ -175,6 +175,7 @@ def draw_layers(
                         tiles.pop(plan.key),
                         options,
                         categories,
+                        random=loaded.weights.random,
                     )
                 )
         for path, why in sorted(unreadable.items()):
@@ -289,9 +290,14 @@ def _submit_layer(
     tiles: np.ndarray,
     options: ExamplesOptions,
     categories: Sequence[str] | None,
+    *,
+    random: bool,
 ) -> list[Future[None]]:
     """Compose and write one contact sheet per channel and the overview, in the pool."""
     from actviz import output
+    from actviz.render import RANDOM_NOTE
+
+    notes = (RANDOM_NOTE,) if random else ()  # every picture of an untrained model says so
 
     scales = heat_scales(top)
     field_h, field_w = plan.receptive.size
@@ -312,6 +318,7 @@ def _submit_layer(
         ),
         labels=("0", "max"),
         nonfinite=False,
+        notes=notes,
     )
 
     def sheet(c: int, status: tuple[str, ...]) -> None:
@@ -352,6 +359,7 @@ def _submit_layer(
         ),
         labels=("0", "row max"),
         nonfinite=False,
+        notes=notes,
     )
 
     def overview_picture() -> None:

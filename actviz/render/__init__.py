@@ -4,6 +4,7 @@ overlay), and the drawing of one image's captured layers."""
 from __future__ import annotations
 
 from actviz.render.draw import (
+    RANDOM_NOTE,
     ImageJob,
     display_view,
     draw_image,
@@ -83,6 +84,7 @@ __all__ = [
     "NONFINITE",
     "N_LEVELS",
     "Norm",
+    "RANDOM_NOTE",
     "SPARE",
     "TEXT",
     "TILE_LABEL_SIZE",

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from actviz.render.palette import GridImage
 
 __all__ = [
+    "RANDOM_NOTE",
     "ImageJob",
     "display_view",
     "draw_image",
@@ -278,7 +279,7 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
     )
 
 
-_RANDOM_NOTE = "random weights: an untrained model, so no learned features"
+RANDOM_NOTE = "random weights: an untrained model, so no learned features"
 
 
 def header_notes(job: ImageJob, *lines: str | None) -> list[str]:
@@ -286,7 +287,7 @@ def header_notes(job: ImageJob, *lines: str | None) -> list[str]:
     picture of a run with random weights says so)."""
     notes = [line for line in lines if line]
     if job.random_weights:
-        notes.append(_RANDOM_NOTE)
+        notes.append(RANDOM_NOTE)
     return notes
 
 
