@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 
 def timed(argv: list[str], repeat: int) -> float:
