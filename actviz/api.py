@@ -75,6 +75,8 @@ def run(
     """
     from actviz import images as image_io
     from actviz import output
+    from actviz.hooks import layer_refs
+    from actviz.models.listing import fold_never_ran
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
@@ -89,7 +91,11 @@ def run(
     # A run that fails before writing anything leaves no empty folder behind.
     with output.removed_if_empty(opts.out, created):
         loaded, warnings = _load(model, opts, notify)
-        selector, names = _select(model, loaded, opts, warnings, notify)
+        if opts.report:
+            from actviz.report import warm_up
+
+            warm_up()  # the report's figure and templates, while the images run
+        selector, names = _select(model, loaded, opts)
         state = _plan(model, loaded, selector, names, found, opts)
         if state.kept:
             shown = ", ".join(state.kept[:5]) + (", ..." if len(state.kept) > 5 else "")
@@ -100,9 +106,12 @@ def run(
             never_ran = stats_on_ray(model, state.names, state.todo, state.records, opts, notify)
         else:
             never_ran = capture_and_render(model, loaded, state, opts, notify)
-        for name in sorted(never_ran):
-            warnings.append(f"layer {name} was selected but never ran in the forward pass")
-            notify.warn(warnings[-1])
+        # What the selector swept in but the forward never called: one warning, and left out.
+        refs = layer_refs(loaded.module)
+        state.names, idle = fold_never_ran(refs, selector, state.names, never_ran)
+        for message in idle:
+            warnings.append(message)
+            notify.warn(message)
         return _write(model, loaded, state, found.skipped, warnings, opts, started)
 
 
@@ -126,14 +135,10 @@ def _load(model: str, opts: RunOptions, notify: Reporter) -> tuple[LoadedModel, 
     return loaded, warnings
 
 
-def _select(
-    model: str, loaded: LoadedModel, opts: RunOptions, warnings: list[str], notify: Reporter
-) -> tuple[str, list[str]]:
-    """The selector (the architecture's default when none was given) and the modules it names,
-    less those it swept in that never run (one warning names them)."""
+def _select(model: str, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
+    """The selector (the architecture's default when none was given) and the modules it names."""
     from actviz.hooks import layer_refs
     from actviz.layouts import default_selector
-    from actviz.models.listing import skip_modules_that_never_run
     from actviz.selectors import select_layers
 
     if opts.layers is not None:
@@ -142,14 +147,7 @@ def _select(
         selector = "MultiheadAttention"
     else:
         selector = default_selector(loaded.module)
-    names = select_layers(layer_refs(loaded.module), selector, model=model)
-    # What the selector swept in but the forward never calls would only draw nothing.
-    shape = (1, loaded.preprocess.channels, *loaded.input_size)
-    names, skipped = skip_modules_that_never_run(loaded.module, shape, selector, names)
-    if skipped is not None:
-        warnings.append(skipped)
-        notify.warn(skipped)
-    return selector, names
+    return selector, select_layers(layer_refs(loaded.module), selector, model=model)
 
 
 def _plan(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ActvizError, ModelError, UsageError, first_line
 
@@ -20,8 +20,7 @@ __all__ = [
     "LayerInfo",
     "LayerListing",
     "list_layers",
-    "modules_that_never_run",
-    "skip_modules_that_never_run",
+    "fold_never_ran",
 ]
 
 
@@ -139,93 +138,50 @@ def list_layers(
     )
 
 
-def modules_that_never_run(
-    module: nn.Module, input_shape: tuple[int, ...], names: Sequence[str]
-) -> set[str] | None:
-    """Which of ``names`` the model's forward never calls, as ``list-layers`` counts them.
+def fold_never_ran(
+    refs: Sequence[Any], selector: str | Sequence[str], names: Sequence[str], never_ran: set[str]
+) -> tuple[list[str], list[str]]:
+    """The selected modules that ran, and the warnings about those that did not.
 
-    The model runs once on the ``meta`` device with its own weights swapped for meta tensors
-    for the call (``torch.func.functional_call``): no memory, no computation, and the model
-    itself is left as it was. Some modules are built but never called in eval mode: the
-    ``out_proj`` of ViT's attention (its weights are used by a function), Swin's unused
-    heads, Inception's auxiliary classifier.
-
-    Args:
-        module: A built model, on any device.
-        input_shape: ``(batch, channels, height, width)`` of its input.
-        names: The qualified module names to check.
-
-    Returns:
-        The names called 0 times, or None when the model cannot run on the meta device (a
-        model that computes with tensors of its own, say): then nothing is known.
-    """
-    import torch
-    from torch.func import functional_call
-
-    from actviz.hooks import ActivationRecorder
-
-    on_meta = {
-        key: torch.empty_like(value, device="meta")
-        for key, value in (
-            *module.named_parameters(remove_duplicate=False),
-            *module.named_buffers(remove_duplicate=False),
-        )
-    }
-    recorder = ActivationRecorder(module, list(names), keep_tensors=False)
-    was_training = module.training
-    try:
-        module.eval()
-        with recorder, torch.inference_mode():
-            functional_call(module, on_meta, (torch.zeros(input_shape, device="meta"),))
-    except Exception:  # an op without a meta kernel, data-dependent code: no answer
-        return None
-    finally:
-        module.train(was_training)
-    return {name for name in names if recorder.calls(name) == 0}
-
-
-def skip_modules_that_never_run(
-    module: nn.Module,
-    input_shape: tuple[int, ...],
-    selector: str | Sequence[str],
-    names: Sequence[str],
-) -> tuple[list[str], str | None]:
-    """Drop the selected modules the forward never calls, unless the user named them.
-
-    ``all`` on vit_b_16 sweeps in the 12 ``out_proj`` layers that its attention never calls
-    as modules; each would only end in a "never ran" warning. What a selector sweeps in (``all``,
-    a type, a glob, a regular expression) and the meta-device forward of
-    :func:`modules_that_never_run` counts 0 calls for is dropped, with one warning for all of
-    them. A module the user typed by its exact name is kept: the run then says that it never
-    ran. Nothing is dropped when the model cannot run on the meta device, or when nothing
-    would be left.
+    ``all`` on vit_b_16 sweeps in the 12 ``out_proj`` layers that its attention never calls as
+    modules (their weights are used by a function); Swin's unused heads and Inception's
+    auxiliary classifier are built but never called in eval mode either. What a selector swept
+    in (``all``, a type, a glob, a regular expression) and never ran is dropped with one
+    warning for all of them; a module the user typed by its exact name keeps its own "never
+    ran" warning. When nothing ran at all, each gets its own warning.
 
     Args:
-        module: The built model.
-        input_shape: ``(batch, channels, height, width)`` of its input.
+        refs: The model's :func:`~actviz.hooks.layer_refs`.
         selector: The selector that chose ``names``.
         names: The selected module names, in order.
+        never_ran: Those of ``names`` the forward passes never called.
 
     Returns:
-        The names to capture, and the warning that lists what was dropped (None when nothing
-        was).
+        The names that ran, in order, and the warnings.
     """
-    from actviz.hooks import layer_refs
     from actviz.selectors import named_exactly
 
-    explicit = named_exactly(layer_refs(module), selector)
-    swept = [name for name in names if name not in explicit]
-    idle = modules_that_never_run(module, input_shape, swept) if swept else None
-    if not idle or len(idle) == len(names):
-        return list(names), None
-    skipped = [name for name in names if name in idle]
-    shown = ", ".join(skipped[:_SKIPPED_SHOWN]) + ("..." if len(skipped) > _SKIPPED_SHOWN else "")
-    many = len(skipped) != 1
-    message = (
-        f"{len(skipped)} selected module{'s' if many else ''} never run{'' if many else 's'} in "
-        f"the forward pass and {'were' if many else 'was'} skipped: {shown}"
-    )
-    return [name for name in names if name not in idle], message
+    idle = [name for name in names if name in never_ran]
+    if not idle:
+        return list(names), []
+    explicit = named_exactly(refs, selector)
+    swept = [name for name in idle if name not in explicit]
+    if len(idle) == len(names):
+        swept = []
+    warnings = []
+    if swept:
+        shown = ", ".join(swept[:_SKIPPED_SHOWN]) + ("..." if len(swept) > _SKIPPED_SHOWN else "")
+        many = len(swept) != 1
+        warnings.append(
+            f"{len(swept)} selected module{'s' if many else ''} never run{'' if many else 's'} "
+            f"in the forward pass and {'were' if many else 'was'} skipped: {shown}"
+        )
+    warnings += [
+        f"layer {name} was selected but never ran in the forward pass"
+        for name in idle
+        if name not in swept
+    ]
+    return [name for name in names if name not in swept], warnings
 
 
 #: Names listed in the warning about skipped modules before "...".

@@ -29,6 +29,12 @@ from actviz.report.blocks import (
 from actviz.report.charts import (
     DepthChart as DepthChart,
 )
+from actviz.report.charts import (
+    take_chart as take_chart,
+)
+from actviz.report.charts import (
+    warm_up as warm_up,
+)
 from actviz.report.diff import diff_page as diff_page
 from actviz.report.examples import build_examples_report as build_examples_report
 from actviz.report.markup import (

@@ -8,12 +8,14 @@ nothing until it draws.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["DepthChart"]
+__all__ = ["DepthChart", "take_chart", "warm_up"]
 
 
 class DepthChart:
@@ -143,3 +145,37 @@ def _symlog_label(linthresh: float) -> Callable[[float, object], str]:
         return "" if 0 < abs(value) <= linthresh * 1.001 else f"{value:g}"
 
     return label
+
+
+_spare: list[DepthChart] = []
+_warming: list[threading.Thread] = []
+
+
+def warm_up() -> None:
+    """Start making the report's fixed parts in a background thread: the chart's figure (its
+    axes, legends and fonts are most of a chart's cost) and the page templates.
+
+    Called when a run starts; the model's forward pass and the render threads spend their time
+    in C with the GIL released, so this costs a whole run nothing, and the report at its end
+    starts from a ready figure.
+    """
+    if _warming or _spare:
+        return
+
+    def make() -> None:
+        from actviz.report.markup import environment
+
+        with contextlib.suppress(Exception):  # a failure shows up when the report is built
+            environment().get_template("index.html")
+            _spare.append(DepthChart())
+
+    thread = threading.Thread(target=make, name="actviz-report-warm-up", daemon=True)
+    _warming.append(thread)
+    thread.start()
+
+
+def take_chart() -> DepthChart:
+    """The figure :func:`warm_up` made (waiting for it if need be), or a new one."""
+    while _warming:
+        _warming.pop().join()
+    return _spare.pop() if _spare else DepthChart()

@@ -39,7 +39,7 @@ from typing import Any
 
 from actviz.output import safe_name
 from actviz.report.blocks import by_name, run_meta, run_warnings, weights_banner
-from actviz.report.charts import DepthChart
+from actviz.report.charts import DepthChart, take_chart
 from actviz.report.markup import render
 
 __all__ = ["PER_IMAGE_CHARTS", "build_report"]
@@ -276,7 +276,7 @@ class _Report:
 
     @functools.cached_property
     def chart(self) -> DepthChart:
-        return DepthChart()
+        return take_chart()
 
     def _image_stats(self, image: Mapping[str, Any]) -> Mapping[str, Any] | None:
         found: Mapping[str, Any] | None = (self.stats.get("images") or {}).get(
