@@ -117,17 +117,9 @@ def run(
 
 def _load(model: str, opts: RunOptions, notify: Reporter) -> tuple[LoadedModel, list[str]]:
     """Build the model on its device; warn loudly when its weights are random."""
-    from actviz.models import load_model
+    from actviz.models import load_with
 
-    load = opts.load
-    loaded = load_model(
-        model,
-        weights=load.weights,
-        device=load.device,
-        trust_checkpoint=load.trust_checkpoint,
-        input_size=load.input_size,
-        in_chans=load.in_chans,
-    )
+    loaded = load_with(model, opts.load)
     warnings: list[str] = []
     if loaded.weights.random and loaded.weights.spec != "none":
         warnings.append(_random_weights_warning(loaded))

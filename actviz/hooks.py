@@ -46,6 +46,7 @@ __all__ = [
     "check_hookable",
     "eval_mode",
     "layer_refs",
+    "tensor_items",
 ]
 
 CaptureMode = Literal["output", "input", "both", "attn"]
@@ -314,7 +315,7 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
 
         def store(call: int, key: str, value: object, *, what: str) -> None:
             found = False
-            for element, tensor in _tensors(value):
+            for element, tensor in tensor_items(value):
                 found = True
                 copy = (
                     # contiguous_format: channels-last outputs come back in plain NCHW order.
@@ -483,7 +484,7 @@ def _contiguous() -> torch.memory_format:
     return torch.contiguous_format
 
 
-def _tensors(output: object, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+def tensor_items(output: object, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor in a hook's output, with its suffix: "" for a bare tensor."""
     import torch
 
@@ -491,10 +492,10 @@ def _tensors(output: object, prefix: str = "") -> Iterator[tuple[str, torch.Tens
         yield prefix, output
     elif isinstance(output, Mapping):
         for key, value in output.items():
-            yield from _tensors(value, f"{prefix}[{key}]")
+            yield from tensor_items(value, f"{prefix}[{key}]")
     elif isinstance(output, tuple) and hasattr(output, "_fields"):  # namedtuple
         for key, value in zip(output._fields, output, strict=True):
-            yield from _tensors(value, f"{prefix}[{key}]")
+            yield from tensor_items(value, f"{prefix}[{key}]")
     elif isinstance(output, (tuple, list)):
         for index, value in enumerate(output):
-            yield from _tensors(value, f"{prefix}[{index}]")
+            yield from tensor_items(value, f"{prefix}[{index}]")

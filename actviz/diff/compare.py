@@ -172,17 +172,9 @@ def _load(
 ) -> LoadedModel:
     """Build one model exactly as ``run`` does (checkpoints safe unless trusted; random
     weights from the same seed), warning loudly about weights that are random by accident."""
-    from actviz.models import load_model
+    from actviz.models import load_with
 
-    load = opts.load
-    loaded = load_model(
-        model,
-        weights=weights,
-        device=load.device,
-        trust_checkpoint=load.trust_checkpoint,
-        input_size=load.input_size,
-        in_chans=load.in_chans,
-    )
+    loaded = load_with(model, opts.load, weights=weights)
     if loaded.weights.random and loaded.weights.spec.lower() != "none":
         why = loaded.weights.reason or "no pretrained weights"
         warnings.append(

@@ -146,18 +146,10 @@ class _Summarizer:
     """The actor: builds the model once, then summarizes one batch of paths per call."""
 
     def __init__(self, spec: WorkerSpec) -> None:
-        from actviz.models import load_model
+        from actviz.models import load_with
 
-        load = spec.load
         self.spec = spec
-        self.loaded = load_model(
-            spec.model,
-            weights=load.weights,
-            device=load.device,
-            trust_checkpoint=load.trust_checkpoint,
-            input_size=load.input_size,
-            in_chans=load.in_chans,
-        )
+        self.loaded = load_with(spec.model, spec.load)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import numpy as np

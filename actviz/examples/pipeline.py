@@ -177,17 +177,9 @@ def top_images(
 
 
 def _load(model: str, opts: ExamplesOptions, notify: Reporter) -> tuple[LoadedModel, list[str]]:
-    from actviz.models import load_model
+    from actviz.models import load_with
 
-    load = opts.load
-    loaded = load_model(
-        model,
-        weights=load.weights,
-        device=load.device,
-        trust_checkpoint=load.trust_checkpoint,
-        input_size=load.input_size,
-        in_chans=load.in_chans,
-    )
+    loaded = load_with(model, opts.load)
     warnings: list[str] = []
     if loaded.weights.random and loaded.weights.spec != "none":
         why = loaded.weights.reason or "no pretrained weights"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from actviz.errors import ModelError, first_line
 from actviz.examples.fields import ReceptiveField, measure_fields
-from actviz.hooks import HookSession
+from actviz.hooks import HookSession, tensor_items
 
 if TYPE_CHECKING:
     import torch
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from actviz.layouts import LayerContext
 
-__all__ = ["LayerPlan", "Planned", "as_maps", "map_layout", "plan_layers", "tensor_items"]
+__all__ = ["LayerPlan", "Planned", "as_maps", "map_layout", "plan_layers"]
 
 Mode = Literal["nchw", "nhwc", "gather"]
 #: Probe images: the centre, top-left and bottom-right cells are measured on one each.
@@ -159,24 +159,6 @@ def as_maps(tensor: torch.Tensor, plan: LayerPlan) -> torch.Tensor:
     assert plan.index is not None
     index = torch.as_tensor(plan.index, device=tensor.device)
     return tensor.reshape(batch, -1).index_select(1, index).reshape(batch, c, h, w)
-
-
-def tensor_items(output: object, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """Every tensor in a module's output with its key suffix, as ``run`` names them: ``""``
-    for a bare tensor, ``[i]`` and ``[name]`` for elements of sequences and mappings."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        yield prefix, output
-    elif isinstance(output, Mapping):
-        for key, value in output.items():
-            yield from tensor_items(value, f"{prefix}[{key}]")
-    elif isinstance(output, tuple) and hasattr(output, "_fields"):  # namedtuple
-        for key, value in zip(output._fields, output, strict=True):
-            yield from tensor_items(value, f"{prefix}[{key}]")
-    elif isinstance(output, (tuple, list)):
-        for index, value in enumerate(output):
-            yield from tensor_items(value, f"{prefix}[{index}]")
 
 
 class _ProbeRecorder(HookSession):

@@ -24,9 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz.examples.options import Score
-from actviz.examples.plan import LayerPlan, tensor_items
+from actviz.examples.plan import LayerPlan
 from actviz.examples.topk import Candidates, layer_candidates
-from actviz.hooks import HookSession
+from actviz.hooks import HookSession, tensor_items
 
 if TYPE_CHECKING:
     import torch

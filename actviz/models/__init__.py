@@ -7,42 +7,60 @@ from actviz.models.checkpoints import load_checkpoint
 from actviz.models.defaults import default_selector
 from actviz.models.devices import resolve_device
 from actviz.models.factories import (
+    FactorySpec,
     build_user_model,
+    factory_module_importable,
     is_factory_spec,
     load_factory,
+    parse_factory_spec,
     split_factory_spec,
 )
-from actviz.models.listing import LayerInfo, LayerListing, list_layers
-from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from actviz.models.listing import LayerInfo, LayerListing, fold_never_ran, list_layers
+from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, MAX_ASPECT, Fit, Preprocessing
 from actviz.models.pretrained import cached_weights_path
 from actviz.models.registry import (
     LoadedModel,
+    ModelEntry,
     WeightsInfo,
     architecture_kwargs,
     build_architecture,
     list_model_names,
+    list_models,
     load_model,
+    load_with,
 )
+from actviz.models.segmentation import class_channel_names, segmentation_logits
 
 __all__ = [
+    "FactorySpec",
+    "Fit",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "LayerInfo",
     "LayerListing",
     "LoadedModel",
+    "MAX_ASPECT",
+    "ModelEntry",
     "Preprocessing",
     "WeightsInfo",
     "architecture_kwargs",
     "build_architecture",
     "build_user_model",
     "cached_weights_path",
+    "class_channel_names",
     "default_selector",
+    "factory_module_importable",
+    "fold_never_ran",
     "is_factory_spec",
     "list_layers",
     "list_model_names",
+    "list_models",
     "load_checkpoint",
     "load_factory",
     "load_model",
+    "load_with",
+    "parse_factory_spec",
     "resolve_device",
+    "segmentation_logits",
     "split_factory_spec",
 ]

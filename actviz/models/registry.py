@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from torch import nn
     from torchvision.models import WeightsEnum
 
+    from actviz.options import LoadOptions
+
 __all__ = [
     "LoadedModel",
     "ModelEntry",
@@ -66,6 +68,7 @@ __all__ = [
     "list_model_names",
     "list_models",
     "load_model",
+    "load_with",
 ]
 
 #: Families whose input and output contracts differ from "an image batch in, a tensor out".
@@ -262,6 +265,19 @@ def load_model(
         device=torch_device,
         channel_names=class_channel_names(module, categories),
         segmentation=segmentation_logits(module),
+    )
+
+
+def load_with(name: str, options: LoadOptions, *, weights: str | None = None) -> LoadedModel:
+    """:func:`load_model` with a command's :class:`~actviz.options.LoadOptions`; ``weights``
+    overrides the options' (a second model to compare)."""
+    return load_model(
+        name,
+        weights=options.weights if weights is None else weights,
+        device=options.device,
+        trust_checkpoint=options.trust_checkpoint,
+        input_size=options.input_size,
+        in_chans=options.in_chans,
     )
 
 
