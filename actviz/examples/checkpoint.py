@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from actviz.errors import OutputError
-from actviz.examples.topk import LayerTop, TopK
+from actviz.examples.topk import ARRAY_FIELDS, LayerTop, TopK
 
 __all__ = ["FILE", "Checkpoint", "load_checkpoint", "save_checkpoint"]
 
@@ -80,22 +80,7 @@ def load_checkpoint(out: Path, settings: Mapping[str, Any]) -> Checkpoint | None
             _check_settings(out, meta.get("settings", {}), settings)
             layers = {}
             for i, layer in enumerate(meta["layers"]):
-                arrays = {
-                    name: data[f"{i}.{name}"]
-                    for name in (
-                        "scores",
-                        "paths",
-                        "ys",
-                        "xs",
-                        "classes",
-                        "heat",
-                        "origin",
-                        "valid",
-                        "active",
-                        "nonfinite",
-                        "best",
-                    )
-                }
+                arrays = {name: data[f"{i}.{name}"] for name in ARRAY_FIELDS}
                 sums = [int(s) for s in layer["sums"]]
                 layers[layer["key"]] = LayerTop.from_arrays(arrays, layer["images"], sums)
             return Checkpoint(TopK(int(meta["k"]), layers), [str(p) for p in meta["done"]])

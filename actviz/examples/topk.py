@@ -25,13 +25,28 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Candidates", "LayerTop", "TopK", "layer_candidates"]
+__all__ = ["ARRAY_FIELDS", "Candidates", "LayerTop", "TopK", "layer_candidates"]
 
 F32 = npt.NDArray[np.float32]
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
 Strings = npt.NDArray[np.str_]
+
+#: The array fields of :class:`LayerTop`, as a checkpoint stores them.
+ARRAY_FIELDS = (
+    "scores",
+    "paths",
+    "ys",
+    "xs",
+    "classes",
+    "heat",
+    "origin",
+    "valid",
+    "active",
+    "nonfinite",
+    "best",
+)
 
 #: Scores are summed exactly as integers in units of 2**-EXACT_BITS.
 EXACT_BITS = 149
@@ -132,22 +147,7 @@ class LayerTop:
 
     def arrays(self) -> dict[str, npt.NDArray[Any]]:
         """The arrays, by field name (for a checkpoint file)."""
-        return {
-            name: getattr(self, name)
-            for name in (
-                "scores",
-                "paths",
-                "ys",
-                "xs",
-                "classes",
-                "heat",
-                "origin",
-                "valid",
-                "active",
-                "nonfinite",
-                "best",
-            )
-        }
+        return {name: getattr(self, name) for name in ARRAY_FIELDS}
 
     @classmethod
     def from_arrays(
