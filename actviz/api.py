@@ -241,9 +241,11 @@ def _write(
     record = manifest(result)
     output.write_json(manifest_path, record)
     if opts.report:
-        from actviz.report import build_report
+        from actviz.report import build_report, related_reports
 
-        for rel, data in build_report(record, stats_doc, out_dir_name=out_dir.name).items():
+        related = related_reports(out_dir)
+        pages = build_report(record, stats_doc, out_dir_name=out_dir.name, related=related)
+        for rel, data in pages.items():
             output.write_bytes(out_dir / rel, data)
     return result
 

@@ -680,3 +680,23 @@ def test_an_installed_wheel_finds_its_templates(tmp_path: Path) -> None:
     assert "Made with actviz" in index and "section.layer" in index  # footer, stylesheet
     image = pages["report/images/cat.html"]
     assert image.count('<section class="layer') == 4 and "<h2>Layers</h2>" in image
+
+
+@pytest.mark.slow
+def test_the_run_report_links_top_images_written_beside_it(tmp_path: Path) -> None:
+    import actviz
+    from tests.conftest import make_image
+
+    folder = tmp_path / "in"
+    for i in range(2):
+        make_image(folder / f"p{i}.png", size=(40, 40), seed=i)
+    out = tmp_path / "out"
+    actviz.run("resnet18", [folder], layers="layer4", out=out, weights="none", stats=False)
+    assert "top-images.html" not in (out / "index.html").read_text()
+    actviz.top_images(
+        "resnet18", [folder], layers="layer4", out=out, weights="none", k=2, overwrite=True
+    )
+    index = (out / "index.html").read_text()
+    assert 'href="top-images.html"' in index and "top images of every channel" in index
+    # The rebuilt report still shows the run: both images and their grids.
+    assert "p0/00_layer4.png" in index or "report/images/p0.html" in index

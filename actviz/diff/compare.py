@@ -326,8 +326,11 @@ def _write(
     result.seconds = time.perf_counter() - started
     record = diff_record(result)
     if opts.report:
-        from actviz.report import diff_page
+        from actviz.report import diff_page, rebuild_run_report
 
         output.write_bytes(out / "diff.html", diff_page(record))
+        # A run's report in the same folder now links this page.
+        for rel, data in rebuild_run_report(out).items():
+            output.write_bytes(out / rel, data)
     output.write_json(result.record, record)
     return result

@@ -146,9 +146,12 @@ def top_images(
             )
             output.write_json(opts.out / JSON_FILE, doc)
             if report is not None:
-                from actviz.report import build_examples_report
+                from actviz.report import build_examples_report, rebuild_run_report
 
                 for rel, data in build_examples_report(doc, opts.out).items():
+                    output.write_bytes(opts.out / rel, data)
+                # A run's report in the same folder now links these pages.
+                for rel, data in rebuild_run_report(opts.out).items():
                     output.write_bytes(opts.out / rel, data)
             written["doc"] = doc
 

@@ -61,3 +61,9 @@ from actviz.report.pages import (
 from actviz.report.pages import (
     build_report as build_report,
 )
+from actviz.report.pages import (
+    rebuild_run_report as rebuild_run_report,
+)
+from actviz.report.pages import (
+    related_reports as related_reports,
+)

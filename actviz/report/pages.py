@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from actviz.output import safe_name
@@ -42,7 +43,13 @@ from actviz.report.blocks import by_name, run_meta, run_warnings, weights_banner
 from actviz.report.charts import DepthChart, take_chart
 from actviz.report.markup import render
 
-__all__ = ["PER_IMAGE_CHARTS", "build_report"]
+__all__ = [
+    "PER_IMAGE_CHARTS",
+    "RELATED_REPORTS",
+    "build_report",
+    "rebuild_run_report",
+    "related_reports",
+]
 
 PER_IMAGE_CHARTS = 12
 """How many of a run's first images get a depth chart of their own even without a flag.
@@ -61,6 +68,7 @@ def build_report(
     stats: Mapping[str, Any] | None,
     *,
     out_dir_name: str = ".",
+    related: Sequence[tuple[str, str]] = (),
 ) -> dict[str, bytes]:
     """Build the HTML report of a run.
 
@@ -72,13 +80,44 @@ def build_report(
         stats: What ``stats.json`` holds (``actviz.stats.compute.to_json``), keyed by the images'
             ``out_dir``; None when statistics were not computed.
         out_dir_name: The output folder's name, shown in the title.
+        related: ``(page, text)`` of other commands' reports in the same folder
+            (``top-images.html``, ``diff.html``), linked under the title.
 
     Returns:
         Paths relative to the output folder (``index.html``, ``report/...``) -> file content.
         ``index.html`` belongs at the output folder's root, beside the image folders.
     """
     report = _Report(manifest, stats, out_dir_name)
+    report.related = list(related)
     return report.build()
+
+
+#: Other commands' reports a run report links to when they are in the same folder.
+RELATED_REPORTS = (
+    ("top-images.html", "top images of every channel"),
+    ("diff.html", "layer-by-layer comparison"),
+)
+
+
+def related_reports(out: Path) -> list[tuple[str, str]]:
+    """The :data:`RELATED_REPORTS` present in the output folder ``out``."""
+    return [(page, text) for page, text in RELATED_REPORTS if (out / page).is_file()]
+
+
+def rebuild_run_report(out: Path) -> dict[str, bytes]:
+    """The run report of ``out`` built again from its ``manifest.json`` and ``stats.json``,
+    so that it links the reports written beside it since; empty when ``out`` has no run."""
+    import json
+
+    try:
+        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+        if not (out / "index.html").is_file() or "images" not in manifest:
+            return {}
+        stats_file = out / "stats.json"
+        stats = json.loads(stats_file.read_text(encoding="utf-8")) if stats_file.exists() else None
+    except (OSError, ValueError):
+        return {}  # not a run's folder, or not one this version reads: leave it alone
+    return build_report(manifest, stats, out_dir_name=out.name, related=related_reports(out))
 
 
 class _Report:
@@ -102,6 +141,7 @@ class _Report:
         self.layer_index = {key: i for i, (key, _) in enumerate(self.layers)}
         self.views = [_ImageView(image, self._image_stats(image)) for image in self.images]
         self.files: dict[str, bytes] = {}
+        self.related: list[tuple[str, str]] = []
 
     # ------------------------------------------------------------------ pages
 
@@ -147,6 +187,7 @@ class _Report:
             single=single,
             failed=self.failed,
             skipped=self.m.get("skipped") or [],
+            related=self.related,
         )
 
     def _image_page(self, index: int) -> bytes:
