@@ -127,7 +127,7 @@ EngineOption = Annotated[
         "--engine",
         help=(
             "local: this process; ray: per-image summaries on a pool of Ray actors, merged into "
-            "the same files (pip install 'actviz[ray]')."
+            "the same files (pip install 'actviz\\[ray]')."
         ),
         rich_help_panel="Speed",
     ),
