@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -24,7 +24,7 @@ from actviz.examples.draw import ViewCache, draw_layers, layer_files
 from actviz.examples.options import ExamplesOptions
 from actviz.examples.plan import LayerPlan, Planned, plan_layers
 from actviz.examples.results import LayerSummary, TopImagesResult
-from actviz.examples.topk import TopK
+from actviz.examples.topk import Candidates, TopK
 from actviz.results import ImageResult, Reporter, SilentReporter
 
 if TYPE_CHECKING:
@@ -274,6 +274,38 @@ class _Progress:
         self.batches.append(paths)
         self.state = _State(top, len(self.batches))
 
+    def fail(self, path: Path, error: str | None, notify: Reporter) -> None:
+        """An image that could not be scored: named, counted, skipped."""
+        reason = error or "unreadable"
+        self.failed.append((path, reason))
+        notify.advance(ImageResult(path, PurePosixPath("."), status="failed", error=reason))
+
+    def merge(
+        self,
+        paths: list[Path],
+        sizes: Sequence[tuple[int, int] | None],
+        candidates: Candidates,
+        notify: Reporter,
+    ) -> None:
+        """One batch's candidates into the top-k; saved every few seconds."""
+        self.add([str(p) for p in paths], self.top.updated(candidates))
+        for path, size in zip(paths, sizes, strict=True):
+            notify.advance(ImageResult(path, PurePosixPath("."), size=size))
+        if time.monotonic() - self.last_save >= CHECKPOINT_SECONDS:
+            self.save()
+
+    @contextlib.contextmanager
+    def saving(self) -> Iterator[None]:
+        """Save at the end of the pass, and when it stops early: --resume continues there."""
+        try:
+            yield
+        except BaseException:
+            # A failing save must not hide the first error.
+            with contextlib.suppress(Exception):
+                self.save()
+            raise
+        self.save()
+
     def save(self) -> None:
         state = self.state
         if state is self.saved or (state.batches == 0 and not self.earlier):
@@ -309,35 +341,23 @@ def _stream(
     forward = BatchForward(loaded, module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
 
     def failed(index: int, error: str | None) -> None:
-        reason = error or "unreadable"
-        progress.failed.append((todo[index], reason))
-        result = ImageResult(todo[index], PurePosixPath("."), status="failed", error=reason)
-        notify.advance(result)
+        progress.fail(todo[index], error, notify)
 
     with (
         ScoreRecorder(module, names, planned.plans, opts.score) as recorder,
         eval_mode(module),
         contextlib.ExitStack() as stack,
+        progress.saving(),
     ):
-        try:
-            for good, logits, _x in forward.batches(todo, stack, failed):
-                paths = [str(todo[index]) for index, _, _ in good]
-                classes = predicted_classes(logits, len(good))
-                candidates = batch_candidates(paths, recorder.take(), classes, opts.k)
-                progress.add(paths, progress.top.updated(candidates))
-                views.offer(
-                    zip(paths, [x_cpu for _, _, x_cpu in good], strict=True), progress.top.paths()
-                )
-                for index, size, _ in good:
-                    notify.advance(ImageResult(todo[index], PurePosixPath("."), size=size))
-                if time.monotonic() - progress.last_save >= CHECKPOINT_SECONDS:
-                    progress.save()
-        except BaseException:
-            # Keep what is done for --resume; a failing save must not hide the first error.
-            with contextlib.suppress(Exception):
-                progress.save()
-            raise
-    progress.save()
+        for good, logits, _x in forward.batches(todo, stack, failed):
+            paths = [todo[index] for index, _, _ in good]
+            classes = predicted_classes(logits, len(good))
+            candidates = batch_candidates([str(p) for p in paths], recorder.take(), classes, opts.k)
+            progress.merge(paths, [size for _, size, _ in good], candidates, notify)
+            views.offer(
+                zip([str(p) for p in paths], [x for _, _, x in good], strict=True),
+                progress.top.paths(),
+            )
 
 
 def _stream_on_ray(
@@ -363,26 +383,13 @@ def _stream_on_ray(
         score=opts.score,
         k=opts.k,
     )
-    try:
+    with progress.saving():
         for indices, back in pairs:
             if back.candidates is None:
-                reason = back.error or "unreadable"
-                progress.failed.append((todo[indices[0]], reason))
-                notify.advance(
-                    ImageResult(todo[indices[0]], PurePosixPath("."), status="failed", error=reason)
-                )
-                continue
-            paths = [str(todo[i]) for i in indices]
-            progress.add(paths, progress.top.updated(back.candidates))
-            for index, size in zip(indices, back.sizes, strict=True):
-                notify.advance(ImageResult(todo[index], PurePosixPath("."), size=size))
-            if time.monotonic() - progress.last_save >= CHECKPOINT_SECONDS:
-                progress.save()
-    except BaseException:
-        with contextlib.suppress(Exception):
-            progress.save()
-        raise
-    progress.save()
+                progress.fail(todo[indices[0]], back.error, notify)
+            else:
+                paths = [todo[i] for i in indices]
+                progress.merge(paths, back.sizes, back.candidates, notify)
 
 
 def _draw(
