@@ -3,14 +3,16 @@ parsing helpers every command uses. Commands live in sibling modules and registe
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
 from actviz._version import __version__
-from actviz.cli.console import error
+from actviz.cli.console import RichReporter, error
 from actviz.errors import ActvizError, ExitCode, UsageError
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ __all__ = [
     "load_options",
     "on_sigterm",
     "pair",
+    "reporting",
     "state",
     "thresholds",
     "usage_error",
@@ -153,3 +156,15 @@ def usage_error(exc: BaseException) -> int | None:
     where = getattr(ctx, "command_path", "actviz")
     error(f"{format_message()} (see '{where} --help')")
     return exit_code
+
+
+@contextlib.contextmanager
+def reporting(quiet: bool, kind: type[RichReporter] = RichReporter) -> Iterator[RichReporter]:
+    """A long command's progress bar, stopped however the block ends; SIGTERM stops the
+    command like Ctrl-C, so the same cleanup and message run."""
+    signal.signal(signal.SIGTERM, on_sigterm)
+    reporter = kind(quiet=quiet, status=state)
+    try:
+        yield reporter
+    finally:
+        reporter.stop()

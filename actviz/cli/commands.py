@@ -7,15 +7,20 @@ commands, never here, so ``actviz --help`` is instant.
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from actviz.cli.boundary import app, boundary, load_options, on_sigterm, pair, state, thresholds
+from actviz.cli.boundary import (
+    app,
+    boundary,
+    load_options,
+    pair,
+    reporting,
+    thresholds,
+)
 from actviz.cli.console import (
-    RichReporter,
     error,
     listing_json,
     out_console,
@@ -232,12 +237,8 @@ def _execute(
     from actviz.stats import parse_kinds
 
     kinds = parse_kinds(fail_on) if fail_on else frozenset()  # a bad kind fails before work
-    signal.signal(signal.SIGTERM, on_sigterm)
-    reporter = RichReporter(quiet=quiet, status=state)
-    try:
+    with reporting(quiet) as reporter:
         result = run_pipeline(model, inputs, options, reporter=reporter)
-    finally:
-        reporter.stop()
     _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)
 
 

@@ -7,7 +7,6 @@ on stderr. Torch is imported inside the command, never here.
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,7 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from actviz.cli.boundary import app, boundary, load_options, on_sigterm, state
+from actviz.cli.boundary import app, boundary, load_options, reporting
 from actviz.cli.console import RichReporter, err_console, error, out_console
 from actviz.cli.options import (
     AgainstModelOption,
@@ -115,12 +114,8 @@ def diff(
             overwrite=overwrite,
         ),
     )
-    signal.signal(signal.SIGTERM, on_sigterm)
-    reporter = _DiffReporter(quiet=quiet, status=state)
-    try:
+    with reporting(quiet, _DiffReporter) as reporter:
         result = run_diff(model, inputs, options, reporter=reporter)
-    finally:
-        reporter.stop()
     if as_json:
         out_console.print_json(result.record.read_text(encoding="utf-8"))
     else:

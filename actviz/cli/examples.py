@@ -5,15 +5,14 @@ Torch is imported inside the command, never here, so ``actviz --help`` stays ins
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.text import Text
 
-from actviz.cli.boundary import app, boundary, load_options, on_sigterm, state
-from actviz.cli.console import RichReporter, err_console, error, out_console
+from actviz.cli.boundary import app, boundary, load_options, reporting
+from actviz.cli.console import err_console, error, out_console
 from actviz.cli.options import (
     BatchSizeOption,
     DeviceOption,
@@ -125,12 +124,8 @@ def top_images(
             ray_address=ray_address,
         ),
     )
-    signal.signal(signal.SIGTERM, on_sigterm)
-    reporter = RichReporter(quiet=quiet, status=state)
-    try:
+    with reporting(quiet) as reporter:
         result = find_top_images(model, inputs, options, reporter=reporter)
-    finally:
-        reporter.stop()
     if as_json:
         out_console.print_json(data=result.document)
     else:
