@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from actviz.errors import UsageError
 
@@ -31,7 +32,10 @@ __all__ = [
     "Order",
     "RunOptions",
     "TensorFormat",
+    "from_flat",
 ]
+
+_Options = TypeVar("_Options")
 
 Engine = Literal["local", "ray"]
 Order = Literal["index", "mean", "max", "std"]
@@ -234,24 +238,41 @@ class RunOptions:
         Raises:
             TypeError: For a keyword no group has, naming the closest one.
         """
-        groups: dict[str, dict[str, Any]] = {name: {} for name in _GROUPS}
-        top: dict[str, Any] = {}
-        for key, value in keywords.items():
-            if key == "layers" and value is not None and not isinstance(value, str):
-                value = ",".join(value)
-            if key == "out":
-                value = Path(value)
-            group = _GROUP_OF.get(key)
-            if group is None and key in _TOP:
-                top[key] = value
-            elif group is not None:
-                groups[group][key] = value
-            else:
-                close = difflib.get_close_matches(key, [*_GROUP_OF, *_TOP], n=1)
-                hint = f"; did you mean {close[0]}?" if close else ""
-                raise TypeError(f"run() got an unexpected keyword argument '{key}'{hint}")
-        built = {name: _GROUPS[name](**values) for name, values in groups.items()}
-        return cls(**top, **built)
+        return from_flat(cls, _GROUPS, keywords, caller="run")
+
+
+def from_flat(
+    cls: type[_Options],
+    groups: Mapping[str, type[Any]],
+    keywords: Mapping[str, Any],
+    *,
+    caller: str,
+) -> _Options:
+    """Options of a command from flat keywords: each keyword goes to the group that has a
+    field of its name (``groups``: field of ``cls`` -> its dataclass), or to ``cls`` itself.
+
+    Raises:
+        TypeError: For a keyword no group has, naming the closest one.
+    """
+    group_of = {f.name: name for name, kind in groups.items() for f in dataclasses.fields(kind)}
+    top_fields = {f.name for f in dataclasses.fields(cls)} - set(groups)  # type: ignore[arg-type]
+    values: dict[str, dict[str, Any]] = {name: {} for name in groups}
+    top: dict[str, Any] = {}
+    for key, value in keywords.items():
+        if key == "layers" and value is not None and not isinstance(value, str):
+            value = ",".join(value)
+        if key == "out":
+            value = Path(value)
+        if key in group_of:
+            values[group_of[key]][key] = value
+        elif key in top_fields:
+            top[key] = value
+        else:
+            close = difflib.get_close_matches(key, [*group_of, *top_fields], n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise TypeError(f"{caller}() got an unexpected keyword argument '{key}'{hint}")
+    built = {name: groups[name](**group) for name, group in values.items()}
+    return cls(**top, **built)
 
 
 _GROUPS: dict[str, type[Any]] = {
@@ -260,5 +281,3 @@ _GROUPS: dict[str, type[Any]] = {
     "gradients": GradientOptions,
     "execution": ExecutionOptions,
 }
-_GROUP_OF = {f.name: group for group, cls in _GROUPS.items() for f in dataclasses.fields(cls)}
-_TOP = {f.name for f in dataclasses.fields(RunOptions)} - set(_GROUPS)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import matplotlib
@@ -52,3 +54,17 @@ def floor_png(fmap: np.ndarray, target: Path) -> None:
     picture = Image.fromarray(grid.reshape(rows * tile.shape[1], -1), mode="L").convert("P")
     picture.putpalette(lut.flatten().tolist())
     picture.save(target, format="PNG", compress_level=1)
+
+
+def peak_rss_mib(call: str, folder: Path) -> float:
+    """Peak resident memory of a fresh process that imports actviz and runs ``call`` (Python
+    code that may use ``folder`` and ``tempfile``)."""
+    code = (
+        "import resource, sys, tempfile, actviz\n"
+        f"folder = sys.argv[1]\n{call}\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout.strip().splitlines()[-1]) / 1024

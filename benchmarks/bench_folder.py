@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from torchvision import models
 from torchvision.transforms._presets import ImageClassification
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import floor_png, make_folder  # noqa: E402
+from _common import floor_png, make_folder, peak_rss_mib  # noqa: E402
 
 import actviz  # noqa: E402
 
@@ -88,17 +87,12 @@ def with_actviz_defaults(folder: Path, out: Path) -> int:
     return len(result.images)
 
 
-def peak_rss_mib(folder: Path) -> float:
-    code = (
-        "import resource, sys, tempfile, actviz\n"
-        f"actviz.run({MODEL!r}, [sys.argv[1]], layers='conv', out=tempfile.mkdtemp(),"
-        f" weights='none', max_channels=0, batch_size={BATCH}, report=False)\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+def peak_rss(folder: Path) -> float:
+    return peak_rss_mib(
+        f"actviz.run({MODEL!r}, [folder], layers='conv', out=tempfile.mkdtemp(),"
+        f" weights='none', max_channels=0, batch_size={BATCH}, report=False)",
+        folder,
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True
-    )
-    return int(done.stdout.strip().splitlines()[-1]) / 1024
 
 
 def main() -> None:
@@ -129,7 +123,7 @@ def main() -> None:
 
     if not args.skip_memory:
         small = make_folder(work / "photos50", 50, seed=1)
-        rss = {50: peak_rss_mib(small), args.images: peak_rss_mib(folder)}
+        rss = {50: peak_rss(small), args.images: peak_rss(folder)}
         print(
             f"(c) peak RSS: 50 images {rss[50]:.0f} MiB, {args.images} images "
             f"{rss[args.images]:.0f} MiB; ratio {rss[args.images] / rss[50]:.3f}  (target <= 1.10)"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import make_folder  # noqa: E402
+from _common import make_folder, peak_rss_mib  # noqa: E402
 
 import actviz  # noqa: E402
 from actviz.models import load_model  # noqa: E402
@@ -84,17 +83,12 @@ def with_actviz(folder: Path, out: Path) -> tuple[int, dict[str, float]]:
     return result.images, split
 
 
-def peak_rss_mib(folder: Path) -> float:
-    code = (
-        "import resource, sys, tempfile, actviz\n"
-        f"actviz.top_images({MODEL!r}, [sys.argv[1]], layers={LAYERS!r}, out=tempfile.mkdtemp(),"
-        f" weights='none', batch_size={BATCH})\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+def peak_rss(folder: Path) -> float:
+    return peak_rss_mib(
+        f"actviz.top_images({MODEL!r}, [folder], layers={LAYERS!r}, out=tempfile.mkdtemp(),"
+        f" weights='none', batch_size={BATCH})",
+        folder,
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True
-    )
-    return int(done.stdout.strip().splitlines()[-1]) / 1024
 
 
 def main() -> None:
@@ -129,7 +123,7 @@ def main() -> None:
 
     if not args.skip_memory:
         many = make_folder(work / "photos_many", args.images * 10, seed=1)
-        rss = {args.images: peak_rss_mib(folder), args.images * 10: peak_rss_mib(many)}
+        rss = {args.images: peak_rss(folder), args.images * 10: peak_rss(many)}
         small, large = rss[args.images], rss[args.images * 10]
         print(
             f"    peak RSS: {args.images} images {small:.0f} MiB, {args.images * 10} images "

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from actviz.errors import UsageError
-from actviz.options import ExecutionOptions, LoadOptions
+from actviz.options import ExecutionOptions, LoadOptions, from_flat
 
 __all__ = ["DEFAULT_THRESHOLD", "DiffOptions", "Metric"]
 
@@ -92,30 +90,5 @@ class DiffOptions:
         Raises:
             TypeError: For a keyword nothing has, naming the closest one.
         """
-        groups: dict[str, dict[str, Any]] = {"load": {}, "execution": {}}
-        top: dict[str, Any] = {}
-        for key, value in keywords.items():
-            if key == "layers" and value is not None and not isinstance(value, str):
-                value = ",".join(value)
-            if key == "out":
-                value = Path(value)
-            if key in _TOP:
-                top[key] = value
-            elif key in _GROUP_OF:
-                groups[_GROUP_OF[key]][key] = value
-            else:
-                close = difflib.get_close_matches(key, [*_TOP, *_GROUP_OF], n=1)
-                hint = f"; did you mean {close[0]}?" if close else ""
-                raise TypeError(f"diff() got an unexpected keyword argument '{key}'{hint}")
-        return cls(
-            **top,
-            load=LoadOptions(**groups["load"]),
-            execution=ExecutionOptions(**groups["execution"]),
-        )
-
-
-_TOP = {f.name for f in dataclasses.fields(DiffOptions)} - {"load", "execution"}
-_GROUP_OF = {
-    **{f.name: "load" for f in dataclasses.fields(LoadOptions)},
-    **{f.name: "execution" for f in dataclasses.fields(ExecutionOptions)},
-}
+        groups = {"load": LoadOptions, "execution": ExecutionOptions}
+        return from_flat(cls, groups, keywords, caller="diff")

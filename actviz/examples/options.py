@@ -8,14 +8,12 @@ imports no torch.
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from actviz.errors import UsageError
-from actviz.options import ExecutionOptions, LoadOptions
+from actviz.options import ExecutionOptions, LoadOptions, from_flat
 
 __all__ = ["SCORES", "ExamplesOptions", "Score"]
 
@@ -94,31 +92,5 @@ class ExamplesOptions:
         Raises:
             TypeError: For a keyword no group has, naming the closest one.
         """
-        groups: dict[str, dict[str, Any]] = {"load": {}, "execution": {}}
-        top: dict[str, Any] = {}
-        for key, value in keywords.items():
-            if key == "layers" and value is not None and not isinstance(value, str):
-                value = ",".join(value)
-            if key == "out":
-                value = Path(value)
-            group = _GROUP_OF.get(key)
-            if group is not None:
-                groups[group][key] = value
-            elif key in _TOP:
-                top[key] = value
-            else:
-                close = difflib.get_close_matches(key, [*_GROUP_OF, *_TOP], n=1)
-                hint = f"; did you mean {close[0]}?" if close else ""
-                raise TypeError(f"top_images() got an unexpected keyword argument '{key}'{hint}")
-        return cls(
-            **top,
-            load=LoadOptions(**groups["load"]),
-            execution=ExecutionOptions(**groups["execution"]),
-        )
-
-
-_GROUP_OF = {
-    **{f.name: "load" for f in dataclasses.fields(LoadOptions)},
-    **{f.name: "execution" for f in dataclasses.fields(ExecutionOptions)},
-}
-_TOP = {f.name for f in dataclasses.fields(ExamplesOptions)} - {"load", "execution"}
+        groups = {"load": LoadOptions, "execution": ExecutionOptions}
+        return from_flat(cls, groups, keywords, caller="top_images")
