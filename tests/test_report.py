@@ -4,22 +4,20 @@ from __future__ import annotations
 
 import fnmatch
 import html
-import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import warnings
 import zipfile
 from collections.abc import Container, Iterator
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit
+from xml.etree import ElementTree
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -27,6 +25,8 @@ from PIL import Image
 from actviz.report.pages import PER_IMAGE_CHARTS, build_report
 from actviz.stats import aggregate_run, to_json
 from actviz.stats.compute import compute_stats
+
+SVG = "{http://www.w3.org/2000/svg}"
 
 EVIL = "<script>alert(1)</script>"
 ODD_DIR = "odd name #1?é"  # space, '#', '?', non-ASCII: all must survive as URLs
@@ -393,23 +393,34 @@ def test_failed_and_skipped_are_listed(folder_run: tuple[Path, dict[str, bytes]]
     assert "Skipped inputs (1)" in text and "not an image" in text
 
 
-def test_charts_are_pngs(folder_run: tuple[Path, dict[str, bytes]]) -> None:
+def test_charts_are_svgs(folder_run: tuple[Path, dict[str, bytes]]) -> None:
     _, files = folder_run
-    charts = sorted(f for f in files if f.endswith(".png"))
+    charts = sorted(f for f in files if f.startswith("report/") and "depth" in f)
     assert charts == [
-        "report/depth/cat.png",
-        "report/depth/odd_name_1_é.png",
-        "report/depth/sub__dog.png",
-        "report/run_depth.png",
+        "report/depth/cat.svg",
+        "report/depth/odd_name_1_é.svg",
+        "report/depth/sub__dog.svg",
+        "report/run_depth.svg",
     ]
+    assert not [f for f in files if f.endswith(".png")]
     for name in charts:
-        image = Image.open(io.BytesIO(files[name]))
-        assert image.format == "PNG" and image.size == (1000, 420)
-        pixels = np.asarray(image.convert("RGB"))
-        assert pixels.std() > 10  # not blank
+        svg = ElementTree.fromstring(files[name])
+        assert (svg.get("width"), svg.get("height")) == ("1000", "420")
+        lines = svg.findall(f"{SVG}polyline")
+        # std, mean, zeros, negative, dead: each a point per layer (no value is missing here).
+        assert len(lines) == 5, name
+        assert {len(line.get("points", "").split()) for line in lines} == {4}
         # Flagged layers are marked in red on every chart (all images have a dead layer).
-        red = (pixels[..., 0] > 150) & (pixels[..., 1] < 120) & (pixels[..., 2] < 120)
-        assert red.sum() > 50, name
+        marks = [e for e in svg.iter(f"{SVG}line") if e.get("stroke-opacity") == "0.3"]
+        assert {e.get("stroke") for e in marks} == {"#b3261e"}
+        assert len(marks) >= 2 and len(marks) % 2 == 0, name  # upper and lower panel
+        tips = [e.text or "" for e in svg.iter(f"{SVG}title")]
+        assert [t.split(":")[0] for t in tips] == [
+            "#0 conv1",
+            f"#1 {EVIL}",
+            "#2 layer1.0.relu",
+            "#3 head",
+        ]
 
 
 def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> None:
@@ -427,8 +438,8 @@ def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> No
     ]
     wanted = set(range(PER_IMAGE_CHARTS)) | flagged
     assert PER_IMAGE_CHARTS == 12
-    assert charted == sorted(f"report/depth/{slugs[n]}.png" for n in wanted)
-    assert "report/run_depth.png" in files
+    assert charted == sorted(f"report/depth/{slugs[n]}.svg" for n in wanted)
+    assert "report/run_depth.svg" in files
     assert len(html_pages(tmp_path)) == 1 + 30 + 6
     assert check_links(tmp_path) > 30 * 6
 
@@ -440,10 +451,10 @@ def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> No
         page = f"{slug}.html"
         text = "".join(parse(tmp_path / "report/images" / page).text)
         if n in wanted:
-            assert chart_srcs(page) == [f"../../report/depth/{quote(slug)}.png"], page
+            assert chart_srcs(page) == [f"../../report/depth/{quote(slug)}.svg"], page
             assert "drawn only for images with a flag" not in text, page
         else:
-            assert chart_srcs(page) == ["../../report/run_depth.png"], page
+            assert chart_srcs(page) == ["../../report/run_depth.svg"], page
             assert "drawn only for images with a flag and for the first 12" in text, page
             assert "the chart below is the run's, pooled over all images" in text, page
             assert "in the table below and in stats.json" in text, page
@@ -470,13 +481,13 @@ def test_no_thumbnail_unless_the_manifest_names_one(tmp_path: Path) -> None:
 def test_single_image_shows_its_layers_on_the_index(tmp_path: Path) -> None:
     manifest, stats = make_run(tmp_path, images=1, failed=False)
     files = build_report(manifest, stats)
-    assert sorted(files) == ["index.html", "report/depth/cat.png"]
+    assert sorted(files) == ["index.html", "report/depth/cat.svg"]
     write(tmp_path, files)
     index = parse(tmp_path / "index.html")
     ids = [a.get("id") for _, a in index.tags if a.get("id")]
     assert ids == ["L0", "L1", "L2", "L3"]
     srcs = [a["src"] for t, a in index.tags if t == "img"]
-    assert srcs[:2] == ["cat/input.png", "report/depth/cat.png"]
+    assert srcs[:2] == ["cat/input.png", "report/depth/cat.svg"]
     assert "cat/00_conv1.png" in srcs
     for _, url in index.links():
         path = urlsplit(url).path
@@ -486,7 +497,7 @@ def test_single_image_shows_its_layers_on_the_index(tmp_path: Path) -> None:
 def test_without_statistics(tmp_path: Path) -> None:
     manifest, _ = make_run(tmp_path, images=2)
     files = build_report(manifest, None)
-    assert not [f for f in files if f.endswith(".png")]
+    assert not [f for f in files if f.endswith(".svg")]
     write(tmp_path, files)
     for page in html_pages(tmp_path):
         raw = page.read_text(encoding="utf-8")
@@ -504,34 +515,27 @@ def test_nothing_drawn_at_all(tmp_path: Path) -> None:
     assert "0 drawn, 1 failed" in text and "Failed images (1)" in text
 
 
-def test_names_in_scripts_the_font_lacks_draw_without_warnings(
-    tmp_path: Path, recwarn: pytest.WarningsRecorder
-) -> None:
+def test_chart_titles_and_names_are_escaped(tmp_path: Path) -> None:
     manifest, stats = make_run(tmp_path, images=2, failed=False)
-    manifest["images"][0]["path"] = "/data/in/猫.jpg"
-    manifest["images"][1]["path"] = "/data/in/照片/狗 🐕.jpg"
+    assert stats is not None
+    manifest["images"][0]["path"] = "/data/in/<猫> & 'dog'.jpg"
     files = build_report(manifest, stats)
-    assert {"report/depth/cat.png", "report/run_depth.png"} <= set(files)
-    assert [str(w.message) for w in recwarn] == []
+    svg = ElementTree.fromstring(files["report/depth/cat.svg"])  # well-formed XML
+    texts = [e.text for e in svg.iter(f"{SVG}text")]
+    assert "/data/in/<猫> & 'dog'.jpg" in texts
 
 
-def test_only_missing_glyph_warnings_are_silenced(
-    monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
-) -> None:
-    from actviz.report.charts import DepthChart
+def test_symlog_scale_and_ticks() -> None:
+    from actviz.report.charts import _linear_ticks, _symlog_ticks, symlog
 
-    chart = DepthChart()
-    original = chart.fig.savefig
-
-    def savefig(*args: Any, **kwargs: Any) -> None:
-        glyph = "Glyph 29483 (\\N{CJK UNIFIED IDEOGRAPH-732B}) missing from font(s) DejaVu Sans."
-        warnings.warn(glyph, UserWarning, stacklevel=2)
-        warnings.warn("something else", UserWarning, stacklevel=2)
-        original(*args, **kwargs)
-
-    monkeypatch.setattr(chart.fig, "savefig", savefig)
-    chart.render([{"name": "a", "mean": 0.0, "std": 1.0}], [], "猫.jpg")
-    assert [str(w.message) for w in recwarn] == ["something else"]
+    scale = symlog(0.1)
+    assert scale(0.05) == pytest.approx(0.5) and scale(-0.1) == pytest.approx(-1.0)
+    assert scale(1.0) == pytest.approx(2.0) and scale(-100.0) == pytest.approx(-4.0)
+    # Powers of ten beyond the linear range, both signs, 0 between them.
+    assert _symlog_ticks(0.1, scale(-10.0), scale(100.0)) == [-10.0, -1.0, 0.0, 1.0, 10.0, 100.0]
+    crowded = _symlog_ticks(1e-6, scale(-1e6), scale(1e6))
+    assert 0.0 in crowded and len(crowded) <= 9
+    assert _linear_ticks(-0.2, 1.1) == pytest.approx([0.0, 0.5, 1.0])
 
 
 # --------------------------------------------------------------------------- hostile names

@@ -134,7 +134,7 @@ def test_every_image_of_a_large_run_loads(
     assert len(charts) == 1, charts
     if page.startswith("report/images/"):
         own = page == "report/images/img017.html"  # flagged, so it has a chart of its own
-        assert charts[0].endswith("/img017.png" if own else "/run_depth.png"), charts
+        assert charts[0].endswith("/img017.svg" if own else "/run_depth.svg"), charts
 
 
 def test_screenshot_is_not_blank(chromium: str, report: Path, tmp_path: Path) -> None:

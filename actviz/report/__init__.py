@@ -27,10 +27,7 @@ from actviz.report.blocks import (
     weights_banner as weights_banner,
 )
 from actviz.report.charts import (
-    DepthChart as DepthChart,
-)
-from actviz.report.charts import (
-    take_chart as take_chart,
+    depth_chart as depth_chart,
 )
 from actviz.report.charts import (
     warm_up as warm_up,

@@ -1,165 +1,314 @@
 """The depth chart of the report: how a network's activations change from layer to layer.
 
-:class:`DepthChart` draws one picture of an image (or of a run's aggregate) from the layer rows
-of ``stats.json``; which images get one is for :mod:`actviz.report.pages` to decide. matplotlib and
-numpy are imported when a chart is made, not with this module: importing the report costs
-nothing until it draws.
+:func:`depth_chart` draws one picture of an image (or of a run's aggregate) from the layer rows
+of ``stats.json``, as SVG written directly: a few kilobytes of text a browser draws sharp at any
+zoom, about a millisecond each where a matplotlib figure cost 40-100 ms and its import 0.3 s a
+process. Which images get one is for :mod:`actviz.report.pages` to decide.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
+import math
 import threading
-import warnings
 from collections.abc import Callable, Mapping, Sequence
+from html import escape
 from typing import Any
 
-__all__ = ["DepthChart", "take_chart", "warm_up"]
+__all__ = ["CHART_SIZE", "depth_chart", "symlog", "warm_up"]
+
+#: Width and height of a chart in CSS pixels.
+CHART_SIZE = (1000, 420)
+
+_LEFT, _RIGHT = 70.0, 990.0
+_TOP = (44.0, 234.0)  # the upper panel: mean, std and the percentile band
+_BOTTOM = (274.0, 388.0)  # the lower panel: fractions of values and channels
+_FONT = "font-family:DejaVu Sans,Verdana,sans-serif"
+_RED = "#b3261e"
+_UPPER = (("std", "std", "#0a58ca", 1.5), ("mean", "mean", "#333333", 1.0))
+_LOWER = (
+    ("zero_frac", "zeros", "#2e7d32", 1.2),
+    ("neg_frac", "negative", "#8a5300", 1.0),
+    ("dead_frac", "dead ch.", _RED, 1.2),
+)
 
 
-class DepthChart:
-    """One picture of a whole depth profile: mean, std and the 1-99 % band on a symlog axis
-    above, zero, negative and dead-channel fractions below, flagged layers marked in red.
+def symlog(linthresh: float) -> Callable[[float], float]:
+    """Linear within ``linthresh`` of 0, a decade per unit beyond: means that hover near 0 stay
+    flat instead of swinging across decades, and an explosion still fits."""
 
-    One chart per image rather than one per layer: a layer's place is already shown in its
-    section by a CSS marker and a highlighted table row. And one figure serves every chart of
-    a report: only the data, the band and the flag marks change between images, so the axes,
-    ticks and legends matplotlib spends most of its time building are made once (about 40
-    rather than 120 ms a chart, which matters for hundreds of images).
-    """
+    def scale(value: float) -> float:
+        if abs(value) <= linthresh:
+            return value / linthresh
+        return math.copysign(1.0 + math.log10(abs(value) / linthresh), value)
 
-    def __init__(self) -> None:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-        from matplotlib.ticker import PercentFormatter
+    return scale
 
-        self.fig = Figure(figsize=(10, 4.2), dpi=100)
-        FigureCanvasAgg(self.fig)  # the Agg canvas: no pyplot, no GUI backend, thread-safe
-        top, bottom = self.fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
-        self.top, self.bottom = top, bottom
 
-        def line(ax: Any, label: str, color: str, width: float) -> Any:
-            return ax.plot([], [], color=color, marker=".", lw=width, label=label)[0]
+def depth_chart(
+    layers: Sequence[Mapping[str, Any]], flags: Sequence[Mapping[str, Any]], title: str
+) -> bytes:
+    """The depth profile of one image (or of the run) as SVG: mean, std and the 1-99 % band on
+    a symlog axis above; zero, negative and dead-channel fractions below; flagged layers marked
+    in red with their kinds. Hovering a layer's column shows its name and numbers."""
+    n = len(layers)
+    pad = 0.5 + 0.02 * n
+    span = (n - 1) + 2 * pad
 
-        self.lines = {
-            "std": line(top, "std", "#0a58ca", 1.5),
-            "mean": line(top, "mean", "#333333", 1.0),
-            "zero_frac": line(bottom, "zeros", "#2e7d32", 1.2),
-            "neg_frac": line(bottom, "negative", "#8a5300", 1.0),
-            "dead_frac": line(bottom, "dead ch.", "#b3261e", 1.2),
-        }
-        top.plot([], [], color="#0a58ca", alpha=0.3, lw=6, label="1st-99th percentile")
-        top.axhline(0.0, color="#9aa3ab", lw=0.8)
-        bottom.set_ylim(-0.03, 1.03)
-        bottom.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-        for ax in (top, bottom):
-            ax.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1), ncols=3, frameon=False)
-            ax.grid(True, color="#e5e8eb", lw=0.6)
-            ax.tick_params(labelsize=8)
-            for side in ("top", "right"):
-                ax.spines[side].set_visible(False)
-        # Figure-level text rather than an axes title and xlabel: those make matplotlib measure
-        # every tick label of both axes again on each draw.
-        self.title = self.fig.text(0.99, 0.975, "", ha="right", va="top", fontsize=9)
-        self.title.set_color("#59636e")
-        self.fig.text(0.5, 0.01, "layer (capture order, # in the tables)", ha="center", fontsize=9)
-        self.fig.subplots_adjust(left=0.07, right=0.99, top=0.9, bottom=0.11, hspace=0.22)
-        self.marks: list[Any] = []
+    def x_of(i: float) -> float:
+        return _LEFT + (i + pad) / span * (_RIGHT - _LEFT)
 
-    def render(
-        self, layers: Sequence[Mapping[str, Any]], flags: Sequence[Mapping[str, Any]], title: str
-    ) -> bytes:
-        """The chart of one image (or of the run) as PNG bytes."""
-        import numpy as np
-        from matplotlib.ticker import FuncFormatter, MaxNLocator, MultipleLocator
+    def column(key: str) -> list[float | None]:
+        out: list[float | None] = []
+        for row in layers:
+            value = row.get(key)
+            if isinstance(value, int | float) and math.isfinite(value):
+                out.append(float(value))
+            else:
+                out.append(None)
+        return out
 
-        def column(key: str) -> Any:
-            return np.array([np.nan if r.get(key) is None else float(r[key]) for r in layers])
+    parts: list[str] = []
+    add = parts.append
+    w, h = CHART_SIZE
+    add(
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+        f'viewBox="0 0 {w} {h}" style="{_FONT};font-size:11px">'
+    )
+    add(f'<rect width="{w}" height="{h}" fill="#fff"/>')
 
-        top, bottom = self.top, self.bottom
-        for artist in self.marks:
-            artist.remove()
-        self.marks.clear()
-        x = np.arange(len(layers))
-        for key, line in self.lines.items():
-            line.set_data(x, column(key))
-        std = column("std")
-        spread = std[np.isfinite(std) & (std > 0)]
-        if spread.size:
-            # Linear within a tenth of the typical spread, logarithmic beyond: means that hover
-            # near 0 stay flat instead of swinging across decades, and an explosion still fits.
-            linthresh = float(np.median(spread)) / 10
-            top.set_yscale("symlog", linthresh=linthresh)
-            # Plain labels (mathtext ones cost most of the drawing time), none at +-linthresh
-            # where they would sit on top of each other; a line marks 0 instead.
-            top.yaxis.set_major_formatter(FuncFormatter(_symlog_label(linthresh)))
+    # The upper panel's scale: symlog when the spread is known, linear otherwise.
+    upper = {key: column(key) for key in ("mean", "std", "p01", "p99")}
+    spreads = sorted(v for v in upper["std"] if v is not None and v > 0)
+    linthresh = spreads[len(spreads) // 2] / 10 if spreads else 0.0
+    scale = symlog(linthresh) if linthresh > 0 else (lambda v: v)
+    values = [scale(v) for col in upper.values() for v in col if v is not None]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if hi - lo < 1e-12:
+        lo, hi = lo - 1.0, hi + 1.0
+    margin = (hi - lo) * 0.05
+    lo, hi = lo - margin, hi + margin
+    top, bottom = _TOP
+
+    def y_upper(v: float) -> float:
+        return bottom - (scale(v) - lo) / (hi - lo) * (bottom - top)
+
+    ticks = _symlog_ticks(linthresh, lo, hi) if linthresh > 0 else _linear_ticks(lo, hi)
+    _axis(add, ticks, y_upper, [f"{v:g}" for v in ticks])
+    add(
+        f'<line x1="{_LEFT}" x2="{_RIGHT}" y1="{y_upper(0.0):.1f}" y2="{y_upper(0.0):.1f}" '
+        'stroke="#9aa3ab" stroke-width="0.8"/>'
+    )
+    add(_band(upper["p01"], upper["p99"], x_of, y_upper))
+    for key, _, colour, width in _UPPER:
+        add(_polyline(upper[key], x_of, y_upper, colour, width))
+    _legend(add, top - 8, [(label, colour) for _, label, colour, _ in _UPPER], band=True)
+
+    # The lower panel: fractions, 0 to 100 %.
+    top2, bottom2 = _BOTTOM
+
+    def y_lower(v: float) -> float:
+        return bottom2 - (v + 0.03) / 1.06 * (bottom2 - top2)
+
+    fractions = [0.0, 0.5, 1.0]
+    _axis(add, fractions, y_lower, [f"{v:.0%}" for v in fractions])
+    for key, _, colour, width in _LOWER:
+        add(_polyline(column(key), x_of, y_lower, colour, width))
+    _legend(add, top2 - 8, [(label, colour) for _, label, colour, _ in _LOWER], band=False)
+
+    # Layer numbers: every one while they fit (up to 40), evenly spaced ones beyond.
+    step = 1 if n <= 40 else math.ceil(n / 40)
+    for i in range(0, n, step):
+        add(
+            f'<text x="{x_of(i):.1f}" y="{bottom2 + 14:.0f}" text-anchor="middle" '
+            f'fill="#59636e" font-size="10">{i}</text>'
+        )
+    add(
+        f'<text x="{(_LEFT + _RIGHT) / 2:.0f}" y="{h - 4}" text-anchor="middle" '
+        'fill="#59636e">layer (capture order, # in the tables)</text>'
+    )
+    add(
+        f'<text x="{_RIGHT:.0f}" y="14" text-anchor="end" fill="#59636e" '
+        f'font-size="12">{escape(title)}</text>'
+    )
+    _flag_marks(add, layers, flags, x_of)
+    _hover_columns(add, layers, x_of, span)
+    add("</svg>")
+    return "\n".join(parts).encode("utf-8")
+
+
+def _axis(
+    add: Callable[[str], None],
+    ticks: Sequence[float],
+    y_of: Callable[[float], float],
+    labels: Sequence[str],
+) -> None:
+    for value, label in zip(ticks, labels, strict=True):
+        y = y_of(value)
+        add(
+            f'<line x1="{_LEFT}" x2="{_RIGHT}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e8eb" '
+            f'stroke-width="0.6"/><text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" '
+            f'fill="#444">{escape(label)}</text>'
+        )
+
+
+def _segments(
+    values: Sequence[float | None],
+    x_of: Callable[[float], float],
+    y_of: Callable[[float], float],
+) -> list[list[tuple[float, float]]]:
+    """Runs of known values as points; a missing value breaks the line."""
+    runs: list[list[tuple[float, float]]] = [[]]
+    for i, value in enumerate(values):
+        if value is None:
+            runs.append([])
         else:
-            top.set_yscale("linear")
-        top.relim()  # lines only: the band's limits are added as it is created
-        self.marks.append(
-            top.fill_between(x, column("p01"), column("p99"), color="#0a58ca", alpha=0.12, lw=0)
+            runs[-1].append((x_of(i), y_of(value)))
+    return [run for run in runs if run]
+
+
+def _polyline(
+    values: Sequence[float | None],
+    x_of: Callable[[float], float],
+    y_of: Callable[[float], float],
+    colour: str,
+    width: float,
+) -> str:
+    out = []
+    for run in _segments(values, x_of, y_of):
+        points = " ".join(f"{x:.1f},{y:.1f}" for x, y in run)
+        out.append(
+            f'<polyline points="{points}" fill="none" stroke="{colour}" stroke-width="{width}"/>'
         )
-        top.autoscale_view()
-        bottom.set_xlim(-0.5 - 0.02 * len(layers), len(layers) - 0.5 + 0.02 * len(layers))
-        # Every layer numbered while the labels fit (up to 40), evenly spaced ones beyond.
-        bottom.xaxis.set_major_locator(
-            MultipleLocator(1) if len(layers) <= 40 else MaxNLocator(integer=True, nbins=40)
-        )
-        positions = {str(r.get("name")): i for i, r in enumerate(layers)}
-        marked: dict[int, list[str]] = {}
-        for flag in flags:
-            where = positions.get(str(flag.get("layer")))
-            if where is not None:
-                marked.setdefault(where, []).append(str(flag.get("kind")))
-        for where, kinds in marked.items():
-            for ax in (top, bottom):
-                self.marks.append(ax.axvline(where, color="#b3261e", alpha=0.3, lw=2))
-            self.marks.append(
-                top.text(
-                    where,
-                    1.0,
-                    ",".join(dict.fromkeys(kinds)),
-                    transform=top.get_xaxis_transform(),
-                    rotation=90,
-                    ha="center",
-                    va="top",
-                    fontsize=7,
-                    color="#b3261e",
-                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+        out.extend(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="1.8" fill="{colour}"/>' for x, y in run)
+    return "".join(out)
+
+
+def _band(
+    low: Sequence[float | None],
+    high: Sequence[float | None],
+    x_of: Callable[[float], float],
+    y_of: Callable[[float], float],
+) -> str:
+    """The 1st-99th percentile band, one polygon per run of layers that have both."""
+    both = [None if a is None or b is None else (a, b) for a, b in zip(low, high, strict=True)]
+    out = []
+    start = 0
+    for end in range(len(both) + 1):
+        if end == len(both) or both[end] is None:
+            run = [(i, both[i]) for i in range(start, end)]
+            if run:
+                upper = [f"{x_of(i):.1f},{y_of(p[1]):.1f}" for i, p in run if p]
+                lower = [f"{x_of(i):.1f},{y_of(p[0]):.1f}" for i, p in reversed(run) if p]
+                out.append(
+                    f'<polygon points="{" ".join(upper + lower)}" fill="#0a58ca" '
+                    'fill-opacity="0.12"/>'
                 )
+            start = end + 1
+    return "".join(out)
+
+
+def _legend(
+    add: Callable[[str], None], y: float, entries: Sequence[tuple[str, str]], *, band: bool
+) -> None:
+    x = _LEFT
+    for label, colour in entries:
+        add(
+            f'<line x1="{x}" x2="{x + 18}" y1="{y - 4}" y2="{y - 4}" stroke="{colour}" '
+            f'stroke-width="2"/><text x="{x + 23}" y="{y}" fill="#333">{escape(label)}</text>'
+        )
+        x += 30 + 7 * len(label)
+    if band:
+        add(
+            f'<rect x="{x}" y="{y - 8}" width="18" height="7" fill="#0a58ca" fill-opacity="0.3"/>'
+            f'<text x="{x + 23}" y="{y}" fill="#333">1st-99th percentile</text>'
+        )
+
+
+def _flag_marks(
+    add: Callable[[str], None],
+    layers: Sequence[Mapping[str, Any]],
+    flags: Sequence[Mapping[str, Any]],
+    x_of: Callable[[float], float],
+) -> None:
+    positions = {str(r.get("name")): i for i, r in enumerate(layers)}
+    marked: dict[int, list[str]] = {}
+    for flag in flags:
+        where = positions.get(str(flag.get("layer")))
+        if where is not None:
+            marked.setdefault(where, []).append(str(flag.get("kind")))
+    for where, kinds in sorted(marked.items()):
+        x = x_of(where)
+        label = escape(",".join(dict.fromkeys(kinds)))
+        for top, bottom in (_TOP, _BOTTOM):
+            add(
+                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}" stroke="{_RED}" '
+                'stroke-opacity="0.3" stroke-width="2"/>'
             )
-        self.title.set_text(title)
-        buffer = io.BytesIO()
-        with warnings.catch_warnings():
-            # A title (an image path) in a script the font lacks, Chinese say, is drawn with
-            # boxes for those characters; matplotlib warns once per character on stderr, which
-            # says nothing the user can act on. Only those warnings: any other one still shows.
-            warnings.filterwarnings("ignore", message="Glyph .* missing", category=UserWarning)
-            self.fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 1})
-        return buffer.getvalue()
+        add(
+            f'<text transform="translate({x + 3:.1f},{_TOP[0] + 2}) rotate(90)" '
+            f'fill="{_RED}" font-size="9">{label}</text>'
+        )
 
 
-def _symlog_label(linthresh: float) -> Callable[[float, object], str]:
-    def label(value: float, _position: object) -> str:
-        return "" if 0 < abs(value) <= linthresh * 1.001 else f"{value:g}"
+def _hover_columns(
+    add: Callable[[str], None],
+    layers: Sequence[Mapping[str, Any]],
+    x_of: Callable[[float], float],
+    span: float,
+) -> None:
+    """A transparent column per layer whose tooltip gives its name and numbers."""
+    width = (_RIGHT - _LEFT) / span
+    for i, row in enumerate(layers):
+        numbers = ", ".join(
+            f"{key} {row[key]:.4g}"
+            for key in ("mean", "std", "p01", "p99", "zero_frac", "dead_frac")
+            if isinstance(row.get(key), int | float)
+        )
+        tip = escape(f"#{i} {row.get('name', '')}: {numbers}")
+        add(
+            f'<rect x="{x_of(i) - width / 2:.1f}" y="{_TOP[0]}" width="{width:.1f}" '
+            f'height="{_BOTTOM[1] - _TOP[0]}" fill="#000" fill-opacity="0">'
+            f"<title>{tip}</title></rect>"
+        )
 
-    return label
+
+def _symlog_ticks(linthresh: float, lo: float, hi: float) -> list[float]:
+    """0 and the powers of ten (either sign) in the visible range, none within ``linthresh``
+    of 0 where their labels would sit on top of each other; every other one when crowded."""
+    top = 10 ** (hi - 1) * linthresh if hi > 1 else linthresh
+    bottom = 10 ** (-lo - 1) * linthresh if lo < -1 else linthresh
+    ticks = [0.0]
+    for sign, reach in ((1.0, top), (-1.0, bottom)):
+        k = math.floor(math.log10(linthresh)) + 1
+        while 10.0**k <= reach * (1 + 1e-9):
+            if 10.0**k > linthresh * 1.001:
+                ticks.append(sign * 10.0**k)
+            k += 1
+    ticks.sort()
+    while len(ticks) > 9:
+        zero = ticks.index(0.0)
+        ticks = [t for i, t in enumerate(ticks) if (i - zero) % 2 == 0]
+    return ticks
 
 
-_spare: list[DepthChart] = []
+def _linear_ticks(lo: float, hi: float) -> list[float]:
+    raw = (hi - lo) / 5
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+    first = math.ceil(lo / step)
+    return [i * step for i in range(first, math.floor(hi / step) + 1)]
+
+
 _warming: list[threading.Thread] = []
 
 
 def warm_up() -> None:
-    """Start making the report's fixed parts in a background thread: the chart's figure (its
-    axes, legends and fonts are most of a chart's cost) and the page templates.
-
-    Called when a run starts; the model's forward pass and the render threads spend their time
-    in C with the GIL released, so this costs a whole run nothing, and the report at its end
-    starts from a ready figure.
-    """
-    if _warming or _spare:
+    """Compile the report's page templates in a background thread while a run's images go
+    through: the model's forward pass and the render threads spend their time in C with the
+    GIL released, so the report at the end starts from ready templates."""
+    if _warming:
         return
 
     def make() -> None:
@@ -167,15 +316,7 @@ def warm_up() -> None:
 
         with contextlib.suppress(Exception):  # a failure shows up when the report is built
             environment().get_template("index.html")
-            _spare.append(DepthChart())
 
     thread = threading.Thread(target=make, name="actviz-report-warm-up", daemon=True)
     _warming.append(thread)
     thread.start()
-
-
-def take_chart() -> DepthChart:
-    """The figure :func:`warm_up` made (waiting for it if need be), or a new one."""
-    while _warming:
-        _warming.pop().join()
-    return _spare.pop() if _spare else DepthChart()

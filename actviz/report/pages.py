@@ -10,12 +10,12 @@ into files, returned as ``relative path -> bytes`` for ``actviz.output`` to writ
 - ``report/images/<image>.html``: one image, its predictions, its depth chart and one
   section per layer with the grid, statistics and anomaly badges.
 - ``report/layers/<NN>_<layer>.html``: one layer across every image (folder runs).
-- ``report/run_depth.png``: the run's depth chart, pooled over all images.
-- ``report/depth/<image>.png``: an image's own depth chart, drawn for every image with an
-  anomaly flag and for the first :data:`PER_IMAGE_CHARTS` images of the run. A chart costs
-  tens of milliseconds of matplotlib, which for hundreds of images would be as long as drawing
-  the pictures themselves; the page of any other image shows the run's chart instead and
-  says so, and that image's numbers stay in its layer table and in ``stats.json``.
+- ``report/run_depth.svg``: the run's depth chart, pooled over all images.
+- ``report/depth/<image>.svg``: an image's own depth chart, drawn for every image with an
+  anomaly flag and for the first :data:`PER_IMAGE_CHARTS` images of the run, so a folder of
+  thousands does not write thousands of charts; the page of any other image shows the run's
+  chart instead and says so, and that image's numbers stay in its layer table and in
+  ``stats.json``.
 
 Every page is self-contained (inline CSS, one tiny inline script for the image filter) and
 uses relative links only. Names come from the model and the file system, so every one is
@@ -32,7 +32,6 @@ drawn by :mod:`actviz.report.charts`.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ from typing import Any
 
 from actviz.output import safe_name
 from actviz.report.blocks import by_name, run_meta, run_warnings, weights_banner
-from actviz.report.charts import DepthChart, take_chart
+from actviz.report.charts import depth_chart
 from actviz.report.markup import render
 
 __all__ = [
@@ -60,7 +59,7 @@ costs a dozen charts plus its flagged images rather than one chart per image.
 """
 
 _OK = ("ok", "reused")
-_RUN_CHART = "report/run_depth.png"
+_RUN_CHART = "report/run_depth.svg"
 
 
 def build_report(
@@ -150,12 +149,12 @@ class _Report:
             zip(self.images, self.views, self.slugs, strict=True)
         ):
             if view.layers and (number < PER_IMAGE_CHARTS or view.flags):
-                self.files[f"report/depth/{slug}.png"] = self.chart.render(
+                self.files[f"report/depth/{slug}.svg"] = depth_chart(
                     view.layers, view.flags, str(image.get("path", ""))
                 )
         run = self.stats.get("run")
         if run and run.get("layers"):
-            self.files[_RUN_CHART] = self.chart.render(
+            self.files[_RUN_CHART] = depth_chart(
                 run["layers"], run.get("flags", []), "all images, pooled"
             )
         if self.folder:
@@ -230,7 +229,7 @@ class _Report:
 
     def _image_body(self, index: int, base: str) -> _ImageBody:
         image, view, slug = self.images[index], self.views[index], self.slugs[index]
-        chart = f"report/depth/{slug}.png"
+        chart = f"report/depth/{slug}.svg"
         first = view.stats.get("first_nonfinite") if view.stats else None
         found = view.positions.get(str(first)) if first else None
         layers = list(image.get("layers") or [])
@@ -314,10 +313,6 @@ class _Report:
                 links.append((key, page))
             summary.append((kind, links))
         return summary
-
-    @functools.cached_property
-    def chart(self) -> DepthChart:
-        return take_chart()
 
     def _image_stats(self, image: Mapping[str, Any]) -> Mapping[str, Any] | None:
         found: Mapping[str, Any] | None = (self.stats.get("images") or {}).get(
