@@ -32,9 +32,10 @@ from actviz.examples import (
     top_images,
 )
 from actviz.examples.fields import field_from_boxes
-from actviz.examples.sheets import SheetTile, contact_sheet_png, encode_png
+from actviz.examples.sheets import SheetTile, contact_sheet_png
 from actviz.examples.topk import layer_candidates
 from actviz.render.legend import Header
+from actviz.render.png import encode_png
 
 LAMPS = '''
 import torch

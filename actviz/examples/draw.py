@@ -33,13 +33,13 @@ from actviz.examples.sheets import (
     contact_sheet_png,
     crop_view,
     cut_tiles,
-    encode_png,
     heat_scales,
     overview,
     score_text,
 )
 from actviz.examples.topk import LayerTop
 from actviz.render import Header, fmt_value
+from actviz.render.png import encode_png
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -306,7 +306,9 @@ def _submit_layer(
     slots = top.scores.shape[1]
 
     def write(rel: str, pixels: np.ndarray) -> None:
-        output.write_bytes(out / rel, encode_png(pixels, options.png_compression))
+        output.write_bytes(
+            out / rel, encode_png(pixels, level=options.png_compression, row_filter="up")
+        )
 
     # The header every sheet of the layer shares, drawn once; the channel's own line under it.
     header = Header(

@@ -15,12 +15,8 @@ from __future__ import annotations
 
 import functools
 import math
-import struct
-import threading
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -39,20 +35,18 @@ from actviz.render import (
     paste_text,
     text_width,
 )
+from actviz.render.png import encode_png
 
 __all__ = [
     "GAP",
     "LABEL_SIZE",
     "Row",
     "SheetTile",
-    "PngPrefix",
     "contact_sheet",
     "contact_sheet_png",
     "crop_view",
     "cut_tile",
     "cut_tiles",
-    "encode_png",
-    "png_prefix",
     "heat_scales",
     "overview",
 ]
@@ -346,10 +340,9 @@ def contact_sheet_png(
     columns: int = 10,
     level: int = 1,
 ) -> bytes:
-    """:func:`contact_sheet` as PNG bytes. The header rows, the same on every sheet of a
-    layer, are deflated once; each sheet continues from a copy of that state."""
-    rgb, head, width = _compose(tiles, header, subtitle, tile, cmap, columns)
-    return encode_png(rgb, level, prefix=_band_prefix(header, width, cmap, level, head))
+    """:func:`contact_sheet` as PNG bytes."""
+    rgb = _compose(tiles, header, subtitle, tile, cmap, columns)[0]
+    return encode_png(rgb, level=level, row_filter="up")
 
 
 def _compose(
@@ -417,83 +410,6 @@ def overview(rows: Sequence[Row], header: Header, *, tile: int, cmap: str, k: in
             left = GAP + _ROW_LABEL_WIDTH + j * pitch
             rgb[top : top + tile, left : left + tile] = pixels
     return rgb
-
-
-@dataclass(frozen=True, eq=False)
-class PngPrefix:
-    """The deflate state after the first rows that a series of pictures shares (a layer's
-    header on each of its sheets): each picture continues from a copy of it."""
-
-    pixels: U8
-    packer: Any
-    head: bytes
-    lock: threading.Lock
-
-
-def png_prefix(rows: U8, level: int = 1) -> PngPrefix:
-    """Deflate ``(h, W, 3)`` rows once, for :func:`encode_png`'s ``prefix``."""
-    packer = zlib.compressobj(level, zlib.DEFLATED, 15, 9, zlib.Z_RLE)
-    head = packer.compress(_filtered(np.ascontiguousarray(rows), None))
-    return PngPrefix(np.array(rows, copy=True), packer, head, threading.Lock())
-
-
-def encode_png(rgb: U8, level: int = 1, *, prefix: PngPrefix | None = None) -> bytes:
-    """An ``(H, W, 3)`` uint8 picture as PNG bytes, lossless.
-
-    Every row is filtered with PNG's "Up" filter by one numpy subtraction and deflated by zlib
-    (its run-length strategy): about three times faster than Pillow's per-row adaptive filter
-    choice for photo tiles, at the same size, and zlib works without holding the GIL. With a
-    ``prefix`` whose rows the picture starts with, only the rest is deflated.
-    """
-    height, width, _ = rgb.shape
-    pixels = np.ascontiguousarray(rgb)
-    shared = 0 if prefix is None else prefix.pixels.shape[0]
-    if (
-        prefix is not None
-        and prefix.pixels.shape[1] == width
-        and shared < height
-        and np.array_equal(pixels[:shared], prefix.pixels)
-    ):
-        with prefix.lock:
-            packer = prefix.packer.copy()
-        body = prefix.head + packer.compress(_filtered(pixels[shared:], pixels[shared - 1]))
-    else:
-        packer = zlib.compressobj(level, zlib.DEFLATED, 15, 9, zlib.Z_RLE)
-        body = packer.compress(_filtered(pixels, None))
-    body += packer.flush()
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + _chunk(b"IHDR", header)
-        + _chunk(b"IDAT", body)
-        + _chunk(b"IEND", b"")
-    )
-
-
-def _filtered(pixels: U8, above: U8 | None) -> bytes:
-    """Rows with PNG's "Up" filter: each row minus the one above it (``above`` for the first,
-    which is unfiltered without one), each after its filter-type byte."""
-    height, width, _ = pixels.shape
-    rows = pixels.reshape(height, width * 3)
-    data = np.empty((height, width * 3 + 1), dtype=np.uint8)
-    data[:, 0] = 2  # Up
-    np.subtract(rows[1:], rows[:-1], out=data[1:, 1:])
-    if above is None:
-        data[0, 0] = 0  # None: nothing above
-        data[0, 1:] = rows[0]
-    else:
-        np.subtract(rows[0], above.reshape(-1), out=data[0, 1:])
-    return data.tobytes()
-
-
-@functools.lru_cache(maxsize=16)
-def _band_prefix(header: Header, body_width: int, cmap: str, level: int, rows: int) -> PngPrefix:
-    band, _ = _header_band(header, body_width)
-    return png_prefix(_to_rgb(np.ascontiguousarray(band[:rows]), cmap), level)
-
-
-def _chunk(kind: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
 
 def score_text(value: float) -> str:
