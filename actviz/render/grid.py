@@ -59,7 +59,7 @@ from actviz.render.palette import (
     palette_for,
 )
 from actviz.render.palette import U8Array as U8Array
-from actviz.render.tiling import GAP, tile_grid, tile_layout
+from actviz.render.tiling import GAP, body_shape, tile_grid, tile_layout
 
 # The array type aliases (U8Array, F32Array, F64Array) are imported as themselves above so that
 # annotations can keep taking them from this module; they are not part of the API.
@@ -251,8 +251,8 @@ def render_grid(
         else str(int(i))
         for i in ids
     ]
-    body = tile_grid(levels, columns_used, upscale, tile_labels)
     placed = tile_layout(height * upscale, width * upscale, tile_labels)
+    body_h, body_w = body_shape(shown_count, columns_used, placed)
 
     count_text = f"{shown_count} of {total} channel{'' if total == 1 else 's'}"
     if channels is not None:
@@ -266,8 +266,8 @@ def render_grid(
         nonfinite=shown_finite is not None,
         notes=tuple(notes),
     )
-    canvas, header_height = new_canvas(body.shape[0], body.shape[1], header)
-    canvas[header_height:, : body.shape[1]] = body
+    canvas, header_height = new_canvas(body_h, body_w, header)
+    tile_grid(levels, columns_used, upscale, tile_labels, out=canvas[header_height:, :body_w])
     canvas.setflags(write=False)
     return GridImage(
         indices=canvas,

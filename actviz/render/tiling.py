@@ -8,15 +8,17 @@ read at 1:1 without counting tiles; cells widen when a label is wider than its t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from actviz.render.legend import TILE_LABEL_SIZE, digit_rows, paste_text, text_width
 from actviz.render.palette import BACKGROUND, LABEL, U8Array
 
-__all__ = ["GAP", "TileLayout", "tile_grid", "tile_layout"]
+__all__ = ["GAP", "TileLayout", "body_shape", "tile_grid", "tile_layout"]
 
 GAP = 2
 """Pixels of ``BACKGROUND`` between tiles and around the grid."""
@@ -51,29 +53,75 @@ def tile_layout(tile_h: int, tile_w: int, labels: Sequence[str] | None) -> TileL
     return TileLayout(band, (band + tile_h + GAP, max(tile_w, widest) + GAP))
 
 
+def body_shape(count: int, columns: int, layout: TileLayout) -> tuple[int, int]:
+    """``(height, width)`` of the body holding ``count`` tiles in ``columns`` columns."""
+    rows = -(-count // columns)
+    return GAP + rows * layout.pitch[0], GAP + columns * layout.pitch[1]
+
+
 def tile_grid(
-    levels: U8Array, columns: int, upscale: int, labels: Sequence[str] | None = None
+    levels: U8Array,
+    columns: int,
+    upscale: int,
+    labels: Sequence[str] | None = None,
+    *,
+    out: U8Array | None = None,
 ) -> U8Array:
     """Lay ``(k, h, w)`` tiles out row-major with GAP pixels between and around them, each
-    under its label when ``labels`` (one per tile) are given."""
+    under its label when ``labels`` (one per tile) are given.
+
+    ``out``, when given, is a ``BACKGROUND`` region of :func:`body_shape` (a picture's body
+    under its header) to draw into. The tiles are written through one strided view of the
+    body, upscaled by broadcasting on the way, so a layer costs one pass over its pixels.
+    """
     count, height, width = levels.shape
     rows = -(-count // columns)
     tile_h, tile_w = height * upscale, width * upscale
     layout = tile_layout(tile_h, tile_w, labels)
+    shape = body_shape(count, columns, layout)
+    if out is None:
+        body = np.full(shape, BACKGROUND, dtype=np.uint8)
+    elif out.shape != shape:
+        raise ValueError(f"out must have the body's shape {shape}, got {out.shape}")
+    else:
+        body = out
     pitch_h, pitch_w = layout.pitch
     band = layout.label_height
-    if upscale > 1:
-        shape = (count, height, upscale, width, upscale)
-        levels = np.broadcast_to(levels[:, :, None, :, None], shape).reshape(count, tile_h, tile_w)
-    cells = np.full((rows * columns, pitch_h, pitch_w), BACKGROUND, dtype=np.uint8)
-    cells[:count, band : band + tile_h, :tile_w] = levels
-    grid = cells.reshape(rows, columns, pitch_h, pitch_w).transpose(0, 2, 1, 3)
-    body = np.full((GAP + rows * pitch_h, GAP + columns * pitch_w), BACKGROUND, np.uint8)
-    body[GAP:, GAP:] = grid.reshape(rows * pitch_h, columns * pitch_w)
+    # (rows, tile_h, columns, tile_w) of the body, tile_h split into (h, upscale): splitting
+    # an axis of a view is always a view, so the assignments land in the body.
+    cells = body[GAP:, GAP:].reshape(rows, pitch_h, columns, pitch_w)
+    tiles = cells[:, band : band + tile_h, :, :tile_w].reshape(
+        rows, height, upscale, columns, tile_w
+    )
+    # Widened by np.repeat (contiguous rows), heightened by broadcasting into the view:
+    # numpy copies long rows fast and runs of `upscale` bytes slowly.
+    wide = levels.repeat(upscale, axis=2) if upscale > 1 else levels
+    full, rest = divmod(count, columns)
+    if full:
+        whole = wide[: full * columns].reshape(full, columns, height, tile_w)
+        tiles[:full] = whole.transpose(0, 2, 1, 3)[:, :, None]
+    if rest:
+        tiles[full, :, :, :rest] = wide[full * columns :].transpose(1, 0, 2)[:, None]
     if labels:
-        skip = digit_rows(TILE_LABEL_SIZE)[0]
-        for position, label in enumerate(labels[:count]):
-            top, left = layout.origin(position, columns)
-            y = top - band + _LABEL_PAD
-            paste_text(body, label, TILE_LABEL_SIZE, left, y, colour=LABEL, skip=skip)
+        ys, xs = _label_pixels(tuple(labels[:count]), columns, tile_h, tile_w)
+        body[ys, xs] = LABEL
     return body
+
+
+@functools.lru_cache(maxsize=64)
+def _label_pixels(
+    labels: tuple[str, ...], columns: int, tile_h: int, tile_w: int
+) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]]:
+    """Where the label pixels of a body go. The same for every image of a run's layer, so
+    they are drawn once and the body of each picture gets them in one indexed assignment."""
+    layout = tile_layout(tile_h, tile_w, labels)
+    scratch = np.zeros(body_shape(len(labels), columns, layout), dtype=np.uint8)
+    skip = digit_rows(TILE_LABEL_SIZE)[0]
+    for position, label in enumerate(labels):
+        top, left = layout.origin(position, columns)
+        y = top - layout.label_height + _LABEL_PAD
+        paste_text(scratch, label, TILE_LABEL_SIZE, left, y, colour=1, skip=skip)
+    ys, xs = np.nonzero(scratch)
+    ys.setflags(write=False)
+    xs.setflags(write=False)
+    return ys, xs
