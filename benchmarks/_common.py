@@ -36,9 +36,10 @@ def make_folder(root: Path, count: int, *, seed: int = 0) -> Path:
     return root
 
 
-def floor_png(fmap: np.ndarray, target: Path) -> None:
+def floor_png(fmap: np.ndarray, target: Path, *, same_encoder: bool = False) -> None:
     """The least work for a grid: per-channel min-max, tiles by array operations, the viridis
-    colormap as the palette of one PNG write at zlib level 1."""
+    colormap as the palette of one PNG write at zlib level 1 (Pillow's encoder, what a script
+    uses; ``same_encoder``: actviz's, which deflates with ISA-L)."""
     lut = (matplotlib.colormaps["viridis"](np.linspace(0, 1, 256))[:, :3] * 255).astype(np.uint8)
     c, h, w = fmap.shape
     lo = fmap.min(axis=(1, 2), keepdims=True)
@@ -51,6 +52,12 @@ def floor_png(fmap: np.ndarray, target: Path) -> None:
     tile = np.zeros((rows * cols, h * scale + 2, w * scale + 2), np.uint8)
     tile[:c, : h * scale, : w * scale] = levels
     grid = tile.reshape(rows, cols, *tile.shape[1:]).transpose(0, 2, 1, 3)
+    if same_encoder:
+        from actviz.render.png import encode_png
+
+        pixels = np.ascontiguousarray(grid.reshape(rows * tile.shape[1], -1))
+        target.write_bytes(encode_png(pixels, palette=lut, level=1))
+        return
     picture = Image.fromarray(grid.reshape(rows * tile.shape[1], -1), mode="L").convert("P")
     picture.putpalette(lut.flatten().tolist())
     picture.save(target, format="PNG", compress_level=1)

@@ -6,6 +6,8 @@
   model, hook every Conv2d, one forward, per layer the first 64 channels min-max scaled into one
   palette PNG (the floor's drawing in ``_common.floor_png``).
 - recipe: the tutorial way: the same hooks, then an 8 x 8 matplotlib subplot grid per layer.
+- import: ``import torch, torchvision`` and nothing else: no tool that uses PyTorch can start
+  faster, so recipe / import is the most any of them can be faster than the recipe here.
 
 Each is a fresh process (interpreter start and the torch import counted on every side), run in
 turn so machine noise hits each alike; medians of ``--repeat`` runs are compared.
@@ -80,10 +82,15 @@ for i, (name, act) in enumerate(acts.items()):
 )
 
 
+IMPORT_ONLY = "import torch, torchvision\n"
+
+
 def timed(argv: list[str], out: Path) -> float:
     start = time.perf_counter()
     subprocess.run(argv, check=True, capture_output=True)
     seconds = time.perf_counter() - start
+    if argv[-1] == "--no-output":
+        return seconds
     grids = [p for p in out.rglob("[0-9]*_*.png") if "report" not in p.parts]
     assert len(grids) == 36, (argv[:3], len(grids))
     return seconds
@@ -99,16 +106,20 @@ def main() -> None:
     scripts = {"minimal": work / "minimal.py", "recipe": work / "recipe.py"}
     scripts["minimal"].write_text(MINIMAL)
     scripts["recipe"].write_text(RECIPE)
+    scripts["import"] = work / "import_only.py"
+    scripts["import"].write_text(IMPORT_ONLY)
     exe = shutil.which("actviz", path=str(Path(sys.executable).parent)) or "actviz"
     image = str(args.image.resolve())
 
     def command(name: str, out: Path) -> list[str]:
         if name == "actviz":
             return [exe, "run", "resnet34", image, "-l", "conv", "-w", "none", "-o", str(out)]
+        if name == "import":
+            return [sys.executable, str(scripts[name]), "--no-output"]
         out.mkdir()
         return [sys.executable, str(scripts[name]), image, str(out)]
 
-    times: dict[str, list[float]] = {"actviz": [], "minimal": [], "recipe": []}
+    times: dict[str, list[float]] = {"actviz": [], "minimal": [], "import": [], "recipe": []}
     for name in ("actviz", "minimal"):  # warm the file cache: nothing is timed
         out = work / f"warm-{name}"
         timed(command(name, out), out)
@@ -118,7 +129,7 @@ def main() -> None:
                 continue
             out = work / f"{name}-{i}"
             times[name].append(timed(command(name, out), out))
-            shutil.rmtree(out)
+            shutil.rmtree(out, ignore_errors=True)
     med = {name: statistics.median(t) for name, t in times.items() if t}
     print("resnet34, 1 image, --layers conv (36 grids); whole processes, median seconds")
     for name, seconds in med.items():
@@ -126,6 +137,10 @@ def main() -> None:
     print(f"actviz / minimal = {med['actviz'] / med['minimal']:.2f}  (target <= 1.15)")
     if "recipe" in med:
         print(f"recipe / actviz = {med['recipe'] / med['actviz']:.1f}x faster  (target >= 10)")
+        print(
+            f"recipe / import = {med['recipe'] / med['import']:.1f}x: the most a PyTorch"
+            " process can be faster than the recipe on this machine"
+        )
     shutil.rmtree(work)
 
 
