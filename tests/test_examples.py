@@ -432,8 +432,7 @@ def test_contact_sheet_has_its_tiles_labels_and_header() -> None:
     assert light.sum() > 200  # the title and info text
     below = sheet[np.nonzero(np.all(sheet == colours[0], axis=2))[0].max() + 1 :]
     assert np.all(below > 200, axis=2).sum() > 50  # the score and file name under each tile
-    # Written losslessly by the sheets' own PNG encoder; sheets sharing the header continue
-    # from its deflated rows.
+    # Written losslessly by actviz's PNG encoder.
     back = np.asarray(Image.open(io.BytesIO(encode_png(sheet))).convert("RGB"))
     assert np.array_equal(back, sheet)
     for subtitle in (("channel 1",), ("channel 2", "dead")):
