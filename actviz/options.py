@@ -81,7 +81,7 @@ class DrawOptions:
         overlay: Also blend each layer's mean map (or ``overlay_channel``) over the input.
         overlay_channel: The channel to overlay instead of the mean.
         save_tensors: Also save each raw activation as ``npy`` or ``safetensors``.
-        png_compression: zlib level 0-9 of the PNGs (1 is fast and nearly as small).
+        png_compression: Deflate level 0-9 of the PNGs (1 is fast and nearly as small).
         grids: Draw the grid PNGs (False: statistics and tensors only, much faster).
     """
 

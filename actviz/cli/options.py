@@ -353,7 +353,7 @@ PngCompressionOption = Annotated[
         "--png-compression",
         min=0,
         max=9,
-        help="zlib level for the PNGs: 1 is fast, 9 is smallest.",
+        help="Deflate level of the PNGs, 0-9: 1 is fast, 9 is smallest.",
         rich_help_panel="Output",
     ),
 ]

@@ -41,7 +41,7 @@ class ExamplesOptions:
         tile: Side in pixels of one crop in the pictures.
         cmap: The matplotlib colormap of the heat maps blended over the crops.
         report: Write the HTML pages.
-        png_compression: zlib level 0-9 of the PNGs.
+        png_compression: Deflate level 0-9 of the PNGs.
         load: How the model is built (as for ``run``).
         execution: Batch size, decoding workers, resume and overwrite (as for ``run``).
     """
