@@ -54,7 +54,7 @@ def compute_stats(batch: torch.Tensor, *, channel_dim: int = 1) -> list[LayerSta
     in float64.
 
     Percentiles use the nearest rank, like ``numpy.percentile(..., method="nearest")``, found
-    with ``torch.kthvalue``. Above :data:`PERCENTILE_EXACT_LIMIT` finite values they come from
+    with ``torch.topk``. Above :data:`PERCENTILE_EXACT_LIMIT` finite values they come from
     the deterministic subsample ``values[::stride]``, ``stride`` being the smallest prime that
     brings the count under the limit; a prime stride does not line up with the power-of-two
     and multiple-of-7 widths of feature maps, so the subsample does not keep picking the same
@@ -196,8 +196,10 @@ def _percentiles(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     stride = _stride(n)
     sample = flat[..., ::stride] if stride > 1 else flat
     m = int(sample.shape[-1])
-    low = sample.kthvalue(_rank(0.01, m), dim=-1).values
-    high = sample.kthvalue(_rank(0.99, m), dim=-1).values
+    # The k-th smallest is the largest of the k smallest: torch.topk finds those about twice
+    # as fast as torch.kthvalue on CPU, for the same values.
+    low = sample.topk(_rank(0.01, m), dim=-1, largest=False, sorted=False).values.amax(dim=-1)
+    high = sample.topk(m - _rank(0.99, m) + 1, dim=-1, sorted=False).values.amin(dim=-1)
     return low, high
 
 
