@@ -693,3 +693,29 @@ def test_shared_norm_sorts_channels_once_for_every_image(tmp_path: Path) -> None
         reference = render_grid(maps, title="t", channels=expected, value_range=(lo, hi))
         below = reference.indices.shape[0] - reference.header_height
         np.testing.assert_array_equal(drawn[-below:], reference.indices[-below:])
+
+
+def test_tile_grid_places_every_tile_once_into_a_given_body() -> None:
+    from actviz.render.palette import LABEL
+    from actviz.render.tiling import body_shape, tile_grid, tile_layout
+
+    levels = np.arange(7 * 3 * 2, dtype=np.uint8).reshape(7, 3, 2) + 10  # 7 tiles, 3 columns
+    labels = [str(i) for i in range(7)]
+    layout = tile_layout(6, 4, labels)
+    shape = body_shape(7, 3, layout)
+    out = np.full((shape[0] + 5, shape[1] + 9), BACKGROUND, dtype=np.uint8)
+    region = out[5:, :-9]  # a strided region of a wider picture, as under a header
+    drawn = tile_grid(levels, 3, 2, labels, out=region)
+    assert drawn is region and np.array_equal(drawn, tile_grid(levels, 3, 2, labels))
+    for position in range(9):
+        top, left = layout.origin(position, 3)
+        tile = region[top : top + 6, left : left + 4]
+        if position < 7:  # upscaled by 2 in both directions, nearest neighbour
+            assert np.array_equal(tile, levels[position].repeat(2, 0).repeat(2, 1))
+            band = region[top - layout.label_height : top, left : left + 4]
+            assert (band == LABEL).any()
+        else:  # the empty cells of the last row stay background
+            assert np.all(tile == BACKGROUND)
+    assert np.all(out[:5] == BACKGROUND) and np.all(out[:, -9:] == BACKGROUND)
+    with pytest.raises(ValueError, match="body's shape"):
+        tile_grid(levels, 3, 2, labels, out=out)

@@ -1,0 +1,100 @@
+"""actviz's PNG encoder: lossless for every kind of picture it writes, whoever deflates."""
+
+from __future__ import annotations
+
+import io
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from actviz import output
+from actviz.render import png
+from actviz.render.png import encode_png
+
+
+def _decode(data: bytes) -> Image.Image:
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image
+
+
+@pytest.fixture(params=["isal", "zlib"])
+def deflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    if request.param == "zlib":
+        monkeypatch.setattr(png, "_ISAL", None)  # as on a platform without the isal wheel
+    elif not png.fast_deflate():
+        pytest.skip("isal is not installed")
+    return str(request.param)
+
+
+@pytest.mark.parametrize("level", [0, 1, 3, 6, 9])
+def test_palette_grey_and_rgb_round_trip(deflater: str, level: int) -> None:
+    rng = np.random.default_rng(level)
+    indices = rng.integers(0, 256, (37, 53), dtype=np.uint8)
+    palette = rng.integers(0, 256, (256, 3), dtype=np.uint8)
+    image = _decode(encode_png(indices, palette=palette, level=level))
+    assert image.mode == "P" and image.size == (53, 37)
+    assert np.array_equal(np.asarray(image), indices)
+    assert np.array_equal(np.asarray(image.convert("RGB")), palette[indices])
+
+    grey = _decode(encode_png(indices, level=level))
+    assert grey.mode == "L" and np.array_equal(np.asarray(grey), indices)
+
+    rgb = rng.integers(0, 256, (29, 31, 3), dtype=np.uint8)
+    rgb[10:] = rgb[9]  # flat rows: what the "up" filter turns into zeros
+    for row_filter in ("none", "up"):
+        back = _decode(encode_png(rgb, level=level, row_filter=row_filter))  # type: ignore[arg-type]
+        assert back.mode == "RGB" and np.array_equal(np.asarray(back), rgb)
+
+
+def test_up_filter_shrinks_smooth_pictures() -> None:
+    ramp = np.broadcast_to(np.arange(200, dtype=np.uint8)[:, None, None], (200, 300, 3))
+    noisy = np.ascontiguousarray(ramp) + np.random.default_rng(0).integers(
+        0, 2, (1, 300, 3), dtype=np.uint8
+    )
+    assert len(encode_png(noisy, row_filter="up")) < len(encode_png(noisy, row_filter="none"))
+
+
+def test_levels_choose_the_deflater(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def fake(data: bytes, level: int) -> bytes:
+        calls.append(level)
+        return zlib.compress(data, level)
+
+    monkeypatch.setattr(png, "_ISAL", fake)
+    for level in range(10):
+        png.deflate(b"x" * 100, level)
+    assert calls == [1, 2, 3]  # 0 (stored) and 4-9 (smaller files) are zlib's
+
+
+def test_a_small_palette_and_bad_input() -> None:
+    two = np.array([[0, 1], [1, 0]], dtype=np.uint8)
+    image = _decode(encode_png(two, palette=np.array([[0, 0, 0], [255, 0, 0]], np.uint8)))
+    assert image.convert("RGB").getpixel((1, 0)) == (255, 0, 0)
+    with pytest.raises(ValueError, match="uint8"):
+        encode_png(two.astype(np.float32))
+    with pytest.raises(ValueError, match="RGB"):
+        encode_png(np.zeros((2, 2, 4), np.uint8))
+    with pytest.raises(ValueError, match="1 to 256"):
+        encode_png(two, palette=np.zeros((300, 3), np.uint8))
+
+
+def test_write_png_encodes_what_it_can_and_hands_the_rest_to_pillow(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    rgb = Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8))
+    rgba = Image.fromarray(rng.integers(0, 256, (20, 30, 4), dtype=np.uint8))
+    paletted = rgb.convert("P")
+    bare = Image.new("P", (4, 4))  # no palette at all
+    for name, picture in {"rgb": rgb, "rgba": rgba, "p": paletted, "bare": bare}.items():
+        target = tmp_path / f"{name}.png"
+        output.write_png(target, picture)
+        with Image.open(target) as back:
+            assert back.mode == picture.mode, name
+            assert np.array_equal(
+                np.asarray(back.convert("RGBA")), np.asarray(picture.convert("RGBA"))
+            )
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
