@@ -218,7 +218,7 @@ class RunRecords:
         """Append one image's record; a single short write, flushed to disk."""
         line = json.dumps({"settings": self.settings, **record}, ensure_ascii=False, default=str)
         try:
-            with self.path.open("a", encoding="utf-8") as fh:
+            with self.path.open("a", encoding="utf-8", errors=_UNDECODED) as fh:
                 fh.write(line + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
@@ -347,9 +347,10 @@ def atomic_path(path: Path) -> Iterator[Path]:
 def write_png(path: Path, image: Image.Image, *, compress_level: int = 1) -> None:
     """Write a PNG atomically. Palette, grey and RGB pictures are encoded by
     :func:`actviz.render.png.encode_png` (level 1, the default, is its fast end); others by
-    Pillow."""
+    Pillow (pictures with transparency or a colour profile among them)."""
     entries = image.getpalette() if image.mode == "P" else None
-    if image.mode in ("P", "L", "RGB") and entries != [] and "transparency" not in image.info:
+    plain = not image.has_transparency_data and "icc_profile" not in image.info
+    if image.mode in ("P", "L", "RGB") and entries != [] and plain:
         import numpy as np
 
         from actviz.render.png import encode_png
@@ -391,11 +392,15 @@ def write_bytes(path: Path, data: bytes) -> None:
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically, flushed to disk: the manifest is the record of the run."""
     text = dumps_json(data)
-    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as fh:
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", errors=_UNDECODED) as fh:
         fh.write(text + "\n")
         fh.flush()
         os.fsync(fh.fileno())
 
+
+#: How JSON text holds a file name that is not UTF-8 on disk (a lone surrogate in Python):
+#: as the JSON escape ``\udcff``, which reads back as the same string.
+_UNDECODED = "backslashreplace"
 
 _ENCODE = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=str)
 
@@ -418,14 +423,19 @@ def dumps_json(data: Any, *, levels: int = 4) -> str:
             return _ENCODE.encode(value)  # a list of numbers or names: one line
         pad, inner = "  " * depth, "  " * (depth + 1)
         if isinstance(value, dict):
-            items = [
-                f"{inner}{_ENCODE.encode(str(k))}: {walk(v, depth + 1)}" for k, v in value.items()
-            ]
+            items = [f"{inner}{_key(k)}: {walk(v, depth + 1)}" for k, v in value.items()]
             return "{\n" + ",\n".join(items) + f"\n{pad}}}"
         items = [f"{inner}{walk(v, depth + 1)}" for v in value]
         return "[\n" + ",\n".join(items) + f"\n{pad}]"
 
     return walk(data, 0)
+
+
+def _key(key: Any) -> str:
+    """A dict key as the json module writes it (``True`` as ``"true"``; a tuple is an error)."""
+    if isinstance(key, str):
+        return _ENCODE.encode(key)
+    return _ENCODE.encode({key: 0})[1:-4]
 
 
 def _os_message(path: Path, exc: OSError) -> str:

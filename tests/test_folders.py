@@ -231,3 +231,24 @@ def test_live_activations_stay_bounded(tmp_path: Path, monkeypatch: pytest.Monke
     assert len(result.images) == 24 and not result.failed
     # 12 batches of 3 captures went through; at most two batches' worth were ever alive.
     assert 3 <= peak <= 2 * 3
+
+
+def test_a_file_name_that_is_not_utf8_runs_resumes_and_reports(tmp_path: Path) -> None:
+    root = tmp_path / "photos"
+    odd = root / os.fsdecode(b"caf\xe9.png")  # Latin-1 on disk: a lone surrogate in Python
+    make_image(odd, seed=1)
+    make_image(root / "plain.png", seed=2)
+    out = tmp_path / "out"
+    kwargs: dict[str, Any] = {"layers": "conv1", "weights": "none", "out": out}
+    result = actviz.run("resnet18", [root], **kwargs)
+    assert [r.status for r in result.images] == ["ok", "ok"]
+    # The JSON files hold the name as the escape \udce9 and read back as the same string.
+    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    assert sorted(im["path"] for im in manifest["images"]) == sorted(
+        [str(odd), str(root / "plain.png")]
+    )
+    assert "\\udce9" in (out / "manifest.json").read_text(encoding="utf-8")
+    page = (out / "index.html").read_bytes().decode("utf-8")  # valid UTF-8 throughout
+    assert "caf?.png" in page
+    again = actviz.run("resnet18", [root], resume=True, **kwargs)
+    assert sorted(r.status for r in again.images) == ["reused", "reused"]

@@ -83,18 +83,75 @@ def test_a_small_palette_and_bad_input() -> None:
         encode_png(two, palette=np.zeros((300, 3), np.uint8))
 
 
-def test_write_png_encodes_what_it_can_and_hands_the_rest_to_pillow(tmp_path: Path) -> None:
+def test_odd_shapes_and_strided_arrays_round_trip() -> None:
+    rng = np.random.default_rng(2)
+    base = rng.integers(0, 256, (9, 12, 3), dtype=np.uint8)
+    for pixels in (base[:1], base[:, :1], base[::-1, ::2], np.asfortranarray(base[..., 0])):
+        for row_filter in ("none", "up"):
+            back = _decode(encode_png(pixels, row_filter=row_filter))  # type: ignore[arg-type]
+            assert np.array_equal(np.asarray(back), pixels)
+
+
+def test_indices_past_a_short_palette_are_black() -> None:
+    indices = np.array([[0, 1, 5]], dtype=np.uint8)
+    palette = np.array([[9, 9, 9], [200, 0, 0]], dtype=np.uint8)
+    image = _decode(encode_png(indices, palette=palette))
+    assert np.array_equal(np.asarray(image), indices)
+    assert [image.convert("RGB").getpixel((x, 0)) for x in range(3)] == [
+        (9, 9, 9),
+        (200, 0, 0),
+        (0, 0, 0),
+    ]
+    assert len(image.getpalette() or []) == 6 * 3  # padded to the highest index, no further
+
+
+def test_write_png_encodes_what_it_can_and_hands_the_rest_to_pillow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     rng = np.random.default_rng(1)
     rgb = Image.fromarray(rng.integers(0, 256, (20, 30, 3), dtype=np.uint8))
     rgba = Image.fromarray(rng.integers(0, 256, (20, 30, 4), dtype=np.uint8))
     paletted = rgb.convert("P")
+    translucent = Image.new("P", (3, 2))
+    translucent.putpalette([255, 0, 0, 128, 0, 255, 0, 255], "RGBA")
+    profiled = rgb.copy()
+    profiled.info["icc_profile"] = b"not really a profile"
     bare = Image.new("P", (4, 4))  # no palette at all
-    for name, picture in {"rgb": rgb, "rgba": rgba, "p": paletted, "bare": bare}.items():
+    ours = {"rgb", "p", "grey"}
+    pictures = {
+        "rgb": rgb,
+        "p": paletted,
+        "grey": rgb.convert("L"),
+        "rgba": rgba,
+        "translucent": translucent,
+        "profiled": profiled,
+        "bare": bare,
+    }
+    encoded: list[tuple[int, ...]] = []
+    real = png.encode_png
+
+    def spy(pixels: np.ndarray, **kwargs: object) -> bytes:
+        encoded.append(pixels.shape)
+        return real(pixels, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(png, "encode_png", spy)
+    for name, picture in pictures.items():
         target = tmp_path / f"{name}.png"
+        before = len(encoded)
         output.write_png(target, picture)
+        assert (len(encoded) > before) == (name in ours), name
         with Image.open(target) as back:
             assert back.mode == picture.mode, name
             assert np.array_equal(
                 np.asarray(back.convert("RGBA")), np.asarray(picture.convert("RGBA"))
-            )
+            ), name
+            if name == "profiled":
+                assert back.info.get("icc_profile") == b"not really a profile"
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+def test_bad_input_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least one pixel"):
+        encode_png(np.zeros((0, 4), np.uint8))
+    with pytest.raises(ValueError, match="uint8 palette"):
+        encode_png(np.zeros((2, 2), np.uint8), palette=np.zeros((4, 3), np.int64))

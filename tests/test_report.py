@@ -22,6 +22,7 @@ import pytest
 import torch
 from PIL import Image
 
+from actviz.report.charts import depth_chart
 from actviz.report.pages import PER_IMAGE_CHARTS, build_report
 from actviz.stats import aggregate_run, to_json
 from actviz.stats.compute import compute_stats
@@ -519,10 +520,16 @@ def test_chart_titles_and_names_are_escaped(tmp_path: Path) -> None:
     manifest, stats = make_run(tmp_path, images=2, failed=False)
     assert stats is not None
     manifest["images"][0]["path"] = "/data/in/<猫> & 'dog'.jpg"
+    manifest["images"][1]["path"] = "/data/in/esc\x1b and \udcff bytes.jpg"
     files = build_report(manifest, stats)
     svg = ElementTree.fromstring(files["report/depth/cat.svg"])  # well-formed XML
     texts = [e.text for e in svg.iter(f"{SVG}text")]
     assert "/data/in/<猫> & 'dog'.jpg" in texts
+    # What XML cannot hold (a control character, an undecodable byte) is replaced, not fatal.
+    odd = ElementTree.fromstring(files["report/depth/odd_name_1_é.svg"])
+    assert "/data/in/esc\ufffd and \ufffd bytes.jpg" in [e.text for e in odd.iter(f"{SVG}text")]
+    with pytest.raises(ValueError, match="at least one layer"):
+        depth_chart([], [], "nothing")
 
 
 def test_symlog_scale_and_ticks() -> None:

@@ -327,7 +327,7 @@ def contact_sheet(
     The header is the layer's (drawn once, then copied), so the channel is named in the
     subtitle.
     """
-    return _compose(tiles, header, subtitle, tile, cmap, columns)[0]
+    return _compose(tiles, header, subtitle, tile, cmap, columns)
 
 
 def contact_sheet_png(
@@ -341,7 +341,7 @@ def contact_sheet_png(
     level: int = 1,
 ) -> bytes:
     """:func:`contact_sheet` as PNG bytes."""
-    rgb = _compose(tiles, header, subtitle, tile, cmap, columns)[0]
+    rgb = _compose(tiles, header, subtitle, tile, cmap, columns)
     return encode_png(rgb, level=level, row_filter="up")
 
 
@@ -352,8 +352,8 @@ def _compose(
     tile: int,
     cmap: str,
     columns: int,
-) -> tuple[U8, int, int]:
-    """The sheet, the height of its header band, and the body width the band was drawn for."""
+) -> U8:
+    """The sheet: header band, subtitle, tiles with their labels."""
     count = max(1, len(tiles))
     columns = max(1, min(columns, count))
     rows = -(-count // columns)
@@ -380,7 +380,7 @@ def _compose(
     rgb = _to_rgb(canvas, cmap)
     for (top, left), item in zip(spots, tiles, strict=True):
         rgb[top : top + tile, left : left + tile] = item.pixels
-    return rgb, head, body_width
+    return rgb
 
 
 @dataclass(frozen=True)

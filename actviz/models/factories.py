@@ -353,7 +353,9 @@ def _import_target(target: str) -> tuple[ModuleType, Path]:
 
 def _file_module_name(resolved: Path) -> str:
     """The private module name a file is loaded under: unique per path."""
-    digest = hashlib.sha1(str(resolved).encode(), usedforsecurity=False).hexdigest()[:12]
+    digest = hashlib.sha1(
+        str(resolved).encode("utf-8", "surrogateescape"), usedforsecurity=False
+    ).hexdigest()[:12]
     stem = re.sub(r"\W", "_", resolved.stem)
     return f"actviz_user_{stem}_{digest}"
 

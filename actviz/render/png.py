@@ -5,7 +5,7 @@ deflated by ISA-L (the ``isal`` package, a dependency) when it imports: on actvi
 level 1 is about six times faster than zlib's level 1 (which Pillow's encoder uses) for files
 about 13 % larger, and like zlib it releases the GIL, so the render threads encode in
 parallel. zlib deflates at level 0 (stored), at 4-9 (smaller files on request) and wherever
-ISA-L is missing. The PNG itself is three chunks around the deflated rows, written here.
+ISA-L is missing. The PNG itself is a few chunks around the deflated rows, written here.
 """
 
 from __future__ import annotations
@@ -73,6 +73,8 @@ def encode_png(
             f"expected (H, W) or (H, W, 3) uint8 pixels, got {pixels.dtype} {pixels.shape}"
         )
     height, width = pixels.shape[:2]
+    if height == 0 or width == 0:
+        raise ValueError(f"a PNG has at least one pixel, got shape {pixels.shape}")
     if pixels.ndim == 3:
         if pixels.shape[2] != 3 or palette is not None:
             raise ValueError(f"expected (H, W, 3) RGB pixels without a palette, got {pixels.shape}")
@@ -90,9 +92,14 @@ def encode_png(
         data[:, 1:] = rows
     chunks = [_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, colour_type, 0, 0, 0))]
     if palette is not None:
-        entries = np.ascontiguousarray(palette, dtype=np.uint8).reshape(-1, 3)
+        if palette.dtype != np.uint8:
+            raise ValueError(f"expected a uint8 palette, got {palette.dtype}")
+        entries = np.ascontiguousarray(palette).reshape(-1, 3)
         if not 1 <= len(entries) <= 256:
             raise ValueError(f"a palette has 1 to 256 entries, got {len(entries)}")
+        highest = int(pixels.max()) if len(entries) < 256 else 0
+        if highest >= len(entries):  # indices past the palette: black, as decoders show them
+            entries = np.concatenate([entries, np.zeros((highest + 1 - len(entries), 3), np.uint8)])
         chunks.append(_chunk(b"PLTE", entries.tobytes()))
     chunks.append(_chunk(b"IDAT", deflate(data.tobytes(), level)))
     chunks.append(_chunk(b"IEND", b""))

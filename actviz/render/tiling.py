@@ -75,6 +75,7 @@ def tile_grid(
     body, upscaled by broadcasting on the way, so a layer costs one pass over its pixels.
     """
     count, height, width = levels.shape
+    labels = list(labels[:count]) if labels else None  # one per tile: the layout is theirs
     rows = -(-count // columns)
     tile_h, tile_w = height * upscale, width * upscale
     layout = tile_layout(tile_h, tile_w, labels)
@@ -103,7 +104,7 @@ def tile_grid(
     if rest:
         tiles[full, :, :, :rest] = wide[full * columns :].transpose(1, 0, 2)[:, None]
     if labels:
-        ys, xs = _label_pixels(tuple(labels[:count]), columns, tile_h, tile_w)
+        ys, xs = _label_pixels(tuple(labels), columns, tile_h, tile_w)
         body[ys, xs] = LABEL
     return body
 

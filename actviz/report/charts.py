@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
@@ -50,8 +51,11 @@ def depth_chart(
 ) -> bytes:
     """The depth profile of one image (or of the run) as SVG: mean, std and the 1-99 % band on
     a symlog axis above; zero, negative and dead-channel fractions below; flagged layers marked
-    in red with their kinds. Hovering a layer's column shows its name and numbers."""
+    in red with their kinds. Hovering a layer's column (in the SVG opened on its own) shows its
+    name and numbers."""
     n = len(layers)
+    if n == 0:
+        raise ValueError("a depth chart needs at least one layer")
     pad = 0.5 + 0.02 * n
     span = (n - 1) + 2 * pad
 
@@ -130,7 +134,7 @@ def depth_chart(
     )
     add(
         f'<text x="{_RIGHT:.0f}" y="14" text-anchor="end" fill="#59636e" '
-        f'font-size="12">{escape(title)}</text>'
+        f'font-size="12">{_xml(title)}</text>'
     )
     _flag_marks(add, layers, flags, x_of)
     _hover_columns(add, layers, x_of, span)
@@ -240,7 +244,7 @@ def _flag_marks(
             marked.setdefault(where, []).append(str(flag.get("kind")))
     for where, kinds in sorted(marked.items()):
         x = x_of(where)
-        label = escape(",".join(dict.fromkeys(kinds)))
+        label = _xml(",".join(dict.fromkeys(kinds)))
         for top, bottom in (_TOP, _BOTTOM):
             add(
                 f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}" stroke="{_RED}" '
@@ -266,12 +270,22 @@ def _hover_columns(
             for key in ("mean", "std", "p01", "p99", "zero_frac", "dead_frac")
             if isinstance(row.get(key), int | float)
         )
-        tip = escape(f"#{i} {row.get('name', '')}: {numbers}")
+        tip = _xml(f"#{i} {row.get('name', '')}: {numbers}")
         add(
             f'<rect x="{x_of(i) - width / 2:.1f}" y="{_TOP[0]}" width="{width:.1f}" '
             f'height="{_BOTTOM[1] - _TOP[0]}" fill="#000" fill-opacity="0">'
             f"<title>{tip}</title></rect>"
         )
+
+
+# Characters XML forbids (C0 controls but tab and newlines, lone surrogates from undecodable
+# file names, U+FFFE/U+FFFF): one in a path would make the whole chart unreadable.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    """``text`` escaped for SVG, characters XML cannot hold replaced by U+FFFD."""
+    return escape(_NOT_XML.sub("\ufffd", text))
 
 
 def _symlog_ticks(linthresh: float, lo: float, hi: float) -> list[float]:

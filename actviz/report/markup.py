@@ -41,8 +41,11 @@ STAT_COLUMNS = (
 
 
 def render(template: str, /, **context: Any) -> bytes:
-    """Render the page ``template`` (a file name in ``templates/``) with ``context``, as UTF-8."""
-    return environment().get_template(template).render(**context).encode()
+    """Render the page ``template`` (a file name in ``templates/``) with ``context``, as UTF-8.
+
+    A path that is not valid UTF-8 on disk reaches Python with lone surrogates in place of its
+    odd bytes; those show as ``?``."""
+    return environment().get_template(template).render(**context).encode("utf-8", "replace")
 
 
 @functools.cache

@@ -60,5 +60,5 @@ def write_stats(
         doc["gradients"] = {key: value for key, value in gradients.items() if value}
     output.write_json(out_dir / "stats.json", doc)
     csv_text = to_csv(stats_rows(per_image, run, thresholds=limits))
-    output.write_bytes(out_dir / "stats.csv", csv_text.encode("utf-8"))
+    output.write_bytes(out_dir / "stats.csv", csv_text.encode("utf-8", "backslashreplace"))
     return doc
