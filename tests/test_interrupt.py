@@ -17,8 +17,8 @@ from tests.conftest import make_image
 
 pytestmark = pytest.mark.slow
 
-N = 24
-ARGS = ["-l", "layer1.0.conv1,fc", "-w", "none", "-b", "2", "-q"]
+N = 48  # enough that a signal after the third image lands mid-run, however fast a run is
+ARGS = ["-l", "layer1.0.conv1,fc", "-w", "none", "-b", "1", "-q"]
 
 
 def _actviz(*args: str, **kwargs: object) -> subprocess.Popen[str]:
