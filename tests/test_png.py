@@ -155,3 +155,13 @@ def test_bad_input_is_refused() -> None:
         encode_png(np.zeros((0, 4), np.uint8))
     with pytest.raises(ValueError, match="uint8 palette"):
         encode_png(np.zeros((2, 2), np.uint8), palette=np.zeros((4, 3), np.int64))
+
+
+def test_a_grid_encodes_to_the_picture_pillow_would_show() -> None:
+    from actviz.render.grid import render_grid
+
+    maps = np.random.default_rng(3).standard_normal((5, 6, 7)).astype(np.float32)
+    grid = render_grid(maps, title="layer", max_channels=0)
+    back = _decode(grid.to_png())
+    assert back.mode == "P" and back.size == grid.size
+    assert np.array_equal(np.asarray(back.convert("RGB")), np.asarray(grid.to_pil().convert("RGB")))

@@ -78,7 +78,7 @@ def draw_gradient(
             notes=header_notes(job, grad_maps.note, zero_note),
         )
         rel = job.folder / f"{stem}_grad.png"
-        output.write_png(job.out_dir / rel, picture.to_pil(), compress_level=opts.png_compression)
+        output.write_bytes(job.out_dir / rel, picture.to_png(opts.png_compression))
         gradient_file = rel.as_posix()
     cam_file, cam_note = None, None
     if (

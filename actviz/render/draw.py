@@ -255,7 +255,7 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
             channel_names=job.channel_names.get(cap.module),
         )
     rel = job.folder / filename
-    output.write_png(job.out_dir / rel, grid.to_pil(), compress_level=opts.png_compression)
+    output.write_bytes(job.out_dir / rel, grid.to_png(opts.png_compression))
     overlay_file = None
     if opts.overlay and drawable.kind == "maps":
         overlay_file = _write_overlay(job, cap, drawable.array, stem, title)

@@ -144,6 +144,12 @@ class GridImage:
         rgb: U8Array = self.palette[self.indices]
         return rgb
 
+    def to_png(self, level: int = 1) -> bytes:
+        """Return the picture as palette PNG bytes, encoded straight from ``indices``."""
+        from actviz.render.png import encode_png
+
+        return encode_png(self.indices, palette=self.palette, level=level)
+
     def to_pil(self) -> Image.Image:
         """Return the picture as a mode ``"P"`` Pillow image with the palette attached."""
         height, width = self.indices.shape
