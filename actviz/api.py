@@ -94,7 +94,7 @@ def run(
         if opts.report:
             from actviz.report import warm_up
 
-            warm_up()  # the report's figure and templates, while the images run
+            warm_up()  # the report's templates, compiled while the images run
         selector, names = _select(model, loaded, opts)
         state = _plan(model, loaded, selector, names, found, opts)
         if state.kept:

@@ -29,9 +29,6 @@ from actviz.report.blocks import (
 from actviz.report.charts import (
     depth_chart as depth_chart,
 )
-from actviz.report.charts import (
-    warm_up as warm_up,
-)
 from actviz.report.diff import diff_page as diff_page
 from actviz.report.examples import build_examples_report as build_examples_report
 from actviz.report.markup import (
@@ -51,6 +48,9 @@ from actviz.report.markup import (
 )
 from actviz.report.markup import (
     url as url,
+)
+from actviz.report.markup import (
+    warm_up as warm_up,
 )
 from actviz.report.pages import (
     PER_IMAGE_CHARTS as PER_IMAGE_CHARTS,

@@ -8,15 +8,13 @@ process. Which images get one is for :mod:`actviz.report.pages` to decide.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-__all__ = ["CHART_SIZE", "depth_chart", "symlog", "warm_up"]
+__all__ = ["CHART_SIZE", "depth_chart", "symlog"]
 
 #: Width and height of a chart in CSS pixels.
 CHART_SIZE = (1000, 420)
@@ -313,24 +311,3 @@ def _linear_ticks(lo: float, hi: float) -> list[float]:
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
     first = math.ceil(lo / step)
     return [i * step for i in range(first, math.floor(hi / step) + 1)]
-
-
-_warming: list[threading.Thread] = []
-
-
-def warm_up() -> None:
-    """Compile the report's page templates in a background thread while a run's images go
-    through: the model's forward pass and the render threads spend their time in C with the
-    GIL released, so the report at the end starts from ready templates."""
-    if _warming:
-        return
-
-    def make() -> None:
-        from actviz.report.markup import environment
-
-        with contextlib.suppress(Exception):  # a failure shows up when the report is built
-            environment().get_template("index.html")
-
-    thread = threading.Thread(target=make, name="actviz-report-warm-up", daemon=True)
-    _warming.append(thread)
-    thread.start()

@@ -11,7 +11,9 @@ rather than print nothing, so a typo in a template fails the tests instead of bl
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 from typing import Any
 from urllib.parse import quote
 
@@ -19,7 +21,7 @@ import jinja2
 
 from actviz._version import __version__
 
-__all__ = ["STAT_COLUMNS", "environment", "num", "pct", "render", "shape_text", "url"]
+__all__ = ["STAT_COLUMNS", "environment", "num", "pct", "render", "shape_text", "url", "warm_up"]
 
 # Flags that mean the numbers themselves are broken get the red badge, the others amber.
 _SEVERE = frozenset({"nan", "inf", "exploding"})
@@ -93,3 +95,22 @@ def pct(value: Any) -> str:
 def shape_text(shape: Any) -> str:
     """A tensor shape as ``(1, 64, 56, 56)``; ``?`` when unknown."""
     return "(" + ", ".join(str(s) for s in shape) + ")" if shape else "?"
+
+
+_warming: list[threading.Thread] = []
+
+
+def warm_up() -> None:
+    """Compile the report's page templates in a background thread while a run's images go
+    through: the model's forward pass and the render threads spend their time in C with the
+    GIL released, so the report at the end starts from ready templates."""
+    if _warming:
+        return
+
+    def make() -> None:
+        with contextlib.suppress(Exception):  # a failure shows up when the report is built
+            environment().get_template("index.html")
+
+    thread = threading.Thread(target=make, name="actviz-report-warm-up", daemon=True)
+    _warming.append(thread)
+    thread.start()
