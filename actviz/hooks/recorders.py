@@ -1,0 +1,253 @@
+"""Record copies of what named modules output (or take in, or attend to) while the model runs.
+
+:class:`ActivationRecorder` is the forward and pre-forward recorder on the hook core
+(:class:`actviz.hooks.session.HookSession`). The policies that make the pictures true live here:
+
+- Outputs are copied inside the hook. ``detach()`` shares storage, and torchvision ResNets
+  follow ``bn1`` with an in-place ReLU, so an uncopied ``bn1`` output would turn into a
+  post-ReLU one by the time anyone looks at it.
+- Copies go to the CPU as float32, so accelerator memory does not grow with the number of
+  hooked layers, and half-precision outputs can be drawn.
+- A module called several times in one forward (ResNet blocks reuse ``self.relu``) gives one
+  capture per call: ``layer1.0.relu``, ``layer1.0.relu:2``, ...
+- Tuple, list, dict and namedtuple outputs give one capture per tensor element:
+  ``block[0]``, ``heads[out]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from actviz.errors import UsageError
+from actviz.hooks.refs import layer_refs, tensor_items
+from actviz.hooks.session import Capture, HookSession
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+__all__ = ["ATTN_SUFFIX", "INPUT_SUFFIX", "ActivationRecorder", "CaptureMode", "capture"]
+
+CaptureMode = Literal["output", "input", "both", "attn"]
+#: Appended to the key of a captured input: ``layer1.0.conv1<in>`` (module names have no '<').
+INPUT_SUFFIX = "<in>"
+#: Appended to the key of an attention capture: ``encoder.layers.encoder_layer_11<attn>``.
+ATTN_SUFFIX = "<attn>"
+
+
+class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
+    """Record copies of the outputs of named submodules while the model runs.
+
+    Hooks are registered on enter and removed on exit, even when the forward raises. Each new
+    forward of the root model starts a fresh record, so after ``model(x)`` the recorder holds
+    exactly that forward's outputs, in the order they were produced. As a mapping it gives
+    capture key -> tensor. The modules' ``training`` flags are left alone; wrap the block in
+    :func:`eval_mode` where eval mode is wanted.
+
+    Args:
+        model: The model to hook.
+        layers: Qualified names of the modules to record.
+        keep_tensors: Copy the outputs (True) or record only shapes and calls (False; this
+            works on the ``meta`` device).
+        mode: Record each module's ``output``, its ``input`` (through a forward pre-hook,
+            keyed ``name<in>``), ``both``, or ``attn``: for a module that is or holds an
+            ``nn.MultiheadAttention``, each head's attention from the class token to the
+            patches, ``(heads, H, W)`` per image, keyed ``name<attn>``
+            (:func:`actviz.attention.class_token_attention`).
+        summarize: Called as ``summarize(module_name, tensor)`` on each captured tensor where
+            it lives (on the device, before the copy); the result is kept in
+            ``Capture.summary``. Statistics are cheapest there.
+
+    Example:
+        >>> with ActivationRecorder(model, ["layer1.0.conv1"]) as acts:
+        ...     model(x)
+        >>> acts["layer1.0.conv1"].shape
+        torch.Size([1, 64, 56, 56])
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        layers: Sequence[str],
+        *,
+        keep_tensors: bool = True,
+        mode: CaptureMode = "output",
+        summarize: Callable[[str, torch.Tensor], Any] | None = None,
+    ) -> None:
+        if mode not in ("output", "input", "both", "attn"):
+            raise UsageError(f"unknown capture mode '{mode}'; use output, input, both or attn")
+        super().__init__(model, layers)
+        self.keep_tensors = keep_tensors
+        self.mode = mode
+        self.summarize = summarize
+        self._paused = False
+        self._captures: dict[str, Capture] = {}
+
+    # Mapping protocol: key -> tensor of the latest forward.
+    def __getitem__(self, key: str) -> torch.Tensor:
+        tensor = self._captures[key].tensor
+        if tensor is None:
+            raise KeyError(f"{key} was recorded without its tensor (keep_tensors=False)")
+        return tensor
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._captures)
+
+    def __len__(self) -> int:
+        return len(self._captures)
+
+    @property
+    def captures(self) -> list[Capture]:
+        """The captures of the latest forward, in the order they were produced."""
+        return list(self._captures.values())
+
+    def clear(self) -> None:
+        """Forget everything recorded so far."""
+        self._start_record()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Record nothing inside the block (another pass over the model, such as a
+        backward pass, must not replace the latest forward's captures)."""
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
+
+    def _start_record(self) -> None:
+        if self._paused:
+            return
+        super()._start_record()
+        self._captures = {}
+
+    def _register(self, name: str, module: nn.Module) -> None:
+        """A pre-hook (inputs) and a forward hook (outputs) for one module, as the mode needs."""
+        module_type = type(module).__name__
+        want_in = self.mode in ("input", "both")
+        want_out = self.mode in ("output", "both")
+
+        def store(call: int, key: str, value: object, *, what: str) -> None:
+            found = False
+            for element, tensor in tensor_items(value):
+                found = True
+                copy = (
+                    # contiguous_format: channels-last outputs come back in plain NCHW order.
+                    tensor.detach().to(
+                        device="cpu",
+                        dtype=_float32(),
+                        copy=True,
+                        memory_format=_contiguous(),
+                    )
+                    if self.keep_tensors
+                    else None
+                )
+                summary = (
+                    self.summarize(name, tensor.detach()) if self.summarize is not None else None
+                )
+                self._captures[key + element] = Capture(
+                    key + element,
+                    name,
+                    module_type,
+                    call,
+                    tuple(tensor.shape),
+                    copy,
+                    kind=what,
+                    summary=summary,
+                )
+            if not found:
+                self._skip(key, module, f"{what} is {type(value).__name__}, not a tensor")
+
+        def pre_hook(_module: nn.Module, args: tuple[object, ...]) -> None:
+            if self._paused:
+                return
+            # With outputs recorded too, the forward hook counts the call.
+            call, key = self._next_call(name, count=not want_out)
+            inputs = args[0] if len(args) == 1 else args
+            store(call, key + INPUT_SUFFIX, inputs, what="input")
+
+        def hook(_module: nn.Module, _args: object, output: object) -> None:
+            if self._paused:
+                return
+            call, key = self._next_call(name)
+            store(call, key, output, what="output")
+
+        if self.mode == "attn":
+            self._register_attention(name, module, store)
+            return
+        if want_in:
+            self._add_pre_hook(module, pre_hook)
+        if want_out:
+            self._add_forward_hook(module, hook)
+
+    def _register_attention(self, name: str, module: nn.Module, store: Callable[..., None]) -> None:
+        """Attention maps of the module's (first) ``nn.MultiheadAttention``, recomputed from
+        the query and key it is called with; modules without one are listed as skipped."""
+        from actviz.attention import class_token_attention, find_attention
+
+        attention = find_attention(module)
+        if attention is None:
+
+            def none_inside(_module: nn.Module, _args: object, _output: object) -> None:
+                if not self._paused:
+                    _, key = self._next_call(name)
+                    self._skip(key + ATTN_SUFFIX, module, "holds no nn.MultiheadAttention")
+
+            self._add_forward_hook(module, none_inside)
+            return
+
+        def attention_hook(
+            _module: nn.Module, args: tuple[object, ...], kwargs: dict[str, Any]
+        ) -> None:
+            if self._paused:
+                return
+            call, key = self._next_call(name)
+            maps, reason = class_token_attention(attention, args, kwargs)
+            if maps is None:
+                self._skip(key + ATTN_SUFFIX, module, reason or "no attention map")
+            else:
+                store(call, key + ATTN_SUFFIX, maps, what="attention")
+                # The header names what the tiles are: one per head, not channels.
+                kind = f"{type(module).__name__}: class-token attention, one tile per head"
+                self._captures[key + ATTN_SUFFIX].module_type = kind
+
+        self._add_pre_hook(attention, attention_hook, with_kwargs=True)
+
+
+def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> ActivationRecorder:
+    """Hook the layers a selector matches; use as ``with capture(model, "conv") as acts:``.
+
+    Args:
+        model: Any ``nn.Module``.
+        layers: A selector (``conv``, ``layer4.*``, ``re:...``, ``!term``; see
+            ``actviz.selectors``).
+
+    Returns:
+        An :class:`ActivationRecorder` to use as a context manager.
+
+    Raises:
+        LayerSelectionError: If the selector matches nothing.
+
+    Example:
+        >>> with actviz.capture(model, "conv") as acts:
+        ...     model(x)
+        >>> {k: tuple(v.shape) for k, v in acts.items()}
+    """
+    from actviz.selectors import select_layers
+
+    names = select_layers(layer_refs(model), layers, model=type(model).__name__)
+    return ActivationRecorder(model, names)
+
+
+def _float32() -> torch.dtype:
+    import torch
+
+    return torch.float32
+
+
+def _contiguous() -> torch.memory_format:
+    import torch
+
+    return torch.contiguous_format

@@ -1,0 +1,67 @@
+"""The selector's view of a model's modules, the tensors inside a hook's output, and the
+check that a model's hooks will fire."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from actviz.errors import ModelError
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+__all__ = ["check_hookable", "layer_refs", "tensor_items"]
+
+
+def layer_refs(model: nn.Module) -> list[Any]:
+    """The selector's view of a model's modules, in registration order."""
+    from actviz.selectors import LayerRef
+
+    refs = []
+    for name, module in model.named_modules():
+        if not name:
+            continue
+        types = tuple(
+            cls.__name__ for cls in type(module).__mro__ if cls.__name__ not in ("object",)
+        )
+        refs.append(LayerRef(name, types, leaf=next(iter(module.children()), None) is None))
+    return refs
+
+
+def check_hookable(model: nn.Module) -> None:
+    """Refuse models whose forward hooks may silently not fire.
+
+    Raises:
+        ModelError: For TorchScript and ``torch.compile``'d models.
+    """
+    import torch
+
+    if isinstance(model, torch.jit.ScriptModule):
+        raise ModelError(
+            "this is a TorchScript model, whose forward hooks do not fire reliably; "
+            "pass the eager nn.Module instead"
+        )
+    if hasattr(model, "_orig_mod"):
+        raise ModelError(
+            "this model was wrapped by torch.compile, which may skip forward hooks; "
+            "pass the original module (model._orig_mod) instead"
+        )
+
+
+def tensor_items(output: object, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor in a hook's output, with its suffix: "" for a bare tensor."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        yield prefix, output
+    elif isinstance(output, Mapping):
+        for key, value in output.items():
+            yield from tensor_items(value, f"{prefix}[{key}]")
+    elif isinstance(output, tuple) and hasattr(output, "_fields"):  # namedtuple
+        for key, value in zip(output._fields, output, strict=True):
+            yield from tensor_items(value, f"{prefix}[{key}]")
+    elif isinstance(output, (tuple, list)):
+        for index, value in enumerate(output):
+            yield from tensor_items(value, f"{prefix}[{index}]")
