@@ -27,7 +27,7 @@ __all__ = [
 
 
 class ExitCode(IntEnum):
-    """Process exit codes, documented in the README."""
+    """Process exit codes, documented in docs/cli.md."""
 
     OK = 0
     ERROR = 1

@@ -98,7 +98,7 @@ def document(
     warnings: Sequence[str],
     report: str | None,
 ) -> dict[str, Any]:
-    """The whole ``top-images.json`` (see the README for the schema)."""
+    """The whole ``top-images.json`` (schema in docs/cli.md)."""
     import PIL
     import torch
     import torchvision
