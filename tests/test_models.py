@@ -252,19 +252,19 @@ def test_trusted_full_pickle_and_torchscript(tmp_path: Path) -> None:
 def test_preprocessing_matches_torchvision_presets() -> None:
     from PIL import Image
 
-    from actviz.models import Preprocessing
+    from actviz.models.sources.torchvision import weights_preprocessing
 
     rng = torch.Generator().manual_seed(0)
     pixels = torch.randint(0, 256, (300, 451, 3), generator=rng, dtype=torch.uint8).numpy()
     image = Image.fromarray(pixels)
     for weights in (ResNet18_Weights.IMAGENET1K_V1, ViT_B_16_Weights.IMAGENET1K_V1):
-        ours = Preprocessing.for_weights(weights)(image)
+        ours = weights_preprocessing(weights)(image)
         theirs = weights.transforms()(image)
         assert ours.shape == theirs.shape
         assert torch.allclose(ours, theirs, atol=1e-6)
-    wide = Preprocessing.for_weights(ResNet18_Weights.IMAGENET1K_V1, input_size=(128, 256))
+    wide = weights_preprocessing(ResNet18_Weights.IMAGENET1K_V1, input_size=(128, 256))
     assert wide(image).shape == (3, 128, 256)
-    grey = Preprocessing.for_weights(None, input_size=(32, 32), in_chans=1)
+    grey = weights_preprocessing(None, input_size=(32, 32), in_chans=1)
     assert grey(image).shape == (1, 32, 32)
 
 
@@ -275,10 +275,10 @@ def test_extreme_aspect_ratios_are_cheap_and_match_torchvision(
     from PIL import Image
     from torchvision.transforms import functional
 
-    from actviz.models import Preprocessing
+    from actviz.models.sources.torchvision import weights_preprocessing
 
     preset = ResNet18_Weights.IMAGENET1K_V1
-    ours, theirs = Preprocessing.for_weights(preset), preset.transforms()
+    ours, theirs = weights_preprocessing(preset), preset.transforms()
     rng = np.random.default_rng(0)
     one_level = 1 / 255 / min(preset.transforms().std) + 1e-6
     shapes = [(3000, 40), (40, 3000), (1500, 7)]
@@ -508,10 +508,10 @@ def test_segmentation_preprocessing_resizes_without_a_crop_like_torchvision() ->
     from PIL import Image
     from torchvision.models.segmentation import FCN_ResNet50_Weights
 
-    from actviz.models import Preprocessing
+    from actviz.models.sources.torchvision import weights_preprocessing
 
     preset = FCN_ResNet50_Weights.COCO_WITH_VOC_LABELS_V1
-    ours, theirs = Preprocessing.for_weights(preset), preset.transforms()
+    ours, theirs = weights_preprocessing(preset), preset.transforms()
     assert not ours.crop and ours.resize_size == 520
     rng = np.random.default_rng(0)
     for h, w in [(300, 451), (451, 300), (520, 520)]:
@@ -528,7 +528,7 @@ def test_segmentation_preprocessing_resizes_without_a_crop_like_torchvision() ->
         "the image"
     )
     # A fixed --input-size crops to it, as for classifiers.
-    fixed = Preprocessing.for_weights(preset, input_size=(256, 256))
+    fixed = weights_preprocessing(preset, input_size=(256, 256))
     assert fixed.crop and fixed(image).shape == (3, 256, 256)
 
 
@@ -558,9 +558,9 @@ def test_segmentation_preprocessing_resizes_without_a_crop_like_torchvision() ->
     ],
 )
 def test_what_the_model_saw_of_an_image(size: tuple[int, int], note: str | None) -> None:
-    from actviz.models import Preprocessing
+    from actviz.models.sources.torchvision import weights_preprocessing
 
-    preprocess = Preprocessing.for_weights(ResNet18_Weights.IMAGENET1K_V1)
+    preprocess = weights_preprocessing(ResNet18_Weights.IMAGENET1K_V1)
     assert preprocess.fit_note(size, "x.png") == note
 
 

@@ -306,12 +306,15 @@ def models(
         bool,
         typer.Option("--all", help="Also list detection, video and other model families."),
     ] = False,
+    source: Annotated[
+        str, typer.Option("--source", help="The model source to list: torchvision.")
+    ] = "torchvision",
     as_json: JsonOption = False,
 ) -> None:
-    """List torchvision model names that actviz can run."""
+    """List the model names of a source (torchvision by default) that actviz can run."""
     from actviz.models.registry import list_models
 
-    entries = list_models(pattern, include_all=include_all)
+    entries = list_models(pattern, include_all=include_all, source=source)
     if as_json:
         out_console.print_json(
             data=[{"name": e.name, "family": e.family, "runnable": e.runnable} for e in entries]

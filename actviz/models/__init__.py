@@ -1,5 +1,6 @@
-"""Models: the registry of torchvision names, pretrained weights, checkpoints, the user's own
-factories, input preprocessing, devices, default selectors and layer listings."""
+"""Models: the table of model sources (torchvision's registry, the user's own factories),
+pretrained weights, checkpoints, input preprocessing, devices, default selectors and layer
+listings."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ from actviz.models.registry import (
     WeightsInfo,
     architecture_kwargs,
     build_architecture,
+    check_model_name,
     list_model_names,
     list_models,
     load_model,
     load_with,
 )
 from actviz.models.segmentation import class_channel_names, segmentation_logits
+from actviz.models.sources import SOURCES, ModelSource, source_for
 
 __all__ = [
     "FactorySpec",
@@ -40,6 +43,8 @@ __all__ = [
     "LayerListing",
     "LoadedModel",
     "MAX_ASPECT",
+    "ModelSource",
+    "SOURCES",
     "ModelEntry",
     "Preprocessing",
     "WeightsInfo",
@@ -47,6 +52,7 @@ __all__ = [
     "build_architecture",
     "build_user_model",
     "cached_weights_path",
+    "check_model_name",
     "class_channel_names",
     "default_selector",
     "factory_module_importable",
@@ -62,5 +68,6 @@ __all__ = [
     "parse_factory_spec",
     "resolve_device",
     "segmentation_logits",
+    "source_for",
     "split_factory_spec",
 ]

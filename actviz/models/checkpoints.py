@@ -21,7 +21,12 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["load_checkpoint"]
+__all__ = [
+    "checkpoint_classes",
+    "load_checkpoint",
+    "load_state_dict_into",
+    "unwrap_state_dict",
+]
 
 
 def load_checkpoint(path: Path, *, trust: bool = False) -> dict[str, torch.Tensor]:
@@ -68,7 +73,7 @@ def load_checkpoint(path: Path, *, trust: bool = False) -> dict[str, torch.Tenso
             loaded = _load_trusted(path, exc)
     if isinstance(loaded, torch.nn.Module):
         loaded = loaded.state_dict()
-    return _unwrap_state_dict(loaded, path)
+    return unwrap_state_dict(loaded, path)
 
 
 def _load_trusted(path: Path, safe_error: Exception) -> object:
@@ -96,7 +101,7 @@ def _is_safetensors(head: bytes) -> bool:
     return len(head) >= 9 and head[8:9] == b"{"
 
 
-def _unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
+def unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
     import torch
     from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
@@ -228,7 +233,7 @@ def _raw_pickle_globals(path: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def _checkpoint_classes(module: nn.Module, state: Mapping[str, torch.Tensor]) -> int | None:
+def checkpoint_classes(module: nn.Module, state: Mapping[str, torch.Tensor]) -> int | None:
     """The class count of a checkpoint whose classifier head differs from the model's."""
     from torch import nn
 
@@ -246,7 +251,7 @@ def _checkpoint_classes(module: nn.Module, state: Mapping[str, torch.Tensor]) ->
     return int(weight.shape[0])
 
 
-def _load_state_dict(
+def load_state_dict_into(
     module: nn.Module, state: Mapping[str, torch.Tensor], *, name: str, source: str
 ) -> None:
     own = module.state_dict()

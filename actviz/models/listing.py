@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -12,9 +11,9 @@ from actviz.errors import ActvizError, ModelError, UsageError, first_line
 if TYPE_CHECKING:
     import torch
     from torch import nn
-    from torchvision.models import WeightsEnum
 
     from actviz.hooks import ActivationRecorder
+    from actviz.models.sources import ModelSource
 
 __all__ = [
     "LayerInfo",
@@ -57,13 +56,13 @@ def list_layers(
     """Every module of a model in the order it produces output, with output shapes.
 
     Shapes come from a forward on the ``meta`` device: no weights, no download, no memory, so
-    even ``vit_l_16`` lists in seconds. The user's own model is built by its factory (which
-    runs the user's code); when it cannot be built or run on the meta device, it is built on
-    the CPU and run once on zeros instead.
+    even ``vit_l_16`` lists in seconds; the model's source builds it there. The user's own
+    model is built by its factory (which runs the user's code); when it cannot be built or run
+    on the meta device, it is built on the CPU and run once on zeros instead.
 
     Args:
-        model: A torchvision model name, or ``package.module:factory`` or
-            ``path/to/file.py:factory``.
+        model: A model name from any source (``actviz models``), or
+            ``package.module:factory`` or ``path/to/file.py:factory``.
         layers: Optional selector; matching rows are marked and counted (as in `run`,
             modules it sweeps in that never run are not marked).
         input_size: ``(height, width)`` of the input to trace with; default: the crop size of
@@ -71,31 +70,24 @@ def list_layers(
         in_chans: 3 for RGB input, 1 for greyscale.
 
     Raises:
-        UnknownModelError: If the name is not in torchvision's registry.
+        UnknownModelError: If the name is not in its source's registry.
         UsageError: If the factory spec is malformed or its file is missing, or
             ``input_size``/``in_chans`` cannot work.
         ModelError: If the model cannot be built or traced.
         LayerSelectionError: If the selector matches nothing.
     """
     from actviz.hooks import layer_refs
-    from actviz.models.factories import is_factory_spec
-    from actviz.models.preprocessing import Preprocessing
-    from actviz.models.pretrained import _default_enum, _weights_enum
-    from actviz.models.registry import check_model_name
+    from actviz.models.sources import source_for
     from actviz.selectors import named_exactly, select_layers
 
     if in_chans not in (1, 3):
         raise UsageError(f"--in-chans must be 1 or 3, not {in_chans}")
-    if is_factory_spec(model):
-        height, width = Preprocessing.for_weights(None, input_size=input_size).crop_size
-        input_shape = (1, in_chans, height, width)
-        module, recorder = _trace_factory(model, input_shape)
-    else:
-        check_model_name(model)
-        weights = _default_enum(_weights_enum(model))
-        height, width = Preprocessing.for_weights(weights, input_size=input_size).crop_size
-        input_shape = (1, in_chans, height, width)
-        module, recorder = _trace_torchvision(model, input_shape, weights)
+    source = source_for(model)
+    source.check_name(model)
+    preprocess = source.preprocessing(model, None, input_size=input_size, in_chans=in_chans)
+    height, width = preprocess.crop_size
+    input_shape = (1, in_chans, height, width)
+    module, recorder = _traced(source, model, input_shape)
     refs = layer_refs(module)
     chosen = set(select_layers(refs, layers, model=model)) if layers else set()
     if layers:
@@ -188,90 +180,35 @@ def fold_never_ran(
 _SKIPPED_SHOWN = 3
 
 
-def _trace_torchvision(
-    model: str, input_shape: tuple[int, ...], weights: WeightsEnum | None
+def _traced(
+    source: ModelSource, model: str, input_shape: tuple[int, ...]
 ) -> tuple[nn.Module, ActivationRecorder]:
+    """The model traced on the meta device or, where its source allows, on the CPU on zeros."""
     import torch
 
-    from actviz.models.registry import architecture_kwargs, build_architecture
-
-    kwargs = architecture_kwargs(model, None, weights)
-    try:
-        with torch.device("meta"):  # no memory for parameters, and nothing to download
-            module = build_architecture(model, **kwargs)
-    except ModelError:
-        # Some builders compute their layout with tensors (regnet's widths), which the meta
-        # device cannot read back: build on the CPU with only the weights on meta.
-        with _weights_on_meta():
-            module = build_architecture(model, **kwargs)
-    try:
-        return module, _trace(module, input_shape, torch.device("meta"))
-    except Exception as exc:  # an op without a meta kernel, or a shape the model refuses
-        raise ModelError(
-            f"cannot trace {model} on the meta device with input {input_shape}: "
-            f"{first_line(exc)}; check --input-size and --in-chans"
-        ) from exc
-
-
-@contextlib.contextmanager
-def _weights_on_meta() -> Iterator[None]:
-    """Move every parameter and buffer to the meta device as a module registers it, so that
-    building needs neither their memory nor their initialization."""
-    from torch import nn
-
-    register_parameter = nn.Module.register_parameter
-    register_buffer = nn.Module.register_buffer
-
-    def parameter(self: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        if param is not None:
-            param = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-        register_parameter(self, name, param)
-
-    def buffer(
-        self: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True
-    ) -> None:
-        register_buffer(self, name, None if tensor is None else tensor.to("meta"), persistent)
-
-    nn.Module.register_parameter = parameter  # type: ignore[method-assign]
-    nn.Module.register_buffer = buffer  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
-        nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
-
-
-def _trace_factory(spec: str, input_shape: tuple[int, ...]) -> tuple[nn.Module, ActivationRecorder]:
-    import torch
-
-    from actviz.models.factories import load_factory
-
-    factory = load_factory(spec)  # imports once; UsageError for a bad spec or path
-    try:
-        with torch.device("meta"):
-            module = factory()
-        return module, _trace(module, input_shape, torch.device("meta"))
-    except ActvizError as exc:
-        if not isinstance(exc, ModelError):
-            raise
-    except Exception:  # the user's code may need real tensors: retry on the CPU below
-        pass
-    module = _on_cpu(factory)
+    build = source.build_meta(model)
+    if build.module is not None:
+        try:
+            return build.module, _trace(build.module, input_shape, torch.device("meta"))
+        except ActvizError as exc:
+            if build.on_cpu is None or not isinstance(exc, ModelError):
+                raise
+        except Exception as exc:  # an op without a meta kernel, or a shape the model refuses
+            if build.on_cpu is None:
+                raise ModelError(
+                    f"cannot trace {model} on the meta device with input {input_shape}: "
+                    f"{first_line(exc)}; check --input-size and --in-chans"
+                ) from exc
+    assert build.on_cpu is not None  # a source without a CPU fallback builds on meta
+    module = build.on_cpu()
     try:
         return module, _trace(module, input_shape, torch.device("cpu"))
     except Exception as exc:  # the user's forward: report it, whatever it raised
         raise ModelError(
-            f"cannot run {spec} on a zero input of shape {input_shape}: "
+            f"cannot run {model} on a zero input of shape {input_shape}: "
             f"{type(exc).__name__}: {first_line(exc)}; pass the input size and channels "
             "the model takes (--input-size H,W, --in-chans)"
         ) from exc
-
-
-def _on_cpu(factory: Callable[[], nn.Module]) -> nn.Module:
-    import torch
-
-    with torch.device("cpu"):  # whatever default device the user's code has set
-        return factory()
 
 
 def _trace(

@@ -10,14 +10,13 @@ greyscale input.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
     import torch
     from PIL import Image
-    from torchvision.models import WeightsEnum
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "MAX_ASPECT", "Fit", "Preprocessing"]
 
@@ -237,39 +236,42 @@ class Preprocessing:
         return image.resize((crop_w, crop_h), self._resample(), box=box)
 
     @classmethod
-    def for_weights(
+    def fitted(
         cls,
-        weights: WeightsEnum | None,
         *,
+        resize: int = 256,
+        crop: int = 224,
+        mean: tuple[float, ...] = IMAGENET_MEAN,
+        std: tuple[float, ...] = IMAGENET_STD,
+        interpolation: str = "bilinear",
+        crops: bool = True,
         input_size: tuple[int, int] | None = None,
         in_chans: int = 3,
     ) -> Preprocessing:
-        """The preprocessing of these weights (ImageNet's standard one without weights),
-        adapted to another input size or to greyscale input."""
-        transform: Any = weights.transforms() if weights is not None else None
-        resize = _first_int(getattr(transform, "resize_size", None), 256)
-        crop = _first_int(getattr(transform, "crop_size", None), resize if transform else 224)
-        # Segmentation presets resize and stop: no crop_size, and the input keeps its shape.
-        crops = transform is None or getattr(transform, "crop_size", None) is not None
-        mean = tuple(float(v) for v in getattr(transform, "mean", IMAGENET_MEAN))
-        std = tuple(float(v) for v in getattr(transform, "std", IMAGENET_STD))
-        interpolation = getattr(getattr(transform, "interpolation", None), "value", "bilinear")
+        """A model's own preprocessing (by default ImageNet's standard one), adapted to
+        another input size or to greyscale input.
+
+        Args:
+            resize: The shorter side after resizing.
+            crop: The side of the square centre crop.
+            mean: Per-channel mean of the model's RGB input.
+            std: Per-channel standard deviation of the model's RGB input.
+            interpolation: ``bilinear`` or ``bicubic``.
+            crops: False for a model that takes the resized image whole (segmentation).
+            input_size: ``(height, width)`` asked for instead of the crop; the
+                resize-to-crop ratio is kept (256/224 for ImageNet presets).
+            in_chans: 1 for greyscale input: mean and std become their averages.
+
+        Raises:
+            UsageError: If ``input_size`` is not positive.
+        """
         size = (crop, crop)
         if input_size is not None:
             if min(input_size) < 1:
                 raise UsageError(f"--input-size must be positive, not {input_size}")
-            # Keep the weights' resize-to-crop ratio (256/224 for ImageNet presets).
             resize = max(1, round(max(input_size) * resize / crop))
             size = input_size
             crops = True  # a fixed input size is what was asked for
         if in_chans == 1:
             mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
-        return cls(resize, size, mean, std, in_chans, interpolation, crops)
-
-
-def _first_int(value: object, default: int) -> int:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, (list, tuple)) and value and isinstance(value[0], int):
-        return int(value[0])
-    return default
+        return cls(resize, size, tuple(mean), tuple(std), in_chans, interpolation, crops)

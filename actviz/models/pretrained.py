@@ -9,7 +9,6 @@ at once with a message that says where to put the file.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import socket
 from collections.abc import Iterator
@@ -18,13 +17,22 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from actviz.errors import UnknownWeightsError, WeightsError, first_line
-from actviz.models.checkpoints import _unwrap_state_dict
+from actviz.models.checkpoints import unwrap_state_dict
 
 if TYPE_CHECKING:
     import torch
     from torchvision.models import WeightsEnum
 
-__all__ = ["cached_weights_path"]
+__all__ = [
+    "cached_weights_path",
+    "default_weights",
+    "fetch_pretrained",
+    "looks_like_enum_name",
+    "pick_weights",
+    "weight_names",
+    "weights_enum",
+    "weights_label",
+]
 
 _DOWNLOAD_TIMEOUT_S = 30.0
 # torch.hub names cached files "<name>-<sha256 prefix>.<ext>"; the prefix is checked on download.
@@ -50,7 +58,7 @@ def _socket_timeout(seconds: float) -> Iterator[None]:
         socket.setdefaulttimeout(previous)
 
 
-def _fetch_pretrained(weights: WeightsEnum) -> dict[str, torch.Tensor]:
+def fetch_pretrained(weights: WeightsEnum) -> dict[str, torch.Tensor]:
     """The state_dict of pretrained weights: from the cache, or downloaded into it."""
     import torch
 
@@ -66,7 +74,7 @@ def _fetch_pretrained(weights: WeightsEnum) -> dict[str, torch.Tensor]:
         except (OSError, RuntimeError) as exc:  # URLError is an OSError; bad hash is Runtime
             why = getattr(exc, "reason", None) or exc
             raise WeightsError(
-                f"pretrained weights {_enum_label(weights)} are not cached and could not be "
+                f"pretrained weights {weights_label(weights)} are not cached and could not be "
                 f"downloaded ({why}); on a connected machine download {weights.url} and put it "
                 f"at {path}, or use --weights none for random weights"
             ) from exc
@@ -77,10 +85,10 @@ def _fetch_pretrained(weights: WeightsEnum) -> dict[str, torch.Tensor]:
             f"the cached weights file {path} cannot be read ({first_line(exc)}); delete it "
             "and run again to download it afresh"
         ) from exc
-    return _unwrap_state_dict(state, path)
+    return unwrap_state_dict(state, path)
 
 
-def _weights_enum(name: str) -> type[WeightsEnum] | None:
+def weights_enum(name: str) -> type[WeightsEnum] | None:
     from torchvision import models
 
     try:
@@ -90,29 +98,18 @@ def _weights_enum(name: str) -> type[WeightsEnum] | None:
     return enum_cls
 
 
-def _default_enum(enum_cls: type[WeightsEnum] | None) -> WeightsEnum | None:
+def default_weights(enum_cls: type[WeightsEnum] | None) -> WeightsEnum | None:
     if enum_cls is None:
         return None
     default: WeightsEnum | None = getattr(enum_cls, "DEFAULT", None)
     return default
 
 
-def _looks_like_enum_name(spec: str) -> bool:
+def looks_like_enum_name(spec: str) -> bool:
     return re.fullmatch(r"[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)?", spec) is not None
 
 
-#: Extensions of checkpoint files: a spec ending in one is a path, never a weights name.
-_CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors")
-
-
-def _looks_like_checkpoint_path(spec: str) -> bool:
-    """True when a ``--weights`` value is meant as a file: it has a folder separator or a
-    checkpoint extension (``missing.pt`` would otherwise pass for an enum name)."""
-    separators = {"/", os.sep, os.altsep or "/"}
-    return any(sep in spec for sep in separators) or spec.lower().endswith(_CHECKPOINT_SUFFIXES)
-
-
-def _pick_enum(
+def pick_weights(
     name: str, enum_cls: type[WeightsEnum] | None, spec: str, *, required: bool
 ) -> WeightsEnum | None:
     if enum_cls is None:
@@ -123,24 +120,24 @@ def _pick_enum(
             )
         return None
     if spec.lower() in ("auto", "default"):
-        return _default_enum(enum_cls)
+        return default_weights(enum_cls)
     member = spec.split(".")[-1]
     for weights in enum_cls:
         if weights.name == member:
             return weights
     raise UnknownWeightsError(
-        f"unknown weights '{spec}' for {name}; valid: {_valid_weight_names(enum_cls)}"
+        f"unknown weights '{spec}' for {name}; valid: {weight_names(enum_cls)}"
         "auto, default, none or a checkpoint path"
     )
 
 
-def _valid_weight_names(enum_cls: type[WeightsEnum] | None) -> str:
+def weight_names(enum_cls: type[WeightsEnum] | None) -> str:
     """``"IMAGENET1K_V1, IMAGENET1K_V2 (default), "``: each enum name, the default marked."""
     if enum_cls is None:
         return ""
-    default = _default_enum(enum_cls)
+    default = default_weights(enum_cls)
     return "".join(f"{w.name}{' (default)' if w is default else ''}, " for w in enum_cls)
 
 
-def _enum_label(weights: WeightsEnum) -> str:
+def weights_label(weights: WeightsEnum) -> str:
     return f"{type(weights).__name__}.{weights.name}"

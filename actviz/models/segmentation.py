@@ -18,7 +18,7 @@ from actviz.structure import type_names
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["class_channel_names", "segmentation_logits"]
+__all__ = ["class_channel_names", "output_classes", "segmentation_logits"]
 
 #: Model classes whose ``classifier`` (and ``aux_classifier``) heads give class logits.
 _SEGMENTATION_MODELS = frozenset({"_SimpleSegmentationModel", "LRASPP"})
@@ -89,3 +89,19 @@ def class_channel_names(model: nn.Module, categories: Sequence[str] | None) -> d
     if "classifier" not in found:
         return {}
     return found
+
+
+def output_classes(module: nn.Module) -> int | None:
+    """How many classes the model scores: a segmentation head's output channels, else the
+    last linear layer's outputs; None without either."""
+    from torch import nn
+
+    logits = segmentation_logits(module)
+    if logits is not None:  # the classes are the head's output channels
+        convs = [m for m in module.get_submodule(logits).modules() if isinstance(m, nn.Conv2d)]
+        return convs[-1].out_channels if convs else None
+    last: nn.Linear | None = None
+    for child in module.modules():
+        if isinstance(child, nn.Linear):
+            last = child
+    return last.out_features if last is not None else None

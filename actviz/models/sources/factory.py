@@ -1,0 +1,91 @@
+"""The user's own models as a source: ``package.module:factory`` or ``path/to/file.py:factory``.
+
+Loading runs the user's code (see :mod:`actviz.models.factories`). The factory's weights are
+kept as it built them unless ``--weights`` names a checkpoint; preprocessing is ImageNet's
+standard one, and there are no class names.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from actviz.errors import ActvizError, ModelError
+from actviz.models.checkpoints import load_checkpoint, load_state_dict_into
+from actviz.models.factories import (
+    build_user_model,
+    factory_module_importable,
+    is_factory_spec,
+    load_factory,
+)
+from actviz.models.preprocessing import Preprocessing
+from actviz.models.sources.base import Built, MetaBuild, ModelEntry
+from actviz.models.weights import WeightsInfo, existing_checkpoint, seeded
+
+if TYPE_CHECKING:
+    from torch import nn
+
+__all__ = ["FactorySource"]
+
+
+class FactorySource:
+    """The user's own factories: MODEL with a ``:`` or ending in ``.py``."""
+
+    key = "factory"
+
+    def claims(self, model: str) -> bool:
+        """See :func:`~actviz.models.factories.is_factory_spec`."""
+        return is_factory_spec(model)
+
+    def list_models(self, pattern: str | None, *, include_all: bool) -> list[ModelEntry]:
+        """None: the user's code is not listed."""
+        return []
+
+    def check_name(self, model: str) -> None:
+        """Nothing to check before importing: :func:`load_factory` says what is wrong."""
+
+    def load(self, model: str, weights: str, *, trust_checkpoint: bool) -> Built:
+        """Build with the factory (seeded); ``auto`` and ``none`` keep its weights."""
+        module = seeded(lambda: build_user_model(model))
+        if weights.lower() in ("auto", "none"):
+            return Built(module, WeightsInfo(spec=weights, source="factory", name=model))
+        path = existing_checkpoint(weights, model, "auto or none", factory=True)
+        # A full pickle names the factory's classes by the module's own name.
+        with factory_module_importable(model):
+            state = load_checkpoint(path, trust=trust_checkpoint)
+        load_state_dict_into(module, state, name=model, source=str(path))
+        return Built(module, WeightsInfo(spec=weights, source="checkpoint", name=str(path)))
+
+    def build_meta(self, model: str) -> MetaBuild:
+        """The factory's model on the meta device, or, when its code needs real tensors, a
+        way to build it on the CPU (the factory is imported once for both)."""
+        import torch
+
+        factory = load_factory(model)  # imports once; UsageError for a bad spec or path
+
+        def on_cpu() -> nn.Module:
+            with torch.device("cpu"):  # whatever default device the user's code has set
+                return factory()
+
+        try:
+            with torch.device("meta"):
+                return MetaBuild(factory(), on_cpu)
+        except ActvizError as exc:
+            if not isinstance(exc, ModelError):
+                raise
+        except Exception:  # the user's code may need real tensors: the CPU it is
+            pass
+        return MetaBuild(None, on_cpu)
+
+    def preprocessing(
+        self, model: str, preset: object, *, input_size: tuple[int, int] | None, in_chans: int
+    ) -> Preprocessing:
+        """ImageNet's standard preprocessing, at ``input_size`` when given."""
+        return Preprocessing.fitted(input_size=input_size, in_chans=in_chans)
+
+    def class_names(self, module: nn.Module, preset: object) -> list[str] | None:
+        """Unknown: a factory says nothing about its classes."""
+        return None
+
+    def versions(self) -> dict[str, str]:
+        """Nothing beyond torch's own version."""
+        return {}
