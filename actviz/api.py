@@ -29,6 +29,8 @@ from actviz.results import (
 from actviz.stats import write_stats
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from actviz.models import LoadedModel
 
 __all__ = [
@@ -47,7 +49,7 @@ __all__ = [
 
 
 def run(
-    model: str,
+    model: str | nn.Module,
     inputs: Sequence[Path | str],
     options: RunOptions | None = None,
     *,
@@ -57,8 +59,10 @@ def run(
     """Run images through a model and write one feature-map grid PNG per selected layer.
 
     Args:
-        model: A torchvision model name, or ``package.module:factory`` /
-            ``path/to/file.py:factory`` for the user's own model (runs that code).
+        model: A torchvision model name, ``package.module:factory`` /
+            ``path/to/file.py:factory`` for the user's own model (runs that code), or an
+            ``nn.Module`` object, used with its own weights and ImageNet's preprocessing
+            unless ``preprocess`` says otherwise (given back in its training mode and device).
         inputs: Image files and/or folders (walked recursively).
         options: The run's options (:class:`~actviz.options.RunOptions`).
         reporter: Receives warnings and progress.
@@ -77,10 +81,13 @@ def run(
     from actviz import output
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
+    from actviz.session import check_engine, model_label, restoring
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or RunOptions.from_keywords(**keywords)
+    check_engine(model, opts.execution.engine)
+    given, model = model, model_label(model)
     started = time.perf_counter()
     notify = reporter or SilentReporter()
     found = image_io.discover([Path(p) for p in inputs])
@@ -89,8 +96,8 @@ def run(
         opts.out, resume=opts.execution.resume, overwrite=opts.execution.overwrite
     )
     # A run that fails before writing anything leaves no empty folder behind.
-    with output.removed_if_empty(opts.out, created):
-        loaded, warnings = _load(model, opts, notify)
+    with output.removed_if_empty(opts.out, created), restoring(given):
+        loaded, warnings = _load(given, opts, notify)
         if opts.report:
             from actviz.report import warm_up
 
@@ -115,11 +122,13 @@ def run(
         return _write(model, loaded, state, found.skipped, warnings, opts, started)
 
 
-def _load(model: str, opts: RunOptions, notify: Reporter) -> tuple[LoadedModel, list[str]]:
+def _load(
+    model: str | nn.Module, opts: RunOptions, notify: Reporter
+) -> tuple[LoadedModel, list[str]]:
     """Build the model on its device; warn loudly when its weights are random."""
-    from actviz.models import load_with
+    from actviz.session import open_model
 
-    loaded = load_with(model, opts.load)
+    loaded = open_model(model, opts.load)
     warnings: list[str] = []
     if loaded.weights.random and loaded.weights.spec != "none":
         warnings.append(_random_weights_warning(loaded))

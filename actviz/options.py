@@ -20,6 +20,7 @@ from actviz.errors import UsageError
 if TYPE_CHECKING:
     from actviz.hooks import CaptureMode
     from actviz.layouts import Layout
+    from actviz.models import Preprocessing
     from actviz.stats import Thresholds
 
 __all__ = [
@@ -54,6 +55,8 @@ class LoadOptions:
         input_size: ``(height, width)`` of the model input, for models that do not take
             224 x 224.
         in_chans: 3 (RGB) or 1 (greyscale) input channels.
+        preprocess: The input transform (:class:`~actviz.models.Preprocessing`) instead of
+            the model's own; the Python API's way to feed a model object as it was trained.
     """
 
     weights: str = "auto"
@@ -61,6 +64,7 @@ class LoadOptions:
     trust_checkpoint: bool = False
     input_size: tuple[int, int] | None = None
     in_chans: int = 3
+    preprocess: Preprocessing | None = None
 
 
 @dataclass(frozen=True)

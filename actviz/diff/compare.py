@@ -29,6 +29,8 @@ from actviz.errors import ImageLoadError, OutputError, UsageError
 from actviz.results import ImageResult, Reporter, SilentReporter
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from actviz.models import LoadedModel
 
 __all__ = ["diff"]
@@ -38,7 +40,7 @@ DIFF_FILES = ("diff.json", "similarity.png", "diff.html")
 
 
 def diff(
-    model: str,
+    model: str | nn.Module,
     inputs: Sequence[Path | str],
     options: DiffOptions | None = None,
     *,
@@ -50,8 +52,11 @@ def diff(
     difference pictures, ``diff.json``, a similarity chart and ``diff.html``.
 
     Args:
-        model: Model A: a torchvision name, or ``package.module:factory`` /
-            ``path/to/file.py:factory`` (runs that code).
+        model: Model A: a torchvision name, ``package.module:factory`` /
+            ``path/to/file.py:factory`` (runs that code), or an ``nn.Module`` object, used
+            with its own weights and ImageNet's preprocessing unless ``preprocess`` says
+            otherwise (given back in its training mode and device); ``against`` then loads
+            a checkpoint into a copy of it.
         inputs: Image files and/or folders. Without ``against``/``against_model``: exactly
             two image files, compared through ``model``.
         options: The diff's options (:class:`~actviz.diff.options.DiffOptions`).
@@ -69,10 +74,13 @@ def diff(
     """
     from actviz import images as image_io
     from actviz import output
+    from actviz.session import model_label, restoring
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or DiffOptions.from_keywords(**keywords)
+    given, model = model, model_label(model)
+    given_b = opts.against_model if opts.against_model is not None else given
     started = time.perf_counter()
     notify = reporter or SilentReporter()
     paths = [Path(p) for p in inputs]
@@ -83,11 +91,11 @@ def diff(
     out = opts.out
     created = not out.exists()
     _prepare(out, opts.execution.overwrite)
-    with output.removed_if_empty(out, created):
+    with output.removed_if_empty(out, created), restoring(given), restoring(given_b):
         warnings: list[str] = []
-        loaded_a = _load(model, opts.load.weights, opts, notify, warnings)
+        loaded_a = _load(given, opts.load.weights, opts, notify, warnings)
         loaded_b = (
-            _load(opts.against_model or model, opts.weights_b, opts, notify, warnings)
+            _load(given_b, opts.weights_b, opts, notify, warnings)
             if opts.compares_models
             else loaded_a
         )
@@ -168,17 +176,17 @@ def _prepare(out: Path, overwrite: bool) -> None:
 
 
 def _load(
-    model: str, weights: str, opts: DiffOptions, notify: Reporter, warnings: list[str]
+    model: str | nn.Module, weights: str, opts: DiffOptions, notify: Reporter, warnings: list[str]
 ) -> LoadedModel:
     """Build one model exactly as ``run`` does (checkpoints safe unless trusted; random
     weights from the same seed), warning loudly about weights that are random by accident."""
-    from actviz.models import load_with
+    from actviz.session import open_model
 
-    loaded = load_with(model, opts.load, weights=weights)
+    loaded = open_model(model, opts.load, weights=weights)
     if loaded.weights.random and loaded.weights.spec.lower() != "none":
         why = loaded.weights.reason or "no pretrained weights"
         warnings.append(
-            f"RANDOM WEIGHTS for {model}: {why}; pass --weights none (or --against-weights "
+            f"RANDOM WEIGHTS for {loaded.name}: {why}; pass --weights none (or --against-weights "
             "none) to say that is what you want"
         )
         notify.warn(warnings[-1])

@@ -5,10 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from actviz.errors import UsageError
 from actviz.options import ExecutionOptions, LoadOptions, from_flat
+
+if TYPE_CHECKING:
+    from torch import nn
 
 __all__ = ["DEFAULT_THRESHOLD", "DiffOptions", "Metric"]
 
@@ -23,8 +26,8 @@ class DiffOptions:
 
     Attributes:
         against: A second checkpoint file: model B is MODEL (or ``against_model``) with it.
-        against_model: A second model (a torchvision name or ``file.py:factory``) with the
-            same layer names.
+        against_model: A second model (a torchvision name, ``file.py:factory``, or, from
+            Python, an ``nn.Module`` object) with the same layer names.
         against_weights: Weights of ``against_model`` (default: the same as ``load.weights``).
         layers: Selector of the layers to compare; None picks the architecture's default.
         out: Output folder: ``diff.json``, ``similarity.png``, ``diff.html`` and pictures.
@@ -40,7 +43,7 @@ class DiffOptions:
     """
 
     against: Path | None = None
-    against_model: str | None = None
+    against_model: str | nn.Module | None = None
     against_weights: str | None = None
     layers: str | None = None
     out: Path = Path("actviz-diff")

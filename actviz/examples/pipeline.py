@@ -28,6 +28,8 @@ from actviz.examples.topk import Candidates, TopK
 from actviz.results import ImageResult, Reporter, SilentReporter
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from actviz.models import LoadedModel
 
 __all__ = ["JSON_FILE", "REPORT_FILE", "top_images"]
@@ -39,7 +41,7 @@ CHECKPOINT_SECONDS = 5.0
 
 
 def top_images(
-    model: str,
+    model: str | nn.Module,
     inputs: Sequence[Path | str],
     options: ExamplesOptions | None = None,
     *,
@@ -55,8 +57,10 @@ def top_images(
     under ``top-images/``, and the HTML pages.
 
     Args:
-        model: A torchvision model name, or ``package.module:factory`` /
-            ``path/to/file.py:factory`` for the user's own model (runs that code).
+        model: A torchvision model name, ``package.module:factory`` /
+            ``path/to/file.py:factory`` for the user's own model (runs that code), or an
+            ``nn.Module`` object, used with its own weights and ImageNet's preprocessing
+            unless ``preprocess`` says otherwise (given back in its training mode and device).
         inputs: Image files and/or folders (walked recursively).
         options: The options (:class:`~actviz.examples.options.ExamplesOptions`).
         reporter: Receives warnings and progress.
@@ -73,10 +77,13 @@ def top_images(
     """
     from actviz import images as image_io
     from actviz import output
+    from actviz.session import check_engine, model_label, restoring
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or ExamplesOptions.from_keywords(**keywords)
+    check_engine(model, opts.execution.engine)
+    given, model = model, model_label(model)
     started = time.perf_counter()
     notify = reporter or SilentReporter()
     found = image_io.discover([Path(p) for p in inputs])
@@ -89,8 +96,8 @@ def top_images(
     ex = opts.execution
     created = not opts.out.exists()
     output.prepare_out_dir(opts.out, resume=ex.resume, overwrite=ex.overwrite)
-    with output.removed_if_empty(opts.out, created):
-        loaded, warnings = _load(model, opts, notify)
+    with output.removed_if_empty(opts.out, created), restoring(given):
+        loaded, warnings = _load(given, opts, notify)
         selector, names = _select(model, loaded, opts)
         module = _prepared(loaded, opts)
         planned = _plan(model, loaded, module, names, opts)
@@ -179,10 +186,12 @@ def top_images(
         )
 
 
-def _load(model: str, opts: ExamplesOptions, notify: Reporter) -> tuple[LoadedModel, list[str]]:
-    from actviz.models import load_with
+def _load(
+    model: str | nn.Module, opts: ExamplesOptions, notify: Reporter
+) -> tuple[LoadedModel, list[str]]:
+    from actviz.session import open_model
 
-    loaded = load_with(model, opts.load)
+    loaded = open_model(model, opts.load)
     warnings: list[str] = []
     if loaded.weights.random and loaded.weights.spec != "none":
         why = loaded.weights.reason or "no pretrained weights"

@@ -35,8 +35,8 @@ class WeightsInfo:
 
     Attributes:
         spec: What was asked for (``auto``, ``default``, ``none``, an enum name or a path).
-        source: ``pretrained``, ``checkpoint``, ``random``, or ``factory`` (the user's own
-            model as its factory built it).
+        source: ``pretrained``, ``checkpoint``, ``random``, ``factory`` (the user's own
+            model as its factory built it), or ``module`` (a model object as it was given).
         name: The pretrained weights' name (``ResNet34_Weights.IMAGENET1K_V1``) or the
             checkpoint path; None for random weights.
         random: True when the model runs with random initialization.
@@ -44,7 +44,7 @@ class WeightsInfo:
     """
 
     spec: str
-    source: Literal["pretrained", "checkpoint", "random", "factory"]
+    source: Literal["pretrained", "checkpoint", "random", "factory", "module"]
     name: str | None = None
     reason: str | None = None
 

@@ -1,0 +1,173 @@
+"""The opening every command shares: the model a command was given, as a name (built by its
+source) or as an ``nn.Module`` object (taken as it is), with its preprocessing.
+
+Notebook users hold a model object, not a name: :func:`open_model` takes either. A module is
+used with the weights it carries (or a checkpoint loaded into a copy of it), ImageNet's standard
+preprocessing unless ``preprocess`` is given, as for the user's own factory, and no class names.
+:func:`restoring` gives the module back as it came (training mode, device).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from actviz.errors import ModelError, UsageError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from actviz.models import LoadedModel
+    from actviz.options import LoadOptions
+
+__all__ = ["check_engine", "model_label", "open_model", "restoring"]
+
+
+def model_label(model: str | nn.Module) -> str:
+    """How a model is named in messages, files and records: its name, or its class name."""
+    if isinstance(model, str):
+        return model
+    return type(model).__name__
+
+
+def check_engine(model: str | nn.Module, engine: str) -> None:
+    """A usage error for a model object with an engine that rebuilds the model by name.
+
+    Raises:
+        UsageError: If ``model`` is not a name and ``engine`` is ``ray``.
+    """
+    if engine == "ray" and not isinstance(model, str):
+        raise UsageError(
+            "engine='ray' builds the model again in each worker from its name; pass a "
+            "model name or 'path/to/file.py:factory' instead of the model object, or use "
+            "engine='local'"
+        )
+
+
+def open_model(
+    model: str | nn.Module, options: LoadOptions, *, weights: str | None = None
+) -> LoadedModel:
+    """The model ready to run, from a name or a module object.
+
+    Args:
+        model: A model name its source builds (``resnet18``, ``file.py:factory``), or an
+            ``nn.Module``, used as it is (moved to the device, put in eval mode).
+        options: How it is loaded; ``options.preprocess`` replaces the model's own
+            preprocessing when given.
+        weights: Overrides ``options.weights`` (a second model to compare). For a module,
+            ``auto`` and ``none`` keep its weights; a checkpoint path is loaded into a copy.
+
+    Raises:
+        UsageError: If ``model`` is neither a string nor an ``nn.Module``, or
+            ``options.preprocess`` is not a :class:`~actviz.models.Preprocessing`.
+        ModelError: For a TorchScript or ``torch.compile`` module (hooks may not fire).
+    """
+    from actviz.models import Preprocessing, load_with
+
+    preprocess = options.preprocess
+    if preprocess is not None and not isinstance(preprocess, Preprocessing):
+        raise UsageError(
+            f"preprocess must be an actviz.models.Preprocessing, not "
+            f"{type(preprocess).__name__}; e.g. Preprocessing.fitted(resize=256, crop=224, "
+            "mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))"
+        )
+    if isinstance(model, str):
+        loaded = load_with(model, options, weights=weights)
+    else:
+        loaded = _from_module(model, options, options.weights if weights is None else weights)
+    if preprocess is not None:
+        loaded.preprocess = preprocess
+        loaded.input_size = preprocess.crop_size
+    return loaded
+
+
+def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedModel:
+    """A module object as a loaded model, with ImageNet's preprocessing (as a factory's)."""
+    import copy
+
+    import torch
+    from torch import nn
+
+    from actviz.models import (
+        LoadedModel,
+        Preprocessing,
+        WeightsInfo,
+        class_channel_names,
+        load_checkpoint,
+        resolve_device,
+        segmentation_logits,
+    )
+    from actviz.models.checkpoints import load_state_dict_into
+    from actviz.models.weights import existing_checkpoint
+
+    if not isinstance(model, nn.Module):
+        raise UsageError(
+            f"model must be a model name (e.g. 'resnet18', 'path/to/file.py:factory') or a "
+            f"torch.nn.Module, not {type(model).__name__}"
+        )
+    label = model_label(model)
+    if isinstance(model, torch.jit.ScriptModule):
+        raise ModelError(
+            f"{label} is a TorchScript module, whose forward hooks do not fire reliably; "
+            "pass the eager nn.Module instead"
+        )
+    if hasattr(model, "_orig_mod"):
+        raise ModelError(
+            f"{label} is a torch.compile'd module, which may skip forward hooks; pass the "
+            "module before compiling it (its ._orig_mod)"
+        )
+    if options.in_chans not in (1, 3):
+        raise UsageError(f"--in-chans must be 1 or 3, not {options.in_chans}")
+    device = resolve_device(options.device)
+    spec = weights.strip()
+    module: nn.Module = model
+    if spec.lower() in ("auto", "none"):
+        info = WeightsInfo(spec=spec, source="module", name=label)
+    else:
+        path = existing_checkpoint(spec, label, "auto or none", factory=True)
+        state = load_checkpoint(path, trust=options.trust_checkpoint)
+        module = copy.deepcopy(model)  # the caller's model keeps its own weights
+        load_state_dict_into(module, state, name=label, source=str(path))
+        info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
+    module.eval()
+    module.to(device)
+    preprocess = Preprocessing.fitted(input_size=options.input_size, in_chans=options.in_chans)
+    return LoadedModel(
+        name=label,
+        module=module,
+        weights=info,
+        preprocess=preprocess,
+        input_size=preprocess.crop_size,
+        categories=None,
+        device=device,
+        channel_names=class_channel_names(module, None),
+        segmentation=segmentation_logits(module),
+        source="module",
+    )
+
+
+@contextlib.contextmanager
+def restoring(model: Any) -> Iterator[None]:
+    """Give a module object back as it came: training mode and device, whatever happened.
+
+    A name (or anything that is not a module) is left alone.
+    """
+    if isinstance(model, str):
+        yield
+        return
+    from torch import nn
+
+    if not isinstance(model, nn.Module):
+        yield
+        return
+    modes = {module: module.training for module in model.modules()}
+    tensors = [*model.parameters(), *model.buffers()]
+    device = tensors[0].device if tensors else None
+    try:
+        yield
+    finally:
+        for module, training in modes.items():
+            module.training = training
+        if device is not None:
+            model.to(device)
