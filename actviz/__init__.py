@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture
     from actviz.models import load_model
+    from actviz.monitor import read_log, watch
     from actviz.selectors import select_layers
 
 __all__ = [
@@ -35,10 +36,12 @@ __all__ = [
     "diff",
     "list_layers",
     "load_model",
+    "read_log",
     "render_activation",
     "run",
     "select_layers",
     "top_images",
+    "watch",
 ]
 
 _LAZY = {
@@ -48,10 +51,12 @@ _LAZY = {
     "ActvizError": "actviz.errors",
     "list_layers": "actviz.api",
     "load_model": "actviz.models",
+    "read_log": "actviz.monitor",
     "render_activation": "actviz.api",
     "run": "actviz.api",
     "select_layers": "actviz.selectors",
     "top_images": "actviz.examples",
+    "watch": "actviz.monitor",
 }
 
 

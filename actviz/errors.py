@@ -18,6 +18,7 @@ __all__ = [
     "ImageLoadError",
     "LayerSelectionError",
     "ModelError",
+    "NonFiniteError",
     "OutputError",
     "UsageError",
     "UnknownModelError",
@@ -72,6 +73,35 @@ class CheckpointError(WeightsError):
 
 class ModelError(ActvizError):
     """The model cannot be built or run."""
+
+
+class NonFiniteError(ActvizError):
+    """Training produced a NaN or Inf, with ``on_nonfinite="raise"``: names where it began.
+
+    Attributes:
+        step: The training step (0-based) it happened in.
+        module: The qualified name of the module that produced it.
+        phase: ``forward`` or ``backward``.
+        value: ``NaN`` or ``Inf``.
+        inputs_file: Where the module's inputs were saved, or None.
+    """
+
+    exit_code = ExitCode.ANOMALY
+
+    def __init__(
+        self, step: int, module: str, phase: str, value: str, inputs_file: str | None
+    ) -> None:
+        where = f"; its inputs are in {inputs_file}" if inputs_file else ""
+        super().__init__(
+            f"step {step}: {module} produced the first {value} in the {phase} pass{where}; "
+            "look at that module's computation (or lower the learning rate), or pass "
+            'on_nonfinite="record" to keep training'
+        )
+        self.step = step
+        self.module = module
+        self.phase = phase
+        self.value = value
+        self.inputs_file = inputs_file
 
 
 class DeviceError(ActvizError):

@@ -1,0 +1,261 @@
+"""Where the first NaN or Inf of a step came from, forward and backward, over the whole model.
+
+Every floating-point tensor a module receives or returns during a training forward is a
+*slot*: it gets its min and max reduced on the device (a NaN shows in both, an Inf in one),
+and, when it requires grad, a tensor hook that reduces its gradient the same way. Each module
+call records which slots were its inputs and which its outputs. After the step's one read
+(:class:`~actviz.monitor.scalars.ScalarBatch`) the blame is plain bookkeeping on the host:
+
+- forward: the first call to finish whose inputs were all finite and an output was not. A
+  child finishes before its parent, so a leaf that made the NaN is named before the block
+  around it; a block is named only when the NaN came from its own code between children.
+  Modules downstream receive a non-finite input, so they are never blamed.
+- backward: the module whose output gradients were finite and an input gradient was not, the
+  one whose bad input gradient arrived first (the innermost, since the backward reaches it
+  first).
+
+Tensors are keyed by identity and version, so an in-place op (``ReLU(inplace=True)`` after a
+batch-norm) makes a new slot: the batch-norm's output is checked before the ReLU overwrote it.
+Integer and bool tensors are skipped. Modules on the ``allow_inf`` list may receive and return
+``-inf`` (attention masks): a ``-inf`` in their tensors is not a fault, NaN and ``+inf`` are.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from actviz.monitor.scalars import ScalarBatch
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["Origin", "OriginTracker"]
+
+#: Names given to the places outside every module where a non-finite value can appear.
+INPUT_NAME = "(model input)"
+LOSS_NAME = "(loss)"
+#: The name the whole model goes by (its own code, between its children).
+ROOT_NAME = "(model)"
+
+
+@dataclass
+class Origin:
+    """Where a non-finite value first appeared in one step.
+
+    Attributes:
+        phase: ``forward`` or ``backward``.
+        module: The module's qualified name, ``name:N`` for its N-th call in the step;
+            ``(model input)`` or ``(loss)`` when it came from outside the model's modules.
+        module_type: The module's class name (empty outside modules).
+        value: ``NaN`` or ``Inf``.
+        call: Index of the call in the step, to find its inputs.
+    """
+
+    phase: str
+    module: str
+    module_type: str
+    value: str
+    call: int = -1
+
+
+@dataclass
+class _Slot:
+    lo: int  # index of the min in the scalar batch
+    hi: int  # index of the max
+    relaxed: bool  # -inf allowed
+    tensor: torch.Tensor | None  # held until the step is read, to save a culprit's inputs
+    grad: list[tuple[int, int]] = field(default_factory=list)  # (lo, hi) of each gradient
+
+
+@dataclass
+class _Call:
+    key: str
+    module_type: str
+    inputs: list[int]
+    outputs: list[int] = field(default_factory=list)
+    args: tuple[Any, ...] = ()
+    done: bool = False
+
+
+def _value_kind(lo: float, hi: float, *, relaxed: bool) -> str | None:
+    """``NaN``, ``Inf`` or None (finite) from a tensor's min and max."""
+    if math.isnan(lo) or math.isnan(hi):
+        return "NaN"
+    if hi == math.inf or (lo == -math.inf and not relaxed) or lo == math.inf:
+        return "Inf"
+    return None
+
+
+class OriginTracker:
+    """Slots and module calls of one step; :meth:`blame` names the origins after the read.
+
+    Args:
+        scalars: Where the reductions go (the step's one batch).
+        allow_inf: Qualified names of modules whose tensors may hold ``-inf``.
+    """
+
+    def __init__(self, scalars: ScalarBatch, allow_inf: Iterable[str] = ()) -> None:
+        self.scalars = scalars
+        self.allow_inf = frozenset(allow_inf)
+        self._slots: list[_Slot] = []
+        self._by_key: dict[tuple[int, int], int] = {}
+        self._calls: list[_Call] = []
+        self._grad_order: list[tuple[int, int]] = []  # (slot, index in its grad list), in time
+        self._grad_hooks: list[Any] = []
+        self._finished: list[int] = []  # calls in the order they returned: a child first
+
+    def reset(self) -> None:
+        """Forget the step (its tensors are released)."""
+        for handle in self._grad_hooks:
+            handle.remove()
+        self._grad_hooks.clear()
+        self._slots.clear()
+        self._by_key.clear()
+        self._calls.clear()
+        self._grad_order.clear()
+        self._finished.clear()
+
+    def begin(self, name: str, module: torch.nn.Module, args: tuple[Any, ...], call: int) -> int:
+        """A module call starts (a forward pre-hook): its inputs become slots. Returns the
+        call's index, to hand to :meth:`end`."""
+        from actviz.hooks import call_key, tensor_items
+
+        relaxed = name in self.allow_inf
+        inputs = [self._slot(t, relaxed=relaxed) for _, t in tensor_items(args)]
+        self._calls.append(
+            _Call(
+                call_key(name, call),
+                type(module).__name__,
+                [i for i in inputs if i >= 0],
+                args=args,
+            )
+        )
+        return len(self._calls) - 1
+
+    def end(self, index: int, name: str, output: object) -> list[int]:
+        """The call ``index`` returned ``output`` (a forward hook): its tensors become slots.
+        Returns the new slots' indices."""
+        from actviz.hooks import tensor_items
+
+        relaxed = name in self.allow_inf
+        outputs = [self._slot(t, relaxed=relaxed, new=True) for _, t in tensor_items(output)]
+        call = self._calls[index]
+        call.outputs = [i for i in outputs if i >= 0]
+        call.done = True
+        self._finished.append(index)
+        return call.outputs
+
+    def slot_range(self, slot: int) -> tuple[int, int]:
+        """The scalar indices of a slot's min and max (to reuse as statistics)."""
+        return self._slots[slot].lo, self._slots[slot].hi
+
+    def _slot(self, tensor: torch.Tensor, *, relaxed: bool, new: bool = False) -> int:
+        """The slot of ``tensor`` as it is now; made (and reduced) when first seen. An output
+        is always a new version unless the module returned its input untouched."""
+        import torch
+
+        if not tensor.is_floating_point() or tensor.numel() == 0:
+            return -1
+        key = (id(tensor), tensor._version)
+        known = self._by_key.get(key)
+        if known is not None:
+            if relaxed:
+                self._slots[known].relaxed = True
+            return known
+        with torch.no_grad():
+            detached = tensor.detach()
+            lo = self.scalars.add(detached.amin())
+            hi = self.scalars.add(detached.amax())
+        index = len(self._slots)
+        self._slots.append(_Slot(lo, hi, relaxed, tensor))
+        self._by_key[key] = index
+        if tensor.requires_grad:
+            self._grad_hooks.append(tensor.register_hook(self._grad_hook(index)))  # type: ignore[no-untyped-call]
+        return index
+
+    def _grad_hook(self, index: int) -> Any:
+        def hook(grad: torch.Tensor) -> None:
+            import torch
+
+            if grad.numel() == 0 or not grad.is_floating_point():
+                return
+            with torch.no_grad():
+                lo = self.scalars.add(grad.amin())
+                hi = self.scalars.add(grad.amax())
+            slot = self._slots[index]
+            slot.grad.append((lo, hi))
+            self._grad_order.append((index, len(slot.grad) - 1))
+
+        return hook
+
+    def call_args(self, call: int) -> tuple[Any, ...]:
+        return self._calls[call].args if 0 <= call < len(self._calls) else ()
+
+    def blame(self, floats: list[float]) -> list[Origin]:
+        """The step's origin (none or one), from the read values."""
+        # A non-finite forward makes a non-finite backward: only the forward is the origin.
+        forward = self._blame_forward(floats)
+        if forward is not None:
+            return [forward]
+        backward = self._blame_backward(floats)
+        return [] if backward is None else [backward]
+
+    def _kind(self, floats: list[float], slot: int) -> str | None:
+        s = self._slots[slot]
+        return _value_kind(floats[s.lo], floats[s.hi], relaxed=s.relaxed)
+
+    def _grad_kind(self, floats: list[float], slot: int, which: int = -1) -> str | None:
+        s = self._slots[slot]
+        if not s.grad:
+            return None
+        lo, hi = s.grad[which]
+        return _value_kind(floats[lo], floats[hi], relaxed=False)
+
+    def _blame_forward(self, floats: list[float]) -> Origin | None:
+        bad = {i for i in range(len(self._slots)) if self._kind(floats, i) is not None}
+        if not bad:
+            return None
+        for index in self._finished:
+            call = self._calls[index]
+            if any(i in bad for i in call.inputs):
+                continue
+            culprit = next((o for o in call.outputs if o in bad), None)
+            if culprit is not None:
+                kind = self._kind(floats, culprit) or "NaN"
+                return Origin("forward", call.key, call.module_type, kind, index)
+        first = min(bad)
+        return Origin("forward", INPUT_NAME, "", self._kind(floats, first) or "NaN")
+
+    def _blame_backward(self, floats: list[float]) -> Origin | None:
+        # The first gradient, in the order the backward produced them, that is not finite.
+        first_bad = None
+        for slot, which in self._grad_order:
+            if self._grad_kind(floats, slot, which) is not None:
+                first_bad = (slot, which)
+                break
+        if first_bad is None:
+            return None
+        slot, which = first_bad
+        kind = self._grad_kind(floats, slot, which) or "NaN"
+        # Candidates: calls with that slot as an input whose output gradients were finite;
+        # a block and the child inside it that took the same input both qualify, and the
+        # child is the more precise answer.
+        candidates = [
+            index
+            for index, call in enumerate(self._calls)
+            if call.done
+            and slot in call.inputs
+            and all(self._grad_kind(floats, o) is None for o in call.outputs)
+        ]
+        keys = [self._calls[i].key.split(":")[0] for i in candidates]
+        for index, key in zip(candidates, keys, strict=True):
+            encloses = len(candidates) > 1 and (
+                key == ROOT_NAME or any(k != key and k.startswith(key + ".") for k in keys)
+            )
+            if not encloses:
+                call = self._calls[index]
+                return Origin("backward", call.key, call.module_type, kind, index)
+        return Origin("backward", LOSS_NAME, "", kind)
