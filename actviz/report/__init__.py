@@ -52,6 +52,7 @@ from actviz.report.markup import (
 from actviz.report.markup import (
     warm_up as warm_up,
 )
+from actviz.report.optimize import build_optimize_report as build_optimize_report
 from actviz.report.pages import (
     PER_IMAGE_CHARTS as PER_IMAGE_CHARTS,
 )

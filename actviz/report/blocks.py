@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from actviz._version import __version__
@@ -18,6 +19,7 @@ __all__ = [
     "Banner",
     "MetaRow",
     "by_name",
+    "channel_page",
     "find_layer",
     "kinds_of",
     "run_meta",
@@ -122,3 +124,12 @@ def find_layer(image: Mapping[str, Any], key: str) -> tuple[int, Mapping[str, An
         if entry.get("name") == key:
             return position, entry
     return None
+
+
+def channel_page(channel: Mapping[str, Any], layer: Mapping[str, Any]) -> str:
+    """``c0042.html`` beside ``c0042.png``."""
+    sheet = channel.get("sheet")
+    if sheet:
+        return Path(sheet).with_suffix(".html").name
+    width = max(4, len(str(int(layer.get("channels_total", 1)) - 1)))
+    return f"c{int(channel['channel']):0{width}d}.html"

@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from actviz.report.blocks import MetaRow, run_warnings, weights_banner
+from actviz.report.blocks import MetaRow, channel_page, run_warnings, weights_banner
 from actviz.report.markup import render
 
-__all__ = ["INDEX", "build_examples_report"]
+__all__ = ["INDEX", "build_examples_report", "channel_page"]
 
 INDEX = "top-images.html"
 _TEMPLATE = "top_images.html"
@@ -38,7 +38,10 @@ def build_examples_report(doc: Mapping[str, Any], out: Path | None = None) -> di
     Returns:
         Paths relative to the output folder -> file content.
     """
+    from actviz.report.optimize import optimized_images
+
     banner = weights_banner(doc)
+    optimized = optimized_images(out)
     layers = list(doc.get("layers") or [])
     pages: dict[str, bytes] = {}
     score_word = "maximum" if doc.get("score") == "max" else "mean"
@@ -60,7 +63,7 @@ def build_examples_report(doc: Mapping[str, Any], out: Path | None = None) -> di
                 if selective is None
                 else {
                     "channel": selective["channel"],
-                    "page": f"{folder}/{_channel_page(selective, layer)}",
+                    "page": f"{folder}/{channel_page(selective, layer)}",
                     "text": _share(selective),
                 },
             }
@@ -70,7 +73,7 @@ def build_examples_report(doc: Mapping[str, Any], out: Path | None = None) -> di
         pages[f"{folder}/index.html"] = _layer_page(layer, banner, previous, next_, score_word)
         channels = list(layer.get("channels") or [])
         for j, channel in enumerate(channels):
-            pages[f"{folder}/{_channel_page(channel, layer)}"] = render(
+            pages[f"{folder}/{channel_page(channel, layer)}"] = render(
                 _TEMPLATE,
                 page="channel",
                 base="../../",
@@ -79,8 +82,9 @@ def build_examples_report(doc: Mapping[str, Any], out: Path | None = None) -> di
                 banner=banner,
                 share=_share(channel),
                 score_word=score_word,
-                previous=_channel_page(channels[j - 1], layer) if j > 0 else None,
-                next=_channel_page(channels[j + 1], layer) if j + 1 < len(channels) else None,
+                previous=channel_page(channels[j - 1], layer) if j > 0 else None,
+                next=channel_page(channels[j + 1], layer) if j + 1 < len(channels) else None,
+                optimized=optimized.get((str(layer["name"]), int(channel["channel"]))),
             )
     run_report = "index.html" if out is not None and (out / "index.html").is_file() else None
     pages[INDEX] = render(
@@ -120,7 +124,7 @@ def _layer_page(
         rows.append(
             {
                 "channel": channel["channel"],
-                "page": _channel_page(channel, layer),
+                "page": channel_page(channel, layer),
                 "dead": channel.get("dead"),
                 "active": channel.get("active_frac"),
                 "mean": channel.get("mean_score"),
@@ -143,15 +147,6 @@ def _layer_page(
         next=next_,
         score_word=score_word,
     )
-
-
-def _channel_page(channel: Mapping[str, Any], layer: Mapping[str, Any]) -> str:
-    """``c0042.html`` beside ``c0042.png``."""
-    sheet = channel.get("sheet")
-    if sheet:
-        return Path(sheet).with_suffix(".html").name
-    width = max(4, len(str(int(layer.get("channels_total", 1)) - 1)))
-    return f"c{int(channel['channel']):0{width}d}.html"
 
 
 def _most_selective(layer: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -1,0 +1,242 @@
+"""``actviz optimize``: for each selected channel, an image optimized to excite it.
+
+Torch is imported inside the command, never here, so ``actviz --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from actviz.cli.boundary import app, boundary, load_options, state
+from actviz.cli.console import err_console, out_console, warn
+from actviz.cli.options import (
+    DeviceOption,
+    InChansOption,
+    InputSizeOption,
+    JsonOption,
+    LayersOption,
+    ModelArg,
+    NoReportOption,
+    OutOption,
+    OverwriteOption,
+    QuietOption,
+    TrustCheckpointOption,
+    WeightsOption,
+)
+
+if TYPE_CHECKING:
+    from actviz.optimize import OptimizeResult
+
+__all__ = ["optimize"]
+
+_PANEL = "Optimization"
+
+ChannelsOption = Annotated[
+    str,
+    typer.Option(
+        "--channels",
+        "-c",
+        help="Channels of each layer, as 0-15 or 3,7,9-11.",
+        rich_help_panel=_PANEL,
+    ),
+]
+StepsOption = Annotated[
+    int, typer.Option("--steps", min=1, help="Adam steps per image.", rich_help_panel=_PANEL)
+]
+SizeOption = Annotated[
+    int,
+    typer.Option("--size", min=16, max=1024, help="Image side in pixels.", rich_help_panel=_PANEL),
+]
+NeuronOption = Annotated[
+    bool,
+    typer.Option(
+        "--neuron",
+        help="Maximize each channel's centre unit instead of its spatial mean.",
+        rich_help_panel=_PANEL,
+    ),
+]
+ObjectiveOption = Annotated[
+    str | None,
+    typer.Option(
+        "--objective",
+        metavar="CLASS",
+        help="Maximize class logits of the model's output instead (207, or 1,5-7); "
+        "--layers and --channels are then ignored.",
+        rich_help_panel=_PANEL,
+    ),
+]
+SeedOption = Annotated[
+    int, typer.Option("--seed", help="Seed of the initial images and transforms.")
+]
+BatchOption = Annotated[
+    int,
+    typer.Option(
+        "--batch-size",
+        "-b",
+        min=1,
+        help="Channels optimized together in one batch.",
+        rich_help_panel=_PANEL,
+    ),
+]
+
+
+class _Bar:
+    """The steps of every batch as one bar, with steps/s and the time left."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.total = 0
+        self.done = 0
+        self._progress: Any = None
+        self._task: Any = None
+
+    def warn(self, message: str) -> None:
+        warn(message)
+
+    def start(self, total: int) -> None:
+        self.total = total
+        state["progress"] = "; the finished channels are kept"
+        if self.quiet or not err_console.is_terminal:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(
+            TextColumn("steps"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+            console=err_console,
+            transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("steps", total=total, rate="")
+
+    def step(self) -> None:
+        self.done += 1
+        state["progress"] = (
+            f" after {self.done} of {self.total} steps; the finished channels are kept"
+        )
+        if self._progress is not None:
+            self._progress.advance(self._task)
+            speed = self._progress.tasks[0].speed
+            if speed:
+                self._progress.update(self._task, rate=f"{speed:.1f} steps/s")
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+
+@contextmanager
+def _bar(quiet: bool) -> Iterator[_Bar]:
+    import signal
+
+    from actviz.cli.boundary import on_sigterm
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    bar = _Bar(quiet)
+    try:
+        yield bar
+    finally:
+        bar.stop()
+
+
+@app.command("optimize")
+@boundary
+def optimize(
+    model: ModelArg,
+    layers: LayersOption = None,
+    channels: ChannelsOption = "0-15",
+    steps: StepsOption = 512,
+    size: SizeOption = 224,
+    neuron: NeuronOption = False,
+    objective: ObjectiveOption = None,
+    seed: SeedOption = 0,
+    batch_size: BatchOption = 16,
+    out: OutOption = Path("actviz-out"),
+    weights: WeightsOption = "auto",
+    device: DeviceOption = "auto",
+    overwrite: OverwriteOption = False,
+    trust_checkpoint: TrustCheckpointOption = False,
+    input_size: InputSizeOption = None,
+    in_chans: InChansOption = 3,
+    no_report: NoReportOption = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """For each selected channel, an image optimized to excite it (feature visualization).
+
+    Images start from a decorrelated Fourier parameterization and are optimized by Adam
+    through random padding, jitter, scaling and rotation (Lucent's recipe); the channels of a
+    layer are optimized together in one batch. Writes OUT/optimize.json (each channel's
+    activation over the steps), OUT/optimize/NN_layer.png (one sheet per layer), one PNG per
+    channel, and the page OUT/optimize.html. Without --layers: the deepest layer of the
+    architecture's default selection. Ctrl-C keeps the finished channels.
+    """
+    from actviz.optimize import OptimizeOptions
+    from actviz.optimize import optimize as run_optimize
+
+    options = OptimizeOptions(
+        layers=",".join(layers) if layers else None,
+        channels=channels,
+        objective=objective,
+        neuron=neuron,
+        steps=steps,
+        size=size,
+        seed=seed,
+        batch_size=batch_size,
+        out=out,
+        report=not no_report,
+        overwrite=overwrite,
+        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
+    )
+    with _bar(quiet) as bar:
+        result = run_optimize(model, options, reporter=bar)
+    if as_json:
+        out_console.print_json(data=result.document)
+    else:
+        _print_result(result)
+
+
+def _print_result(result: OptimizeResult) -> None:
+    note = (
+        " (RANDOM WEIGHTS: an untrained network; these images are noise with structure)"
+        if result.weights.random
+        else ""
+    )
+    where = f"{result.channels} images, {result.steps} steps at {result.size} px: {result.json}"
+    if result.report is not None:
+        where += f"; report: {result.report}"
+    out_console.print(where + note, markup=False)
+    for layer in result.layers:
+        if not layer.channels:
+            continue
+        best = max(layer.channels, key=lambda c: c.final)
+        line = f"  {layer.key}: {len(layer.channels)} channels; highest: channel {best.channel}"
+        line += f" ({best.final:.3g})"
+        if layer.sheet is not None:
+            line += f"; sheet: {result.out / layer.sheet}"
+        out_console.print(line, markup=False)
+    rate = result.channels * result.steps / result.seconds if result.seconds > 0 else 0.0
+    err_console.print(
+        f"optimized {result.channels} channels in {result.seconds:.1f} s "
+        f"({rate:.1f} channel-steps/s) on {result.device}",
+        markup=False,
+        highlight=False,
+    )

@@ -1,0 +1,426 @@
+"""``optimize``: load -> select -> for each layer, batches of channels optimized -> pictures,
+``optimize.json`` and the report page.
+
+Each batch's images are written as soon as it finishes, and ``optimize.json`` after each batch
+and when the run stops early, so Ctrl-C keeps every finished channel readable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from actviz.errors import OutputError, UsageError
+from actviz.optimize.options import OptimizeOptions
+
+if TYPE_CHECKING:
+    from actviz.models import LoadedModel, WeightsInfo
+    from actviz.optimize.loop import BatchResult
+
+__all__ = [
+    "FOLDER",
+    "JSON_FILE",
+    "REPORT_FILE",
+    "RANDOM_NOTE",
+    "ChannelImage",
+    "LayerImages",
+    "OptimizeResult",
+    "SilentSteps",
+    "StepReporter",
+    "optimize",
+]
+
+JSON_FILE = "optimize.json"
+REPORT_FILE = "optimize.html"
+FOLDER = "optimize"
+#: Said in the JSON, the sheets and the page when the weights are random.
+RANDOM_NOTE = (
+    "RANDOM WEIGHTS: an optimized image of an untrained network is noise with structure, "
+    "not a feature"
+)
+#: The pseudo-layer name of the model's output (class logits).
+LOGITS = "logits"
+
+
+class StepReporter(Protocol):
+    """Receives progress (the CLI draws a bar); :class:`SilentSteps` ignores it."""
+
+    def warn(self, message: str) -> None:
+        """A problem that does not stop the run."""
+
+    def start(self, total: int) -> None:
+        """``total`` optimization steps (all batches together) are about to run."""
+
+    def step(self) -> None:
+        """One step of one batch is done."""
+
+
+class SilentSteps:
+    """A reporter that ignores everything: the default for library use."""
+
+    def warn(self, message: str) -> None:
+        """Ignore."""
+
+    def start(self, total: int) -> None:
+        """Ignore."""
+
+    def step(self) -> None:
+        """Ignore."""
+
+
+@dataclass(frozen=True)
+class ChannelImage:
+    """One optimized channel: its image and how its objective grew.
+
+    Attributes:
+        channel: The channel (or class) number.
+        png: The image's path relative to the output folder.
+        final: The objective of the final image, untransformed.
+        curve: The objective at each step (on the transformed image the step saw).
+    """
+
+    channel: int
+    png: str
+    final: float
+    curve: list[float]
+
+
+@dataclass
+class LayerImages:
+    """One layer's optimized channels.
+
+    Attributes:
+        key: The layer's name (``logits`` for the model's output).
+        index: Its position in the run (the ``NN`` of its file names).
+        sheet: The sheet's path relative to the output folder, once written.
+        output_shape: The layer's output shape for one batch.
+        channels: The finished channels.
+    """
+
+    key: str
+    index: int
+    sheet: str | None = None
+    output_shape: tuple[int, ...] = ()
+    channels: list[ChannelImage] = field(default_factory=list)
+    pixels: list[Any] = field(default_factory=list, repr=False)
+    """The images, ``(size, size, 3)`` uint8, for the sheet."""
+
+
+@dataclass
+class OptimizeResult:
+    """What ``optimize`` wrote."""
+
+    model: str
+    weights: WeightsInfo
+    device: str
+    out: Path
+    json: Path
+    report: Path | None
+    layers: list[LayerImages]
+    steps: int
+    size: int
+    seconds: float
+    warnings: list[str]
+    complete: bool
+    document: dict[str, Any]
+
+    @property
+    def channels(self) -> int:
+        """How many channels were finished."""
+        return sum(len(layer.channels) for layer in self.layers)
+
+
+def optimize(
+    model: str,
+    options: OptimizeOptions | None = None,
+    *,
+    reporter: StepReporter | None = None,
+    **keywords: Any,
+) -> OptimizeResult:
+    """Optimize one image per selected channel (feature visualization), and draw them.
+
+    Each image starts from a decorrelated Fourier parameterization and is optimized by Adam
+    through Lucent's standard transforms; the channels of a layer are optimized together, one
+    per image of a batch. Writes ``optimize.json`` (every channel's curve and final value),
+    ``optimize/<NN>_<layer>.png`` (one sheet per layer), ``optimize/<NN>_<layer>/cNNNN.png``
+    and the page ``optimize.html``.
+
+    Args:
+        model: A model name or ``package.module:factory`` / ``path/to/file.py:factory``.
+        options: The options (:class:`~actviz.optimize.options.OptimizeOptions`).
+        reporter: Receives warnings and progress.
+        **keywords: Instead of ``options``, any option by its flat name.
+
+    Returns:
+        What was written.
+
+    Raises:
+        ActvizError: For every expected failure.
+        KeyboardInterrupt: After writing what was finished.
+    """
+    from actviz import output
+
+    if options is not None and keywords:
+        raise TypeError("pass either options or keywords, not both")
+    opts = options or OptimizeOptions.from_keywords(**keywords)
+    notify: StepReporter = reporter or SilentSteps()
+    started = time.perf_counter()
+    _prepare(opts)
+    loaded, warnings = _load(model, opts, notify)
+    targets = _targets(model, loaded, opts)
+    channels = opts.channel_list()
+    layers = [LayerImages(key, i) for i, key in enumerate(targets)]
+    state: dict[str, Any] = {"complete": False}
+
+    def finish() -> OptimizeResult:
+        doc = _document(model, loaded, opts, layers, warnings, state["complete"])
+        output.write_json(opts.out / JSON_FILE, doc)
+        report = None
+        if opts.report:
+            from actviz.report import build_optimize_report
+
+            for rel, data in build_optimize_report(doc, opts.out).items():
+                output.write_bytes(opts.out / rel, data)
+            report = opts.out / REPORT_FILE
+            _relink_examples(opts.out)
+        return OptimizeResult(
+            model=model,
+            weights=loaded.weights,
+            device=str(loaded.device),
+            out=opts.out,
+            json=opts.out / JSON_FILE,
+            report=report,
+            layers=layers,
+            steps=opts.steps,
+            size=opts.size,
+            seconds=time.perf_counter() - started,
+            warnings=warnings,
+            complete=state["complete"],
+            document=doc,
+        )
+
+    batches = -(-len(channels) // opts.batch_size)
+    notify.start(len(layers) * batches * opts.steps)
+    try:
+        for layer in layers:
+            _optimize_layer(loaded, targets[layer.key], layer, channels, opts, notify.step)
+            _write_sheet(layer, loaded, opts)
+            output.write_json(
+                opts.out / JSON_FILE, _document(model, loaded, opts, layers, warnings, False)
+            )
+        state["complete"] = True
+    except KeyboardInterrupt:
+        # Keep what finished: its pictures are on disk; the record and the page say so.
+        for layer in layers:
+            if layer.channels and layer.sheet is None:
+                _write_sheet(layer, loaded, opts)
+        finish()
+        raise
+    return finish()
+
+
+def _relink_examples(out: Path) -> None:
+    """The top-images pages of the same folder now link the optimized images."""
+    import json
+
+    from actviz import output
+    from actviz.report import build_examples_report
+
+    try:
+        doc = json.loads((out / "top-images.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    for rel, data in build_examples_report(doc, out).items():
+        output.write_bytes(out / rel, data)
+
+
+def _prepare(opts: OptimizeOptions) -> None:
+    """The output folder may hold other commands' results (pages link each other), but not
+    an earlier optimize unless ``overwrite``."""
+    import shutil
+
+    from actviz import output
+
+    earlier = [p for p in (opts.out / JSON_FILE, opts.out / FOLDER) if p.exists()]
+    if earlier and not opts.overwrite:
+        raise OutputError(
+            f"{opts.out} already holds the results of an optimize ({earlier[0].name}); add "
+            "--overwrite to replace them, or choose another --out",
+            usage=True,
+        )
+    output.prepare_out_dir(opts.out, overwrite=True)
+    try:
+        if (opts.out / FOLDER).is_dir():
+            shutil.rmtree(opts.out / FOLDER)
+        for name in (JSON_FILE, REPORT_FILE):
+            (opts.out / name).unlink(missing_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot remove the earlier results in {opts.out}: {exc}") from None
+
+
+def _load(model: str, opts: OptimizeOptions, notify: StepReporter) -> tuple[LoadedModel, list[str]]:
+    from actviz.models import load_with
+
+    loaded = load_with(model, opts.load)
+    warnings: list[str] = []
+    if loaded.weights.random:
+        why = loaded.weights.reason or "no pretrained weights"
+        warnings.append(f"{RANDOM_NOTE} ({why}).")
+        notify.warn(warnings[-1])
+    return loaded, warnings
+
+
+def _targets(model: str, loaded: LoadedModel, opts: OptimizeOptions) -> dict[str, str | None]:
+    """Layer key -> module name (None for the model's output), in the model's order."""
+    from actviz.hooks import layer_refs
+    from actviz.layouts import default_selector
+    from actviz.selectors import select_layers
+
+    if opts.objective is not None:
+        return {LOGITS: None}
+    refs = layer_refs(loaded.module)
+    if opts.layers is not None:
+        names = select_layers(refs, opts.layers, model=model)
+    else:
+        names = select_layers(refs, default_selector(loaded.module), model=model)[-1:]
+    if not names:
+        raise UsageError(f"no layer selected; see actviz list-layers {model}")
+    return {name: name for name in names}
+
+
+def _optimize_layer(
+    loaded: LoadedModel,
+    module_name: str | None,
+    layer: LayerImages,
+    channels: Sequence[int],
+    opts: OptimizeOptions,
+    on_step: Callable[[], None],
+) -> None:
+    from actviz import output
+    from actviz.layouts import layer_contexts
+    from actviz.optimize.loop import optimize_batch
+    from actviz.render.png import encode_png
+
+    contexts = layer_contexts(loaded.module, loaded.input_size)
+    ctx = contexts.get(module_name) if module_name is not None else None
+    for start in range(0, len(channels), opts.batch_size):
+        chunk = list(channels[start : start + opts.batch_size])
+        result: BatchResult = optimize_batch(
+            loaded.module,
+            module_name,
+            chunk,
+            steps=opts.steps,
+            size=opts.size,
+            mean=loaded.preprocess.mean[:3] if loaded.preprocess.channels == 3 else [0.5] * 3,
+            std=loaded.preprocess.std[:3] if loaded.preprocess.channels == 3 else [0.5] * 3,
+            device=loaded.device,
+            seed=opts.seed,
+            neuron=opts.neuron,
+            lr=opts.lr,
+            ctx=ctx,
+            grey=loaded.preprocess.channels == 1,
+            on_step=on_step,
+        )
+        layer.output_shape = result.output_shape
+        folder = _layer_folder(layer)
+        for i, channel in enumerate(chunk):
+            rel = f"{folder}/c{channel:04d}.png"
+            output.write_bytes(opts.out / rel, encode_png(result.images[i], row_filter="up"))
+            layer.pixels.append(result.images[i])
+            layer.channels.append(
+                ChannelImage(
+                    channel=channel,
+                    png=rel,
+                    final=float(result.final[i]),
+                    curve=[float(v) for v in result.curves[:, i]],
+                )
+            )
+
+
+def _layer_folder(layer: LayerImages) -> str:
+    from actviz.output import layer_filename
+
+    return f"{FOLDER}/{layer_filename(layer.index, layer.key)[: -len('.png')]}"
+
+
+def _write_sheet(layer: LayerImages, loaded: LoadedModel, opts: OptimizeOptions) -> None:
+    from actviz import output
+    from actviz.optimize.sheet import layer_sheet
+    from actviz.render.png import encode_png
+
+    rel = f"{_layer_folder(layer)}.png"
+    pixels = layer_sheet(
+        layer.key,
+        layer.output_shape,
+        [(c.channel, c.final) for c in layer.channels],
+        layer.pixels,
+        steps=opts.steps,
+        objective="logit" if opts.objective is not None else "neuron" if opts.neuron else "mean",
+        random_weights=loaded.weights.random,
+    )
+    output.write_bytes(opts.out / rel, encode_png(pixels, row_filter="up"))
+    layer.sheet = rel
+
+
+def _document(
+    model: str,
+    loaded: LoadedModel,
+    opts: OptimizeOptions,
+    layers: list[LayerImages],
+    warnings: list[str],
+    complete: bool,
+) -> dict[str, Any]:
+    weights = loaded.weights
+    return {
+        "model": model,
+        "weights": {
+            "spec": weights.spec,
+            "name": weights.name,
+            "source": weights.source,
+            "random": weights.random,
+            "reason": weights.reason,
+        },
+        "random_weights_note": RANDOM_NOTE if weights.random else None,
+        "device": str(loaded.device),
+        "complete": complete,
+        "settings": {
+            "layers": opts.layers,
+            "channels": opts.channels if opts.objective is None else None,
+            "objective": "logit"
+            if opts.objective is not None
+            else ("neuron" if opts.neuron else "channel"),
+            "classes": opts.objective,
+            "steps": opts.steps,
+            "size": opts.size,
+            "seed": opts.seed,
+            "lr": opts.lr,
+            "batch_size": opts.batch_size,
+            "parameterization": "fourier, decorrelated colour, 1/f spectrum",
+            "transforms": "pad 12, jitter 8, scale 0.9-1.1, rotate -10..10 deg, jitter 4",
+        },
+        "layers": [
+            {
+                "name": layer.key,
+                "index": layer.index,
+                "sheet": layer.sheet,
+                "output_shape": list(layer.output_shape),
+                "channels": [
+                    {
+                        "channel": c.channel,
+                        "png": c.png,
+                        "final": c.final,
+                        "initial": c.curve[0] if c.curve else None,
+                        "curve": c.curve,
+                    }
+                    for c in layer.channels
+                ],
+            }
+            for layer in layers
+            if layer.channels
+        ],
+        "warnings": warnings,
+        "report": REPORT_FILE if opts.report else None,
+    }

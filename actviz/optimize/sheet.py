@@ -1,0 +1,62 @@
+"""One sheet per layer: every optimized image with its channel and final value."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from actviz.render import fmt_value
+from actviz.render.panels import Panel, panel_sheet
+
+__all__ = ["TILE", "layer_sheet"]
+
+#: The largest side of an image on a sheet; bigger images are shrunk (the PNGs keep them whole).
+TILE = 128
+
+
+def _shrunk(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
+    if max(pixels.shape[:2]) <= TILE:
+        return pixels
+    from PIL import Image
+
+    image = Image.fromarray(pixels).resize((TILE, TILE), Image.Resampling.LANCZOS)
+    return np.asarray(image, dtype=np.uint8)
+
+
+def layer_sheet(
+    key: str,
+    shape: Sequence[int],
+    finals: Sequence[tuple[int, float]],
+    images: Sequence[npt.NDArray[np.uint8]],
+    *,
+    steps: int,
+    objective: str,
+    random_weights: bool,
+) -> npt.NDArray[np.uint8]:
+    """The sheet of one layer, ``(H, W, 3)`` uint8.
+
+    Args:
+        key: The layer's name.
+        shape: Its output shape for one batch.
+        finals: ``(channel, final objective)`` per image, in order.
+        images: The images, ``(size, size, 3)`` uint8 each.
+        steps: How many steps made them.
+        objective: ``mean`` (channel), ``neuron`` or ``logit``.
+        random_weights: Say that the network is untrained.
+    """
+    what = {"mean": "channel mean", "neuron": "centre unit", "logit": "class logit"}[objective]
+    unit = "class" if objective == "logit" else "c"
+    lines = [
+        f"output {' x '.join(str(n) for n in shape[1:])}; {len(images)} images optimized for "
+        f"{steps} steps each to maximize the {what}; value under each: the {what} the final "
+        "image gives",
+    ]
+    if random_weights:
+        lines.append("RANDOM WEIGHTS: an untrained network; these images are noise with structure")
+    panels = [
+        Panel(_shrunk(pixels), f"{unit} {channel}: {fmt_value(value)}")
+        for (channel, value), pixels in zip(finals, images, strict=True)
+    ]
+    return panel_sheet(f"{key}: what each channel wants", lines, panels, columns=8)

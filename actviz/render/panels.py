@@ -1,0 +1,89 @@
+"""RGB panels under a text header: the sheets of pictures that are already colours
+(optimized images, principal components shown as RGB), where no colour bar applies.
+
+Pure arrays: lines of text and ``(H, W, 3)`` panels in, one ``(H, W, 3)`` uint8 picture out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+from PIL import Image
+
+from actviz.render.legend import line_height, paste_text, text_width, wrap_text
+from actviz.render.palette import BACKGROUND, LABEL, palette_for
+
+__all__ = ["Panel", "panel_sheet"]
+
+U8 = npt.NDArray[np.uint8]
+
+_GAP = 4
+_PAD = 6
+_TITLE_SIZE = 15
+_INFO_SIZE = 12
+_LABEL_SIZE = 11
+_MIN_WIDTH = 360
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One picture of a sheet and the line under it."""
+
+    pixels: U8
+    label: str = ""
+
+
+def _fit(text: str, width: int) -> str:
+    while len(text) > 1 and text_width(text, _LABEL_SIZE) > width:
+        text = text[:-2] + "…"
+    return text
+
+
+def panel_sheet(
+    title: str, lines: Sequence[str], panels: Sequence[Panel], *, columns: int = 8
+) -> U8:
+    """Panels in rows of ``columns`` under a title and wrapped info lines; each panel keeps
+    its own size, laid on a grid of the largest one.
+
+    Returns:
+        ``(H, W, 3)`` uint8.
+    """
+    count = max(1, len(panels))
+    columns = max(1, min(columns, count))
+    rows = -(-count // columns)
+    cell_h = max((p.pixels.shape[0] for p in panels), default=1)
+    cell_w = max((p.pixels.shape[1] for p in panels), default=1)
+    labelled = any(p.label for p in panels)
+    strip = line_height(_LABEL_SIZE) + 2 if labelled else 0
+    body_w = _GAP + columns * (cell_w + _GAP)
+    width = max(body_w, _MIN_WIDTH)
+    placed: list[tuple[str, int, int]] = []
+    y = _PAD
+    for text, size in [(title, _TITLE_SIZE)] + [(line, _INFO_SIZE) for line in lines if line]:
+        for part in wrap_text(text, size, width - 2 * _PAD):
+            placed.append((part, size, y))
+            y += line_height(size) + 2
+    head = y + _PAD
+    height = head + rows * (cell_h + strip + _GAP) + _GAP
+    canvas = np.full((height, width), BACKGROUND, dtype=np.uint8)
+    for text, size, top in placed:
+        paste_text(canvas, text, size, _PAD, top)
+    spots = []
+    for i, panel in enumerate(panels):
+        row, column = divmod(i, columns)
+        top = head + row * (cell_h + strip + _GAP)
+        left = _GAP + column * (cell_w + _GAP)
+        if panel.label:
+            label = _fit(panel.label, cell_w)
+            paste_text(canvas, label, _LABEL_SIZE, left, top + cell_h + 1, colour=LABEL)
+        spots.append((top, left))
+    image = Image.frombytes("P", (width, height), canvas.tobytes())
+    image.putpalette(palette_for("gray").tobytes(), rawmode="RGB")
+    rgb: U8 = np.array(image.convert("RGB"))
+    for (top, left), panel in zip(spots, panels, strict=True):
+        h, w = panel.pixels.shape[:2]
+        rgb[top : top + h, left : left + w] = panel.pixels
+    return rgb
