@@ -122,7 +122,35 @@ def diff(
         if not opts.compares_models and state.failed:
             bad = state.failed[0]
             raise ImageLoadError(str(bad.path), bad.error or "unreadable")
+        if state.resized:
+            warnings.append(_resized_warning(state))
+            notify.warn(warnings[-1])
+        _check_compared(state, names)
         return _write(state, selector, found.skipped, warnings, started)
+
+
+def _resized_warning(state: Stream) -> str:
+    """What was compared at a common map size, and how to avoid it."""
+    keys = [key for key in state.order if key in state.resized]
+    shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    return (
+        f"the maps of {shown} differ in size from image to image ({state.a.name}'s "
+        "preprocessing keeps each image's aspect ratio): each layer was compared at its size "
+        "for the first image, the other maps resized to it by adaptive average pooling; pass "
+        "--input-size H,W to crop every image to one size"
+    )
+
+
+def _check_compared(state: Stream, names: list[str]) -> None:
+    """An error, never an empty comparison, when images were read but no layer could be
+    paired (every image failing is reported by the caller as such)."""
+    if state.order or len(state.failed) == len(state.results):
+        return
+    shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+    raise UsageError(
+        f"no layer could be compared: {shown} gave no output both sides could pair; "
+        "choose other layers with --layers (actviz list-layers MODEL shows them)"
+    )
 
 
 def _check_inputs(paths: list[Path], opts: DiffOptions) -> None:
@@ -235,6 +263,12 @@ def _layers(state: Stream) -> list[LayerDiff]:
             notes.append("model B produced no such output")
         elif shape_a != shape_b:
             notes.append(f"shapes differ: A {shape_a}, B {shape_b}; CKA only")
+        if key in state.resized:
+            others = ", ".join(str(s) for s in sorted(state.resized[key])[:3])
+            notes.append(
+                f"compared at {shape_a} per image; maps of other sizes ({others}) resized to "
+                "it by adaptive average pooling"
+            )
         if not state.two_images and shape_b is not None:
             cka = comparison.cka()
             cka_value, defined = cka.value, cka.defined

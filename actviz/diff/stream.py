@@ -20,7 +20,7 @@ from actviz.diff.metrics import LayerComparison, cosine_similarity, hold_back, r
 from actviz.diff.options import DiffOptions
 from actviz.diff.pictures import PictureScale
 from actviz.diff.result import DiffPicture, ModelSide
-from actviz.errors import ActvizError
+from actviz.errors import ActvizError, UsageError
 from actviz.results import ImageResult, Reporter
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class Stream:
     pictures: list[DiffPicture] = field(default_factory=list)
     pictured: list[int] = field(default_factory=list)
     never_ran: set[str] = field(default_factory=set)
+    resized: dict[str, set[tuple[int, ...]]] = field(default_factory=dict)
+    """Capture key -> the other per-image shapes its maps had, pooled to the compared one."""
     failed: list[ImageResult] = field(default_factory=list)
     contexts_a: dict[str, Any] = field(default_factory=dict)
     contexts_b: dict[str, Any] = field(default_factory=dict)
@@ -84,8 +86,9 @@ def stream(state: Stream, notify: Reporter) -> None:
     want = want if state.opts.images > 0 else 0
     drawn = False
     for batch in _batches(state, paths, notify):
+        first = state.results[batch.rows[0]].path
         for cap, tensor_a, tensor_b in batch.pairs:
-            _measure(state, cap, tensor_a, tensor_b, batch.remaining)
+            _measure(state, cap, tensor_a, tensor_b, batch.remaining, first)
         new = list(range(min(max(0, want - len(state.pictured)), len(batch.rows))))
         for i in new:
             state.pictured.append(batch.rows[i])
@@ -127,6 +130,9 @@ def _batches(state: Stream, paths: list[Path], notify: Reporter | None) -> Itera
         if notify is not None:
             notify.advance(result)
 
+    # Two images of different input shapes come in two batches: the first one's captures
+    # wait here for the second's.
+    held: list[tuple[Capture, torch.Tensor]] | None = None
     with contextlib.ExitStack() as stack:
         rec_a = stack.enter_context(ActivationRecorder(a.module, state.names))
         stack.enter_context(eval_mode(a.module))
@@ -161,7 +167,21 @@ def _batches(state: Stream, paths: list[Path], notify: Reporter | None) -> Itera
                     pairs.append((cap, tensor, caps_b.get(cap.key)))
                 elif tensor.shape[0] == 2:  # two images: A is the first row, B the second
                     pairs.append((cap, tensor[0:1], tensor[1:2]))
-            if rec_b is None:
+            if rec_b is None and len(rows) == 1:
+                if held is None and rows[0] == 0:
+                    held = [(cap, rec_a[cap.key].clone()) for cap in rec_a.captures]
+                    rows = []
+                elif held is not None:
+                    second = {cap.key: rec_a[cap.key] for cap in rec_a.captures}
+                    pairs = [
+                        (cap, first, _at_size(state, cap, second[cap.key], first, paths[rows[0]]))
+                        for cap, first in held
+                        if cap.key in second
+                    ]
+                    rows = [0]
+                else:
+                    rows = []
+            elif rec_b is None:
                 rows = rows[:1] if len(rows) == 2 else []
             if rows:
                 yield _Batch(rows, pairs, remaining)
@@ -176,8 +196,9 @@ def _measure(
     tensor_a: torch.Tensor,
     tensor_b: torch.Tensor | None,
     remaining: int,
+    path: Path,
 ) -> None:
-    """Add one batch of one layer to its running sums."""
+    """Add one batch of one layer to its running sums (``path``: its first image)."""
     key = cap.key
     if key not in state.comparisons:
         state.order.append(key)
@@ -186,7 +207,54 @@ def _measure(
         state.info[key] = (cap.module, cap.module_type, tuple(tensor_a.shape[1:]), shape_b)
     if tensor_b is None:
         return
+    compared = state.info[key][2]
+    if tuple(tensor_a.shape[1:]) != compared:
+        # The preprocessing keeps each image's aspect ratio (no crop): the maps of this
+        # batch are compared at the size of the first image's, so the sums can add up.
+        tensor_a = _at_size(state, cap, tensor_a, compared, path)
+        tensor_b = _at_size(state, cap, tensor_b, compared, path)
     state.comparisons[key].add(tensor_a.numpy(), tensor_b.numpy(), hold=hold_back(remaining))
+
+
+def _at_size(
+    state: Stream,
+    cap: Capture,
+    tensor: torch.Tensor,
+    target: torch.Tensor | tuple[int, ...],
+    path: Path,
+) -> torch.Tensor:
+    """A batch of one layer's maps brought to another per-image shape (``target``, or the
+    shape of its rows) by adaptive average pooling over the spatial axes; recorded in
+    ``state.resized``.
+
+    Raises:
+        UsageError: When the shapes differ in more than the map size (tokens, channels), so
+            that they cannot be compared; the fix is one input size for every image.
+    """
+    import torch.nn.functional as F
+
+    from actviz.layouts import plan_layout
+
+    shape = tuple(target.shape[1:]) if not isinstance(target, tuple) else target
+    have = tuple(tensor.shape[1:])
+    if have == shape:
+        return tensor
+    differ = {i for i, (m, n) in enumerate(zip(have, shape, strict=False)) if m != n}
+    layout = plan_layout(shape, state.contexts_a.get(cap.module)).layout
+    if len(have) == len(shape) == 3 and differ <= {1, 2} and layout != "nhwc":
+        pooled = F.adaptive_avg_pool2d(tensor.float(), shape[1:])
+    elif len(have) == len(shape) == 3 and differ <= {0, 1}:
+        channels_first = tensor.float().permute(0, 3, 1, 2)
+        pooled = F.adaptive_avg_pool2d(channels_first, shape[:2]).permute(0, 2, 3, 1)
+    else:
+        raise UsageError(
+            f"layer {cap.key} gives {have} per image for some images and {shape} for others "
+            f"(e.g. {path.name}): the model's preprocessing keeps each image's aspect ratio "
+            "and these outputs cannot be brought to one size; pass --input-size H,W so that "
+            "every image is cropped to one size"
+        )
+    state.resized.setdefault(cap.key, set()).add(have)
+    return pooled.contiguous()
 
 
 def _drawables(

@@ -227,7 +227,13 @@ def _cut_tiles(
             wanted.setdefault(str(top.paths[c, slot]), []).append((plan.key, int(c), int(slot)))
     plan_of = {plan.key: plan for plan in group}
 
+    # The receptive fields are in the planned input's pixels; an image of another aspect
+    # ratio (no crop in the preprocessing) was scored on maps pooled to the planned size.
+    planned = (loaded.input_size[1], loaded.input_size[0])
+
     def cut(view: Image.Image, path: str) -> None:
+        if view.size != planned:
+            view = view.resize(planned, Image.Resampling.BILINEAR)
         # Entries that share a field and a window origin (channels peaking in the same cell,
         # or every cell of a layer that sees the whole image) share one crop and are blended
         # together.

@@ -126,6 +126,9 @@ def top_images(
         progress = _Progress(opts.out, settings, earlier.top if earlier else TopK(opts.k), done)
         views = ViewCache(loaded)
         _stream(model, loaded, module, names, planned, todo, progress, views, opts, notify)
+        if progress.resized:
+            warnings.append(_resized_warning(loaded, progress))
+            notify.warn(warnings[-1])
         top = progress.top
         report = opts.out / REPORT_FILE if opts.report else None
         written: dict[str, Any] = {}
@@ -274,6 +277,8 @@ class _Progress:
         self.saved: _State | None = None
         self.failed: list[tuple[Path, str]] = []
         self.last_save = time.monotonic()
+        self.resized = 0  # images scored on maps pooled to the planned size
+        self.resized_layers: dict[str, tuple[int, ...]] = {}
 
     @property
     def top(self) -> TopK:
@@ -360,13 +365,43 @@ def _stream(
     ):
         for good, logits, _x in forward.batches(todo, stack, failed):
             paths = [todo[index] for index, _, _ in good]
+            scores = recorder.take()
+            if recorder.unfit:
+                # Never counted as scored: each image fails by name, with the fix.
+                key, shape = next(iter(recorder.unfit.items()))
+                reason = (
+                    f"its output of {key} is {shape}, not {planned.plans[key].shape} as at "
+                    f"the input size {loaded.input_size[0]}x{loaded.input_size[1]}, and cannot "
+                    "be brought to it; pass --input-size H,W to crop every image to one size"
+                )
+                for path in paths:
+                    progress.fail(path, reason, notify)
+                continue
+            if recorder.resized:
+                progress.resized += len(paths)
+                progress.resized_layers.update(recorder.resized)
             classes = predicted_classes(logits, len(good))
-            candidates = batch_candidates([str(p) for p in paths], recorder.take(), classes, opts.k)
+            candidates = batch_candidates([str(p) for p in paths], scores, classes, opts.k)
             progress.merge(paths, [size for _, size, _ in good], candidates, notify)
             views.offer(
                 zip([str(p) for p in paths], [x for _, _, x in good], strict=True),
                 progress.top.paths(),
             )
+
+
+def _resized_warning(loaded: LoadedModel, progress: _Progress) -> str:
+    """Which images were scored at the planned map size, how, and how to avoid it."""
+    height, width = loaded.input_size
+    keys = sorted(progress.resized_layers)
+    shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    return (
+        f"{progress.resized} image(s) gave maps of another size than at the input size "
+        f"{height}x{width} ({loaded.name}'s preprocessing keeps each image's aspect ratio): "
+        f"their maps of {shown} were scored at the planned size, resized by adaptive max "
+        "pooling (maxima and means exact, locations on the planned grid), and their crops "
+        f"cut from the image resized to {height}x{width}; pass --input-size H,W to crop "
+        "every image to one size"
+    )
 
 
 def _stream_on_ray(

@@ -36,6 +36,7 @@ __all__ = [
     "BatchScores",
     "ScoreRecorder",
     "batch_candidates",
+    "fit_to_plan",
     "predicted_classes",
     "score_batch_candidates",
     "score_maps",
@@ -63,12 +64,16 @@ class BatchScores:
     origin: npt.NDArray[np.int32]
 
 
-def score_maps(tensor: torch.Tensor, plan: LayerPlan, score: Score) -> BatchScores:
+def score_maps(
+    tensor: torch.Tensor, plan: LayerPlan, score: Score, *, means: torch.Tensor | None = None
+) -> BatchScores:
     """Score a batch of one layer's outputs with vectorized torch ops where they live.
 
     The channel's maximum gives the location (first maximum in row-major order, the same on
     every device), the ``max`` score and activity (above zero anywhere); ``mean`` averages the
-    map. The window of the map around the maximum is gathered on the device too.
+    map. The window of the map around the maximum is gathered on the device too. ``means``,
+    ``(B, C)``, replaces the mean of ``tensor`` (maps pooled to the plan's size: the means of
+    the maps before pooling).
     """
     import torch
 
@@ -86,7 +91,10 @@ def score_maps(tensor: torch.Tensor, plan: LayerPlan, score: Score) -> BatchScor
         flat, dim = x.reshape(batch, -1).index_select(1, index).reshape(batch, c, h * w), 2
     flat = flat.float()
     values, where = flat.max(dim=dim)  # (B, C)
-    scores = values if score == "max" else flat.mean(dim=dim)
+    if score == "max":
+        scores = values
+    else:
+        scores = means.float() if means is not None else flat.mean(dim=dim)
     ys, xs = where // w, where % w
     rows, columns = plan.window
     first_rows = torch.as_tensor(plan.first_rows, device=x.device, dtype=torch.long)
@@ -136,10 +144,18 @@ class ScoreRecorder(HookSession):
         self.plans = plans
         self.score = score
         self._scores: dict[str, BatchScores] = {}
+        self.resized: dict[str, tuple[int, ...]] = {}
+        """Capture key -> the per-image shape of the latest forward's maps, where they were
+        pooled to the plan's size."""
+        self.unfit: dict[str, tuple[int, ...]] = {}
+        """Capture key -> the per-image shape of the latest forward's output, where it could
+        not be brought to the plan's (its images are not scored)."""
 
     def _start_record(self) -> None:
         super()._start_record()
         self._scores = {}
+        self.resized = {}
+        self.unfit = {}
 
     def take(self) -> dict[str, BatchScores]:
         """The latest forward's scores, forgotten here."""
@@ -151,10 +167,43 @@ class ScoreRecorder(HookSession):
             _call, key = self._next_call(name)
             for element, tensor in tensor_items(output):
                 plan = self.plans.get(key + element)
-                if plan is not None and tuple(tensor.shape[1:]) == plan.shape:
+                if plan is None:
+                    continue
+                shape = tuple(tensor.shape[1:])
+                if shape == plan.shape:
                     self._scores[key + element] = score_maps(tensor, plan, self.score)
+                    continue
+                fitted = fit_to_plan(tensor, plan)
+                if fitted is None:
+                    self.unfit[key + element] = shape
+                    continue
+                self.resized[key + element] = shape
+                pooled, means = fitted
+                self._scores[key + element] = score_maps(pooled, plan, self.score, means=means)
 
         self._add_forward_hook(module, hook)
+
+
+def fit_to_plan(tensor: torch.Tensor, plan: LayerPlan) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Maps of another size than planned (an image of another aspect ratio, through a
+    preprocessing that does not crop) brought to the plan's ``H x W`` by adaptive max
+    pooling, with each channel's mean before pooling: maxima, activity and means stay exact,
+    the location is read on the planned grid. None when the output differs in more than its
+    map size, or is not laid out as plain maps.
+    """
+    import torch.nn.functional as F
+
+    shape = tuple(tensor.shape[1:])
+    if len(shape) != 3 or len(plan.shape) != 3:
+        return None
+    size = (plan.height, plan.width)
+    x = tensor.detach().float()
+    if plan.mode == "nchw" and shape[0] == plan.channels:
+        return F.adaptive_max_pool2d(x, size), x.mean(dim=(2, 3))
+    if plan.mode == "nhwc" and shape[2] == plan.channels:
+        pooled = F.adaptive_max_pool2d(x.permute(0, 3, 1, 2), size).permute(0, 2, 3, 1)
+        return pooled.contiguous(), x.mean(dim=(1, 2))
+    return None
 
 
 def predicted_classes(logits: object, count: int) -> npt.NDArray[np.int32]:
