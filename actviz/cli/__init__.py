@@ -8,6 +8,7 @@ import sys
 from actviz.cli import commands as commands
 from actviz.cli import diff as diff
 from actviz.cli import examples as examples
+from actviz.cli import monitor as monitor
 from actviz.cli import optimize as optimize
 from actviz.cli.boundary import app, usage_error
 

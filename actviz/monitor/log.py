@@ -91,6 +91,7 @@ class TrainingLog:
         start: The latest run's ``start`` record (empty for a log without one).
         steps: Its ``step`` records, in step order.
         nonfinite: Its ``nonfinite`` records, earliest first.
+        probes: Its ``probe`` records (the files of the probe batch's pictures).
         end: Its ``end`` record, or None while the run goes on (or after a crash).
         runs: How many runs the file holds (each ``watch`` block appends one).
         torn: Lines that could not be read (a torn last line after a crash).
@@ -100,6 +101,7 @@ class TrainingLog:
     start: dict[str, Any] = field(default_factory=dict)
     steps: list[dict[str, Any]] = field(default_factory=list)
     nonfinite: list[dict[str, Any]] = field(default_factory=list)
+    probes: list[dict[str, Any]] = field(default_factory=list)
     end: dict[str, Any] | None = None
     runs: int = 0
     torn: int = 0
@@ -150,11 +152,13 @@ def _add(log: TrainingLog, record: dict[str, Any]) -> None:
     kind = record.get("kind")
     if kind == "start":
         log.runs += 1
-        log.start, log.steps, log.nonfinite, log.end = record, [], [], None
+        log.start, log.steps, log.nonfinite, log.probes, log.end = record, [], [], [], None
     elif kind == "step":
         log.steps.append(record)
     elif kind == "nonfinite":
         log.nonfinite.append(record)
+    elif kind == "probe":
+        log.probes.append(record)
     elif kind == "end":
         log.end = record
 
