@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.engines import Plan, capture_and_render, stats_on_ray
+from actviz.errors import UsageError
 from actviz.gradients import write_run_flow_chart
 from actviz.models import LayerInfo, LayerListing, list_layers
 from actviz.options import RunOptions
@@ -130,6 +131,19 @@ def _load(
 
     loaded = open_model(model, opts.load)
     warnings: list[str] = []
+    if not loaded.classifier:
+        if opts.gradients.backward:
+            flag = "--cam" if opts.gradients.cam else "--grads"
+            raise UsageError(
+                f"{loaded.name} is a backbone without a classifier: there is no class score "
+                f"for {flag} to explain; drop {flag} (grids and statistics work), or load a "
+                "classifier"
+            )
+        warnings.append(
+            f"{loaded.name} is a backbone without a classifier: top-{opts.top_k} predictions "
+            "are left out"
+        )
+        notify.warn(warnings[-1])
     if loaded.weights.random and loaded.weights.spec != "none":
         warnings.append(_random_weights_warning(loaded))
         notify.warn(warnings[-1])

@@ -210,13 +210,28 @@ def _patch_size(module: nn.Module) -> tuple[int, int] | None:
 
 
 def _prefix_tokens(module: nn.Module) -> int:
+    # timm models state their class, distillation and register tokens in one number.
+    stated = getattr(module, "num_prefix_tokens", None)
+    if isinstance(stated, int) and not isinstance(stated, bool) and stated >= 0:
+        return stated
     count = 0
-    for attr in ("class_token", "cls_token", "dist_token", "register_tokens", "reg_token"):
+    for attr in _PREFIX_TOKENS:
         value = getattr(module, attr, None)
         shape = getattr(value, "shape", None)
         if shape is not None and len(shape) >= 2:
             count += int(shape[-2])
     return count
+
+
+#: Parameters holding tokens that precede the patch tokens (torchvision, timm, transformers).
+_PREFIX_TOKENS = (
+    "class_token",
+    "cls_token",
+    "dist_token",
+    "distillation_token",
+    "register_tokens",
+    "reg_token",
+)
 
 
 def _as_pair(value: object) -> tuple[int, int] | None:

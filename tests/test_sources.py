@@ -37,11 +37,18 @@ class _Toy:
             nn.Conv2d(3, 4, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)
         )
 
-    def load(self, model: str, weights: str, *, trust_checkpoint: bool) -> Built:
+    def load(
+        self,
+        model: str,
+        weights: str,
+        *,
+        trust_checkpoint: bool,
+        input_size: tuple[int, int] | None,
+    ) -> Built:
         self.check_name(model)
         return Built(self._net(), WeightsInfo(spec=weights, source="random"), preset=("a", "b"))
 
-    def build_meta(self, model: str) -> MetaBuild:
+    def build_meta(self, model: str, input_size: tuple[int, int] | None) -> MetaBuild:
         with torch.device("meta"):
             return MetaBuild(self._net())
 
@@ -66,6 +73,7 @@ def test_names_go_to_the_source_that_claims_them() -> None:
     assert source_for("resnet18").key == "torchvision"
     assert source_for("nets/tiny.py:build").key == "factory"
     assert source_for("pkg.models:build").key == "factory"
+    assert source_for("timm/convnext_tiny.fb_in1k").key == "timm"
 
 
 def test_one_row_makes_a_source_loadable_listable_and_checked(toy_row: None) -> None:
@@ -87,5 +95,5 @@ def test_one_row_makes_a_source_loadable_listable_and_checked(toy_row: None) -> 
 
 
 def test_an_unknown_source_names_the_known_ones() -> None:
-    with pytest.raises(UsageError, match="use one of factory, torchvision"):
+    with pytest.raises(UsageError, match="use one of timm, factory, torchvision"):
         list_models(source="nope")

@@ -154,7 +154,11 @@ def capture_and_render(
                     result.note = loaded.preprocess.fit_note(size, result.path) if size else None
                     if result.note is not None:
                         notify.warn(result.note)
-                    result.predictions = top_k_predictions(logits, i, loaded.categories, opts.top_k)
+                    result.predictions = (
+                        top_k_predictions(logits, i, loaded.categories, opts.top_k)
+                        if loaded.classifier
+                        else []
+                    )
                     job = _image_job(
                         shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
                     )

@@ -86,7 +86,9 @@ def stats_summaries(
         summary = ImageSummary(
             size=item.size,
             layers=draw_image(job),
-            predictions=top_k_predictions(logits, i, loaded.categories, top_k),
+            predictions=(
+                top_k_predictions(logits, i, loaded.categories, top_k) if loaded.classifier else []
+            ),
             never_ran=never_ran,
         )
         out.append(([item.index], summary))

@@ -16,6 +16,8 @@ from actviz.structure import type_names
 if TYPE_CHECKING:
     from torch import nn
 
+    from actviz.selectors import LayerRef
+
 __all__ = ["default_selector"]
 
 
@@ -44,10 +46,14 @@ def default_selector(model: nn.Module) -> str:
 
     if "VisionTransformer" in family and "EncoderBlock" in types:
         return "conv_proj,EncoderBlock" if "conv_proj" in names else "EncoderBlock"
-    if family & {"SwinTransformer", "ConvNeXt"} and any(
-        re.fullmatch(r"features\.\d+", n) for n in names
-    ):
-        return r"re:^features\.\d+$"
+    if family & {"SwinTransformer", "ConvNeXt"}:
+        # torchvision names the stages features.N, timm stages.N (ConvNeXt) or layers.N (Swin).
+        for stages in ("features", "stages", "layers"):
+            if any(re.fullmatch(rf"{stages}\.\d+", n) for n in names):
+                return rf"re:^{stages}\.\d+$"
+    tokens = _token_blocks(model, refs)
+    if tokens is not None:
+        return tokens
     if "MaxVit" in family and "MaxVitLayer" in types:
         return "stem,MaxVitLayer" if "stem" in names else "MaxVitLayer"
     if any(ref.leaf and TYPE_ALIASES["conv"].intersection(ref.types) for ref in refs):
@@ -62,6 +68,23 @@ def default_selector(model: nn.Module) -> str:
     if blocks is not None:
         return rf"re:^{re.escape(blocks)}\.\d+$"
     return "all"
+
+
+def _token_blocks(model: nn.Module, refs: list[LayerRef]) -> str | None:
+    """For a transformer read out from prefix tokens (timm's and Hugging Face's ViTs, DeiT,
+    DINOv2): its patch projection and each numbered block, as for torchvision's ViT."""
+    from actviz.structure import layer_contexts
+
+    if not any(ctx.prefix_tokens for ctx in layer_contexts(model).values()):
+        return None
+    blocks = _numbered_blocks(model)
+    if blocks is None:
+        return None
+    from actviz.selectors import TYPE_ALIASES
+
+    convs = [r.name for r in refs if r.leaf and TYPE_ALIASES["conv"].intersection(r.types)]
+    terms = [convs[0]] if len(convs) == 1 and _selectable(convs[0]) else []
+    return ",".join([*terms, rf"re:^{re.escape(blocks)}\.\d+$"])
 
 
 def _selectable(name: str) -> bool:

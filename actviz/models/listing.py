@@ -87,7 +87,7 @@ def list_layers(
     preprocess = source.preprocessing(model, None, input_size=input_size, in_chans=in_chans)
     height, width = preprocess.crop_size
     input_shape = (1, in_chans, height, width)
-    module, recorder = _traced(source, model, input_shape)
+    module, recorder = _traced(source, model, input_shape, input_size)
     refs = layer_refs(module)
     chosen = set(select_layers(refs, layers, model=model)) if layers else set()
     if layers:
@@ -181,12 +181,15 @@ _SKIPPED_SHOWN = 3
 
 
 def _traced(
-    source: ModelSource, model: str, input_shape: tuple[int, ...]
+    source: ModelSource,
+    model: str,
+    input_shape: tuple[int, ...],
+    input_size: tuple[int, int] | None,
 ) -> tuple[nn.Module, ActivationRecorder]:
     """The model traced on the meta device or, where its source allows, on the CPU on zeros."""
     import torch
 
-    build = source.build_meta(model)
+    build = source.build_meta(model, input_size)
     if build.module is not None:
         try:
             return build.module, _trace(build.module, input_shape, torch.device("meta"))

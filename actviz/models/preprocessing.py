@@ -9,7 +9,7 @@ greyscale input.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from actviz.errors import UsageError
@@ -142,6 +142,9 @@ class Preprocessing:
     channels: int = 3
     interpolation: str = "bilinear"
     crop: bool = True
+    origin: str = field(default="", compare=False)
+    """Where these values came from (the weights, a pretrained config, defaults), for the
+    manifest."""
 
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """An RGB PIL image -> a normalized ``(channels, height, width)`` float tensor."""
@@ -275,3 +278,18 @@ class Preprocessing:
         if in_chans == 1:
             mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
         return cls(resize, size, tuple(mean), tuple(std), in_chans, interpolation, crops)
+
+    def described(self, origin: str) -> Preprocessing:
+        """The same preprocessing, saying where its values came from."""
+        return replace(self, origin=origin)
+
+    def record(self) -> dict[str, object]:
+        """The preprocessing actually used, as the manifest records it."""
+        return {
+            "resize": self.resize_size,
+            "crop": list(self.crop_size) if self.crop else None,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "interpolation": self.interpolation,
+            "from": self.origin or None,
+        }

@@ -65,6 +65,8 @@ class LoadedModel:
     """The model source that built it (``torchvision``, ``factory``, ...)."""
     versions: dict[str, str] = field(default_factory=dict)
     """The versions of the libraries the model source depends on, for the manifest."""
+    classifier: bool = True
+    """False for a backbone whose output is features: no top-k predictions, no Grad-CAM."""
 
 
 def list_models(
@@ -141,7 +143,9 @@ def load_model(
     if in_chans not in (1, 3):
         raise UsageError(f"--in-chans must be 1 or 3, not {in_chans}")
     source = source_for(name)
-    built = source.load(name, weights.strip(), trust_checkpoint=trust_checkpoint)
+    built = source.load(
+        name, weights.strip(), trust_checkpoint=trust_checkpoint, input_size=input_size
+    )
     module = built.module
     module.eval()
     module.to(torch_device)
@@ -160,6 +164,7 @@ def load_model(
         segmentation=segmentation_logits(module),
         source=source.key,
         versions=source.versions(),
+        classifier=built.classifier,
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from actviz.errors import UsageError
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry, ModelSource, matching
 from actviz.models.sources.factory import FactorySource
+from actviz.models.sources.timm import TimmSource
 from actviz.models.sources.torchvision import TorchvisionSource
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
 #: Every model source, asked in order: the first whose ``claims`` is true owns the name.
 #: torchvision claims every name, so it comes last.
 SOURCES: tuple[ModelSource, ...] = (
+    TimmSource(),
     FactorySource(),
     TorchvisionSource(),
 )

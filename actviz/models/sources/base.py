@@ -42,11 +42,14 @@ class Built:
         weights: Which weights it carries, and why.
         preset: What the source reads preprocessing and class names from (torchvision's
             weights enum, a pretrained config, an image processor); None when it has none.
+        classifier: False for a backbone whose output is features, not class scores: no
+            top-k predictions and no Grad-CAM.
     """
 
     module: nn.Module
     weights: WeightsInfo
     preset: object = None
+    classifier: bool = True
 
 
 @dataclass
@@ -89,12 +92,20 @@ class ModelSource(Protocol):
         """Raise an error naming close names or the fix unless MODEL can be loaded."""
         ...
 
-    def load(self, model: str, weights: str, *, trust_checkpoint: bool) -> Built:
+    def load(
+        self,
+        model: str,
+        weights: str,
+        *,
+        trust_checkpoint: bool,
+        input_size: tuple[int, int] | None,
+    ) -> Built:
         """Resolve ``--weights`` (``auto``, ``none``, a name, a file) and build the model
-        with them; random weights are seeded."""
+        with them, for ``input_size`` where the architecture depends on it; random weights
+        are seeded."""
         ...
 
-    def build_meta(self, model: str) -> MetaBuild:
+    def build_meta(self, model: str, input_size: tuple[int, int] | None) -> MetaBuild:
         """The model without weights, for tracing its layers and shapes on the meta device."""
         ...
 

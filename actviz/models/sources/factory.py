@@ -43,7 +43,14 @@ class FactorySource:
     def check_name(self, model: str) -> None:
         """Nothing to check before importing: :func:`load_factory` says what is wrong."""
 
-    def load(self, model: str, weights: str, *, trust_checkpoint: bool) -> Built:
+    def load(
+        self,
+        model: str,
+        weights: str,
+        *,
+        trust_checkpoint: bool,
+        input_size: tuple[int, int] | None = None,
+    ) -> Built:
         """Build with the factory (seeded); ``auto`` and ``none`` keep its weights."""
         module = seeded(lambda: build_user_model(model))
         if weights.lower() in ("auto", "none"):
@@ -55,7 +62,7 @@ class FactorySource:
         load_state_dict_into(module, state, name=model, source=str(path))
         return Built(module, WeightsInfo(spec=weights, source="checkpoint", name=str(path)))
 
-    def build_meta(self, model: str) -> MetaBuild:
+    def build_meta(self, model: str, input_size: tuple[int, int] | None = None) -> MetaBuild:
         """The factory's model on the meta device, or, when its code needs real tensors, a
         way to build it on the CPU (the factory is imported once for both)."""
         import torch

@@ -94,7 +94,14 @@ class TorchvisionSource:
         """See :func:`check_model_name`."""
         check_model_name(model)
 
-    def load(self, model: str, weights: str, *, trust_checkpoint: bool) -> Built:
+    def load(
+        self,
+        model: str,
+        weights: str,
+        *,
+        trust_checkpoint: bool,
+        input_size: tuple[int, int] | None = None,
+    ) -> Built:
         """Pretrained weights (fetched into torch.hub's cache), a checkpoint, or random."""
         check_model_name(model)
         enum_cls = weights_enum(model)
@@ -149,7 +156,7 @@ class TorchvisionSource:
             load_state_dict_into(module, state_dict, name=model, source=info.name or spec)
         return Built(module, info, preset)
 
-    def build_meta(self, model: str) -> MetaBuild:
+    def build_meta(self, model: str, input_size: tuple[int, int] | None = None) -> MetaBuild:
         """The architecture of the default weights, with no memory and nothing downloaded."""
         import torch
 
