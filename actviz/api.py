@@ -1,38 +1,31 @@
-"""The pipeline in one readable place: load -> select -> capture -> render -> write.
+"""The library face of ``actviz run``, ``list-layers`` and of drawing one activation.
 
-The CLI is a thin layer over these functions; they return small dataclasses, report progress
-through an optional :class:`Reporter`, and raise :class:`~actviz.errors.ActvizError` subclasses.
+Each command lives in its family (``actviz.run``, ``actviz.examples``, ``actviz.diff``); this
+module gathers the names the package re-exports and :func:`render_activation`, which draws one
+activation without a run.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.engines import Plan, capture_and_render, stats_on_ray
-from actviz.errors import UsageError
-from actviz.gradients import write_run_flow_chart
 from actviz.models import LayerInfo, LayerListing, list_layers
-from actviz.options import RunOptions
-from actviz.render import render_activation
 from actviz.results import (
     ImageResult,
     LayerResult,
     Prediction,
     Reporter,
     RunResult,
-    SilentReporter,
-    manifest,
-    reuse_earlier,
 )
-from actviz.stats import write_stats
+from actviz.run.command import run
+from actviz.run.options import RunOptions
 
 if TYPE_CHECKING:
-    from torch import nn
+    import numpy as np
+    import torch
 
-    from actviz.models import LoadedModel
+    from actviz.layouts import LayerContext, Layout
+    from actviz.render import GridImage
 
 __all__ = [
     "ImageResult",
@@ -49,233 +42,49 @@ __all__ = [
 ]
 
 
-def run(
-    model: str | nn.Module,
-    inputs: Sequence[Path | str],
-    options: RunOptions | None = None,
+def render_activation(
+    activation: torch.Tensor | np.ndarray,
     *,
-    reporter: Reporter | None = None,
-    **keywords: Any,
-) -> RunResult:
-    """Run images through a model and write one feature-map grid PNG per selected layer.
+    title: str = "",
+    max_channels: int = 64,
+    context: LayerContext | None = None,
+    layout: Layout = "auto",
+    **render_options: Any,
+) -> GridImage:
+    """Draw one activation of one image as a grid (or a strip, for a vector).
 
     Args:
-        model: A torchvision model name, ``package.module:factory`` /
-            ``path/to/file.py:factory`` for the user's own model (runs that code), or an
-            ``nn.Module`` object, used with its own weights and ImageNet's preprocessing
-            unless ``preprocess`` says otherwise (given back in its training mode and device).
-        inputs: Image files and/or folders (walked recursively).
-        options: The run's options (:class:`~actviz.options.RunOptions`).
-        reporter: Receives warnings and progress.
-        **keywords: Instead of ``options``, any option by its flat name (``layers``, ``out``,
-            ``weights``, ``norm``, ``batch_size``, ``cam``, ...): every field of
-            :class:`~actviz.options.RunOptions` and of its groups.
+        activation: One image's output: ``(C, H, W)`` maps, ``(H, W, C)`` channels-last,
+            ``(1 + H*W, C)`` tokens, or ``(C,)``. A leading batch dimension of 1 is dropped.
+        title: The header's first line.
+        max_channels: Channels drawn at most (0 = all).
+        context: What the model says about the layer (``actviz.layouts.layer_contexts``).
+        layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
+        **render_options: Passed to ``actviz.render.grid.render_grid`` (``order``, ``norm``,
+            ``value_range``, ``clip``, ``cmap``).
 
     Returns:
-        What was written, per image and layer.
+        The picture; ``.to_pil()`` gives a Pillow image, ``.to_rgb()`` an array.
 
     Raises:
-        ActvizError: For every expected failure (unknown model, empty selection, ...).
-        TypeError: For an unknown keyword, or keywords given together with ``options``.
+        ValueError: When the activation cannot be drawn; the message says why.
     """
-    from actviz import images as image_io
-    from actviz import output
-    from actviz.hooks import layer_refs
-    from actviz.models.listing import fold_never_ran
-    from actviz.session import check_engine, model_label, restoring
+    import numpy as np
 
-    if options is not None and keywords:
-        raise TypeError("pass either options or keywords, not both")
-    opts = options or RunOptions.from_keywords(**keywords)
-    check_engine(model, opts.execution.engine)
-    given, model = model, model_label(model)
-    started = time.perf_counter()
-    notify = reporter or SilentReporter()
-    found = image_io.discover([Path(p) for p in inputs])
-    created = not opts.out.exists()
-    output.prepare_out_dir(
-        opts.out, resume=opts.execution.resume, overwrite=opts.execution.overwrite
+    from actviz.layouts import to_drawable
+    from actviz.render import grid as render
+
+    array = np.asarray(
+        activation.detach().cpu().float().numpy() if hasattr(activation, "detach") else activation,
+        dtype=np.float32,
     )
-    # A run that fails before writing anything leaves no empty folder behind.
-    with output.removed_if_empty(opts.out, created), restoring(given):
-        loaded, warnings = _load(given, opts, notify)
-        if opts.report:
-            from actviz.report import warm_up
-
-            warm_up()  # the report's templates, compiled while the images run
-        selector, names = _select(model, loaded, opts)
-        state = _plan(model, loaded, selector, names, found, opts)
-        if state.kept:
-            shown = ", ".join(state.kept[:5]) + (", ..." if len(state.kept) > 5 else "")
-            warnings.append(f"--overwrite kept {len(state.kept)} file(s) no run wrote: {shown}")
-            notify.warn(warnings[-1])
-        state.start_progress(notify)
-        if opts.execution.engine == "ray":
-            never_ran = stats_on_ray(model, state.names, state.todo, state.records, opts, notify)
-        else:
-            never_ran = capture_and_render(model, loaded, state, opts, notify)
-        # What the selector swept in but the forward never called: one warning, and left out.
-        refs = layer_refs(loaded.module)
-        state.names, idle = fold_never_ran(refs, selector, state.names, never_ran)
-        for message in idle:
-            warnings.append(message)
-            notify.warn(message)
-        return _write(model, loaded, state, found.skipped, warnings, opts, started)
-
-
-def _load(
-    model: str | nn.Module, opts: RunOptions, notify: Reporter
-) -> tuple[LoadedModel, list[str]]:
-    """Build the model on its device; warn loudly when its weights are random."""
-    from actviz.session import open_model
-
-    loaded = open_model(model, opts.load)
-    warnings: list[str] = []
-    if not loaded.classifier:
-        if opts.gradients.backward:
-            flag = "--cam" if opts.gradients.cam else "--grads"
-            raise UsageError(
-                f"{loaded.name} is a backbone without a classifier: there is no class score "
-                f"for {flag} to explain; drop {flag} (grids and statistics work), or load a "
-                "classifier"
-            )
-        warnings.append(
-            f"{loaded.name} is a backbone without a classifier: top-{opts.top_k} predictions "
-            "are left out"
-        )
-        notify.warn(warnings[-1])
-    if loaded.weights.random and loaded.weights.spec != "none":
-        warnings.append(_random_weights_warning(loaded))
-        notify.warn(warnings[-1])
-    return loaded, warnings
-
-
-def _select(model: str, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
-    """The selector (the architecture's default when none was given) and the modules it names."""
-    from actviz.hooks import layer_refs
-    from actviz.layouts import default_selector
-    from actviz.selectors import select_layers
-
-    if opts.layers is not None:
-        selector = opts.layers
-    elif opts.capture == "attn":  # attention maps come from the attention modules
-        selector = "MultiheadAttention"
-    else:
-        selector = default_selector(loaded.module)
-    return selector, select_layers(layer_refs(loaded.module), selector, model=model)
-
-
-def _plan(
-    model: str,
-    loaded: LoadedModel,
-    selector: str,
-    names: list[str],
-    found: Any,
-    opts: RunOptions,
-) -> Plan:
-    """Output folders per image, the resume records, and which images are still to draw."""
-    import torch
-
-    from actviz import output
-    from actviz.layouts import layer_contexts
-
-    dirs = output.image_dirs([item.rel for item in found.images])
-    results = [
-        ImageResult(path=item.path, out_dir=folder)
-        for item, folder in zip(found.images, dirs, strict=True)
-    ]
-    grads = opts.gradients
-    settings = {
-        "model": model,
-        "weights": loaded.weights.name or loaded.weights.source,
-        "selector": selector,
-        "capture": opts.capture,
-        "draw": {k: v for k, v in opts.draw.describe().items() if k != "png_compression"},
-        "input_size": list(loaded.input_size),
-        "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
-    }
-    records = output.RunRecords(opts.out, settings)
-    kept: list[Path] = []
-    if opts.execution.resume:
-        reuse_earlier(records.completed(), results)
-    elif opts.execution.overwrite:
-        kept = records.reset([r.out_dir for r in results])
-    module = loaded.module
-    if opts.execution.channels_last:
-        module = module.to(memory_format=torch.channels_last)
-    return Plan(
-        selector=selector,
-        names=names,
-        module=module,
-        contexts=layer_contexts(module, loaded.input_size),
-        results=results,
-        todo=[r for r in results if r.status != "reused"],
-        records=records,
-        kept=[p.relative_to(opts.out).as_posix() for p in kept],
-    )
-
-
-def _write(
-    model: str,
-    loaded: LoadedModel,
-    plan: Plan,
-    skipped: list[tuple[Path, str]],
-    warnings: list[str],
-    opts: RunOptions,
-    started: float,
-) -> RunResult:
-    """Statistics, flow chart, manifest and report: the files about the whole run."""
-    from actviz import output
-
-    out_dir, ex, results = opts.out, opts.execution, plan.results
-    stats_doc = write_stats(out_dir, results, opts.thresholds) if opts.stats else None
-    flow = write_run_flow_chart(out_dir, results) if opts.gradients.grads else None
-    manifest_path = out_dir / "manifest.json"
-    result = RunResult(
-        model=model,
-        weights=loaded.weights,
-        device=str(loaded.device),
-        selector=plan.selector,
-        layers=plan.names,
-        out=out_dir,
-        images=results,
-        skipped=skipped,
-        seconds=time.perf_counter() - started,
-        manifest=manifest_path,
-        warnings=warnings,
-        options={
-            "capture": opts.capture,
-            "input_size": list(loaded.input_size),
-            "in_chans": opts.load.in_chans,
-            "batch_size": ex.batch_size,
-            "workers": ex.workers,
-            "amp": ex.amp,
-            "channels_last": ex.channels_last,
-            "png_compression": opts.draw.png_compression,
-            "resume": ex.resume,
-            "overwrite": ex.overwrite,
-            "engine": ex.engine,
-        },
-        render=opts.draw.describe(),
-        stats=stats_doc,
-        report=out_dir / "index.html" if opts.report else None,
-        gradient_flow=flow,
-    )
-    record = manifest(result)
-    output.write_json(manifest_path, record)
-    if opts.report:
-        from actviz.report import build_report, related_reports
-
-        related = related_reports(out_dir)
-        pages = build_report(record, stats_doc, out_dir_name=out_dir.name, related=related)
-        for rel, data in pages.items():
-            output.write_bytes(out_dir / rel, data)
-    return result
-
-
-def _random_weights_warning(loaded: LoadedModel) -> str:
-    why = loaded.weights.reason or "no pretrained weights"
-    return (
-        f"RANDOM WEIGHTS: {why}. The grids show an untrained {loaded.name}; "
-        "pass --weights none to say that is what you want."
+    if array.ndim == 4 and array.shape[0] == 1:
+        array = array[0]
+    drawable = to_drawable(array, context, layout=layout)
+    if drawable.kind == "none" or drawable.array is None:
+        raise ValueError(drawable.note or f"cannot draw an output of shape {array.shape}")
+    if drawable.kind == "vector":
+        return render.render_vector(drawable.array, title=title, cmap=render_options.get("cmap"))
+    return render.render_grid(
+        drawable.array, title=title, max_channels=max_channels, **render_options
     )

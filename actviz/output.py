@@ -17,12 +17,9 @@ import unicodedata
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from actviz.errors import OutputError
-
-if TYPE_CHECKING:
-    from PIL import Image
 
 __all__ = [
     "TMP_MARK",
@@ -36,7 +33,6 @@ __all__ = [
     "dumps_json",
     "write_bytes",
     "write_json",
-    "write_png",
     "write_tensor",
 ]
 
@@ -342,30 +338,6 @@ def atomic_path(path: Path) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-
-
-def write_png(path: Path, image: Image.Image, *, compress_level: int = 1) -> None:
-    """Write a PNG atomically. Palette, grey and RGB pictures are encoded by
-    :func:`actviz.render.png.encode_png` (level 1, the default, is its fast end); others by
-    Pillow (pictures with transparency or a colour profile among them)."""
-    entries = image.getpalette() if image.mode == "P" else None
-    plain = not image.has_transparency_data and "icc_profile" not in image.info
-    if image.mode in ("P", "L", "RGB") and entries != [] and plain:
-        import numpy as np
-
-        from actviz.render.png import encode_png
-
-        palette = None if entries is None else np.array(entries, np.uint8).reshape(-1, 3)
-        data = encode_png(
-            np.asarray(image),
-            palette=palette,
-            level=compress_level,
-            row_filter="up" if image.mode == "RGB" else "none",
-        )
-        write_bytes(path, data)
-        return
-    with atomic_path(path) as tmp:
-        image.save(tmp, format="PNG", compress_level=compress_level)
 
 
 def write_tensor(path: Path, tensor: Any, fmt: str) -> None:

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
     from actviz.models import LoadedModel
     from actviz.options import LoadOptions
 
-__all__ = ["check_engine", "model_label", "open_model", "restoring"]
+__all__ = ["RANDOM_NOTE", "check_engine", "model_label", "open_model", "restoring"]
+
+RANDOM_NOTE = "random weights: an untrained model, so no learned features"
+"""The header line of every picture drawn from a model whose weights are random."""
 
 
 def model_label(model: str | nn.Module) -> str:

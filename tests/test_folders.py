@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 import actviz
 from actviz import api
 from actviz.cli import app
-from actviz.engines import local as local_engine
-from actviz.render import draw as draw_module
+from actviz.run import draw as draw_module
+from actviz.run import loop as local_engine
 from tests.conftest import make_image
 
 pytestmark = pytest.mark.slow

@@ -21,9 +21,10 @@ from actviz.output import (
     layer_filename,
     prepare_out_dir,
     safe_name,
+    write_bytes,
     write_json,
-    write_png,
 )
+from actviz.render.png import picture_png
 
 
 @pytest.mark.parametrize(
@@ -220,7 +221,7 @@ def test_atomic_write_leaves_nothing_when_the_writer_fails(tmp_path: Path) -> No
 
 def test_write_png_and_json(tmp_path: Path) -> None:
     image = Image.new("P", (4, 3), 5)
-    write_png(tmp_path / "a" / "x.png", image)
+    write_bytes(tmp_path / "a" / "x.png", picture_png(image))
     with Image.open(tmp_path / "a" / "x.png") as back:
         assert back.size == (4, 3) and back.mode == "P"
     write_json(tmp_path / "m.json", {"a": [1, 2]})

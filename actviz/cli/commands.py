@@ -75,7 +75,7 @@ from actviz.errors import ExitCode
 
 if TYPE_CHECKING:
     from actviz.api import RunResult
-    from actviz.options import RunOptions
+    from actviz.run.options import RunOptions
 
 __all__ = ["list_layers", "models", "run", "stats"]
 
@@ -126,12 +126,8 @@ def run(
     Writes grids to OUT/<image>/<NN>_<layer>.png, and OUT/manifest.json, stats.json,
     stats.csv and the report index.html.
     """
-    from actviz.options import (
-        DrawOptions,
-        ExecutionOptions,
-        GradientOptions,
-        RunOptions,
-    )
+    from actviz.options import ExecutionOptions
+    from actviz.run.options import DrawOptions, GradientOptions, RunOptions
 
     options = RunOptions(
         layers=",".join(layers) if layers else None,
@@ -200,7 +196,8 @@ def stats(
     Writes OUT/stats.json, OUT/stats.csv and OUT/manifest.json; flags NaN/Inf, dead,
     constant, exploding and vanishing layers.
     """
-    from actviz.options import DrawOptions, ExecutionOptions, RunOptions
+    from actviz.options import ExecutionOptions
+    from actviz.run.options import DrawOptions, RunOptions
 
     options = RunOptions(
         layers=",".join(layers) if layers else None,

@@ -287,6 +287,7 @@ def _draw(state: Stream, batch: _Batch, rows: list[int]) -> None:
     """Write the difference pictures of the given rows of a batch."""
     from actviz import output
     from actviz.diff.pictures import caption_lines, compose, render_diff
+    from actviz.render.png import picture_png
 
     opts = state.opts
     width = max(2, len(str(len(state.order) - 1)))
@@ -334,7 +335,7 @@ def _draw(state: Stream, batch: _Batch, rows: list[int]) -> None:
             )
             picture, boxes = compose(panels, caption)
             rel = f"{folder}/{output.layer_filename(position[cap.key], cap.key, width=width)}"
-            output.write_png(opts.out / rel, picture, compress_level=opts.png_compression)
+            output.write_bytes(opts.out / rel, picture_png(picture, opts.png_compression))
             state.pictures.append(
                 DiffPicture(
                     image=image,

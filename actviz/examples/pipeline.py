@@ -415,7 +415,7 @@ def _stream_on_ray(
 ) -> None:
     """The same pass on a pool of Ray actors: each batch's candidates merged as they come
     back. The pictures decode the chosen images again (no views travel back)."""
-    from actviz.engines import candidates_on_ray
+    from actviz.examples.on_ray import candidates_on_ray
 
     pairs = candidates_on_ray(
         model,

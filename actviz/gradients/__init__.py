@@ -1,8 +1,11 @@
-"""Gradients: the gradient recorder, gradient grids, Grad-CAM, and gradient-flow charts."""
+"""Gradients: the gradient recorder, the backward pass, Grad-CAM maps, and gradient-flow charts.
+
+The per-layer pictures drawn from them (gradient grids, Grad-CAM pictures) are a run's, in
+:mod:`actviz.run.gradients`."""
 
 from __future__ import annotations
 
-from actviz.gradients.batch import backward, choose_cam_keys, write_flow_chart, write_run_flow_chart
+from actviz.gradients.batch import backward, choose_cam_keys
 from actviz.gradients.cam import CamLayout, ClassCam, class_cams, grad_cam, to_nchw
 from actviz.gradients.core import (
     CLASS_TOKEN_NOTE,
@@ -14,7 +17,6 @@ from actviz.gradients.core import (
     zero_classifier,
 )
 from actviz.gradients.flowchart import EXPLODING, VANISHING, gradient_flow_png
-from actviz.gradients.pictures import class_name, draw_gradient
 from actviz.gradients.recorder import GradientCapture, GradientRecorder
 
 __all__ = [
@@ -29,16 +31,12 @@ __all__ = [
     "backward",
     "choose_cam_keys",
     "class_cams",
-    "class_name",
     "compute_gradients",
-    "draw_gradient",
     "explain_zero_gradients",
     "grad_cam",
     "gradient_flow_png",
     "resolve_targets",
     "to_nchw",
-    "write_flow_chart",
-    "write_run_flow_chart",
     "zero_cam_note",
     "zero_classifier",
 ]

@@ -1,19 +1,16 @@
-"""The backward half of a run: gradients of a target logit, Grad-CAM layers, flow charts."""
+"""The backward half of a run: gradients of a target logit, and the Grad-CAM layers."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
-from actviz.results import ImageResult
 
 if TYPE_CHECKING:
     from actviz.gradients.cam import CamLayout
 
-__all__ = ["backward", "choose_cam_keys", "write_flow_chart", "write_run_flow_chart"]
+__all__ = ["backward", "choose_cam_keys"]
 
 
 def choose_cam_keys(
@@ -158,46 +155,3 @@ def _with_zero_note(cam: Any, capture: Any) -> Any:
     if cam.note is not None or bool(cam.cam.any()):
         return cam
     return replace(cam, note=zero_cam_note(capture.note if capture is not None else None))
-
-
-def write_flow_chart(out_dir: Path, result: ImageResult) -> str | None:
-    """One image's gradient norm per layer against depth."""
-    from actviz import output
-    from actviz.gradients.flowchart import gradient_flow_png
-
-    layers = [layer for layer in result.layers if layer.gradient and layer.kind == "output"]
-    if not layers:
-        return None
-    norms = [layer.gradient["norm"] if layer.gradient else None for layer in layers]
-    png = gradient_flow_png(
-        [layer.key for layer in layers],
-        {result.out_dir.as_posix(): [math.nan if n is None else n for n in norms]},
-        title=f"gradient flow: {result.path.name}",
-        show_mean=False,
-    )
-    rel = result.out_dir / "gradient_flow.png"
-    output.write_bytes(out_dir / rel, png)
-    return rel.as_posix()
-
-
-def write_run_flow_chart(out_dir: Path, results: Sequence[ImageResult]) -> Path | None:
-    """Every image's gradient flow in one chart, with their geometric mean."""
-    from actviz import output
-    from actviz.gradients.flowchart import gradient_flow_png
-
-    series: dict[str, list[float]] = {}
-    keys: list[str] = []
-    for result in results:
-        layers = [x for x in result.layers if x.gradient and x.kind == "output"]
-        if not layers:
-            continue
-        keys = keys or [x.key for x in layers]
-        norms = {x.key: x.gradient["norm"] for x in layers if x.gradient}
-        series[result.out_dir.as_posix()] = [
-            math.nan if norms.get(k) is None else float(norms[k]) for k in keys
-        ]
-    if not series:
-        return None
-    path = out_dir / "gradient_flow.png"
-    output.write_bytes(path, gradient_flow_png(keys, series, title="gradient flow: the run"))
-    return path

@@ -1,21 +1,9 @@
-"""Pictures: pure arrays in, uint8 pictures out (normalize, palette, tiling, legend, grid,
-overlay), and the drawing of one image's captured layers."""
+"""Pictures: pure arrays in, uint8 pictures or PNG bytes out (normalize, palette, tiling,
+legend, grid, overlay, segmentation, png). Nothing here writes a file or knows a command."""
 
 from __future__ import annotations
 
-from actviz.render.draw import (
-    RANDOM_NOTE,
-    ImageJob,
-    display_view,
-    draw_image,
-    headed,
-    header_notes,
-    model_view,
-    render_activation,
-    summaries,
-    thumbnail_path,
-)
-from actviz.render.grid import Norm, render_grid, render_vector
+from actviz.render.grid import Norm, Order, render_grid, render_vector
 from actviz.render.legend import (
     HEADER_MIN_WIDTH,
     TILE_LABEL_SIZE,
@@ -65,7 +53,6 @@ from actviz.render.segmentation import (
     class_map,
     class_palette,
     segmentation_picture,
-    write_segmentation,
 )
 from actviz.render.tiling import GAP, TileLayout, tile_grid, tile_layout
 
@@ -79,12 +66,11 @@ __all__ = [
     "GridImage",
     "HEADER_MIN_WIDTH",
     "Header",
-    "ImageJob",
     "LABEL",
     "NONFINITE",
     "N_LEVELS",
     "Norm",
-    "RANDOM_NOTE",
+    "Order",
     "SPARE",
     "TEXT",
     "TILE_LABEL_SIZE",
@@ -102,36 +88,27 @@ __all__ = [
     "class_palette",
     "colormap_lut",
     "digit_rows",
-    "display_view",
-    "draw_image",
     "flat_percentiles",
     "fmt_value",
     "font",
-    "headed",
     "header_height",
-    "header_notes",
     "input_view",
     "is_signed",
     "line_height",
     "map_levels",
-    "model_view",
     "new_canvas",
     "order_scores",
     "palette_for",
     "paste_text",
     "range_is_signed",
-    "render_activation",
     "render_grid",
     "render_vector",
     "resized_size",
     "row_percentiles",
     "segmentation_picture",
-    "summaries",
     "text_width",
-    "thumbnail_path",
     "tile_grid",
     "tile_layout",
     "upsample",
     "wrap_text",
-    "write_segmentation",
 ]

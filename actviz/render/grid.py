@@ -26,7 +26,6 @@ from typing import Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from actviz.options import Order
 from actviz.render.legend import (
     Header,
     fmt_value,
@@ -65,10 +64,13 @@ from actviz.render.tiling import GAP, body_shape, tile_grid, tile_layout
 # annotations can keep taking them from this module; they are not part of the API.
 __all__ = [
     "Norm",
+    "Order",
     "render_grid",
     "render_vector",
 ]
 
+Order = Literal["index", "mean", "max", "std"]
+"""Which channels a capped grid shows, in which order: by index, or by descending score."""
 Norm = Literal["channel", "layer"]
 
 # render_vector layout (pixels).

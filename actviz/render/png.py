@@ -10,15 +10,19 @@ ISA-L is missing. The PNG itself is a few chunks around the deflated rows, writt
 
 from __future__ import annotations
 
+import io
 import struct
 import zlib
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["deflate", "encode_png", "fast_deflate"]
+if TYPE_CHECKING:
+    from PIL import Image
+
+__all__ = ["deflate", "encode_png", "fast_deflate", "picture_png"]
 
 U8 = npt.NDArray[np.uint8]
 Filter = Literal["none", "up"]
@@ -104,6 +108,25 @@ def encode_png(
     chunks.append(_chunk(b"IDAT", deflate(data.tobytes(), level)))
     chunks.append(_chunk(b"IEND", b""))
     return _SIGNATURE + b"".join(chunks)
+
+
+def picture_png(image: Image.Image, level: int = 1) -> bytes:
+    """A Pillow picture as PNG bytes. Palette, grey and RGB pictures are encoded by
+    :func:`encode_png` (level 1, the default, is its fast end); others by Pillow (pictures
+    with transparency or a colour profile among them)."""
+    entries = image.getpalette() if image.mode == "P" else None
+    plain = not image.has_transparency_data and "icc_profile" not in image.info
+    if image.mode in ("P", "L", "RGB") and entries != [] and plain:
+        palette = None if entries is None else np.array(entries, np.uint8).reshape(-1, 3)
+        return encode_png(
+            np.asarray(image),
+            palette=palette,
+            level=level,
+            row_filter="up" if image.mode == "RGB" else "none",
+        )
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=level)
+    return buffer.getvalue()
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:

@@ -11,7 +11,7 @@ from actviz.stats.anomalies import (
     flag_anomalies,
     parse_kinds,
 )
-from actviz.stats.collect import stats_callback, write_stats
+from actviz.stats.collect import stats_callback
 from actviz.stats.compute import PERCENTILE_EXACT_LIMIT, compute_stats, default_channel_dim
 from actviz.stats.files import CSV_FIELDS, RUN_KEY, stats_rows, to_csv, to_json
 from actviz.stats.layerstats import STAT_FIELDS, LayerStats, aggregate, aggregate_run
@@ -37,5 +37,4 @@ __all__ = [
     "stats_rows",
     "to_csv",
     "to_json",
-    "write_stats",
 ]

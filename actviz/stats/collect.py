@@ -1,17 +1,11 @@
-"""Diagnostics of a run: statistics computed in the hooks, and ``stats.json``/``stats.csv``."""
+"""Statistics of captured batches, computed in the hooks or the render threads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from actviz.results import ImageResult
-
-if TYPE_CHECKING:
-    from actviz.stats.anomalies import Thresholds
-
-__all__ = ["stats_callback", "write_stats"]
+__all__ = ["stats_callback"]
 
 
 def stats_callback(contexts: Mapping[str, Any]) -> Callable[[str, Any], Any]:
@@ -28,37 +22,3 @@ def stats_callback(contexts: Mapping[str, Any]) -> Callable[[str, Any], Any]:
             return None
 
     return summarize
-
-
-def write_stats(
-    out_dir: Path, results: Sequence[ImageResult], thresholds: Thresholds | None
-) -> dict[str, Any]:
-    """``stats.json`` and ``stats.csv`` for every image drawn or reused, and the run."""
-    from actviz import output
-    from actviz.stats.anomalies import Thresholds
-    from actviz.stats.files import stats_rows, to_csv, to_json
-    from actviz.stats.layerstats import LayerStats, aggregate_run
-
-    limits = thresholds or Thresholds()
-    per_image = {
-        result.out_dir.as_posix(): [
-            (layer.key, LayerStats.from_dict(layer.stats))
-            for layer in result.layers
-            if layer.stats is not None
-        ]
-        for result in results
-        if result.status in ("ok", "reused")
-    }
-    per_image = {key: layers for key, layers in per_image.items() if layers}
-    run = aggregate_run(per_image) if len(per_image) > 1 else None
-    doc = to_json(per_image, run, thresholds=limits)
-    gradients = {
-        result.out_dir.as_posix(): {x.key: x.gradient for x in result.layers if x.gradient}
-        for result in results
-    }
-    if any(gradients.values()):
-        doc["gradients"] = {key: value for key, value in gradients.items() if value}
-    output.write_json(out_dir / "stats.json", doc)
-    csv_text = to_csv(stats_rows(per_image, run, thresholds=limits))
-    output.write_bytes(out_dir / "stats.csv", csv_text.encode("utf-8", "backslashreplace"))
-    return doc

@@ -1,7 +1,7 @@
 """``actviz stats`` on the Ray engine: per-image layer statistics from actors, merged on the driver.
 
 An actor's work on a batch is the local engine's with pictures off: the same hooks, the same
-:func:`~actviz.render.draw_image` (which with ``grids=False`` computes each layer's statistics,
+:func:`~actviz.run.draw.draw_image` (which with ``grids=False`` computes each layer's statistics,
 layout and note and writes nothing), the same predictions. The driver fills in the run's
 :class:`~actviz.results.ImageResult` list as results come back, so the statistics files, the
 manifest and the report are written by the very code a local run uses.
@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from actviz.engines.ray_data import RayOptions, WorkerSpec, ray_batches
+from actviz.engines import RayOptions, WorkerSpec, ray_batches
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
-    from actviz.options import RunOptions
     from actviz.results import ImageResult, LayerResult, Prediction, Reporter
+    from actviz.run.options import RunOptions
 
 __all__ = ["ImageSummary", "stats_on_ray", "stats_summaries"]
 
@@ -44,9 +44,10 @@ def stats_summaries(
     from actviz.forward import top_k_predictions
     from actviz.hooks import ActivationRecorder, eval_mode
     from actviz.layouts import layer_contexts
-    from actviz.options import DrawOptions
     from actviz.pipeline import decode_batches
-    from actviz.render import ImageJob, draw_image
+    from actviz.run.draw import draw_image
+    from actviz.run.job import ImageJob
+    from actviz.run.options import DrawOptions
     from actviz.stats import stats_callback
 
     module = loaded.module

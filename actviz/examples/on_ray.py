@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.engines.ray_data import RayOptions, WorkerSpec, ray_batches
+from actviz.engines import RayOptions, WorkerSpec, ray_batches
 
 if TYPE_CHECKING:
     from actviz.examples.plan import LayerPlan

@@ -7,158 +7,46 @@ through ``output`` only.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from actviz.options import DrawOptions
 from actviz.results import LayerResult
+from actviz.run.gradients import draw_gradient
+from actviz.run.job import (
+    ImageJob,
+    display_view,
+    headed,
+    header_notes,
+    model_view,
+    thumbnail_path,
+)
+from actviz.run.segmentation import write_segmentation
 
 if TYPE_CHECKING:
     import numpy as np
     import torch
-    from PIL import Image
 
     from actviz.hooks import Capture
-    from actviz.layouts import LayerContext, Layout
-    from actviz.render.palette import GridImage
 
-__all__ = [
-    "RANDOM_NOTE",
-    "ImageJob",
-    "display_view",
-    "draw_image",
-    "header_notes",
-    "headed",
-    "render_activation",
-    "model_view",
-    "summaries",
-    "thumbnail_path",
-]
-
-
-@dataclass(frozen=True)
-class ImageJob:
-    """Everything needed to draw the layers of one image of a batch."""
-
-    captures: Sequence[Capture]
-    summaries: Sequence[Sequence[tuple[float, float, float]]]
-    index: int
-    folder: PurePosixPath
-    out_dir: Path
-    options: DrawOptions
-    contexts: Mapping[str, LayerContext] = field(default_factory=dict)
-    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
-    model_input: torch.Tensor | None = None
-    mean: Sequence[float] = ()
-    std: Sequence[float] = ()
-    thumbnail: bool = False
-    gradients: Mapping[str, Any] = field(default_factory=dict)
-    gradient_grids: bool = False
-    stats_fn: Callable[[str, Any], Any] | None = None
-    target: int | None = None
-    cam_keys: frozenset[str] = frozenset()
-    class_cams: Mapping[str, Sequence[Any]] = field(default_factory=dict)
-    shared_channels: Mapping[str, Sequence[int]] = field(default_factory=dict)
-    """With ``--norm shared`` and a sort: per capture key, the channels every image shows."""
-    shared_images: int = 0
-    """How many images ``shared_channels`` were ranked over."""
-    target_label: str | None = None
-    """The name of class ``target``, when the model has names."""
-    random_weights: bool = False
-    """The model's weights are random: every picture's header says so."""
-    channel_names: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    """Module name -> the name of each output channel (a segmentation head's classes)."""
-    segmentation: str | None = None
-    """The module whose output is a segmentation model's class logits: ``segmentation.png``."""
-
-
-def render_activation(
-    activation: torch.Tensor | np.ndarray,
-    *,
-    title: str = "",
-    max_channels: int = 64,
-    context: LayerContext | None = None,
-    layout: Layout = "auto",
-    **render_options: Any,
-) -> GridImage:
-    """Draw one activation of one image as a grid (or a strip, for a vector).
-
-    Args:
-        activation: One image's output: ``(C, H, W)`` maps, ``(H, W, C)`` channels-last,
-            ``(1 + H*W, C)`` tokens, or ``(C,)``. A leading batch dimension of 1 is dropped.
-        title: The header's first line.
-        max_channels: Channels drawn at most (0 = all).
-        context: What the model says about the layer (``actviz.layouts.layer_contexts``).
-        layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
-        **render_options: Passed to ``actviz.render.grid.render_grid`` (``order``, ``norm``,
-            ``value_range``, ``clip``, ``cmap``).
-
-    Returns:
-        The picture; ``.to_pil()`` gives a Pillow image, ``.to_rgb()`` an array.
-
-    Raises:
-        ValueError: When the activation cannot be drawn; the message says why.
-    """
-    import numpy as np
-
-    from actviz.layouts import to_drawable
-    from actviz.render import grid as render
-
-    array = np.asarray(
-        activation.detach().cpu().float().numpy() if hasattr(activation, "detach") else activation,
-        dtype=np.float32,
-    )
-    if array.ndim == 4 and array.shape[0] == 1:
-        array = array[0]
-    drawable = to_drawable(array, context, layout=layout)
-    if drawable.kind == "none" or drawable.array is None:
-        raise ValueError(drawable.note or f"cannot draw an output of shape {array.shape}")
-    if drawable.kind == "vector":
-        return render.render_vector(drawable.array, title=title, cmap=render_options.get("cmap"))
-    return render.render_grid(
-        drawable.array, title=title, max_channels=max_channels, **render_options
-    )
+__all__ = ["draw_image", "summaries"]
 
 
 def draw_image(job: ImageJob) -> list[LayerResult]:
     """Draw and write every capture of one image of a batch, one PNG each."""
     from actviz import output
+    from actviz.render.png import picture_png
 
     captures = job.captures
     width = max(2, len(str(len(captures) - 1)))
     if job.thumbnail and job.model_input is not None:
-        output.write_png(
-            job.out_dir / thumbnail_path(job.folder), model_view(job), compress_level=1
-        )
+        output.write_bytes(job.out_dir / thumbnail_path(job.folder), picture_png(model_view(job)))
     layers = [
         _draw_layer(job, order, cap, output.layer_filename(order, cap.key, width=width))
         for order, cap in enumerate(captures)
     ]
     if job.segmentation is not None and job.options.grids:
-        from actviz.render.segmentation import write_segmentation
-
         write_segmentation(job)
     return layers
-
-
-def model_view(job: ImageJob) -> Image.Image:
-    """What the model saw (after resize and crop), de-normalized; greyscale input as grey."""
-    from actviz.render.overlay import input_view
-
-    assert job.model_input is not None
-    x = job.model_input.numpy()
-    mean, std = list(job.mean), list(job.std)
-    if x.shape[0] == 1:  # a greyscale model: show its one channel as grey
-        x = x.repeat(3, axis=0)
-        mean, std = mean * 3, std * 3
-    return input_view(x, mean, std)
-
-
-def thumbnail_path(folder: PurePosixPath) -> PurePosixPath:
-    """Where the picture of what the model saw goes, for the report."""
-    return folder / "input.png"
 
 
 def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> LayerResult:
@@ -259,8 +147,6 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
     overlay_file = None
     if opts.overlay and drawable.kind == "maps":
         overlay_file = _write_overlay(job, cap, drawable.array, stem, title)
-    from actviz.gradients import draw_gradient
-
     gradient, gradient_file, cam_file, cam_note = draw_gradient(job, cap, stem, title)
     return LayerResult(
         **base,
@@ -279,18 +165,6 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
     )
 
 
-RANDOM_NOTE = "random weights: an untrained model, so no learned features"
-
-
-def header_notes(job: ImageJob, *lines: str | None) -> list[str]:
-    """Header lines under the description: these (when set), then random weights (every
-    picture of a run with random weights says so)."""
-    notes = [line for line in lines if line]
-    if job.random_weights:
-        notes.append(RANDOM_NOTE)
-    return notes
-
-
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
@@ -305,35 +179,6 @@ def _shared_channels(job: ImageJob, key: str, total: int) -> Sequence[int] | Non
     return chosen
 
 
-_MIN_VIEW = 160
-"""Views smaller than this (a 28 x 28 digit model) are enlarged for the blended pictures."""
-
-
-def display_view(job: ImageJob) -> Image.Image:
-    """What the model saw, enlarged by a whole factor (nearest) when it is small."""
-    from PIL import Image
-
-    view = model_view(job)
-    factor = -(-_MIN_VIEW // max(view.size))
-    if factor > 1:
-        view = view.resize((view.width * factor, view.height * factor), Image.Resampling.NEAREST)
-    return view
-
-
-def headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
-    """An RGB picture under a header whose colour bar shows ``cmap``."""
-    from PIL import Image
-
-    from actviz.render.legend import new_canvas
-    from actviz.render.palette import palette_for
-
-    height, width = pixels.shape[:2]
-    canvas, top = new_canvas(height, width, header)
-    rgb = palette_for(cmap)[canvas]
-    rgb[top:, :width] = pixels
-    return Image.fromarray(rgb)
-
-
 def _write_overlay(
     job: ImageJob, cap: Capture, maps: np.ndarray, stem: str, title: str
 ) -> str | None:
@@ -344,6 +189,7 @@ def _write_overlay(
     from actviz import output
     from actviz.render.legend import Header, fmt_value
     from actviz.render.overlay import cam_panel
+    from actviz.render.png import picture_png
 
     if job.model_input is None:
         return None
@@ -367,7 +213,7 @@ def _write_overlay(
     pixels = cam_panel(display_view(job), [(what, heat)], cmap="inferno", alpha=0.55)
     rel = job.folder / f"{stem}_overlay.png"
     picture = headed(pixels, header, "inferno")
-    output.write_png(job.out_dir / rel, picture, compress_level=job.options.png_compression)
+    output.write_bytes(job.out_dir / rel, picture_png(picture, job.options.png_compression))
     return rel.as_posix()
 
 

@@ -1,5 +1,5 @@
-"""The local engine: the images streamed through the hooked model in this process, each batch
-drawn in a thread pool while the next one runs through the model.
+"""A run's loop on the local engine: the images streamed through the hooked model in this
+process, each batch drawn in a thread pool while the next one runs through the model.
 
 Decoding runs ahead (a thread or DataLoader workers), at most one batch renders while the next
 one is in the model, and no more is kept alive, so memory stays flat over any folder.
@@ -24,14 +24,16 @@ from actviz.forward import (
     shared_ranges,
     top_k_predictions,
 )
-from actviz.gradients import backward, choose_cam_keys, write_flow_chart
-from actviz.render import ImageJob, draw_image, summaries, thumbnail_path
+from actviz.gradients import backward, choose_cam_keys
 from actviz.results import ImageResult, LayerResult, Reporter, image_record
+from actviz.run.draw import draw_image, summaries
+from actviz.run.gradients import write_flow_chart
+from actviz.run.job import ImageJob, thumbnail_path
 from actviz.stats import stats_callback
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
-    from actviz.options import GradientOptions, RunOptions
+    from actviz.run.options import GradientOptions, RunOptions
 
 __all__ = ["Plan", "capture_and_render"]
 

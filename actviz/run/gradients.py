@@ -1,26 +1,30 @@
-"""Gradient pictures: a layer's gradient grid and its Grad-CAM picture (the input beside each
-class's map, under a header with the layer, the class, its probability and a colour bar).
+"""A run's gradient pictures: a layer's gradient grid and its Grad-CAM picture (the input beside
+each class's map, under a header with the layer, the class, its probability and a colour bar),
+and the gradient-flow charts of each image and of the run.
 
-Called per layer by :func:`actviz.render.draw_image` in the render threads, with the gradients
+Called per layer by :func:`actviz.run.draw.draw_image` in the render threads, with the gradients
 the backward pass recorded; writes through ``output`` only.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.gradients.cam import grad_cam
 from actviz.gradients.core import zero_cam_note
-from actviz.render import Header, cam_panel, display_view, headed, header_notes, render_grid
+from actviz.render import Header, cam_panel, render_grid
+from actviz.results import ImageResult
+from actviz.run.job import ImageJob, display_view, headed, header_notes
 
 if TYPE_CHECKING:
     import numpy as np
 
     from actviz.hooks import Capture
-    from actviz.render import ImageJob
 
-__all__ = ["class_name", "draw_gradient"]
+__all__ = ["class_name", "draw_gradient", "write_flow_chart", "write_run_flow_chart"]
 
 
 def class_name(index: int | None, label: str | None) -> str:
@@ -101,6 +105,7 @@ def _draw_cam(
     """
     from actviz import output
     from actviz.layouts import to_drawable
+    from actviz.render.png import picture_png
 
     ranked = job.class_cams.get(cap.key)
     if ranked:
@@ -137,9 +142,52 @@ def _draw_cam(
     )
     pixels = cam_panel(display_view(job), panels)
     rel = job.folder / f"{stem}_cam.png"
-    output.write_png(job.out_dir / rel, headed(pixels, header, "jet"), compress_level=1)
+    output.write_bytes(job.out_dir / rel, picture_png(headed(pixels, header, "jet")))
     return rel.as_posix(), cam_note
 
 
 def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
+
+
+def write_flow_chart(out_dir: Path, result: ImageResult) -> str | None:
+    """One image's gradient norm per layer against depth."""
+    from actviz import output
+    from actviz.gradients.flowchart import gradient_flow_png
+
+    layers = [layer for layer in result.layers if layer.gradient and layer.kind == "output"]
+    if not layers:
+        return None
+    norms = [layer.gradient["norm"] if layer.gradient else None for layer in layers]
+    png = gradient_flow_png(
+        [layer.key for layer in layers],
+        {result.out_dir.as_posix(): [math.nan if n is None else n for n in norms]},
+        title=f"gradient flow: {result.path.name}",
+        show_mean=False,
+    )
+    rel = result.out_dir / "gradient_flow.png"
+    output.write_bytes(out_dir / rel, png)
+    return rel.as_posix()
+
+
+def write_run_flow_chart(out_dir: Path, results: Sequence[ImageResult]) -> Path | None:
+    """Every image's gradient flow in one chart, with their geometric mean."""
+    from actviz import output
+    from actviz.gradients.flowchart import gradient_flow_png
+
+    series: dict[str, list[float]] = {}
+    keys: list[str] = []
+    for result in results:
+        layers = [x for x in result.layers if x.gradient and x.kind == "output"]
+        if not layers:
+            continue
+        keys = keys or [x.key for x in layers]
+        norms = {x.key: x.gradient["norm"] for x in layers if x.gradient}
+        series[result.out_dir.as_posix()] = [
+            math.nan if norms.get(k) is None else float(norms[k]) for k in keys
+        ]
+    if not series:
+        return None
+    path = out_dir / "gradient_flow.png"
+    output.write_bytes(path, gradient_flow_png(keys, series, title="gradient flow: the run"))
+    return path

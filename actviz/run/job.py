@@ -1,0 +1,123 @@
+"""One image of a batch, as the render threads draw it: its captures, what the model saw, and
+what every picture of it says in its header.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from actviz.run.options import DrawOptions
+from actviz.session import RANDOM_NOTE
+
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from actviz.hooks import Capture
+    from actviz.layouts import LayerContext
+
+__all__ = [
+    "RANDOM_NOTE",
+    "ImageJob",
+    "display_view",
+    "headed",
+    "header_notes",
+    "model_view",
+    "thumbnail_path",
+]
+
+
+@dataclass(frozen=True)
+class ImageJob:
+    """Everything needed to draw the layers of one image of a batch."""
+
+    captures: Sequence[Capture]
+    summaries: Sequence[Sequence[tuple[float, float, float]]]
+    index: int
+    folder: PurePosixPath
+    out_dir: Path
+    options: DrawOptions
+    contexts: Mapping[str, LayerContext] = field(default_factory=dict)
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    model_input: torch.Tensor | None = None
+    mean: Sequence[float] = ()
+    std: Sequence[float] = ()
+    thumbnail: bool = False
+    gradients: Mapping[str, Any] = field(default_factory=dict)
+    gradient_grids: bool = False
+    stats_fn: Callable[[str, Any], Any] | None = None
+    target: int | None = None
+    cam_keys: frozenset[str] = frozenset()
+    class_cams: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    shared_channels: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    """With ``--norm shared`` and a sort: per capture key, the channels every image shows."""
+    shared_images: int = 0
+    """How many images ``shared_channels`` were ranked over."""
+    target_label: str | None = None
+    """The name of class ``target``, when the model has names."""
+    random_weights: bool = False
+    """The model's weights are random: every picture's header says so."""
+    channel_names: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    """Module name -> the name of each output channel (a segmentation head's classes)."""
+    segmentation: str | None = None
+    """The module whose output is a segmentation model's class logits: ``segmentation.png``."""
+
+
+def model_view(job: ImageJob) -> Image.Image:
+    """What the model saw (after resize and crop), de-normalized; greyscale input as grey."""
+    from actviz.render.overlay import input_view
+
+    assert job.model_input is not None
+    x = job.model_input.numpy()
+    mean, std = list(job.mean), list(job.std)
+    if x.shape[0] == 1:  # a greyscale model: show its one channel as grey
+        x = x.repeat(3, axis=0)
+        mean, std = mean * 3, std * 3
+    return input_view(x, mean, std)
+
+
+def thumbnail_path(folder: PurePosixPath) -> PurePosixPath:
+    """Where the picture of what the model saw goes, for the report."""
+    return folder / "input.png"
+
+
+def header_notes(job: ImageJob, *lines: str | None) -> list[str]:
+    """Header lines under the description: these (when set), then random weights (every
+    picture of a run with random weights says so)."""
+    notes = [line for line in lines if line]
+    if job.random_weights:
+        notes.append(RANDOM_NOTE)
+    return notes
+
+
+_MIN_VIEW = 160
+"""Views smaller than this (a 28 x 28 digit model) are enlarged for the blended pictures."""
+
+
+def display_view(job: ImageJob) -> Image.Image:
+    """What the model saw, enlarged by a whole factor (nearest) when it is small."""
+    from PIL import Image
+
+    view = model_view(job)
+    factor = -(-_MIN_VIEW // max(view.size))
+    if factor > 1:
+        view = view.resize((view.width * factor, view.height * factor), Image.Resampling.NEAREST)
+    return view
+
+
+def headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
+    """An RGB picture under a header whose colour bar shows ``cmap``."""
+    from PIL import Image
+
+    from actviz.render.legend import new_canvas
+    from actviz.render.palette import palette_for
+
+    height, width = pixels.shape[:2]
+    canvas, top = new_canvas(height, width, header)
+    rgb = palette_for(cmap)[canvas]
+    rgb[top:, :width] = pixels
+    return Image.fromarray(rgb)

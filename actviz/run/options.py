@@ -1,0 +1,179 @@
+"""The options of ``actviz run`` and ``actviz stats`` as frozen dataclasses: built once (by the
+CLI, or from ``run``'s keywords), checked when built, and passed typed to every step.
+
+Each group says one thing about a run: how grids are drawn, which gradients are taken; the
+groups every command shares (how the model is loaded, how the work is executed) are in
+:mod:`actviz.options`. :class:`RunOptions` holds the groups and the few options that belong
+to the run as a whole. Importing this module imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from actviz.errors import UsageError
+from actviz.options import ExecutionOptions, LoadOptions, from_flat
+from actviz.render.grid import Order
+
+if TYPE_CHECKING:
+    from actviz.hooks import CaptureMode
+    from actviz.layouts import Layout
+    from actviz.stats import Thresholds
+
+__all__ = [
+    "DrawOptions",
+    "GradientOptions",
+    "Order",
+    "RunNorm",
+    "RunOptions",
+    "TensorFormat",
+]
+
+RunNorm = Literal["channel", "layer", "shared"]
+"""A run's scale of the grids: render's per-picture norms, or one scale across the run."""
+TensorFormat = Literal["npy", "safetensors"]
+
+
+@dataclass(frozen=True)
+class DrawOptions:
+    """How grids are drawn; the same for every image of a run.
+
+    Attributes:
+        max_channels: Channels per grid at most (0 = all).
+        order: Which channels when capped, in which order: ``index``, or by descending
+            ``mean``, ``max`` or ``std``.
+        norm: ``channel`` (each tile its own range), ``layer`` (one range per layer and
+            image), or ``shared`` (one range per layer across every image of the run: a first
+            pass measures it).
+        clip: Percentiles ``(lo, hi)`` to clip to before scaling, e.g. ``(1, 99)``.
+        cmap: A matplotlib colormap; None picks ``viridis``, or ``RdBu_r`` centred on 0 for
+            signed activations.
+        layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
+        overlay: Also blend each layer's mean map (or ``overlay_channel``) over the input.
+        overlay_channel: The channel to overlay instead of the mean.
+        save_tensors: Also save each raw activation as ``npy`` or ``safetensors``.
+        png_compression: Deflate level 0-9 of the PNGs (1 is fast and nearly as small).
+        grids: Draw the grid PNGs (False: statistics and tensors only, much faster).
+    """
+
+    max_channels: int = 64
+    order: Order = "index"
+    norm: RunNorm = "channel"
+    clip: tuple[float, float] | None = None
+    cmap: str | None = None
+    layout: Layout = "auto"
+    overlay: bool = False
+    overlay_channel: int | None = None
+    save_tensors: TensorFormat | None = None
+    png_compression: int = 1
+    grids: bool = True
+
+    def __post_init__(self) -> None:
+        if self.clip is not None:
+            lo, hi = self.clip
+            if not 0 <= lo < hi <= 100:
+                raise UsageError(f"--clip needs 0 <= LO < HI <= 100, e.g. 1,99; got {lo},{hi}")
+            object.__setattr__(self, "clip", (float(lo), float(hi)))
+        if self.cmap is not None:
+            from actviz.render import colormap_lut
+
+            try:
+                colormap_lut(self.cmap)
+            except ValueError as exc:
+                raise UsageError(f"--cmap: {exc}") from None
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready, for the manifest."""
+        return {
+            "max_channels": self.max_channels,
+            "order": self.order,
+            "norm": self.norm,
+            "clip": list(self.clip) if self.clip else None,
+            "cmap": self.cmap or "auto",
+            "layout": self.layout,
+            "overlay": self.overlay,
+            "overlay_channel": self.overlay_channel,
+            "save_tensors": self.save_tensors,
+            "grids": self.grids,
+        }
+
+
+@dataclass(frozen=True)
+class GradientOptions:
+    """Which gradients a run takes: none by default.
+
+    Attributes:
+        grads: Backpropagate from ``target`` and draw each layer's gradient
+            (``<NN>_<layer>_grad.png``), with a gradient-flow chart per image and for the run.
+        target: What to backpropagate from: ``top1`` (each image its own top class), a class
+            index, or a class name.
+        cam: Grad-CAM over the input for the selected layers (without a selector: the last
+            spatial layer), ``<NN>_<layer>_cam.png``.
+        cam_classes: Grad-CAMs of this many top classes side by side (more than 1 implies
+            ``cam``).
+    """
+
+    grads: bool = False
+    target: str = "top1"
+    cam: bool = False
+    cam_classes: int = 1
+
+    def __post_init__(self) -> None:
+        if self.cam_classes < 1:
+            raise UsageError("--cam-classes must be at least 1")
+        if self.cam_classes > 1:
+            object.__setattr__(self, "cam", True)
+
+    @property
+    def backward(self) -> bool:
+        """Whether the run needs a backward pass at all."""
+        return self.grads or self.cam
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything ``actviz run`` and ``actviz stats`` take besides the model and the inputs.
+
+    Attributes:
+        layers: Selector for the layers to draw (see ``actviz.selectors``); None picks a
+            sensible default for the architecture (convolutions, ViT blocks, Swin stages).
+        out: Output folder; gets ``<image>/<NN>_<layer>.png`` and ``manifest.json``.
+        capture: Draw each layer's ``output``, its ``input``, or ``both``.
+        stats: Compute per-layer statistics and anomaly flags (``stats.json``,
+            ``stats.csv``), on the device where the activation is.
+        report: Write the static HTML report ``index.html``.
+        thresholds: Anomaly thresholds (``actviz.stats.Thresholds``); None for the defaults.
+        top_k: How many predictions to record per image for classifiers.
+        load, draw, gradients, execution: The option groups.
+    """
+
+    layers: str | None = None
+    out: Path = Path("actviz-out")
+    capture: CaptureMode = "output"
+    stats: bool = True
+    report: bool = True
+    thresholds: Thresholds | None = None
+    top_k: int = 5
+    load: LoadOptions = field(default_factory=LoadOptions)
+    draw: DrawOptions = field(default_factory=DrawOptions)
+    gradients: GradientOptions = field(default_factory=GradientOptions)
+    execution: ExecutionOptions = field(default_factory=ExecutionOptions)
+
+    @classmethod
+    def from_keywords(cls, **keywords: Any) -> RunOptions:
+        """Build the groups from flat keywords, as ``actviz.run(..., norm="layer")`` takes them.
+
+        Raises:
+            TypeError: For a keyword no group has, naming the closest one.
+        """
+        return from_flat(cls, _GROUPS, keywords, caller="run")
+
+
+_GROUPS: dict[str, type[Any]] = {
+    "load": LoadOptions,
+    "draw": DrawOptions,
+    "gradients": GradientOptions,
+    "execution": ExecutionOptions,
+}
