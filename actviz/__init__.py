@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture
     from actviz.models import load_model
-    from actviz.monitor import read_log, watch
+    from actviz.monitor.log import read_log
+    from actviz.monitor.watch import watch
     from actviz.selectors import select_layers
 
 __all__ = [

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.monitor.flags import Flag
+    from actviz.monitor.probe import ProbeSink
+    from actviz.monitor.tensorboard import TensorBoardSink
 
 __all__ = ["NONFINITE_MODES", "Watch", "watch"]
 
@@ -65,7 +67,8 @@ class Watch(HookSession):
         out: Path,
         on_nonfinite: str,
         allow_inf: Sequence[str],
-        sinks: Sequence[Any] = (),
+        tensorboard: TensorBoardSink | None = None,
+        probe: ProbeSink | None = None,
     ) -> None:
         super().__init__(model, [name for name, _ in model.named_modules()])
         self.optimizer = optimizer
@@ -78,7 +81,9 @@ class Watch(HookSession):
         self.steps = 0
         self.origins: list[Origin] = []
         self.flags: list[Flag] = []
-        self._sinks = list(sinks)
+        self._tensorboard = tensorboard
+        self._probe = probe
+        self._probe_drawn = -1
         self._scalars = ScalarBatch()
         self._tracker = (
             OriginTracker(self._scalars, [_display(n) for n in allow_inf])
@@ -90,6 +95,7 @@ class Watch(HookSession):
         self._open: dict[str, list[int]] = {}  # module -> stack of call indices in the tracker
         self._step_calls: dict[str, int] = {}
         self._layers: dict[str, dict[str, Any]] = {}
+        self._histograms: dict[str, list[int]] = {}
         self._pre_clip: dict[str, int] = {}
         self._post_clip: dict[str, int] = {}
         self._before: list[torch.Tensor] = []
@@ -148,9 +154,11 @@ class Watch(HookSession):
         if self._tracker is not None:
             self._tracker.reset()
         self._before.clear()
-        for sink in self._sinks:
-            sink.close()
-        self._sinks.clear()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
+            self._tensorboard = None
+        if self._probe is not None:
+            self._probe.close()
         if self._writer is not None:
             self._writer.close()
 
@@ -271,6 +279,10 @@ class Watch(HookSession):
                     "nonfinite": count(torch.count_nonzero(x * 0)),
                     "nan": count(torch.isnan(x).sum()),
                 }
+                if self._tensorboard is not None:
+                    from actviz.monitor.tensorboard import histogram_counts
+
+                    entry["hist"] = self._scalars.add_counts(histogram_counts(x))
             self._layers[key + suffix] = entry
             if tensor.requires_grad:
                 self._add_tensor_hook(tensor, self._grad_norm_hook(entry))
@@ -315,6 +327,10 @@ class Watch(HookSession):
         import torch
 
         self._opt_stepped = True
+        if not self._manual:
+            # Without w.step() the step ends at the next forward, inside the model's call:
+            # no place to run the probe, so it runs now, after the update.
+            self._draw_probe()
         if not self._before:
             return
         pairs = self._optimizer_params()
@@ -362,10 +378,25 @@ class Watch(HookSession):
                 self._write(record)
         finally:
             self._reset_step()
+        if self._manual:
+            self._draw_probe()
         self.steps += 1
         if self.on_nonfinite == "raise" and origins:
             first, event = origins[0], events[0]
             raise NonFiniteError(step, first.module, first.phase, first.value, event)
+
+    def _draw_probe(self) -> None:
+        """Draw the probe batch when this step is one of its steps (once a step)."""
+        probe, step = self._probe, self.steps
+        if probe is None or not probe.due(step) or self._probe_drawn == step:
+            return
+        self._probe_drawn = step
+        files, pictures = probe.draw(step)
+        if self._writer is not None and files:
+            self._writer.write({"kind": "probe", "step": step, "time": time.time(), "files": files})
+        if self._tensorboard is not None:
+            for name, rgb in pictures.items():
+                self._tensorboard.add_image(f"probe/{name}", rgb, step)
 
     def _reset_step(self) -> None:
         if self._tracker is not None:
@@ -461,6 +492,9 @@ class Watch(HookSession):
         origins: list[Origin],
     ) -> dict[str, Any]:
         layers = {key: _layer_numbers(entry, floats, ints) for key, entry in self._layers.items()}
+        self._histograms = {
+            key: ints[entry["hist"]] for key, entry in self._layers.items() if "hist" in entry
+        }
         # In the model's order, whatever order the hooks fired in.
         params: dict[str, dict[str, float | None]] = {
             name: {} for name in self._param_order if name in self._pre_clip or name in weights
@@ -503,8 +537,8 @@ class Watch(HookSession):
             if new:
                 record["flags"] = [flag.as_dict() for flag in new]
         self._writer.write(record)
-        for sink in self._sinks:
-            sink.write(record)
+        if self._tensorboard is not None:
+            self._tensorboard.write(record, self._histograms)
 
     def _start_record_line(self) -> dict[str, Any]:
         return {
@@ -628,10 +662,20 @@ def watch(
     else:
         selected = select_layers(refs, layers, model=type(model).__name__)
     allowed = select_layers(refs, allow_inf, model=type(model).__name__) if allow_inf else []
+    probe_every = probe_every if probe_every is not None else (every or 10)
+    if not isinstance(probe_every, int) or probe_every < 1:
+        raise UsageError(f"probe_every must be a whole number of steps >= 1, not {probe_every!r}")
     folder = Path(out)
-    if tensorboard or probe is not None:
-        raise UsageError("tensorboard= and probe= are not available in this version")
-    sinks: list[Any] = []
+    board = None
+    if tensorboard:
+        from actviz.monitor.tensorboard import TensorBoardSink
+
+        board = TensorBoardSink(folder)
+    prober = None
+    if probe is not None:
+        from actviz.monitor.probe import ProbeSink
+
+        prober = ProbeSink(model, probe, selected, folder, probe_every)
     return Watch(
         model,
         optimizer,
@@ -640,5 +684,6 @@ def watch(
         out=folder,
         on_nonfinite=on_nonfinite,
         allow_inf=allowed,
-        sinks=sinks,
+        tensorboard=board,
+        probe=prober,
     )
