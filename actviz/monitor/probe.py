@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from actviz.render import GridImage
+
 __all__ = ["MAX_LAYERS", "ProbeSink", "spread"]
 
 MAX_LAYERS = 8
@@ -59,8 +61,7 @@ class ProbeSink:
         import torch
 
         from actviz.hooks import ActivationRecorder, eval_mode
-        from actviz.output import safe_name, write_png
-        from actviz.render import render_activation
+        from actviz.output import safe_name, write_bytes
 
         device = next((p.device for p in self.model.parameters()), self.probe.device)
         with (
@@ -78,21 +79,37 @@ class ProbeSink:
             options: dict[str, Any] = (
                 {"norm": "layer"} if first else {"value_range": self._ranges[name]}
             )
-            try:
-                grid = render_activation(
-                    acts[name][0], title=f"{name} at step {step}", max_channels=_CHANNELS, **options
-                )
-            except ValueError:
+            grid = _draw(acts[name][0], f"{name} at step {step}", options)
+            if grid is None:
                 continue  # an output that cannot be drawn (a scalar per image)
             if first:
                 self._ranges[name] = (grid.vmin, grid.vmax)
             relative = f"probe/{safe_name(name)}/step{step:07d}.png"
             target = self.folder / relative
             target.parent.mkdir(parents=True, exist_ok=True)
-            write_png(target, grid.to_pil())
+            write_bytes(target, grid.to_png(1))
             files[name] = relative
             pictures[name] = grid.to_rgb()
         return files, pictures
 
     def close(self) -> None:
         self._ranges.clear()
+
+
+def _draw(activation: torch.Tensor, title: str, options: dict[str, Any]) -> GridImage | None:
+    """One image's output as a grid (or a strip, for a vector); None when it cannot be drawn."""
+    import numpy as np
+
+    from actviz.layouts import to_drawable
+    from actviz.render import render_grid, render_vector
+
+    array = np.asarray(activation.detach().cpu().float().numpy(), dtype=np.float32)
+    try:
+        drawable = to_drawable(array, None)
+        if drawable.kind == "none" or drawable.array is None:
+            return None
+        if drawable.kind == "vector":
+            return render_vector(drawable.array, title=title)
+        return render_grid(drawable.array, title=title, max_channels=_CHANNELS, **options)
+    except ValueError:
+        return None
