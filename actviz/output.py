@@ -47,6 +47,10 @@ RUN_FILES = (
     "gradient_flow.png",
 )
 REPORT_DIR = "report"
+#: Top-level folders that belong to one command each (the run's report pages, the pictures
+#: of diff, top-images and optimize): never an image's folder, so that commands sharing an
+#: output folder never write or remove each other's files.
+COMMAND_DIRS = (REPORT_DIR, "diff", "top-images", "optimize")
 _MAX_NAME = 120
 # Windows device names, with or without an extension; COM/LPT take superscript digits too.
 _RESERVED = frozenset(
@@ -103,12 +107,16 @@ def image_dirs(rels: Sequence[PurePosixPath]) -> list[PurePosixPath]:
     Folders stay distinct even on case-insensitive file systems (compared with full Unicode
     case folding: ``Straße`` and ``STRASSE``, ``ΟΔΟΣ`` and ``οδος`` are one folder there): a
     later image whose folder would collide with an earlier one gets its extension, then a
-    counter, appended.
+    counter, appended. The folders of :data:`COMMAND_DIRS` are never used: an image
+    ``diff.jpg`` gets ``diff_jpg/``, a subfolder ``report/`` of the input becomes ``report_/``.
     """
-    taken: set[str] = set()
+    reserved = {_folded(PurePosixPath(name)) for name in COMMAND_DIRS}
+    taken: set[str] = set(reserved)
     result: list[PurePosixPath] = []
     for rel in rels:
         parts = [safe_name(p) for p in rel.parent.parts if p not in ("", ".", "/")]
+        if parts and _folded(PurePosixPath(parts[0])) in reserved:
+            parts[0] += "_"
         stem = safe_name(rel.stem or rel.name)
         candidates = [stem, safe_name(f"{stem}_{rel.suffix.lstrip('.')}")]
         chosen = None

@@ -415,14 +415,14 @@ def test_two_images_through_one_model(tmp_path: Path, photos: Path) -> None:
     assert [x["cosine"] for x in record["layers"]] == [1.0, 1.0, 1.0]
     files = sorted(p["file"] for p in record["pictures"])
     assert files == [
-        "img0_vs_i_copy/00_layer1.0.conv1.png",
-        "img0_vs_i_copy/01_layer4.1.conv2.png",
-        "img0_vs_i_copy/02_fc.png",
+        "diff/img0_vs_i_copy/00_layer1.0.conv1.png",
+        "diff/img0_vs_i_copy/01_layer4.1.conv2.png",
+        "diff/img0_vs_i_copy/02_fc.png",
     ]
     page = (out / "diff.html").read_text()
     assert "&lt;i&gt;copy.png" in page and "<i>copy" not in page
     assert "no divergent layer" in page and 'src="similarity.png"' in page
-    assert "img0_vs_i_copy/02_fc.png" in page
+    assert "diff/img0_vs_i_copy/02_fc.png" in page
 
     def diff_panel(root: Path, picture: dict[str, object]) -> np.ndarray:
         x, y, w, h = picture["panels"]["diff"]  # type: ignore[index]

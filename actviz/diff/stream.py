@@ -29,7 +29,11 @@ if TYPE_CHECKING:
     from actviz.hooks import Capture
     from actviz.models import LoadedModel
 
-__all__ = ["Stream", "side", "stream"]
+__all__ = ["PICTURES_DIR", "Stream", "side", "stream"]
+
+#: The folder of the difference pictures: a diff writing into a run's folder never touches
+#: the run's grids (``<image>/<NN>_<layer>.png``).
+PICTURES_DIR = "diff"
 
 
 @dataclass
@@ -334,7 +338,8 @@ def _draw(state: Stream, batch: _Batch, rows: list[int]) -> None:
                 ),
             )
             picture, boxes = compose(panels, caption)
-            rel = f"{folder}/{output.layer_filename(position[cap.key], cap.key, width=width)}"
+            name = output.layer_filename(position[cap.key], cap.key, width=width)
+            rel = f"{PICTURES_DIR}/{folder}/{name}"
             output.write_bytes(opts.out / rel, picture_png(picture, opts.png_compression))
             state.pictures.append(
                 DiffPicture(
