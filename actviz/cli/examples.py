@@ -149,7 +149,8 @@ def _print_result(result: TopImagesResult) -> None:
         where += f"; report: {result.report}"
     out_console.print(where + note, markup=False)
     for layer in result.layers:
-        line = f"  {layer.key}: {layer.channels} channels, {layer.dead} dead"
+        dead = f"{layer.dead} dead" if layer.dead_judged else "signed scores, none called dead"
+        line = f"  {layer.key}: {layer.channels} channels, {dead}"
         if layer.selective_channel is not None:
             name = layer.selective_label or f"class {layer.selective_class}"
             line += (

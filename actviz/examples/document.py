@@ -64,14 +64,15 @@ def selectivity(
     return Selectivity(index, label, count, count / int(top.valid[channel].sum()))
 
 
-def channel_health(top: LayerTop, channel: int) -> dict[str, Any]:
-    """A channel over the whole folder: how often it fires, its mean and highest score."""
+def channel_health(top: LayerTop, channel: int, *, judged: bool = True) -> dict[str, Any]:
+    """A channel over the whole folder: how often it fires, its mean and highest score;
+    ``judged`` False for a layer whose channels are never called dead (vectors)."""
     images = max(top.images, 1)
     active = int(top.active[channel])
     best = float(top.best[channel])
     return {
         "active_frac": round(active / images, 6),
-        "dead": active == 0,
+        "dead": judged and active == 0,
         "mean_score": _number(top.mean(channel)),
         "max_score": _number(best) if math.isfinite(best) else None,
         "nonfinite": int(top.nonfinite[channel]),
@@ -148,7 +149,7 @@ def _layer(
                     {"path": e["path"], "score": _score(e["score"]), "y": e["y"], "x": e["x"]}
                     for e in top.entries(c)
                 ],
-                **channel_health(top, c),
+                **channel_health(top, c, judged=plan.judges_dead),
                 "selectivity": None
                 if chosen is None
                 else {
@@ -164,7 +165,8 @@ def _layer(
         **plan.describe(),
         "images": top.images,
         "channels_total": top.channels,
-        "dead_channels": int((top.active == 0).sum()),
+        "dead_channels": int((top.active == 0).sum()) if plan.judges_dead else 0,
+        "dead_judged": plan.judges_dead,
         "folder": files.folder if files is not None else None,
         "overview": files.overview if files is not None else None,
         "channels": channels,

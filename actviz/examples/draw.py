@@ -350,11 +350,15 @@ def _submit_layer(
         )
         output.write_bytes(out / files.sheets[c], data)
 
-    futures = [pool.submit(sheet, c, _status(top, c, categories)) for c in range(top.channels)]
+    judged = plan.judges_dead
+    futures = [
+        pool.submit(sheet, c, _status(top, c, categories, judged=judged))
+        for c in range(top.channels)
+    ]
     shown = top.channels if options.channels == 0 else min(options.channels, top.channels)
     rows = []
     for c in range(shown):
-        health = channel_health(top, c)
+        health = channel_health(top, c, judged=judged)
         labels = [f"ch {c}", "dead" if health["dead"] else f"on {health['active_frac']:.0%}"]
         labels.append(f"max {score_text(float(top.scores[c, 0]))}" if top.valid[c, 0] else "")
         rows.append(Row(tuple(labels), [tiles[c, s] for s in range(int(top.valid[c].sum()))]))
@@ -379,11 +383,15 @@ def _submit_layer(
     return futures
 
 
-def _status(top: LayerTop, channel: int, categories: Sequence[str] | None) -> tuple[str, ...]:
+def _status(
+    top: LayerTop, channel: int, categories: Sequence[str] | None, *, judged: bool = True
+) -> tuple[str, ...]:
     """A channel's health in a few phrases, for its sheet."""
-    health = channel_health(top, channel)
+    health = channel_health(top, channel, judged=judged)
     if health["dead"]:
         words = [f"DEAD: never above zero in {top.images} images"]
+    elif not judged:  # a signed score (a logit): above zero is no sign of life
+        words = [f"above zero in {health['active_frac']:.0%} of images"]
     else:
         words = [f"active in {health['active_frac']:.0%} of images"]
     chosen = selectivity(top, channel, categories)

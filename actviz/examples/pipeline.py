@@ -497,7 +497,8 @@ def _summaries(
             LayerSummary(
                 key=plan.key,
                 channels=layer.channels,
-                dead=int((layer.active == 0).sum()),
+                dead=int((layer.active == 0).sum()) if plan.judges_dead else 0,
+                dead_judged=plan.judges_dead,
                 selective_channel=best[0] if best else None,
                 selective_class=best[1].index if best else None,
                 selective_label=best[1].label if best else None,

@@ -82,6 +82,14 @@ class LayerPlan:
     first_rows: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(1, np.int32))
     first_columns: npt.NDArray[np.int32] = field(default_factory=lambda: np.zeros(1, np.int32))
 
+    @property
+    def judges_dead(self) -> bool:
+        """Whether a channel never above zero is called dead: maps yes, vectors (logits,
+        pooled features: one signed score per channel) no, by the rule ``stats`` follows."""
+        from actviz.stats import judges_dead
+
+        return judges_dead(self.height * self.width)
+
     def describe(self) -> dict[str, Any]:
         """JSON-ready facts about the layer."""
         return {

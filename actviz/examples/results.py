@@ -19,7 +19,9 @@ class LayerSummary:
     Attributes:
         key: The capture key.
         channels: Channels ranked.
-        dead: Channels never above zero over the whole folder.
+        dead: Channels never above zero over the whole folder (0 where not judged).
+        dead_judged: False for outputs with one signed score per channel (logits, pooled
+            features), whose channels are never called dead.
         selective_channel: The channel whose top images most share one predicted class (the
             lowest index on a tie); None for a model without classes.
         selective_class: That class's index.
@@ -32,6 +34,7 @@ class LayerSummary:
     key: str
     channels: int
     dead: int
+    dead_judged: bool = True
     selective_channel: int | None = None
     selective_class: int | None = None
     selective_label: str | None = None

@@ -9,6 +9,7 @@ from actviz.stats.anomalies import (
     find_flags,
     first_bad_layer,
     flag_anomalies,
+    judges_dead,
     parse_kinds,
 )
 from actviz.stats.collect import stats_callback
@@ -32,6 +33,7 @@ __all__ = [
     "find_flags",
     "first_bad_layer",
     "flag_anomalies",
+    "judges_dead",
     "parse_kinds",
     "stats_callback",
     "stats_rows",

@@ -27,11 +27,20 @@ __all__ = [
     "find_flags",
     "first_bad_layer",
     "flag_anomalies",
+    "judges_dead",
     "parse_kinds",
 ]
 
 FLAG_KINDS: tuple[str, ...] = ("nan", "inf", "dead", "constant", "exploding", "vanishing")
 """Every kind of flag :func:`flag_anomalies` can raise, in the order it checks them."""
+
+
+def judges_dead(per_channel: int) -> bool:
+    """Whether "never above zero" makes a channel dead: only where each channel has more
+    than one value per image (a map of a unit that is meant to fire somewhere). A vector's
+    one value per channel (logits, pooled features) is a score whose sign says nothing of
+    its health: a negative logit is not a dead unit."""
+    return per_channel > 1
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ def flag_anomalies(
         if s.inf:
             flags.append(Flag(name, "inf", f"{s.inf} infinite values ({_share(s.inf, s.count)})"))
         # Without finite values every channel is "never positive"; the nan/inf flag says more.
-        judged_dead = s.per_channel > 1 and s.channels > 0 and s.finite > 0
+        judged_dead = judges_dead(s.per_channel) and s.channels > 0 and s.finite > 0
         if judged_dead and s.dead_frac >= t.dead_frac:
             flags.append(
                 Flag(

@@ -1,0 +1,72 @@
+"""top-images calls a channel dead by the rule ``stats`` follows: maps that never fire are
+dead; one signed score per channel (logits) never is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import actviz
+from actviz.examples.draw import _status
+from actviz.stats import judges_dead
+
+from .conftest import make_image
+
+
+def _net() -> nn.Module:
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(4, 3),
+    )
+    with torch.no_grad():
+        net[0].bias[1] = -100.0  # channel 1 of the maps never fires: dead
+        net[4].bias[2] = -100.0  # logit 2 is always negative: a score, not a dead unit
+    return net
+
+
+def test_negative_logits_are_not_dead_but_silent_maps_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import actviz.examples.draw as draw
+
+    words: list[tuple[str, ...]] = []
+
+    def status(*args: Any, **kwargs: Any) -> tuple[str, ...]:
+        words.append(_status(*args, **kwargs))
+        return words[-1]
+
+    monkeypatch.setattr(draw, "_status", status)
+    for i in range(3):
+        make_image(tmp_path / "in" / f"p{i}.png", size=(32, 32), seed=i)
+    result = actviz.top_images(
+        _net(),
+        [tmp_path / "in"],
+        out=tmp_path / "out",
+        layers="1,4",
+        k=2,
+        input_size=(32, 32),
+        device="cpu",
+        report=False,
+    )
+    maps, logits = result.layers
+    assert (maps.key, maps.dead, maps.dead_judged) == ("1", 1, True)
+    assert (logits.key, logits.dead, logits.dead_judged) == ("4", 0, False)
+    doc_maps, doc_logits = result.document["layers"]
+    assert [c["dead"] for c in doc_maps["channels"]] == [False, True, False, False]
+    assert [c["dead"] for c in doc_logits["channels"]] == [False, False, False]
+    assert doc_logits["channels"][2]["max_score"] < 0
+    assert doc_logits["dead_channels"] == 0 and doc_logits["dead_judged"] is False
+    # The contact sheets' words: one dead map channel; the negative logit is a score.
+    firsts = [w[0] for w in words]
+    assert len(firsts) == 7
+    assert [w for w in firsts if w.startswith("DEAD")] == ["DEAD: never above zero in 3 images"]
+    assert "above zero in 0% of images" in firsts
+    assert judges_dead(32 * 32) and not judges_dead(1)  # the rule stats follows
