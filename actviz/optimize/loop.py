@@ -176,7 +176,7 @@ def optimize_batch(
     def prepared(image: torch.Tensor) -> torch.Tensor:
         if grey:
             image = image.mean(dim=1, keepdim=True)
-        return (image - centre) / spread
+        return ((image - centre) / spread).contiguous()
 
     values: list[torch.Tensor] = []
     with frozen(model), LayerTarget(model, layer) as target, torch.enable_grad():

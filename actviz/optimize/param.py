@@ -86,4 +86,6 @@ class FourierImage:
         image = torch.fft.irfftn(scaled, s=(self.size, self.size), norm="ortho") / _MAGIC
         # Decorrelated colour -> RGB: each pixel's three values times the colour matrix.
         image = (image.permute(0, 2, 3, 1) @ self._colour).permute(0, 3, 1, 2)
-        return torch.sigmoid(image)
+        # Back to channels-first strides: convolutions on CPU are several times slower on
+        # the channels-last layout the permutation leaves.
+        return torch.sigmoid(image).contiguous()
