@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from actviz.models import load_model
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
+    from actviz.pca import pca_view
     from actviz.selectors import select_layers
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "diff",
     "list_layers",
     "load_model",
+    "pca_view",
     "read_log",
     "render_activation",
     "run",
@@ -52,6 +54,7 @@ _LAZY = {
     "ActvizError": "actviz.errors",
     "list_layers": "actviz.api",
     "load_model": "actviz.models",
+    "pca_view": "actviz.pca",
     "read_log": "actviz.monitor",
     "render_activation": "actviz.api",
     "run": "actviz.api",

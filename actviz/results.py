@@ -89,6 +89,8 @@ class LayerResult:
     gradient_file: str | None = None
     cam_file: str | None = None
     channels: list[int] | None = None
+    pca_file: str | None = None
+    """The picture of the layer's principal components as colour (``--view pca``)."""
     cam_note: str | None = None
     """Why the Grad-CAM map is all zero, when it is (``class: why; ...`` when only some of
     several classes' maps are); ``gradient["zero"]`` and ``gradient["note"]`` say the same
@@ -132,6 +134,8 @@ class RunResult:
     stats: dict[str, Any] | None = None
     report: Path | None = None
     gradient_flow: Path | None = None
+    pca: dict[str, Any] = field(default_factory=dict)
+    """Capture key -> its principal components' record (``--view pca``)."""
 
     @property
     def notes(self) -> list[str]:
@@ -216,6 +220,7 @@ def manifest(result: RunResult) -> dict[str, Any]:
         "warnings": result.warnings,
         "notes": result.notes,
         "undrawable": [{"layer": k, "reason": v} for k, v in result.undrawable.items()],
+        "pca": result.pca or None,
     }
 
 
@@ -257,6 +262,7 @@ def image_record(result: ImageResult) -> dict[str, Any]:
                 "gradient_file": layer.gradient_file,
                 "cam": layer.cam_file,
                 "cam_note": layer.cam_note,
+                "pca": layer.pca_file,
             }
             for layer in result.layers
         ],
@@ -334,6 +340,7 @@ def reuse_earlier(
                 cam_file=x.get("cam"),
                 channels=x.get("channels"),
                 cam_note=x.get("cam_note"),
+                pca_file=x.get("pca"),
             )
             for x in earlier["layers"]
         ]

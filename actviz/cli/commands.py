@@ -58,6 +58,7 @@ from actviz.cli.options import (
     OverlayChannelOption,
     OverlayOption,
     OverwriteOption,
+    PcaMaskOption,
     PngCompressionOption,
     QuietOption,
     RayAddressOption,
@@ -68,6 +69,7 @@ from actviz.cli.options import (
     TensorFormatOption,
     ThresholdOption,
     TrustCheckpointOption,
+    ViewOption,
     WeightsOption,
     WorkersOption,
 )
@@ -98,6 +100,8 @@ def run(
     cmap: CmapOption = None,
     overlay: OverlayOption = False,
     overlay_channel: OverlayChannelOption = None,
+    view: ViewOption = None,
+    pca_mask: PcaMaskOption = False,
     save_tensors: SaveTensorsOption = False,
     tensor_format: TensorFormatOption = None,
     png_compression: PngCompressionOption = 1,
@@ -148,6 +152,8 @@ def run(
             save_tensors=tensor_format or ("npy" if save_tensors else None),
             png_compression=png_compression,
             grids=not no_images,
+            pca=_views(view),
+            pca_mask=pca_mask,
         ),
         gradients=GradientOptions(grads=grads, target=target, cam=cam, cam_classes=cam_classes),
         execution=ExecutionOptions(
@@ -160,6 +166,17 @@ def run(
         ),
     )
     _execute(model, inputs, options, fail_on=fail_on, as_json=as_json, quiet=quiet)
+
+
+def _views(views: list[str] | None) -> bool:
+    """``--view`` values -> whether the PCA view is drawn."""
+    from actviz.errors import UsageError
+
+    chosen = {v.strip().lower() for view in views or [] for v in view.split(",") if v.strip()}
+    unknown = chosen - {"pca", "grid"}
+    if unknown:
+        raise UsageError(f"--view takes pca (or grid, always drawn), not '{sorted(unknown)[0]}'")
+    return "pca" in chosen
 
 
 @app.command()

@@ -16,6 +16,8 @@ __all__ = [
     "ClipOption",
     "CmapOption",
     "OverlayOption",
+    "PcaMaskOption",
+    "ViewOption",
     "OverlayChannelOption",
     "SaveTensorsOption",
     "TensorFormatOption",
@@ -305,6 +307,29 @@ CmapOption = Annotated[
     typer.Option(
         "--cmap",
         help="Any matplotlib colormap (default: viridis, or RdBu_r centred on 0 if signed).",
+        rich_help_panel="Grid",
+    ),
+]
+
+ViewOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--view",
+        metavar="pca",
+        help=(
+            "Also draw this view of each layer: pca colours each position by the first three "
+            "principal components, fitted once over every image (a first pass): "
+            "<NN>_<layer>_pca.png. Repeatable."
+        ),
+        rich_help_panel="Grid",
+    ),
+]
+
+PcaMaskOption = Annotated[
+    bool,
+    typer.Option(
+        "--pca-mask",
+        help="With --view pca: black out the background, where the first component is negative.",
         rich_help_panel="Grid",
     ),
 ]

@@ -97,6 +97,8 @@ def run(
             notify.warn(warnings[-1])
         state.start_progress(notify)
         if opts.execution.engine == "ray":
+            if opts.draw.pca:
+                raise UsageError("--view pca runs on the local engine; leave out --engine ray")
             never_ran = stats_on_ray(model, state.names, state.todo, state.records, opts, notify)
         else:
             never_ran = capture_and_render(model, loaded, state, opts, notify)
@@ -246,6 +248,7 @@ def _write(
         stats=stats_doc,
         report=out_dir / "index.html" if opts.report else None,
         gradient_flow=flow,
+        pca={key: fit.describe() for key, fit in plan.pca.items()},
     )
     record = manifest(result)
     output.write_json(manifest_path, record)

@@ -91,6 +91,7 @@ def _draw_layer(job: ImageJob, order: int, cap: Capture, filename: str) -> Layer
     # Attention maps are (heads, H, W) whatever the module's own output looks like.
     ctx = None if cap.kind == "attention" else job.contexts.get(cap.module)
     drawable = to_drawable(sample.numpy(), ctx, layout=opts.layout)
+    base["pca_file"] = _write_pca(job, cap, drawable, stem)
     if not opts.grids:
         return LayerResult(
             **base,
@@ -240,3 +241,36 @@ def summaries(batch: torch.Tensor) -> list[tuple[float, float, float]]:
                 else (math.nan, math.nan, math.nan)
             )
     return rows
+
+
+def _write_pca(job: ImageJob, cap: Capture, drawable: Any, stem: str) -> str | None:
+    """``<NN>_<layer>_pca.png``: what the model saw beside the layer's positions coloured by
+    the run's three principal components; None when the layer has none (no positions)."""
+    fit = job.pca.get(cap.key)
+    if fit is None or drawable.kind != "maps" or drawable.array is None:
+        return None
+    if drawable.array.shape[0] != fit.mean.shape[0]:
+        return None
+    import numpy as np
+
+    from actviz import output
+    from actviz.render.pca import pca_picture, pca_rgb, project
+    from actviz.render.png import encode_png
+
+    rgb = pca_rgb(project(drawable.array, fit), fit, mask=job.options.pca_mask)
+    view = np.asarray(model_view(job).convert("RGB")) if job.model_input is not None else None
+    shape = "x".join(str(n) for n in cap.tensor.shape[1:]) if cap.tensor is not None else "?"
+    picture = pca_picture(
+        f"{cap.key}   {cap.module_type}   ({shape})   principal components",
+        rgb,
+        fit,
+        view=view,
+        notes=header_notes(job, drawable.note),
+        mask=job.options.pca_mask,
+    )
+    rel = job.folder / f"{stem}_pca.png"
+    output.write_bytes(
+        job.out_dir / rel,
+        encode_png(picture, level=job.options.png_compression, row_filter="up"),
+    )
+    return rel.as_posix()

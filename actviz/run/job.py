@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from actviz.hooks import Capture
     from actviz.layouts import LayerContext
+    from actviz.render.pca import PcaFit
 
 __all__ = [
     "RANDOM_NOTE",
@@ -65,6 +66,8 @@ class ImageJob:
     """Module name -> the name of each output channel (a segmentation head's classes)."""
     segmentation: str | None = None
     """The module whose output is a segmentation model's class logits: ``segmentation.png``."""
+    pca: Mapping[str, PcaFit] = field(default_factory=dict)
+    """With ``--view pca``: capture key -> the components fitted over the run."""
 
 
 def model_view(job: ImageJob) -> Image.Image:

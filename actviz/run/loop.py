@@ -61,6 +61,10 @@ class Plan:
     todo: list[ImageResult]
     records: Any
     kept: list[str]
+    pca: dict[str, Any] = field(default_factory=dict)
+    """With ``--view pca``: capture key -> its components, fitted by the first pass."""
+    pca_notes: dict[str, str] = field(default_factory=dict)
+    """Capture key -> why it has no components (no spatial positions, ...)."""
 
     def start_progress(self, notify: Reporter) -> None:
         """Tell the reporter how many images there are, and which an earlier run did."""
@@ -104,6 +108,19 @@ def capture_and_render(
                 max_channels=draw.max_channels,
                 contexts=plan.contexts,
                 layout=draw.layout,
+            )
+
+    if opts.draw.pca:
+        # Components fitted once over every image, so colours mean the same in each.
+        from actviz.pca import fit_run
+
+        with (
+            ActivationRecorder(plan.module, plan.names, mode=opts.capture) as recorder,
+            eval_mode(plan.module),
+        ):
+            paths = [r.path for r in plan.results]
+            plan.pca, plan.pca_notes = fit_run(
+                forward, paths, recorder, plan.contexts, opts.draw.layout
             )
 
     todo, records, grads = plan.todo, plan.records, opts.gradients
@@ -262,7 +279,11 @@ def _image_job(
         shared_images=ranges.images,
         model_input=(
             x_cpu
-            if opts.draw.overlay or opts.report or opts.gradients.cam or loaded.segmentation
+            if opts.draw.overlay
+            or opts.draw.pca
+            or opts.report
+            or opts.gradients.cam
+            or loaded.segmentation
             else None
         ),
         mean=loaded.preprocess.mean,
@@ -278,6 +299,7 @@ def _image_job(
         random_weights=loaded.weights.random,
         channel_names=loaded.channel_names,
         segmentation=loaded.segmentation,
+        pca=plan.pca,
     )
 
 

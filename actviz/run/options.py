@@ -56,6 +56,9 @@ class DrawOptions:
         save_tensors: Also save each raw activation as ``npy`` or ``safetensors``.
         png_compression: Deflate level 0-9 of the PNGs (1 is fast and nearly as small).
         grids: Draw the grid PNGs (False: statistics and tensors only, much faster).
+        pca: Also colour each layer's positions by their first three principal components,
+            fitted once over every image (a first pass): ``<NN>_<layer>_pca.png``.
+        pca_mask: Black out the positions where the first component is negative.
     """
 
     max_channels: int = 64
@@ -69,8 +72,12 @@ class DrawOptions:
     save_tensors: TensorFormat | None = None
     png_compression: int = 1
     grids: bool = True
+    pca: bool = False
+    pca_mask: bool = False
 
     def __post_init__(self) -> None:
+        if self.pca_mask and not self.pca:
+            raise UsageError("--pca-mask needs --view pca")
         if self.clip is not None:
             lo, hi = self.clip
             if not 0 <= lo < hi <= 100:
@@ -97,6 +104,8 @@ class DrawOptions:
             "overlay_channel": self.overlay_channel,
             "save_tensors": self.save_tensors,
             "grids": self.grids,
+            "pca": self.pca,
+            "pca_mask": self.pca_mask,
         }
 
 

@@ -1,0 +1,270 @@
+"""Principal components of a layer's channel vectors, fitted once over every image of a run.
+
+A layer's output at one position (a pixel of a ``(C, H, W)`` map, a patch token of a vision
+transformer with its class and register tokens dropped, a position of a channels-last block)
+is a vector of ``C`` channels. Projected on the first three principal components and shown as
+RGB, the parts of an image that the layer treats alike share a colour. The components are
+fitted once over all the images (not per image: colours would mean nothing from one image to
+the next), on at most :data:`MAX_VECTORS` positions sampled with a fixed seed, and each
+component's sign is fixed (:data:`actviz.render.pca.SIGN_CONVENTION`), so the same images
+give the same colours, whatever the batch size.
+
+:class:`PcaSampler` gathers the sample during a first pass over the images (as
+``--norm shared`` measures its ranges), :func:`fit_pca` fits it with ``torch.linalg.svd`` on
+the centred sample, and :func:`pca_view` does both for activations already in hand.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from actviz.errors import UsageError
+from actviz.render.pca import PcaFit, pca_rgb, project
+
+if TYPE_CHECKING:
+    import torch
+
+    from actviz.layouts import LayerContext, Layout
+
+__all__ = [
+    "MAX_VECTORS",
+    "SEED",
+    "PcaSampler",
+    "PcaView",
+    "fit_pca",
+    "pca_view",
+    "spatial_maps",
+]
+
+#: Positions sampled per layer for the fit, at most.
+MAX_VECTORS = 4096
+#: The seed of that sample.
+SEED = 0
+_COMPONENTS = 3
+
+F32 = npt.NDArray[np.float32]
+
+
+def spatial_maps(
+    sample: Any, ctx: LayerContext | None, layout: Layout = "auto"
+) -> tuple[F32 | None, str | None]:
+    """One image's output as ``(C, H, W)`` maps, laid out as the grids draw it (prefix
+    tokens dropped, channels-last moved first); None and the reason when it has no
+    positions (a vector, something undrawable)."""
+    from actviz.layouts import to_drawable
+
+    array = sample.numpy() if hasattr(sample, "numpy") else np.asarray(sample)
+    drawable = to_drawable(array, ctx, layout=layout)
+    if drawable.kind != "maps" or drawable.array is None:
+        return None, drawable.note or "no spatial positions to colour"
+    return drawable.array, drawable.note
+
+
+def fit_pca(vectors: npt.ArrayLike, *, images: int = 1, seed: int = SEED) -> PcaFit:
+    """The first three principal components of ``(N, C)`` vectors (SVD of the centred
+    sample), their signs fixed, with the colour range of each.
+
+    Non-finite values count as 0. With fewer than three channels (or positions), the
+    missing components are zero.
+    """
+    import torch
+
+    data = torch.as_tensor(np.asarray(vectors), dtype=torch.float64)
+    data = torch.nan_to_num(data, nan=0.0, posinf=0.0, neginf=0.0)
+    n, c = data.shape
+    mean = data.mean(dim=0) if n else torch.zeros(c, dtype=torch.float64)
+    centred = data - mean
+    components = torch.zeros(_COMPONENTS, c, dtype=torch.float64)
+    explained = [0.0] * _COMPONENTS
+    if n >= 2 and c >= 1:
+        _, s, vh = torch.linalg.svd(centred, full_matrices=False)
+        k = min(_COMPONENTS, vh.shape[0])
+        total = float((s * s).sum())
+        for i in range(k):
+            row = vh[i]
+            if row[row.abs().argmax()] < 0:
+                row = -row
+            components[i] = row
+            explained[i] = float(s[i] * s[i]) / total if total > 0 else 0.0
+    projected = centred @ components.T
+    if n:
+        q = torch.tensor([0.01, 0.99], dtype=torch.float64)
+        bounds = torch.quantile(projected, q, dim=0)
+        low, high = bounds[0], bounds[1]
+    else:
+        low = high = torch.zeros(_COMPONENTS, dtype=torch.float64)
+    return PcaFit(
+        mean=mean.numpy().astype(np.float32),
+        components=components.numpy().astype(np.float32),
+        explained=tuple(explained),
+        low=low.numpy().astype(np.float32),
+        high=high.numpy().astype(np.float32),
+        vectors=n,
+        images=images,
+        seed=seed,
+    )
+
+
+class PcaSampler:
+    """Per capture key, a fixed sample of positions from every image of a run.
+
+    Each image gives at most ``ceil(max_vectors / images)`` positions, chosen by a generator
+    seeded by the seed, the image's index in the run and the key, so the sample does not
+    depend on how the images were batched.
+
+    Args:
+        images: How many images the run has.
+        max_vectors: Positions per layer at most.
+        seed: The seed of the choice.
+    """
+
+    def __init__(self, images: int, max_vectors: int = MAX_VECTORS, seed: int = SEED) -> None:
+        if max_vectors < _COMPONENTS:
+            raise UsageError(f"the PCA sample needs at least {_COMPONENTS} vectors")
+        self.per_image = max(1, math.ceil(max_vectors / max(images, 1)))
+        self.max_vectors = max_vectors
+        self.seed = seed
+        self._samples: dict[str, dict[int, F32]] = {}
+        self.notes: dict[str, str] = {}
+
+    def add(self, key: str, image: int, maps: F32) -> None:
+        """Sample positions of one image's ``(C, H, W)`` maps."""
+        c = maps.shape[0]
+        flat = maps.reshape(c, -1)
+        positions = flat.shape[1]
+        rng = np.random.default_rng([self.seed, image, zlib.crc32(key.encode())])
+        take = min(self.per_image, positions)
+        chosen = np.sort(rng.choice(positions, size=take, replace=False))
+        self._samples.setdefault(key, {})[image] = np.ascontiguousarray(flat[:, chosen].T)
+
+    def add_sample(
+        self, key: str, image: int, sample: Any, ctx: LayerContext | None, layout: Layout
+    ) -> None:
+        """Lay out one image's output (:func:`spatial_maps`) and sample it; outputs without
+        positions are noted and skipped."""
+        maps, note = spatial_maps(sample, ctx, layout)
+        if maps is None:
+            self.notes.setdefault(key, note or "no spatial positions")
+            return
+        self.add(key, image, maps)
+
+    def fits(self) -> dict[str, PcaFit]:
+        """One fit per key, on its images' samples in image order (cut to ``max_vectors``)."""
+        fitted = {}
+        for key, per_image in self._samples.items():
+            widths = {v.shape[1] for v in per_image.values()}
+            if len(widths) != 1:
+                self.notes[key] = "the channel count changed between images"
+                continue
+            stacked = np.concatenate([per_image[i] for i in sorted(per_image)])
+            fitted[key] = fit_pca(
+                stacked[: self.max_vectors], images=len(per_image), seed=self.seed
+            )
+        return fitted
+
+
+@dataclass(frozen=True)
+class PcaView:
+    """The components of a layer as colour, for each image.
+
+    Attributes:
+        fit: The components, fitted once over every image.
+        images: ``(H, W, 3)`` uint8 per image.
+        projections: ``(H, W, 3)`` float32 per image: the values the colours come from.
+        note: How the output was laid out (prefix tokens dropped, ...), if anything was done.
+    """
+
+    fit: PcaFit
+    images: list[npt.NDArray[np.uint8]]
+    projections: list[F32]
+    note: str | None
+
+
+def pca_view(
+    activations: torch.Tensor | npt.NDArray[Any] | Sequence[Any],
+    *,
+    context: LayerContext | None = None,
+    layout: Layout = "auto",
+    mask: bool = False,
+    max_vectors: int = MAX_VECTORS,
+    seed: int = SEED,
+) -> PcaView:
+    """Colour one layer's positions by their first three principal components, fitted once
+    over all the given images.
+
+    Args:
+        activations: The layer's output for several images: a batch (``(B, C, H, W)``,
+            ``(B, 1 + H*W, C)`` tokens, ``(B, H, W, C)``), or a sequence of per-image outputs.
+        context: What the model says about the layer (``actviz.layouts.layer_contexts``).
+        layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
+        mask: Black where the first component is negative (the background, often).
+        max_vectors: Positions sampled for the fit, at most.
+        seed: The seed of that sample.
+
+    Returns:
+        The fit, and each image's colours and projections.
+
+    Raises:
+        UsageError: When the output has no spatial positions (a vector) or images disagree.
+
+    Example:
+        >>> with actviz.capture(model, "encoder.layers.encoder_layer_11") as acts:
+        ...     model(x)
+        >>> view = actviz.pca_view(acts["encoder.layers.encoder_layer_11"], context=ctx)
+        >>> view.images[0].shape, view.fit.explained
+    """
+    samples = list(activations)
+    if hasattr(activations, "detach"):
+        samples = [s.detach().cpu().float() for s in samples]
+    sampler = PcaSampler(len(samples), max_vectors, seed)
+    maps_list = []
+    note = None
+    for i, sample in enumerate(samples):
+        maps, note = spatial_maps(sample, context, layout)
+        if maps is None:
+            raise UsageError(f"cannot colour this output by its components: {note}")
+        sampler.add("layer", i, maps)
+        maps_list.append(maps)
+    fitted = sampler.fits()
+    if "layer" not in fitted:
+        raise UsageError(sampler.notes.get("layer", "no images given"))
+    fit = fitted["layer"]
+    projections = [project(maps, fit) for maps in maps_list]
+    return PcaView(
+        fit=fit,
+        images=[pca_rgb(p, fit, mask=mask) for p in projections],
+        projections=projections,
+        note=note,
+    )
+
+
+def fit_run(
+    forward: Any,
+    paths: Sequence[Any],
+    recorder: Any,
+    contexts: Mapping[str, Any],
+    layout: Layout,
+) -> tuple[dict[str, PcaFit], dict[str, str]]:
+    """The first pass of a run with ``--view pca``: every image through the hooked model,
+    a sample per capture key, one fit each. Returns the fits and, per key that has none,
+    why."""
+    import contextlib
+
+    sampler = PcaSampler(len(paths))
+    with contextlib.ExitStack() as stack:
+        for good, _logits, _x in forward.batches(paths, stack):
+            for cap in recorder.captures:
+                if cap.kind == "attention":
+                    continue
+                batch = recorder[cap.key]
+                ctx = contexts.get(cap.module)
+                for row, (index, _size, _tensor) in enumerate(good):
+                    sampler.add_sample(cap.key, index, batch[row], ctx, layout)
+    return sampler.fits(), dict(sampler.notes)

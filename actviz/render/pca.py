@@ -1,0 +1,118 @@
+"""Principal components as colour: a layer's channel vector at each position projected on
+three components fitted once for the run, shown as RGB beside what the model saw.
+
+Pure arrays: the fit (:class:`PcaFit`, made by :func:`actviz.pca.fit_pca`) and ``(C, H, W)``
+maps in, pictures out; nothing is written here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from actviz.render.panels import Panel, panel_sheet
+
+__all__ = ["SIGN_CONVENTION", "PcaFit", "pca_picture", "pca_rgb", "project"]
+
+U8 = npt.NDArray[np.uint8]
+F32 = npt.NDArray[np.float32]
+
+#: How each component's sign is fixed, so the same data always gives the same colours.
+SIGN_CONVENTION = "each component's largest-magnitude loading is positive"
+#: Where masked positions go: black.
+_MASKED = 0
+
+
+@dataclass(frozen=True)
+class PcaFit:
+    """Three principal components of one layer's channel vectors, fitted once for a run.
+
+    Attributes:
+        mean: ``(C,)`` the mean vector that is subtracted first.
+        components: ``(3, C)`` unit components, signs fixed by :data:`SIGN_CONVENTION`
+            (rows of zeros when the layer has fewer than three channels).
+        explained: The share of the sample's variance each component explains.
+        low: ``(3,)`` each component's 1st percentile over the sample: colour 0.
+        high: ``(3,)`` its 99th percentile: colour 255.
+        vectors: How many vectors the fit used.
+        images: How many images they came from.
+        seed: The seed that chose them.
+    """
+
+    mean: F32
+    components: F32
+    explained: tuple[float, ...]
+    low: F32
+    high: F32
+    vectors: int
+    images: int
+    seed: int
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-ready, for the manifest."""
+        return {
+            "explained_variance": [round(v, 6) for v in self.explained],
+            "vectors": self.vectors,
+            "images": self.images,
+            "seed": self.seed,
+            "sign": SIGN_CONVENTION,
+        }
+
+
+def project(maps: F32, fit: PcaFit) -> F32:
+    """``(C, H, W)`` maps -> ``(H, W, 3)`` projections on the fit's components."""
+    c, h, w = maps.shape
+    vectors = maps.reshape(c, h * w).T.astype(np.float64) - fit.mean
+    projected = vectors @ fit.components.T.astype(np.float64)
+    return projected.reshape(h, w, 3).astype(np.float32)
+
+
+def pca_rgb(projected: F32, fit: PcaFit, *, mask: bool = False) -> U8:
+    """Projections -> RGB, each component scaled by the fit's range (the same for every
+    image); with ``mask``, positions where the first component is negative are black."""
+    span = np.where(fit.high > fit.low, fit.high - fit.low, 1.0)
+    scaled = np.clip((projected - fit.low) / span, 0.0, 1.0)
+    scaled = np.nan_to_num(scaled, nan=0.0)
+    rgb = np.rint(scaled * 255).astype(np.uint8)
+    if mask:
+        rgb[projected[..., 0] < 0] = _MASKED
+    return rgb
+
+
+def _enlarged(pixels: U8, height: int, width: int) -> U8:
+    """Nearest-neighbour enlargement to about ``height`` x ``width``: each position a block."""
+    h, w = pixels.shape[:2]
+    scale = max(1, min(height // max(h, 1), width // max(w, 1)))
+    return np.ascontiguousarray(pixels.repeat(scale, axis=0).repeat(scale, axis=1))
+
+
+def pca_picture(
+    title: str,
+    rgb: U8,
+    fit: PcaFit,
+    *,
+    view: U8 | None = None,
+    notes: Sequence[str] = (),
+    mask: bool = False,
+) -> U8:
+    """What the model saw and the components as RGB, side by side, under a header with each
+    component's explained variance; ``(H, W, 3)`` uint8."""
+    share = ", ".join(f"PC{i + 1} {v:.1%}" for i, v in enumerate(fit.explained))
+    lines = [
+        f"R, G, B = principal components 1, 2, 3; explained variance {share}",
+        f"fitted once over {fit.images} image(s), {fit.vectors} positions (seed {fit.seed}); "
+        f"colours scaled by each component's 1st-99th percentile; {SIGN_CONVENTION}",
+    ]
+    if mask:
+        lines.append("black: background, where component 1 is negative")
+    lines.extend(notes)
+    size = view.shape[:2] if view is not None else (max(rgb.shape[0], 224), max(rgb.shape[1], 224))
+    panels = []
+    if view is not None:
+        panels.append(Panel(view, "input"))
+    panels.append(Panel(_enlarged(rgb, *size), f"components, {rgb.shape[0]} x {rgb.shape[1]}"))
+    return panel_sheet(title, lines, panels, columns=2)

@@ -1,0 +1,185 @@
+"""Principal components as colour: the same colours as a PCA computed directly, one fit for
+the whole run (stable across runs and batch sizes), NCHW, channels-last and token layers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+import actviz
+from actviz.cli import app
+from actviz.errors import UsageError
+from actviz.pca import PcaSampler, fit_pca
+
+from .conftest import make_image
+
+
+def _two_regions(seed: int, images: int = 3) -> np.ndarray:
+    """(images, 8, 12, 12): the left half holds one channel vector, the right half another,
+    with a little noise."""
+    rng = np.random.default_rng(seed)
+    a, b = rng.normal(size=8), rng.normal(size=8)
+    maps = np.empty((images, 8, 12, 12), np.float32)
+    maps[:, :, :, :6] = a[None, :, None, None]
+    maps[:, :, :, 6:] = b[None, :, None, None]
+    return maps + rng.normal(scale=0.05, size=maps.shape).astype(np.float32)
+
+
+def test_two_regions_two_colours() -> None:
+    view = actviz.pca_view(_two_regions(0))
+    assert len(view.images) == 3 and view.images[0].shape == (12, 12, 3)
+    assert view.fit.explained[0] > 0.9  # one direction separates the regions
+    for rgb in view.images:
+        left = rgb[:, :6].reshape(-1, 3).astype(float)
+        right = rgb[:, 6:].reshape(-1, 3).astype(float)
+        # Each region is nearly one colour; the two colours are far apart.
+        assert np.abs(left[:, 0] - left[:, 0].mean()).max() < 40
+        assert np.abs(right[:, 0] - right[:, 0].mean()).max() < 40
+        assert abs(left[:, 0].mean() - right[:, 0].mean()) > 150
+    # The mask blanks the side where component 1 is negative, and only that side.
+    masked = actviz.pca_view(_two_regions(0), mask=True)
+    negative = view.projections[0][..., 0] < 0
+    assert negative[:, :6].all() != negative[:, 6:].all()
+    assert (masked.images[0][negative] == 0).all()
+    assert (masked.images[0][~negative] == view.images[0][~negative]).all()
+
+
+def test_equals_a_pca_computed_directly_with_torch() -> None:
+    import torch
+
+    rng = np.random.default_rng(1)
+    # Channels with different spreads, so the components are well separated.
+    maps = (rng.normal(size=(2, 6, 10, 10)) * np.arange(1, 7)[None, :, None, None]).astype(
+        np.float32
+    )
+    view = actviz.pca_view(torch.from_numpy(maps))
+    # Every position of both images is in the sample (200 < 4096): the direct PCA of all.
+    x = torch.from_numpy(maps).permute(0, 2, 3, 1).reshape(-1, 6).double()
+    centred = x - x.mean(0)
+    _, s, vh = torch.linalg.svd(centred, full_matrices=False)
+    direct = (centred @ vh[:3].T).numpy().reshape(2, 10, 10, 3)
+    ours = np.stack(view.projections)
+    for k in range(3):
+        sign = np.sign((ours[..., k] * direct[..., k]).sum())
+        np.testing.assert_allclose(ours[..., k], sign * direct[..., k], rtol=1e-4, atol=1e-4)
+        # The sign convention: the largest loading of each component is positive.
+        loadings = view.fit.components[k]
+        assert loadings[np.abs(loadings).argmax()] > 0
+    expected = (s[:3] ** 2 / (s**2).sum()).numpy()
+    np.testing.assert_allclose(view.fit.explained, expected, rtol=1e-6)
+
+
+def test_sample_is_capped_seeded_and_independent_of_order() -> None:
+    maps = _two_regions(2, images=5)
+    one, other = PcaSampler(5, max_vectors=100), PcaSampler(5, max_vectors=100)
+    for i in range(5):
+        one.add("k", i, maps[i])
+    for i in reversed(range(5)):  # another order, as other batch sizes would give
+        other.add("k", i, maps[i])
+    a, b = one.fits()["k"], other.fits()["k"]
+    assert a.vectors == 100 and a.images == 5
+    np.testing.assert_array_equal(a.components, b.components)
+    np.testing.assert_array_equal(a.low, b.low)
+
+
+def test_fewer_than_three_channels_and_vectors_refused() -> None:
+    fit = fit_pca(np.random.default_rng(0).normal(size=(50, 2)))
+    assert fit.components.shape == (3, 2) and fit.explained[2] == 0.0
+    with pytest.raises(UsageError, match="no spatial positions|cannot colour"):
+        actviz.pca_view(np.ones((2, 16), np.float32))
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("photos")
+    for i in range(3):
+        make_image(root / f"p{i}.png", size=(48, 40), seed=i)
+    return root
+
+
+def _run(photos: Path, out: Path, *extra: str) -> Any:
+    args = ["run", "resnet18", str(photos), "--weights", "none", "--layers", "layer1,layer3"]
+    args += ["--input-size", "64,64", "--out", str(out), "--no-report", *extra]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return json.loads((out / "manifest.json").read_text())
+
+
+def test_run_view_pca_same_bytes_across_runs_and_batch_sizes(photos: Path, tmp_path: Path) -> None:
+    first = _run(photos, tmp_path / "a", "--view", "pca", "--batch-size", "3")
+    second = _run(photos, tmp_path / "b", "--view", "pca", "--batch-size", "1")
+    assert set(first["pca"]) == {"layer1", "layer3"} and second["pca"] == first["pca"]
+    record = first["pca"]["layer1"]
+    assert len(record["explained_variance"]) == 3 and record["images"] == 3
+    assert 0 < sum(record["explained_variance"]) <= 1 and record["vectors"] <= 4096
+    assert record["explained_variance"] == sorted(record["explained_variance"], reverse=True)
+    files = []
+    for image in first["images"]:
+        for layer in image["layers"]:
+            assert layer["pca"] == f"{image['out_dir']}/{Path(layer['file']).stem}_pca.png"
+            files.append(layer["pca"])
+    assert len(files) == 6
+    for rel in files:
+        assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
+        picture = np.asarray(Image.open(tmp_path / "a" / rel))
+        assert picture.ndim == 3 and picture.shape[1] >= 2 * 64  # input and components
+    # A run without the view writes none.
+    plain = _run(photos, tmp_path / "c")
+    assert plain["pca"] is None
+    assert all(layer["pca"] is None for layer in plain["images"][0]["layers"])
+
+
+def test_pca_mask_needs_the_view(photos: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["run", "resnet18", str(photos), "--pca-mask", "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2 and "--view pca" in result.output
+    result = CliRunner().invoke(
+        app, ["run", "resnet18", str(photos), "--view", "umap", "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2 and "--view" in result.output
+
+
+VIT = """
+from torchvision.models import VisionTransformer
+
+
+def build():
+    return VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32
+    )
+"""
+
+
+def test_token_layer_of_a_tiny_vit(photos: Path, tmp_path: Path) -> None:
+    (tmp_path / "vit.py").write_text(VIT)
+    model = f"{tmp_path / 'vit.py'}:build"
+    out = tmp_path / "out"
+    args = ["run", model, str(photos), "--layers", "encoder.layers.encoder_layer_1"]
+    args += ["--input-size", "32,32", "--view", "pca", "--pca-mask", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "manifest.json").read_text())
+    record = doc["pca"]["encoder.layers.encoder_layer_1"]
+    # 4 x 4 patch tokens per image, the class token dropped: 16 positions from each image.
+    assert record["vectors"] == 3 * 16 and record["images"] == 3
+    layer = doc["images"][0]["layers"][0]
+    assert layer["pca"].endswith("_pca.png")
+    assert np.asarray(Image.open(out / layer["pca"])).ndim == 3
+
+
+def test_channels_last_layer(tmp_path: Path) -> None:
+    import torch
+
+    # (B, H, W, C): the same two regions, channels last.
+    maps = torch.from_numpy(_two_regions(3)).permute(0, 2, 3, 1).contiguous()
+    view = actviz.pca_view(maps, layout="nhwc")
+    assert view.images[0].shape == (12, 12, 3)
+    rgb = view.images[0].astype(float)
+    assert abs(rgb[:, :6, 0].mean() - rgb[:, 6:, 0].mean()) > 150
