@@ -191,19 +191,30 @@ def _token_regions(
             if min(grid) < 1:
                 grid = None
         regions[name] = (grid, prefix)
+    # Hugging Face keeps the patch projection and the class token in an ``embeddings`` child
+    # of the model they feed: the model's encoder sees the same grid and prefix.
+    for name, module in modules:
+        child = f"{name}.embeddings" if name else "embeddings"
+        if child in regions and name not in regions:
+            regions[name] = regions[child]
     return regions
 
 
 def _patch_size(module: nn.Module) -> tuple[int, int] | None:
     children = dict(module.named_children())
     embed = children.get("patch_embed")
-    candidates = [children.get("conv_proj"), getattr(embed, "proj", None) if embed else None]
+    embeddings = children.get("patch_embeddings")  # Hugging Face's name for it
+    candidates = [
+        children.get("conv_proj"),
+        getattr(embed, "proj", None) if embed else None,
+        getattr(embeddings, "projection", None) if embeddings else None,
+    ]
     for conv in candidates:
         if conv is not None and "_ConvNd" in type_names(conv):
             stride = _as_pair(getattr(conv, "stride", None))
             if stride is not None and stride == _as_pair(getattr(conv, "kernel_size", None)):
                 return stride
-    if candidates[0] is not None or candidates[1] is not None or _prefix_tokens(module):
+    if any(conv is not None for conv in candidates) or _prefix_tokens(module):
         # Only trust a bare patch_size attribute on a module that also looks like a ViT.
         return _as_pair(getattr(module, "patch_size", None))
     return None

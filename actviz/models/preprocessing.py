@@ -145,6 +145,9 @@ class Preprocessing:
     origin: str = field(default="", compare=False)
     """Where these values came from (the weights, a pretrained config, defaults), for the
     manifest."""
+    squash: bool = False
+    """Resize the whole image to ``crop_size`` without keeping its aspect ratio and without
+    a crop, as Hugging Face's ViT image processors do."""
 
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """An RGB PIL image -> a normalized ``(channels, height, width)`` float tensor."""
@@ -153,6 +156,12 @@ class Preprocessing:
 
         if self.channels == 1:
             image = image.convert("L")
+        if self.squash:
+            mode = InterpolationMode(self.interpolation)
+            image = F.resize(image, list(self.crop_size), interpolation=mode, antialias=True)
+            tensor = F.convert_image_dtype(F.pil_to_tensor(image))
+            squashed: torch.Tensor = F.normalize(tensor, mean=list(self.mean), std=list(self.std))
+            return squashed
         cropped = self._resize_crop_extreme(image) if self.crop else self._resize_long(image)
         if cropped is not None:
             image = cropped
@@ -168,6 +177,9 @@ class Preprocessing:
     def fit(self, size: tuple[int, int]) -> Fit:
         """What the model sees of an image of ``size`` (width, height): from the sizes alone."""
         width, height = size
+        if self.squash:
+            crop_h, crop_w = self.crop_size
+            return Fit(size, (crop_w, crop_h), None, 1.0)
         new_w, new_h = _resized(width, height, self.resize_size)
         if self.crop:
             crop_h, crop_w = self.crop_size
@@ -250,6 +262,7 @@ class Preprocessing:
         crops: bool = True,
         input_size: tuple[int, int] | None = None,
         in_chans: int = 3,
+        squash: bool = False,
     ) -> Preprocessing:
         """A model's own preprocessing (by default ImageNet's standard one), adapted to
         another input size or to greyscale input.
@@ -264,6 +277,7 @@ class Preprocessing:
             input_size: ``(height, width)`` asked for instead of the crop; the
                 resize-to-crop ratio is kept (256/224 for ImageNet presets).
             in_chans: 1 for greyscale input: mean and std become their averages.
+            squash: Resize the whole image to the crop size, aspect ratio not kept.
 
         Raises:
             UsageError: If ``input_size`` is not positive.
@@ -277,7 +291,9 @@ class Preprocessing:
             crops = True  # a fixed input size is what was asked for
         if in_chans == 1:
             mean, std = (sum(mean) / len(mean),), (sum(std) / len(std),)
-        return cls(resize, size, tuple(mean), tuple(std), in_chans, interpolation, crops)
+        return cls(
+            resize, size, tuple(mean), tuple(std), in_chans, interpolation, crops, squash=squash
+        )
 
     def described(self, origin: str) -> Preprocessing:
         """The same preprocessing, saying where its values came from."""
@@ -286,8 +302,8 @@ class Preprocessing:
     def record(self) -> dict[str, object]:
         """The preprocessing actually used, as the manifest records it."""
         return {
-            "resize": self.resize_size,
-            "crop": list(self.crop_size) if self.crop else None,
+            "resize": list(self.crop_size) if self.squash else self.resize_size,
+            "crop": list(self.crop_size) if self.crop and not self.squash else None,
             "mean": list(self.mean),
             "std": list(self.std),
             "interpolation": self.interpolation,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from actviz.errors import UsageError
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry, ModelSource, matching
 from actviz.models.sources.factory import FactorySource
+from actviz.models.sources.huggingface import HuggingFaceSource
 from actviz.models.sources.timm import TimmSource
 from actviz.models.sources.torchvision import TorchvisionSource
 
@@ -28,6 +29,7 @@ __all__ = [
 #: Every model source, asked in order: the first whose ``claims`` is true owns the name.
 #: torchvision claims every name, so it comes last.
 SOURCES: tuple[ModelSource, ...] = (
+    HuggingFaceSource(),  # before the factories: hf:NAME has a colon
     TimmSource(),
     FactorySource(),
     TorchvisionSource(),
