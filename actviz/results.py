@@ -136,6 +136,8 @@ class RunResult:
     gradient_flow: Path | None = None
     pca: dict[str, Any] = field(default_factory=dict)
     """Capture key -> its principal components' record (``--view pca``)."""
+    model_info: dict[str, Any] = field(default_factory=dict)
+    """The model's source, name and the preprocessing actually used (``LoadedModel.record``)."""
 
     @property
     def notes(self) -> list[str]:
@@ -196,9 +198,11 @@ def manifest(result: RunResult) -> dict[str, Any]:
             "torch": torch.__version__,
             "torchvision": torchvision.__version__,
             "pillow": PIL.__version__,
+            **result.model_info.get("versions", {}),
         },
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": result.model,
+        "model_info": {k: v for k, v in result.model_info.items() if k != "versions"} or None,
         "weights": {
             "spec": weights.spec,
             "source": weights.source,

@@ -193,7 +193,7 @@ def _token_regions(
         regions[name] = (grid, prefix)
     # Hugging Face keeps the patch projection and the class token in an ``embeddings`` child
     # of the model they feed: the model's encoder sees the same grid and prefix.
-    for name, module in modules:
+    for name, _module in modules:
         child = f"{name}.embeddings" if name else "embeddings"
         if child in regions and name not in regions:
             regions[name] = regions[child]

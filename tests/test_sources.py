@@ -74,6 +74,7 @@ def test_names_go_to_the_source_that_claims_them() -> None:
     assert source_for("nets/tiny.py:build").key == "factory"
     assert source_for("pkg.models:build").key == "factory"
     assert source_for("timm/convnext_tiny.fb_in1k").key == "timm"
+    assert source_for("hf:google/vit-base-patch16-224").key == "hf"
 
 
 def test_one_row_makes_a_source_loadable_listable_and_checked(toy_row: None) -> None:
@@ -95,5 +96,5 @@ def test_one_row_makes_a_source_loadable_listable_and_checked(toy_row: None) -> 
 
 
 def test_an_unknown_source_names_the_known_ones() -> None:
-    with pytest.raises(UsageError, match="use one of timm, factory, torchvision"):
+    with pytest.raises(UsageError, match="use one of hf, timm, factory, torchvision"):
         list_models(source="nope")

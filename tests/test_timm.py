@@ -178,6 +178,17 @@ def test_cli_runs_a_timm_model_by_its_hub_name(tmp_path: Path, image_file: Path)
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["layers"] == ["stages.0", "stages.1", "stages.2", "stages.3"]
+    assert manifest["versions"]["timm"] == timm.__version__
+    info = manifest["model_info"]
+    assert info["source"] == "timm" and info["name"] == "timm/test_convnext"
+    assert info["preprocessing"] == {
+        "resize": 168,  # floor(160 / 0.95)
+        "crop": [160, 160],
+        "mean": [0.5, 0.5, 0.5],
+        "std": [0.5, 0.5, 0.5],
+        "interpolation": "bicubic",
+        "from": "timm pretrained_cfg of test_convnext",
+    }
     assert len(manifest["images"][0]["predictions"]) == 5
 
     backbone = ["run", "timm/vit_small_patch14_reg4_dinov2", str(image_file)]

@@ -10,7 +10,7 @@ name, and what each source does, is the table in :mod:`actviz.models.sources`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
 from actviz.models.devices import resolve_device
@@ -67,6 +67,16 @@ class LoadedModel:
     """The versions of the libraries the model source depends on, for the manifest."""
     classifier: bool = True
     """False for a backbone whose output is features: no top-k predictions, no Grad-CAM."""
+
+    def record(self) -> dict[str, Any]:
+        """The model as a manifest records it: its source, name, the source's library
+        versions, and the preprocessing actually used with where it came from."""
+        return {
+            "source": self.source,
+            "name": self.name,
+            "versions": dict(self.versions),
+            "preprocessing": self.preprocess.record(),
+        }
 
 
 def list_models(

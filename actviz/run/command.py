@@ -222,6 +222,7 @@ def _write(
     result = RunResult(
         model=model,
         weights=loaded.weights,
+        model_info=loaded.record(),
         device=str(loaded.device),
         selector=plan.selector,
         layers=plan.names,

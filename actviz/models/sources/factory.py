@@ -87,7 +87,9 @@ class FactorySource:
         self, model: str, preset: object, *, input_size: tuple[int, int] | None, in_chans: int
     ) -> Preprocessing:
         """ImageNet's standard preprocessing, at ``input_size`` when given."""
-        return Preprocessing.fitted(input_size=input_size, in_chans=in_chans)
+        return Preprocessing.fitted(input_size=input_size, in_chans=in_chans).described(
+            "defaults: ImageNet mean and std, resize 256, centre crop 224 (your own model)"
+        )
 
     def class_names(self, module: nn.Module, preset: object) -> list[str] | None:
         """Unknown: a factory says nothing about its classes."""

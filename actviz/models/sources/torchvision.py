@@ -216,6 +216,10 @@ def weights_preprocessing(
         crops=transform is None or getattr(transform, "crop_size", None) is not None,
         input_size=input_size,
         in_chans=in_chans,
+    ).described(
+        f"transforms of the torchvision weights {weights_label(weights)}"
+        if weights is not None
+        else "defaults: ImageNet mean and std, resize 256, centre crop 224 (no weights)"
     )
 
 
