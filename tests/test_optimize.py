@@ -289,3 +289,41 @@ def test_pages_link_top_images_of_the_same_channels(known: str, tmp_path: Path) 
     channel3 = (out / folder / "c0003.html").read_text()
     assert "optimize/00_relu/c0000.png" in channel0 and "optimize.html" in channel0
     assert "optimize/00_relu" not in channel3  # channel 3 was not optimized
+
+
+@pytest.mark.slow
+def test_ctrl_c_mid_run_exits_130_with_the_finished_channels(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "out"
+    args = ["-w", "none", "-l", "layer1.0.conv1", "--channels", "0-5", "-b", "2"]
+    args += ["--steps", "400", "--size", "32", "-o", str(out), "-q"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actviz", "optimize", "resnet18", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TORCH_HOME": "/nonexistent-torch-home"},
+    )
+    deadline = time.monotonic() + 240
+    record = out / "optimize.json"
+    while not record.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "finished channels are kept" in stderr
+    doc = json.loads(record.read_text())
+    assert doc["complete"] is False
+    finished = doc["layers"][0]["channels"]
+    assert 2 <= len(finished) < 6 and len(finished) % 2 == 0
+    for c in finished:
+        assert np.asarray(Image.open(out / c["png"])).shape == (32, 32, 3)
+        assert len(c["curve"]) == 400
+    assert (out / "optimize" / "00_layer1.0.conv1.png").is_file()
+    assert not [p for p in out.rglob("*") if "tmp" in p.name]

@@ -172,6 +172,9 @@ def test_token_layer_of_a_tiny_vit(photos: Path, tmp_path: Path) -> None:
     layer = doc["images"][0]["layers"][0]
     assert layer["pca"].endswith("_pca.png")
     assert np.asarray(Image.open(out / layer["pca"])).ndim == 3
+    # The report shows it beside the grid.
+    pages = "".join(p.read_text() for p in out.rglob("*.html"))
+    assert Path(layer["pca"]).name in pages
 
 
 def test_channels_last_layer(tmp_path: Path) -> None:

@@ -205,12 +205,17 @@ def optimize(
     batches = -(-len(channels) // opts.batch_size)
     notify.start(len(layers) * batches * opts.steps)
     try:
-        for layer in layers:
-            _optimize_layer(loaded, targets[layer.key], layer, channels, opts, notify.step)
-            _write_sheet(layer, loaded, opts)
+
+        def record() -> None:
+            # After each batch: what finished is readable even if the run stops hard.
             output.write_json(
                 opts.out / JSON_FILE, _document(model, loaded, opts, layers, warnings, False)
             )
+
+        for layer in layers:
+            _optimize_layer(loaded, targets[layer.key], layer, channels, opts, notify.step, record)
+            _write_sheet(layer, loaded, opts)
+            record()
         state["complete"] = True
     except KeyboardInterrupt:
         # Keep what finished: its pictures are on disk; the record and the page say so.
@@ -298,6 +303,7 @@ def _optimize_layer(
     channels: Sequence[int],
     opts: OptimizeOptions,
     on_step: Callable[[], None],
+    on_batch: Callable[[], None],
 ) -> None:
     from actviz import output
     from actviz.layouts import layer_contexts
@@ -338,6 +344,7 @@ def _optimize_layer(
                     curve=[float(v) for v in result.curves[:, i]],
                 )
             )
+        on_batch()
 
 
 def _layer_folder(layer: LayerImages) -> str:
