@@ -1,8 +1,8 @@
 """Where the first NaN or Inf of a step came from, forward and backward, over the whole model.
 
 Every floating-point tensor a module receives or returns during a training forward is a
-*slot*: it gets its min and max reduced on the device (a NaN shows in both, an Inf in one),
-and, when it requires grad, a tensor hook that reduces its gradient the same way. Each module
+*slot*: it gets its sum reduced on the device (a NaN or an Inf anywhere shows in it), and,
+when it requires grad, a tensor hook that reduces its gradient the same way. Each module
 call records which slots were its inputs and which its outputs. After the step's one read
 (:class:`~actviz.monitor.scalars.ScalarBatch`) the blame is plain bookkeeping on the host:
 
@@ -63,11 +63,10 @@ class Origin:
 
 @dataclass
 class _Slot:
-    lo: int  # index of the min in the scalar batch
-    hi: int  # index of the max
+    total: int  # index of the sum in the scalar batch
     relaxed: bool  # -inf allowed
     tensor: torch.Tensor | None  # held until the step is read, to save a culprit's inputs
-    grad: list[tuple[int, int]] = field(default_factory=list)  # (lo, hi) of each gradient
+    grad: list[int] = field(default_factory=list)  # the sum of each gradient
 
 
 @dataclass
@@ -80,11 +79,15 @@ class _Call:
     done: bool = False
 
 
-def _value_kind(lo: float, hi: float, *, relaxed: bool) -> str | None:
-    """``NaN``, ``Inf`` or None (finite) from a tensor's min and max."""
-    if math.isnan(lo) or math.isnan(hi):
+def _value_kind(total: float, *, relaxed: bool) -> str | None:
+    """``NaN``, ``Inf`` or None (finite) from a tensor's sum.
+
+    One reduction tells: a NaN anywhere makes the sum NaN, an Inf makes it infinite (or NaN
+    beside an Inf of the other sign). A sum can also overflow float32 with every value finite,
+    from values around 1e33 and up: far past where a training run is healthy anyway."""
+    if math.isnan(total):
         return "NaN"
-    if hi == math.inf or (lo == -math.inf and not relaxed) or lo == math.inf:
+    if total == math.inf or (total == -math.inf and not relaxed):
         return "Inf"
     return None
 
@@ -148,9 +151,9 @@ class OriginTracker:
         self._finished.append(index)
         return call.outputs
 
-    def slot_range(self, slot: int) -> tuple[int, int]:
-        """The scalar indices of a slot's min and max (to reuse as statistics)."""
-        return self._slots[slot].lo, self._slots[slot].hi
+    def slot_sum(self, slot: int) -> int:
+        """The scalar index of a slot's sum (to reuse as a statistic)."""
+        return self._slots[slot].total
 
     def _slot(self, tensor: torch.Tensor, *, relaxed: bool, new: bool = False) -> int:
         """The slot of ``tensor`` as it is now; made (and reduced) when first seen. An output
@@ -166,11 +169,9 @@ class OriginTracker:
                 self._slots[known].relaxed = True
             return known
         with torch.no_grad():
-            detached = tensor.detach()
-            lo = self.scalars.add(detached.amin())
-            hi = self.scalars.add(detached.amax())
+            total = self.scalars.add(tensor.detach().sum(dtype=torch.float32))
         index = len(self._slots)
-        self._slots.append(_Slot(lo, hi, relaxed, tensor))
+        self._slots.append(_Slot(total, relaxed, tensor))
         self._by_key[key] = index
         if tensor.requires_grad:
             self._grad_hooks.append(tensor.register_hook(self._grad_hook(index)))  # type: ignore[no-untyped-call]
@@ -183,10 +184,9 @@ class OriginTracker:
             if grad.numel() == 0 or not grad.is_floating_point():
                 return
             with torch.no_grad():
-                lo = self.scalars.add(grad.amin())
-                hi = self.scalars.add(grad.amax())
+                total = self.scalars.add(grad.detach().sum(dtype=torch.float32))
             slot = self._slots[index]
-            slot.grad.append((lo, hi))
+            slot.grad.append(total)
             self._grad_order.append((index, len(slot.grad) - 1))
 
         return hook
@@ -205,14 +205,13 @@ class OriginTracker:
 
     def _kind(self, floats: list[float], slot: int) -> str | None:
         s = self._slots[slot]
-        return _value_kind(floats[s.lo], floats[s.hi], relaxed=s.relaxed)
+        return _value_kind(floats[s.total], relaxed=s.relaxed)
 
     def _grad_kind(self, floats: list[float], slot: int, which: int = -1) -> str | None:
         s = self._slots[slot]
         if not s.grad:
             return None
-        lo, hi = s.grad[which]
-        return _value_kind(floats[lo], floats[hi], relaxed=False)
+        return _value_kind(floats[s.grad[which]], relaxed=False)
 
     def _blame_forward(self, floats: list[float]) -> Origin | None:
         bad = {i for i in range(len(self._slots)) if self._kind(floats, i) is not None}

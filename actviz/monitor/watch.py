@@ -249,35 +249,35 @@ class Watch(HookSession):
                 slots = self._tracker.end(stack.pop(), name, output)
         if name in self._selected and self.recording:
             key = call_key(name, self._step_calls.get(name, 1))
-            ranges = [self._tracker.slot_range(s) for s in slots] if self._tracker else []
-            self._summarise(key, output, ranges)
+            sums = [self._tracker.slot_sum(s) for s in slots] if self._tracker else []
+            self._summarise(key, output, sums)
 
-    def _summarise(self, key: str, output: object, ranges: list[tuple[int, int]]) -> None:
-        """Queue the statistics of each floating-point tensor of a selected layer's output."""
+    def _summarise(self, key: str, output: object, sums: list[int]) -> None:
+        """Queue the statistics of each floating-point tensor of a selected layer's output:
+        sum (the non-finite watch's, when it has one), norm, min, max, non-zero count."""
         import torch
 
         add, count = self._scalars.add, self._scalars.add_count
         tensors = [(s, t) for s, t in tensor_items(output) if t.is_floating_point()]
+        tensors = [(s, t) for s, t in tensors if t.numel() > 0]
         for position, (suffix, tensor) in enumerate(tensors):
-            if tensor.numel() == 0:
-                continue
             with torch.no_grad():
                 x = tensor.detach()
-                if position < len(ranges) and len(ranges) == len(tensors):
-                    lo, hi = ranges[position]
-                else:
-                    lo, hi = add(x.amin()), add(x.amax())
                 entry: dict[str, Any] = {
                     "n": x.numel(),
                     "shape": list(x.shape),
-                    "sum": add(x.sum(dtype=torch.float32)),
+                    "sum": (
+                        sums[position]
+                        if len(sums) == len(tensors)
+                        else add(x.sum(dtype=torch.float32))
+                    ),
                     "l2": add(torch.linalg.vector_norm(x, dtype=torch.float32)),
-                    "min": lo,
-                    "max": hi,
+                    "min": add(x.amin()),
+                    "max": add(x.amax()),
                     "nonzero": count(torch.count_nonzero(x)),
-                    # x * 0 is 0 for finite values and NaN for NaN and +-Inf.
-                    "nonfinite": count(torch.count_nonzero(x * 0)),
-                    "nan": count(torch.isnan(x).sum()),
+                    # Counted only when the sum says there is a NaN or Inf (rarely): no pass
+                    # over every output for counts that are almost always zero.
+                    "tensor": x,
                 }
                 if self._tensorboard is not None:
                     from actviz.monitor.tensorboard import histogram_counts
@@ -319,7 +319,7 @@ class Watch(HookSession):
             return
         with torch.no_grad():
             norms = torch._foreach_norm([p.grad for _, p in pairs])  # type: ignore[misc]
-            self._before = [p.detach().clone() for _, p in pairs]
+            self._before = [_sample(p).clone() for _, p in pairs]
         for (name, _param), norm in zip(pairs, norms, strict=True):
             self._post_clip[name] = self._scalars.add(norm.float())
 
@@ -338,10 +338,10 @@ class Watch(HookSession):
         if len(pairs) != len(before):
             return  # the optimizer's parameters changed inside the step
         with torch.no_grad():
-            after = [p.detach() for _, p in pairs]
-            deltas = torch._foreach_norm(torch._foreach_sub(after, before))
+            sampled = [_sample(p) for _, p in pairs]
+            deltas = torch._foreach_norm(torch._foreach_sub(sampled, before))
             old = torch._foreach_norm(before)
-            new = torch._foreach_norm(after)
+            new = torch._foreach_norm([p.detach() for _, p in pairs])
         add = self._scalars.add
         for (name, _param), d, o, n in zip(pairs, deltas, old, new, strict=True):
             self._update[name] = (add(d.float()), add(o.float()), add(n.float()))
@@ -555,6 +555,25 @@ class Watch(HookSession):
         }
 
 
+#: Values of a parameter the update ratio is measured on, at most: a copy of every weight at
+#: every recorded step would cost as much memory traffic as the step itself.
+UPDATE_SAMPLE = 16_384
+
+
+def _sample(param: torch.Tensor) -> torch.Tensor:
+    """The values the update ratio is measured on: all of a small tensor, every k-th value of
+    a large one, k the smallest prime that brings the count under :data:`UPDATE_SAMPLE` (a
+    prime stride does not keep landing on the same kernel position or channel)."""
+    flat = param.detach().reshape(-1)
+    n = flat.numel()
+    if n <= UPDATE_SAMPLE:
+        return flat
+    stride = -(-n // UPDATE_SAMPLE)
+    while any(stride % d == 0 for d in range(2, int(stride**0.5) + 1)):
+        stride += 1
+    return flat[::stride]
+
+
 def _display(name: str) -> str:
     return name or ROOT_NAME
 
@@ -569,9 +588,16 @@ def _total(values: Any) -> float | None:
 def _layer_numbers(entry: dict[str, Any], floats: list[float], ints: list[int]) -> dict[str, Any]:
     """A layer's statistics from its read values: over all values when they are finite,
     None (with the NaN and Inf counts) when they are not."""
+    import torch
+
     n = int(entry["n"])
-    nonfinite = ints[entry["nonfinite"]]
-    nan = ints[entry["nan"]]
+    nan = nonfinite = 0
+    if not math.isfinite(floats[entry["sum"]]):
+        # The output as it is now: an in-place op after the layer (a ReLU) may have changed
+        # it since, which can only turn -inf into 0.
+        x = entry["tensor"]
+        nan = int(torch.isnan(x).sum())
+        nonfinite = int((~torch.isfinite(x)).sum())
     row: dict[str, Any] = {
         "mean": None,
         "std": None,
@@ -583,7 +609,7 @@ def _layer_numbers(entry: dict[str, Any], floats: list[float], ints: list[int]) 
         "grad_norm": floats[entry["grad"]] if "grad" in entry else None,
         "shape": entry["shape"],
     }
-    if nonfinite == 0:
+    if nonfinite == 0 and math.isfinite(floats[entry["sum"]]):
         mean = floats[entry["sum"]] / n
         square = floats[entry["l2"]] ** 2 / n
         row["mean"] = mean
