@@ -214,3 +214,24 @@ def test_cli_run_with_cam_and_top5(tmp_path: Path, vit_folder: Path, image_file:
     assert cams == ["01_vit.layers.0_cam.png"]
     cam = np.asarray(Image.open(out / image_file.stem / cams[0]))
     assert cam.std() > 0
+
+
+def test_attention_maps_are_the_models_own_weights(vit_folder: Path) -> None:
+    from actviz.hooks import ActivationRecorder
+
+    loaded = load_model(f"hf:{vit_folder}", device="cpu")
+    config = loaded.module.config
+    chosen = config._attn_implementation
+    x = torch.randn(1, 3, 32, 32)
+    layer = "vit.layers.1.attention"
+    with ActivationRecorder(loaded.module, [layer], mode="attn") as rec, torch.no_grad():
+        loaded.module(x)
+    assert config._attn_implementation == chosen
+    maps = rec[f"{layer}<attn>"]
+    reference = transformers.ViTForImageClassification.from_pretrained(
+        vit_folder, attn_implementation="eager"
+    ).eval()
+    with torch.no_grad():
+        theirs = reference(pixel_values=x, output_attentions=True).attentions[1]
+    assert maps.shape == (1, 2, 4, 4)
+    assert torch.allclose(maps, theirs[:, :, 0, 1:].reshape(1, 2, 4, 4), atol=1e-5)

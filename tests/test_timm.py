@@ -204,3 +204,31 @@ def test_cli_runs_a_timm_model_by_its_hub_name(tmp_path: Path, image_file: Path)
     assert manifest["images"][0]["predictions"] == []
     assert manifest["layers"][:2] == ["patch_embed.proj", "blocks.0"]
     assert any("backbone without a classifier" in w for w in manifest["warnings"])
+
+
+def test_attention_maps_are_timms_own_weights_with_the_fused_path_restored() -> None:
+    from actviz.hooks import ActivationRecorder
+
+    torch.manual_seed(0)
+    model = timm.create_model("vit_small_patch14_reg4_dinov2", img_size=28).eval()
+    attn = model.blocks[0].attn
+    fused = attn.fused_attn
+    x = torch.randn(1, 3, 28, 28)
+    inputs: dict[str, torch.Tensor] = {}
+    handle = attn.register_forward_pre_hook(lambda m, a: inputs.setdefault("x", a[0]))
+    try:
+        with ActivationRecorder(model, ["blocks.0.attn"], mode="attn") as rec, torch.no_grad():
+            model(x)
+    finally:
+        handle.remove()
+    assert attn.fused_attn == fused
+    maps = rec["blocks.0.attn<attn>"]
+    # The reference: softmax(q k^T / sqrt(d)) from the layer's own projections.
+    tokens = inputs["x"]
+    b, n, c = tokens.shape
+    heads = attn.num_heads
+    qkv = attn.qkv(tokens).reshape(b, n, 3, heads, c // heads).permute(2, 0, 3, 1, 4)
+    q, k = attn.q_norm(qkv[0]), attn.k_norm(qkv[1])
+    weights = ((q @ k.transpose(-2, -1)) * attn.scale).softmax(dim=-1)
+    assert maps.shape == (1, heads, 2, 2)  # 28 px / patch 14, after 1 class + 4 registers
+    assert torch.allclose(maps, weights[:, :, 0, 5:].reshape(1, heads, 2, 2), atol=1e-5)

@@ -22,11 +22,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from actviz.errors import UsageError
 from actviz.hooks.refs import layer_refs, tensor_items
-from actviz.hooks.session import Capture, HookSession
+from actviz.hooks.session import Capture, HookSession, call_key
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+    from actviz.attention import WeightsTap
+    from actviz.structure import LayerContext
 
 __all__ = ["ATTN_SUFFIX", "INPUT_SUFFIX", "ActivationRecorder", "CaptureMode", "capture"]
 
@@ -84,6 +87,7 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         self.summarize = summarize
         self._paused = False
         self._captures: dict[str, Capture] = {}
+        self._contexts: dict[str, LayerContext] | None = None
 
     # Mapping protocol: key -> tensor of the latest forward.
     def __getitem__(self, key: str) -> torch.Tensor:
@@ -185,9 +189,13 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
     def _register_attention(self, name: str, module: nn.Module, store: Callable[..., None]) -> None:
         """Attention maps of the module's (first) ``nn.MultiheadAttention``, recomputed from
         the query and key it is called with; modules without one are listed as skipped."""
-        from actviz.attention import class_token_attention, find_attention
+        from actviz.attention import class_token_attention, find_attention, find_weights_tap
 
         attention = find_attention(module)
+        tap = find_weights_tap(module) if attention is None else None
+        if tap is not None:
+            self._register_weights_tap(name, module, tap, store)
+            return
         if attention is None:
 
             def none_inside(_module: nn.Module, _args: object, _output: object) -> None:
@@ -214,6 +222,46 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
                 self._captures[key + ATTN_SUFFIX].module_type = kind
 
         self._add_pre_hook(attention, attention_hook, with_kwargs=True)
+
+    def _register_weights_tap(
+        self, name: str, module: nn.Module, tap: WeightsTap, store: Callable[..., None]
+    ) -> None:
+        """Attention maps of a timm or Hugging Face attention layer, from the weights it forms
+        with its fused kernel off (for this capture only)."""
+        from actviz.attention import class_token_rows
+        from actviz.structure import layer_contexts
+
+        if self._contexts is None:
+            self._contexts = layer_contexts(self.model)
+        ctx = self._contexts.get(name)
+        prefix = ctx.prefix_tokens if ctx is not None else 0
+        grid = ctx.token_grid if ctx is not None else None
+        self._undo_on_exit(tap.unfuse())
+
+        def counted(_module: nn.Module, _args: object, _output: object) -> None:
+            if not self._paused:
+                self._next_call(name)
+
+        def weights_hook(_module: nn.Module, _args: object, output: object) -> None:
+            if self._paused:
+                return
+            # The module's own forward hook (below) counts this call once it returns.
+            call = self.calls(name) + 1
+            key = call_key(name, call)
+            weights = tap.weights(output)
+            if weights is None:
+                self._skip(key + ATTN_SUFFIX, module, "the attention returned no weights")
+                return
+            maps, reason = class_token_rows(weights.detach(), prefix, grid)
+            if maps is None:
+                self._skip(key + ATTN_SUFFIX, module, reason or "no attention map")
+                return
+            store(call, key + ATTN_SUFFIX, maps, what="attention")
+            kind = f"{type(module).__name__}: class-token attention, one tile per head"
+            self._captures[key + ATTN_SUFFIX].module_type = kind
+
+        self._add_forward_hook(tap.module, weights_hook)
+        self._add_forward_hook(module, counted)
 
 
 def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> ActivationRecorder:

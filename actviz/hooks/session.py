@@ -101,6 +101,9 @@ class HookSession(abc.ABC):
         # Hooks on tensors of one forward: dropped when the next forward starts.
         self._tensor_handles: list[RemovableHandle] = []
         self._training: dict[nn.Module, bool] = {}
+        # Changes to the model made for the capture (a fused attention turned off), undone
+        # on exit.
+        self._undo: list[Callable[[], None]] = []
 
     def __enter__(self: _Session) -> _Session:
         check_hookable(self.model)
@@ -154,6 +157,10 @@ class HookSession(abc.ABC):
         ``module``, until exit."""
         self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=with_kwargs))
 
+    def _undo_on_exit(self, undo: Callable[[], None]) -> None:
+        """Call ``undo`` on exit, after the hooks are removed (latest first)."""
+        self._undo.append(undo)
+
     def _keep(self, handle: RemovableHandle) -> None:
         """Remove ``handle`` on exit with the others: for hooks registered elsewhere than on
         a module's forward (a module's backward, an optimizer's step)."""
@@ -191,6 +198,8 @@ class HookSession(abc.ABC):
         for module, training in self._training.items():
             module.training = training
         self._training.clear()
+        while self._undo:
+            self._undo.pop()()
 
     def _drop_tensor_hooks(self) -> None:
         for handle in self._tensor_handles:

@@ -147,7 +147,9 @@ def _select(model: str, loaded: LoadedModel, opts: RunOptions) -> tuple[str, lis
     if opts.layers is not None:
         selector = opts.layers
     elif opts.capture == "attn":  # attention maps come from the attention modules
-        selector = "MultiheadAttention"
+        from actviz.attention import attention_selector
+
+        selector = attention_selector(loaded.module)
     else:
         selector = default_selector(loaded.module)
     return selector, select_layers(layer_refs(loaded.module), selector, model=model)
