@@ -95,14 +95,17 @@ def decode_batches(
         for batch in loader:
             yield from _same_shapes(_pinned(batch) if pin_memory else batch)
         return
-    yield from _threaded(
-        part
-        for batch in (
-            [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
-            for start in range(0, len(dataset), batch_size)
-        )
-        for part in _same_shapes(_pinned(batch) if pin_memory else batch)
-    )
+
+    def batches(stop: threading.Event) -> Iterator[list[Decoded]]:
+        for start in range(0, len(dataset), batch_size):
+            batch = []
+            for i in range(start, min(start + batch_size, len(dataset))):
+                if stop.is_set():  # checked per image: a stop waits for one decode at most
+                    return
+                batch.append(dataset[i])
+            yield from _same_shapes(_pinned(batch) if pin_memory else batch)
+
+    yield from _threaded(batches)
 
 
 def _same_shapes(batch: list[Decoded]) -> Iterator[list[Decoded]]:
@@ -132,25 +135,43 @@ def _pinned(batch: list[Decoded]) -> list[Decoded]:
     return batch
 
 
-def _threaded(batches: Iterator[list[Decoded]]) -> Iterator[list[Decoded]]:
-    """Run ``batches`` in a background thread, at most a couple of batches ahead."""
+#: Seconds a blocked hand-over waits before looking at the stop request again.
+_POLL = 0.05
+#: Seconds to wait for the decoder thread at shutdown; it stops within one image's decode.
+_JOIN_SECONDS = 5.0
+
+
+def _threaded(
+    make: Callable[[threading.Event], Iterator[list[Decoded]]],
+) -> Generator[list[Decoded], None, None]:
+    """Run ``make(stop)`` in a background thread, at most a couple of batches ahead.
+
+    The thread never blocks for long: every hand-over (batches, the end, an error) waits on
+    the bounded queue in short steps that look at ``stop``, and ``make`` looks at it between
+    images. When the consumer stops early (Ctrl-C, an error, ``close()``), the queue is
+    drained so a waiting hand-over returns at once, and the thread ends within about one
+    image's decode.
+    """
     slots: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=_PREFETCH_BATCHES)
     stop = threading.Event()
 
+    def offer(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                slots.put(item, timeout=_POLL)
+                return True
+            except queue.Full:
+                continue
+        return False
+
     def produce() -> None:
         try:
-            for batch in batches:
-                while not stop.is_set():
-                    try:
-                        slots.put(("batch", batch), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+            for batch in make(stop):
+                if not offer(("batch", batch)):
                     return
-            slots.put(("end", None))
+            offer(("end", None))
         except BaseException as exc:  # handed to the consumer, which re-raises it
-            slots.put(("error", exc))
+            offer(("error", exc))
 
     thread = threading.Thread(target=produce, name="actviz-decode", daemon=True)
     thread.start()
@@ -164,4 +185,14 @@ def _threaded(batches: Iterator[list[Decoded]]) -> Iterator[list[Decoded]]:
             yield value
     finally:
         stop.set()
-        thread.join(timeout=5)
+        _drain(slots)
+        thread.join(timeout=_JOIN_SECONDS)
+        _drain(slots)  # what was handed over meanwhile: nothing keeps its tensors alive
+
+
+def _drain(slots: queue.Queue[tuple[str, Any]]) -> None:
+    while True:
+        try:
+            slots.get_nowait()
+        except queue.Empty:
+            return

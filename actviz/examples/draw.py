@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -158,7 +158,7 @@ def draw_layers(
     drawn = [plan for plan in plans if plan.key in tops]
     files = layer_files(plans, tops)
     unreadable: dict[str, str] = {}
-    with ThreadPoolExecutor(2, thread_name_prefix="actviz-pictures") as pool:
+    with ThreadPoolExecutor(2, thread_name_prefix="actviz-pictures") as pool, _cancelling(pool):
         pending: deque[Future[None]] = deque()
         for group in _groups(drawn, tops):
             while pending:  # the previous group's sheets hold its tiles: let them go first
@@ -185,6 +185,17 @@ def draw_layers(
         while pending:
             pending.popleft().result()
     return files
+
+
+@contextlib.contextmanager
+def _cancelling(pool: ThreadPoolExecutor) -> Iterator[None]:
+    """On Ctrl-C or an error, drop the pictures not yet started: leaving the pool would
+    otherwise wait for every queued sheet (thousands for a wide layer)."""
+    try:
+        yield
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
 
 
 def _groups(plans: Sequence[LayerPlan], tops: Mapping[str, LayerTop]) -> list[list[LayerPlan]]:
