@@ -7,7 +7,9 @@ import copy
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -76,3 +78,38 @@ def test_image_folders_never_take_a_command_folder_name() -> None:
 
     dirs = image_dirs([P("diff.jpg"), P("report/a.jpg"), P("Top-Images.png"), P("cat.jpg")])
     assert [d.as_posix() for d in dirs] == ["diff_jpg", "report_/a", "Top-Images_png", "cat"]
+
+
+def test_an_interrupted_diff_leaves_nothing_half_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import actviz.diff.stream as stream
+
+    photos = tmp_path / "photos"
+    for i in range(8):
+        make_image(photos / f"p{i}.png", size=(32, 32), seed=i)
+    out = tmp_path / "out"
+    common = {"input_size": (32, 32), "device": "cpu", "layers": "Conv2d"}
+    actviz.run(_net(), [photos], out=out, **common)
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    measure = stream._measure
+
+    def interrupted(state: Any, *args: Any) -> None:
+        if state.pictures:  # the first batch's pictures are written: Ctrl-C now
+            raise KeyboardInterrupt
+        measure(state, *args)
+
+    monkeypatch.setattr(stream, "_measure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        actviz.diff(
+            _net(),
+            [photos],
+            against_model=_net(),
+            out=out,
+            overwrite=True,
+            batch_size=4,
+            images=2,
+            **common,
+        )
+    # The run's files only: no picture, no folder, no summary of the diff.
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before

@@ -130,16 +130,19 @@ def diff(
 
 
 class _DiffReporter(RichReporter):
-    """The run's progress bar; an interrupted diff has nothing to resume, so the message on
-    Ctrl-C says only how far it got."""
+    """The run's progress bar; an interrupted diff has nothing to resume (it removes the
+    pictures it drew), so the message on Ctrl-C says how far it got and what to do."""
 
     def start(self, total: int) -> None:
         super().start(total)
-        self.status["progress"] = ""
+        self.status["progress"] = "; nothing was kept: run the same command again"
 
     def advance(self, result: ImageResult) -> None:
         super().advance(result)
-        self.status["progress"] = f" after {self.done} of {self.total} images"
+        self.status["progress"] = (
+            f" after {self.done} of {self.total} images; nothing was kept (a diff writes its "
+            "results at the end): run the same command again"
+        )
 
 
 def print_diff(result: DiffResult) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,7 @@ from actviz.diff.result import (
     diff_record,
     first_divergent,
 )
-from actviz.diff.stream import Stream, side, stream
+from actviz.diff.stream import PICTURES_DIR, Stream, side, stream
 from actviz.errors import ImageLoadError, OutputError, UsageError
 from actviz.results import ImageResult, Reporter, SilentReporter
 
@@ -115,7 +115,8 @@ def diff(
         ]
         state = Stream(opts=opts, a=loaded_a, b=loaded_b, names=names, results=results)
         notify.start(len(results))
-        stream(state, notify)
+        with _nothing_half_done(state):
+            stream(state, notify)
         for name in sorted(state.never_ran):
             warnings.append(f"layer {name} was selected but never ran in the forward pass")
             notify.warn(warnings[-1])
@@ -127,6 +128,28 @@ def diff(
             notify.warn(warnings[-1])
         _check_compared(state, names)
         return _write(state, selector, found.skipped, warnings, started)
+
+
+@contextlib.contextmanager
+def _nothing_half_done(state: Stream) -> Iterator[None]:
+    """A diff writes its summary at the end: when the stream stops early (Ctrl-C, SIGTERM,
+    an error), the pictures drawn so far are removed rather than left without a
+    ``diff.json`` that names them."""
+    try:
+        yield
+    except BaseException:
+        out = state.opts.out
+        with contextlib.suppress(OSError):
+            for picture in state.pictures:
+                (out / picture.file).unlink(missing_ok=True)
+            pictures = out / PICTURES_DIR
+            if pictures.is_dir():
+                for folder in sorted(pictures.rglob("*"), reverse=True):
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
+                if not any(pictures.iterdir()):
+                    pictures.rmdir()
+        raise
 
 
 def _resized_warning(state: Stream) -> str:
