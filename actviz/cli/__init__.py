@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> None:
     line and exit 2; ``--help`` keeps its panels."""
     import typer
 
-    args = sys.argv[1:] if argv is None else argv
+    args = _debug_first(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(app)
     try:
         # standalone_mode=False hands parser errors to us instead of Typer's multi-line box.
@@ -31,3 +31,13 @@ def main(argv: list[str] | None = None) -> None:
             raise
         sys.exit(line)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _debug_first(args: list[str]) -> list[str]:
+    """``--debug`` is an option of ``actviz`` itself; given after the command
+    (``actviz run ... --debug``), it is moved before it rather than refused."""
+    end = args.index("--") if "--" in args else len(args)
+    if "--debug" not in args[:end] or args[:1] == ["--debug"]:
+        return list(args)
+    rest = [a for a in args[:end] if a != "--debug"]
+    return ["--debug", *rest, *args[end:]]

@@ -23,6 +23,7 @@ from actviz.cli.options import (
     AmpOption,
     BatchSizeOption,
     ChannelsLastOption,
+    DecodeWorkersOption,
     DeviceOption,
     DiffImagesOption,
     DiffMetricOption,
@@ -41,7 +42,6 @@ from actviz.cli.options import (
     QuietOption,
     TrustCheckpointOption,
     WeightsOption,
-    WorkersOption,
 )
 from actviz.errors import ExitCode
 
@@ -70,7 +70,7 @@ def diff(
     max_channels: MaxChannelsOption = 16,
     png_compression: PngCompressionOption = 1,
     batch_size: BatchSizeOption = 8,
-    workers: WorkersOption = 0,
+    workers: DecodeWorkersOption = 0,
     amp: AmpOption = False,
     channels_last: ChannelsLastOption = False,
     overwrite: OverwriteOption = False,

@@ -122,6 +122,17 @@ WorkersOption = Annotated[
         rich_help_panel="Speed",
     ),
 ]
+#: ``--workers`` of the commands without ``--engine`` (run, diff): decoding only.
+DecodeWorkersOption = Annotated[
+    int,
+    typer.Option(
+        "--workers",
+        "-j",
+        min=0,
+        help="Decoding processes (0: one background thread).",
+        rich_help_panel="Speed",
+    ),
+]
 
 EngineOption = Annotated[
     Literal["local", "ray"],
