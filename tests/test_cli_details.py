@@ -40,3 +40,18 @@ def test_top_images_workers_help_keeps_the_engine() -> None:
     result = runner.invoke(app, ["top-images", "--help"], env={"COLUMNS": "200"})
     line = next(x for x in result.output.splitlines() if "--workers" in x)
     assert "--engine ray" in line
+
+
+def test_tile_labels_keep_the_folder_and_cut_in_the_middle() -> None:
+    from actviz.examples.sheets import LABEL_SIZE, _fit, tile_name
+    from actviz.render.legend import text_width
+
+    a = tile_name("/data/photos/a_long_folder_name/red_bell_pepper_rot90.jpg")
+    b = tile_name("/data/photos/another_folder/red_bell_pepper_rot90.jpg")
+    assert a == "a_long_folder_name/red_bell_pepper_rot90.jpg" and tile_name("x.png") == "x.png"
+    short_a, short_b = _fit(a, 96), _fit(b, 96)
+    assert short_a != short_b  # identical files in different folders look different
+    for short in (short_a, short_b):
+        assert "…" in short and short.endswith("90.jpg")
+        assert text_width(short, LABEL_SIZE) <= 96
+    assert short_a.startswith("a_") and short_b.startswith("an")

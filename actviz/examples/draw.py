@@ -36,6 +36,7 @@ from actviz.examples.sheets import (
     heat_scales,
     overview,
     score_text,
+    tile_name,
 )
 from actviz.examples.topk import LayerTop
 from actviz.render import Header, fmt_value
@@ -346,7 +347,7 @@ def _submit_layer(
             SheetTile(
                 tiles[c, slot],
                 f"#{slot + 1}  {score_text(float(top.scores[c, slot]))}",
-                Path(str(top.paths[c, slot])).name,
+                tile_name(str(top.paths[c, slot])),
             )
             for slot in range(count)
         ]

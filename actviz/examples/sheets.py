@@ -49,6 +49,8 @@ __all__ = [
     "cut_tiles",
     "heat_scales",
     "overview",
+    "score_text",
+    "tile_name",
 ]
 
 U8 = npt.NDArray[np.uint8]
@@ -249,14 +251,28 @@ class SheetTile:
     name: str
 
 
+def tile_name(path: str) -> str:
+    """What a tile is labelled with: the file's name and its folder's (``s1/cat.jpg``), so
+    identical names in different folders can be told apart."""
+    from pathlib import PurePath
+
+    pure = PurePath(path)
+    return f"{pure.parent.name}/{pure.name}" if pure.parent.name else pure.name
+
+
 def _fit(text: str, width: int) -> str:
-    """``text`` cut from the left with an ellipsis until it fits ``width`` pixels (the end of
-    a file name says more than its start)."""
+    """``text`` cut in the middle with an ellipsis until it fits ``width`` pixels: the folder
+    and the start of a file name on the left, its end and extension on the right."""
     if text_width(text, LABEL_SIZE) <= width:
         return text
-    while len(text) > 1 and text_width("…" + text, LABEL_SIZE) > width:
-        text = text[1:]
-    return "…" + text
+    middle = len(text) // 2
+    head, tail = text[:middle], text[middle:]
+    while head + tail and text_width(f"{head}…{tail}", LABEL_SIZE) > width:
+        if len(head) >= len(tail):
+            head = head[:-1]
+        else:
+            tail = tail[1:]
+    return f"{head}…{tail}"
 
 
 @functools.lru_cache(maxsize=256)
