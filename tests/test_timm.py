@@ -232,3 +232,25 @@ def test_attention_maps_are_timms_own_weights_with_the_fused_path_restored() -> 
     weights = ((q @ k.transpose(-2, -1)) * attn.scale).softmax(dim=-1)
     assert maps.shape == (1, heads, 2, 2)  # 28 px / patch 14, after 1 class + 4 registers
     assert torch.allclose(maps, weights[:, :, 0, 5:].reshape(1, heads, 2, 2), atol=1e-5)
+
+
+def test_top_images_of_a_backbone_name_no_predicted_class(tmp_path: Path) -> None:
+    from actviz.examples.pipeline import top_images
+
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(2):
+        pixels = rng.integers(0, 256, size=(40, 50, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"{i}.png")
+    result = top_images(
+        "timm/vit_small_patch14_reg4_dinov2",
+        [folder],
+        weights="none",
+        input_size=(28, 28),
+        layers="blocks.11",
+        out=tmp_path / "out",
+        report=False,
+    )
+    (layer,) = result.layers
+    assert layer.channels == 384 and layer.selective_channel is None

@@ -380,7 +380,8 @@ def _stream(
             if recorder.resized:
                 progress.resized += len(paths)
                 progress.resized_layers.update(recorder.resized)
-            classes = predicted_classes(logits, len(good))
+            # A backbone's output is features, not class scores: no predicted class.
+            classes = predicted_classes(logits if loaded.classifier else None, len(good))
             candidates = batch_candidates([str(p) for p in paths], scores, classes, opts.k)
             progress.merge(paths, [size for _, size, _ in good], candidates, notify)
             views.offer(
