@@ -70,3 +70,34 @@ def test_negative_logits_are_not_dead_but_silent_maps_are(
     assert [w for w in firsts if w.startswith("DEAD")] == ["DEAD: never above zero in 3 images"]
     assert "above zero in 0% of images" in firsts
     assert judges_dead(32 * 32) and not judges_dead(1)  # the rule stats follows
+
+
+def test_overviews_stay_within_what_pillow_opens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PIL import Image
+
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 1_000_000)
+    torch.manual_seed(0)
+    wide = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1))
+    for i in range(2):
+        make_image(tmp_path / "in" / f"p{i}.png", size=(16, 16), seed=i)
+    result = actviz.top_images(
+        wide,
+        [tmp_path / "in"],
+        out=tmp_path / "out",
+        layers="0",
+        k=2,
+        channels=0,
+        input_size=(16, 16),
+        device="cpu",
+        report=False,
+    )
+    layer = result.layers[0]
+    assert layer.overview is not None
+    with Image.open(result.out / layer.overview) as picture:  # refused above the limit
+        width, height = picture.size
+    assert width * height <= 1_000_000
+    assert height < 64 * 64  # fewer rows than channels
+    sheets = list((result.out / layer.overview).parent.glob("c*.png"))
+    assert len(sheets) == 64  # every channel keeps its sheet

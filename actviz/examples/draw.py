@@ -34,6 +34,7 @@ from actviz.examples.sheets import (
     crop_view,
     cut_tiles,
     heat_scales,
+    max_overview_rows,
     overview,
     score_text,
     tile_name,
@@ -368,23 +369,39 @@ def _submit_layer(
         for c in range(top.channels)
     ]
     shown = top.channels if options.channels == 0 else min(options.channels, top.channels)
+
+    def overview_header_for(rows: int, capped: bool) -> Header:
+        more = (
+            (
+                f"channels 0-{rows - 1} only: {shown} rows would make a picture too large "
+                "to open; every channel has its own sheet",
+            )
+            if capped
+            else ()
+        )
+        return Header(
+            title=f"{plan.key}   top {slots} images of channels 0-{rows - 1} of {top.channels}",
+            info=(
+                f"each row a channel, best image first, by the {kind} of its map; crops: "
+                f"receptive field of the maximum, {field_h} x {field_w} px{whole}; heat "
+                "scaled per row"
+            ),
+            labels=("0", "row max"),
+            nonfinite=False,
+            notes=(*notes, *more),
+        )
+
+    # Measured with the note a capped overview carries, at its most digits: the header drawn
+    # is never taller than the one measured.
+    fits = max_overview_rows(overview_header_for(shown, True), tile=options.tile, k=slots)
+    overview_header = overview_header_for(min(shown, fits), shown > fits)
+    shown = min(shown, fits)
     rows = []
     for c in range(shown):
         health = channel_health(top, c, judged=judged)
         labels = [f"ch {c}", "dead" if health["dead"] else f"on {health['active_frac']:.0%}"]
         labels.append(f"max {score_text(float(top.scores[c, 0]))}" if top.valid[c, 0] else "")
         rows.append(Row(tuple(labels), [tiles[c, s] for s in range(int(top.valid[c].sum()))]))
-    overview_header = Header(
-        title=f"{plan.key}   top {slots} images of channels 0-{shown - 1} of {top.channels}",
-        info=(
-            f"each row a channel, best image first, by the {kind} of its map; crops: "
-            f"receptive field of the maximum, {field_h} x {field_w} px{whole}; heat scaled "
-            "per row"
-        ),
-        labels=("0", "row max"),
-        nonfinite=False,
-        notes=notes,
-    )
 
     def overview_picture() -> None:
         picture = overview(rows, overview_header, tile=options.tile, cmap=options.cmap, k=slots)

@@ -48,6 +48,7 @@ __all__ = [
     "cut_tile",
     "cut_tiles",
     "heat_scales",
+    "max_overview_rows",
     "overview",
     "score_text",
     "tile_name",
@@ -426,6 +427,20 @@ def overview(rows: Sequence[Row], header: Header, *, tile: int, cmap: str, k: in
             left = GAP + _ROW_LABEL_WIDTH + j * pitch
             rgb[top : top + tile, left : left + tile] = pixels
     return rgb
+
+
+def max_overview_rows(header: Header, *, tile: int, k: int) -> int:
+    """The most channel rows an overview under ``header`` may have and stay within what
+    Pillow opens by default (``Image.MAX_IMAGE_PIXELS``): actviz never writes a picture its
+    own reader, or an image viewer built on Pillow, would refuse as a decompression bomb."""
+    from PIL import Image
+
+    from actviz.render import HEADER_MIN_WIDTH, header_height
+
+    limit = int(Image.MAX_IMAGE_PIXELS or 89_478_485)
+    width = max(GAP + _ROW_LABEL_WIDTH + max(1, k) * (tile + GAP), HEADER_MIN_WIDTH)
+    body = limit // width - header_height(header, width) - GAP
+    return max(1, body // (tile + GAP))
 
 
 def score_text(value: float) -> str:
