@@ -165,6 +165,16 @@ def print_diff(result: DiffResult) -> None:
                 f"{metric} >= {threshold:g} on all {len(result.layers)} layers",
             )
         )
+    from actviz.diff.result import REL_L2_CHANGED
+
+    changed = next((x for x in result.layers if x.name == result.first_changed), None)
+    if changed is not None and changed.name != result.first_divergent:
+        # A pure scaling keeps the cosine at 1: the relative L2 is where it shows.
+        out_console.print(
+            f"first changed layer: {changed.name} (rel_l2 {_fmt(changed.rel_l2)} > "
+            f"{REL_L2_CHANGED:g})",
+            markup=False,
+        )
     lowest = result.lowest(5)
     if lowest:
         out_console.print(f"lowest {metric}:", markup=False)

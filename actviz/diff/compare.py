@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from actviz.diff.options import DiffOptions
 from actviz.diff.result import (
+    CKA_BATCHES,
     CKA_ESTIMATOR,
     CKA_UNDEFINED,
     DiffResult,
     LayerDiff,
     diff_record,
+    first_changed,
     first_divergent,
 )
 from actviz.diff.stream import PICTURES_DIR, Stream, side, stream
@@ -344,6 +346,8 @@ def _write(
             "images": max((c.images for c in counts), default=0),
             "groups": max((c.groups for c in counts), default=0),
             "biased": any(c.estimator == "biased" for c in counts),
+            "batch_size": opts.execution.batch_size,
+            "batches": CKA_BATCHES,
         }
     result = DiffResult(
         mode="images" if state.two_images else "models",
@@ -364,6 +368,7 @@ def _write(
         pictured=len(state.pictured) if ok else 0,
         warnings=warnings,
         cka=cka,
+        first_changed=first_changed(layers),
     )
     if layers:
         series: dict[str, Sequence[float | None]] = {"cosine": [layer.cosine for layer in layers]}

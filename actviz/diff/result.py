@@ -24,6 +24,14 @@ CKA_ESTIMATOR = (
     "HSIC_1(K,L) / sqrt(sum HSIC_1(K,K) * sum HSIC_1(L,L)); the biased estimator only when "
     "the whole folder has fewer than 4 images"
 )
+#: Said in ``diff.json``: the minibatch estimator's groups follow the batches.
+CKA_BATCHES = (
+    "the groups are the batches (a batch of fewer than 4 images waits for the next), so CKA "
+    "depends on --batch-size: compare CKA values computed with the same batch size"
+)
+#: A layer whose mean ``||B - A|| / ||A||`` is above this has changed (``first_changed``):
+#: a pure scaling keeps the cosine at 1 and shows only here.
+REL_L2_CHANGED = 1e-3
 #: Said in ``diff.json`` where CKA is undefined.
 CKA_UNDEFINED = (
     "where a layer does not vary across the images on one side, CKA is 0/0: cka is then 1.0 "
@@ -159,6 +167,8 @@ class DiffResult:
     report: Path | None = None
     warnings: list[str] = field(default_factory=list)
     cka: dict[str, Any] = field(default_factory=dict)
+    first_changed: str | None = None
+    """The first layer, in depth order, whose relative L2 is above :data:`REL_L2_CHANGED`."""
 
     @property
     def failed(self) -> list[ImageResult]:
@@ -181,6 +191,15 @@ def first_divergent(layers: list[LayerDiff], metric: str, threshold: float) -> s
     return None
 
 
+def first_changed(layers: list[LayerDiff], threshold: float = REL_L2_CHANGED) -> str | None:
+    """The first layer in depth order whose mean relative L2 difference is above
+    ``threshold``: where B starts to differ at all, a scaling included."""
+    for layer in layers:
+        if layer.rel_l2 is not None and layer.rel_l2 > threshold:
+            return layer.name
+    return None
+
+
 def diff_record(result: DiffResult) -> dict[str, Any]:
     """``diff.json``: JSON-ready, layers in depth order."""
     out = result.out
@@ -195,6 +214,7 @@ def diff_record(result: DiffResult) -> dict[str, Any]:
         "metric": result.metric,
         "threshold": result.threshold,
         "first_divergent": result.first_divergent,
+        "first_changed": {"layer": result.first_changed, "rel_l2_above": REL_L2_CHANGED},
         "layers": [layer.describe() for layer in result.layers],
         "cka": result.cka,
         "inputs": [
