@@ -345,8 +345,16 @@ def _token_plan(
     n, c = shape
     inferred = False
     candidates: list[tuple[int, tuple[int, int]]] = []
+    merged: dict[tuple[int, int], int] = {}
     if grid is not None:
         candidates = [(prefix, grid)] + ([(0, grid)] if prefix else [])
+        # Hierarchical transformers (Swin) merge 2 x 2 patches per stage: the patch grid
+        # halved, as their patch-merging layers make it.
+        for k in (2, 4, 8, 16, 32):
+            halved = (grid[0] // k, grid[1] // k)
+            if min(halved) >= 1 and halved not in merged:
+                merged[halved] = k
+                candidates.append((0, halved))
     elif guess:
         # No patch grid is known: a perfect square after the known prefix (or after one
         # leading class token when none is known) is taken as the grid, and the note says so.
@@ -360,6 +368,8 @@ def _token_plan(
             continue
         dropped = _dropped(skip, inferred=inferred and skip > 0 and skip != prefix)
         note = f"{dropped}{rows * cols} patch tokens as {rows} x {cols}"
+        if (rows, cols) in merged and (rows, cols) != grid:
+            note += f" (patches merged {merged[(rows, cols)]}x)"
         if inferred:
             note += " (grid inferred from the token count)"
 

@@ -235,3 +235,28 @@ def test_attention_maps_are_the_models_own_weights(vit_folder: Path) -> None:
         theirs = reference(pixel_values=x, output_attentions=True).attentions[1]
     assert maps.shape == (1, 2, 4, 4)
     assert torch.allclose(maps, theirs[:, :, 0, 1:].reshape(1, 2, 4, 4), atol=1e-5)
+
+
+def test_swin_stages_follow_the_merged_patch_grid(tmp_path: Path) -> None:
+    from actviz.hooks import ActivationRecorder
+
+    config = transformers.SwinConfig(
+        image_size=32,
+        patch_size=4,
+        embed_dim=8,
+        depths=[1, 1],
+        num_heads=[1, 1],
+        window_size=2,
+        num_labels=3,
+    )
+    transformers.SwinForImageClassification(config).save_pretrained(tmp_path / "swin")
+    loaded = load_model(f"hf:{tmp_path / 'swin'}", device="cpu")
+    contexts = layer_contexts(loaded.module, loaded.input_size)
+    names = ["swin.encoder.layers.0.blocks.0", "swin.encoder.layers.0"]
+    with ActivationRecorder(loaded.module, names) as rec, torch.no_grad():
+        loaded.module(torch.zeros(1, 3, 32, 32))
+    block = to_drawable(rec[f"{names[0]}[0]"][0], contexts[names[0]])
+    assert block.drawn_shape == (8, 8, 8) and block.note == "64 patch tokens as 8 x 8"
+    stage = to_drawable(rec[f"{names[1]}[0]"][0], contexts[names[1]])
+    assert stage.drawn_shape == (16, 4, 4)
+    assert stage.note == "16 patch tokens as 4 x 4 (patches merged 2x)"

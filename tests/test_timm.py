@@ -254,3 +254,17 @@ def test_top_images_of_a_backbone_name_no_predicted_class(tmp_path: Path) -> Non
     )
     (layer,) = result.layers
     assert layer.channels == 384 and layer.selective_channel is None
+
+
+def test_swin_stages_are_channels_last_maps() -> None:
+    from actviz.hooks import ActivationRecorder
+
+    loaded = load_model("timm/swin_tiny_patch4_window7_224", weights="none", device="cpu")
+    contexts = layer_contexts(loaded.module, loaded.input_size)
+    with ActivationRecorder(loaded.module, ["layers.0", "layers.3"]) as rec, torch.no_grad():
+        loaded.module(torch.zeros(1, 3, 224, 224))
+    first = to_drawable(rec["layers.0"][0], contexts["layers.0"])
+    assert rec["layers.0"].shape == (1, 56, 56, 96)
+    assert first.layout == "nhwc" and first.drawn_shape == (96, 56, 56)
+    last = to_drawable(rec["layers.3"][0], contexts["layers.3"])
+    assert last.layout == "nhwc" and last.drawn_shape == (768, 7, 7)
