@@ -42,3 +42,26 @@ def test_a_pure_scaling_is_named_as_the_first_changed_layer(tmp_path: Path) -> N
     record = json.loads((tmp_path / "out" / "diff.json").read_text(encoding="utf-8"))
     assert record["first_changed"] == {"layer": "1", "rel_l2_above": 0.001}
     assert record["cka"]["batch_size"] == 4 and "--batch-size" in record["cka"]["batches"]
+
+
+def test_pictures_of_an_unchanged_layer_say_identical() -> None:
+    import numpy as np
+
+    from actviz.diff.pictures import PictureScale, caption_lines, render_diff
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(8, 5, 5)).astype(np.float32)
+    same, other = PictureScale(), PictureScale()
+    same.update(a, a.copy())
+    b = a.copy()
+    b[3] += 1.0
+    other.update(a, b)
+    titles = ("A", "B", "B - A")
+    panels = render_diff(a, a.copy(), titles=titles, scale=same, max_channels=4)
+    assert panels.identical and panels.channels == (0, 1, 2, 3)
+    caption = " ".join(caption_lines("x", "img", panels, cosine=1.0, rel_l2=0.0, scope="here"))
+    assert "identical" in caption and "differ most" not in caption
+    changed = render_diff(a, b, titles=titles, scale=other, max_channels=4)
+    assert not changed.identical and 3 in changed.channels
+    caption = " ".join(caption_lines("x", "img", changed, cosine=0.9, rel_l2=0.1, scope="here"))
+    assert "differ most" in caption and "identical" not in caption

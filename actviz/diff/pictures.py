@@ -89,6 +89,11 @@ class PictureScale:
         return (self.lo, self.hi) if self.lo <= self.hi else (0.0, 0.0)
 
     @property
+    def identical(self) -> bool:
+        """B equals A exactly on every pictured image (every finite difference is 0)."""
+        return self.images > 0 and self.diff_peak == 0.0
+
+    @property
     def diff_range(self) -> tuple[float, float]:
         """The difference panel's symmetric range; ``(-1, 1)`` when B equals A, so that zero
         is still drawn in the centre colour."""
@@ -105,6 +110,8 @@ class DiffPanels:
     diff: GridImage
     channels: tuple[int, ...]
     channels_total: int
+    identical: bool = False
+    """B equals A on every pictured image: no channel differs more than another."""
 
 
 def render_diff(
@@ -140,14 +147,22 @@ def render_diff(
     shown = total if max_channels <= 0 else min(total, max_channels)
     score = scale.channel_score if scale.channel_score is not None else np.zeros(total)
     chosen = [int(c) for c in np.sort(np.argsort(-score, kind="stable")[:shown])]
-    note = None if shown == total else "the ones where B and A differ most"
+    identical = scale.identical
+    if shown == total:
+        note = None
+    elif identical:  # no channel differs more than another: the first ones, said as such
+        note = "the first ones: B and A are identical"
+    else:
+        note = "the ones where B and A differ most"
     common: dict[str, Any] = {"channels": chosen, "channels_note": note}
+    diff_title = f"{titles[2]}   identical: 0 everywhere" if identical else titles[2]
     return DiffPanels(
         render_grid(a, title=titles[0], value_range=scale.value_range, **common),
         render_grid(b, title=titles[1], value_range=scale.value_range, **common),
-        render_grid(diff, title=titles[2], cmap=DIFF_CMAP, value_range=scale.diff_range, **common),
+        render_grid(diff, title=diff_title, cmap=DIFF_CMAP, value_range=scale.diff_range, **common),
         tuple(chosen),
         total,
+        identical,
     )
 
 
@@ -234,12 +249,15 @@ def caption_lines(
         scores.append(f"rel. L2 {fmt_value(rel_l2)}")
     first = "   |   ".join([key, image, *scores, "panels: A, B, B - A"])
     count, total = len(panels.channels), panels.channels_total
+    low, high = RANGE_PERCENTILES
+    if panels.identical:
+        which = f"all {count} channels" if count == total else f"the first {count} of {total}"
+        return [first, f"{which}; B and A are identical {scope}: B - A is 0 everywhere"]
     which = (
         f"all {count} channels"
         if count == total
         else f"the {count} of {total} channels where B and A differ most {scope}"
     )
-    low, high = RANGE_PERCENTILES
     second = (
         f"{which}; A and B share one range, B - A is symmetric about 0 (p{low:g}-p{high:g} {scope})"
     )
