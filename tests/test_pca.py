@@ -186,3 +186,42 @@ def test_channels_last_layer(tmp_path: Path) -> None:
     assert view.images[0].shape == (12, 12, 3)
     rgb = view.images[0].astype(float)
     assert abs(rgb[:, :6, 0].mean() - rgb[:, 6:, 0].mean()) > 150
+
+
+def test_hugging_face_vit_token_layer(photos: Path, tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
+    import torch
+
+    config = transformers.ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+        num_labels=3,
+    )
+    torch.manual_seed(0)
+    transformers.ViTForImageClassification(config).eval().save_pretrained(tmp_path / "vit")
+    out = tmp_path / "out"
+    args = ["run", f"hf:{tmp_path / 'vit'}", str(photos), "--layers", "vit.layers.1"]
+    args += ["--view", "pca", "--no-report", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    record = json.loads((out / "manifest.json").read_text())["pca"]["vit.layers.1"]
+    assert record["vectors"] == 3 * 16  # 4 x 4 patches each, the class token dropped
+
+    # A channel of the same token layer can be optimized too (channels last); the model takes
+    # 32 x 32 only, so each transformed batch is resized to it.
+    from actviz.optimize import optimize
+
+    done = optimize(
+        f"hf:{tmp_path / 'vit'}",
+        layers="vit.layers.1",
+        channels="0,5",
+        steps=4,
+        size=48,
+        out=tmp_path / "opt",
+    )
+    assert done.layers[0].output_shape == (2, 17, 32)
+    assert [c.channel for c in done.layers[0].channels] == [0, 5]

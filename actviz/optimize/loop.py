@@ -136,6 +136,7 @@ def optimize_batch(
     lr: float = LEARNING_RATE,
     ctx: LayerContext | None = None,
     grey: bool = False,
+    model_size: tuple[int, int] | None = None,
     on_step: Callable[[], None] | None = None,
 ) -> BatchResult:
     """Optimize one image per channel of one layer, all in one batch.
@@ -154,6 +155,9 @@ def optimize_batch(
         lr: Adam's learning rate.
         ctx: What the model's structure says about the layer (for its layout).
         grey: Feed the mean of the three colours (a model that takes one input channel).
+        model_size: Resize each transformed batch to this ``(height, width)`` before the
+            model: for models that take one input size only (vision transformers). None
+            feeds the transformed size, as Lucent does.
         on_step: Called after each step.
 
     Returns:
@@ -174,6 +178,10 @@ def optimize_batch(
     spread = torch.tensor(list(std), device=device).view(1, -1, 1, 1)
 
     def prepared(image: torch.Tensor) -> torch.Tensor:
+        if model_size is not None and tuple(image.shape[-2:]) != model_size:
+            image = torch.nn.functional.interpolate(
+                image, size=model_size, mode="bilinear", align_corners=False, antialias=True
+            )
         if grey:
             image = image.mean(dim=1, keepdim=True)
         return ((image - centre) / spread).contiguous()

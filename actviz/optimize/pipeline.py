@@ -312,6 +312,8 @@ def _optimize_layer(
 
     contexts = layer_contexts(loaded.module, loaded.input_size)
     ctx = contexts.get(module_name) if module_name is not None else None
+    # Patch grids and attention windows hold for one input size only.
+    fixed = any(c.token_grid is not None or c.windows is not None for c in contexts.values())
     for start in range(0, len(channels), opts.batch_size):
         chunk = list(channels[start : start + opts.batch_size])
         result: BatchResult = optimize_batch(
@@ -328,6 +330,7 @@ def _optimize_layer(
             lr=opts.lr,
             ctx=ctx,
             grey=loaded.preprocess.channels == 1,
+            model_size=loaded.input_size if fixed else None,
             on_step=on_step,
         )
         layer.output_shape = result.output_shape
