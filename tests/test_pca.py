@@ -225,3 +225,15 @@ def test_hugging_face_vit_token_layer(photos: Path, tmp_path: Path) -> None:
     )
     assert done.layers[0].output_shape == (2, 17, 32)
     assert [c.channel for c in done.layers[0].channels] == [0, 5]
+
+
+def test_fewer_positions_than_channels_matches_the_svd() -> None:
+    import torch
+
+    x = np.random.default_rng(4).normal(size=(40, 96)) * np.linspace(4, 1, 96)
+    fit = fit_pca(x)
+    centred = torch.from_numpy(x - x.mean(0))
+    _, s, vh = torch.linalg.svd(centred, full_matrices=False)
+    for k in range(3):
+        assert abs(float(np.dot(fit.components[k], vh[k].numpy()))) > 1 - 1e-6
+    np.testing.assert_allclose(fit.explained, (s[:3] ** 2 / (s**2).sum()).numpy(), rtol=1e-6)
