@@ -178,9 +178,31 @@ class RunResult:
         return [r for r in self.images if r.status == "reused"]
 
     @property
-    def files_written(self) -> int:
-        """Number of grid PNGs written."""
+    def grids_written(self) -> int:
+        """Number of activation grid PNGs written (one per layer output drawn)."""
         return sum(1 for r in self.images if r.status == "ok" for layer in r.layers if layer.file)
+
+    @property
+    def files_written(self) -> int:
+        """Number of files written for the images this run drew: activation grids, overlays,
+        gradient grids, Grad-CAMs, saved tensors, input thumbnails and per-image gradient
+        charts (the run's own files, such as the manifest, are not counted)."""
+        count = 0
+        for r in self.images:
+            if r.status != "ok":
+                continue
+            count += r.thumbnail is not None
+            count += r.gradient_flow is not None
+            for layer in r.layers:
+                files = (
+                    layer.file,
+                    layer.overlay,
+                    layer.tensor_file,
+                    layer.gradient_file,
+                    layer.cam_file,
+                )
+                count += sum(f is not None for f in files)
+        return count
 
 
 def manifest(result: RunResult) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def main() -> None:
     )
     print(
         f"{args.model}, {args.images} images, --layers 'layer4.*' "
-        f"({result.files_written} PNGs, {len(result.failed)} failed)"
+        f"({result.grids_written} PNGs, {len(result.failed)} failed)"
     )
     print("   images   RSS MiB   open fds   seconds")
     for done, rss, fds, elapsed in sampler.samples:

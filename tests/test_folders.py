@@ -144,7 +144,7 @@ def test_resume_after_an_interruption_redoes_nothing(folder: Path, tmp_path: Pat
     assert refused.exit_code == 2 and "--resume" in refused.stderr
 
     result = actviz.run("resnet18", [folder], out=out, resume=True, **kwargs)
-    assert len(result.reused) == 2 and result.files_written == 4
+    assert len(result.reused) == 2 and result.grids_written == 4
     assert {p: os.stat(out / p).st_mtime_ns for p in first} == first  # untouched
     clean = tmp_path / "clean"
     actviz.run("resnet18", [folder], out=clean, **kwargs)

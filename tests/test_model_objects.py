@@ -112,3 +112,18 @@ def test_the_ray_engine_refuses_a_model_object_by_name(photos: Path, tmp_path: P
     with pytest.raises(UsageError, match="model name"):
         actviz.run(_tiny(), [photos], out=tmp_path / "r", engine="ray", **SMALL)
     assert not (tmp_path / "t").exists() and not (tmp_path / "r").exists()
+
+
+def test_the_counts_match_the_files_on_disk(photos: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = actviz.run(_tiny(), [photos], out=out, layers="Conv2d", grads=True, **SMALL)
+    grids = [layer.file for image in result.images for layer in image.layers if layer.file]
+    assert result.grids_written == len(grids) == 6
+    on_disk = [
+        p
+        for image in result.images
+        for p in (out / image.out_dir.as_posix()).iterdir()
+        if p.is_file()
+    ]
+    # Grids, gradient grids, the input thumbnail and the gradient chart of each image.
+    assert result.files_written == len(on_disk) > result.grids_written

@@ -137,7 +137,8 @@ def print_run(result: RunResult) -> None:
             out_console.print(Text.assemble((str(image.path), "bold"), f": {top}"))
     ok = len(result.images) - len(result.failed) - len(result.reused)
     what = (
-        f"wrote {result.files_written} grids for {ok} image(s)"
+        f"wrote {result.grids_written} grids for {ok} image(s) ({result.files_written} files "
+        "in all)"
         if result.render.get("grids", True)
         else f"wrote statistics for {ok} image(s)"
     )
@@ -154,7 +155,7 @@ def _percent(value: float, digits: int = 1) -> str:
 def print_summary(result: RunResult) -> None:
     """One screen on stderr: what the run did, how fast, and what went wrong."""
     done = len(result.images) - len(result.failed) - len(result.reused)
-    rate = done / result.seconds if result.seconds > 0 else 0.0
+    rate = f"{done / result.seconds:.1f} images/s" if result.seconds > 0 and done else "nothing new"
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
@@ -165,8 +166,12 @@ def print_summary(result: RunResult) -> None:
     )
     table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
     if result.render.get("grids", True):
-        table.add_row("files", f"{result.files_written} grid PNGs in {result.out}/")
-    table.add_row("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}")
+        table.add_row(
+            "files",
+            f"{result.grids_written} grid PNGs, {result.files_written} files in all, in "
+            f"{result.out}/",
+        )
+    table.add_row("time", f"{result.seconds:.1f} s ({rate}) on {result.device}")
     undrawable = result.undrawable
     if undrawable:
         table.add_row("not drawn", f"{len(undrawable)} layer output(s), listed in the manifest")
