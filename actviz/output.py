@@ -28,6 +28,8 @@ __all__ = [
     "layer_filename",
     "RunRecords",
     "prepare_out_dir",
+    "opened",
+    "remove_written",
     "removed_if_empty",
     "safe_name",
     "dumps_json",
@@ -141,11 +143,14 @@ def _folded(path: PurePosixPath) -> str:
     return unicodedata.normalize("NFC", str(path).casefold())
 
 
-def prepare_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False) -> Path:
+def prepare_out_dir(
+    out: Path, *, resume: bool = False, overwrite: bool = False, hint: str | None = None
+) -> Path:
     """Create the output folder and prove it is writable, before any work is done.
 
     A folder that already holds files is refused unless the run resumes or overwrites, so an
-    earlier run's pictures are never mixed with this one's by accident.
+    earlier run's pictures are never mixed with this one's by accident; ``hint`` replaces the
+    refusal's advice (for a command that cannot resume).
 
     Raises:
         OutputError: If it is a file, is not empty (without resume/overwrite), or cannot be
@@ -155,11 +160,11 @@ def prepare_out_dir(out: Path, *, resume: bool = False, overwrite: bool = False)
         raise OutputError(f"--out {out} is a file, not a folder; choose another --out")
     try:
         if not (resume or overwrite) and out.is_dir() and any(out.iterdir()):
-            raise OutputError(
-                f"{out} is not empty; add --resume to finish an earlier run there, "
-                "--overwrite to replace its outputs, or choose another --out",
-                usage=True,
+            advice = hint or (
+                "add --resume to finish an earlier run there, "
+                "--overwrite to replace its outputs, or choose another --out"
             )
+            raise OutputError(f"{out} is not empty; {advice}", usage=True)
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f"{TMP_MARK}-probe-{uuid.uuid4().hex}"
         probe.write_bytes(b"")
@@ -315,6 +320,50 @@ def _flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _value(value: Any) -> str:
     return value if isinstance(value, str) and value else json.dumps(value, ensure_ascii=False)
+
+
+@contextlib.contextmanager
+def opened(
+    out: Path, *, resume: bool = False, overwrite: bool = False, hint: str | None = None
+) -> Iterator[Path]:
+    """A command's output folder for the block: prepared (:func:`prepare_out_dir`), and
+    removed again when the block fails, if the command created it and it is still empty."""
+    created = not out.exists()
+    prepare_out_dir(out, resume=resume, overwrite=overwrite, hint=hint)
+    with removed_if_empty(out, created):
+        yield out
+
+
+def remove_written(out: Path, rels: Sequence[str], *, prune: Sequence[str] = ()) -> None:
+    """Remove the files an earlier command wrote in ``out`` (paths relative to it), then the
+    folders they leave empty, and the empty folders under each of ``prune``; never anything
+    outside ``out``.
+
+    Raises:
+        OutputError: If a file or folder cannot be removed.
+    """
+    root = out.resolve()
+    try:
+        for rel in rels:
+            target = (out / rel).resolve()
+            if root not in target.parents or not target.is_file():
+                continue  # never outside the folder
+            target.unlink()
+            folder = target.parent
+            while folder != root and not any(folder.iterdir()):
+                folder.rmdir()
+                folder = folder.parent
+        for name in prune:
+            top = (out / name).resolve()
+            if root not in top.parents or not top.is_dir():
+                continue
+            for path in sorted(top.rglob("*"), reverse=True):
+                if path.is_dir() and not any(path.iterdir()):
+                    path.rmdir()
+            if not any(top.iterdir()):
+                top.rmdir()
+    except OSError as exc:
+        raise OutputError(f"cannot remove the earlier outputs in {out}: {exc}") from None
 
 
 @contextlib.contextmanager

@@ -5,11 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Protocol
-
-from actviz._version import __version__
 
 if TYPE_CHECKING:
     from actviz.models.registry import WeightsInfo
@@ -24,7 +21,6 @@ __all__ = [
     "image_record",
     "layer_notes",
     "reuse_earlier",
-    "manifest",
 ]
 
 
@@ -138,6 +134,8 @@ class RunResult:
     """Capture key -> its principal components' record (``--view pca``)."""
     model_info: dict[str, Any] = field(default_factory=dict)
     """The model's source, name and the preprocessing actually used (``LoadedModel.record``)."""
+    weights_warning: str | None = None
+    """The warning given because the weights came out random (one of ``warnings``)."""
 
     @property
     def notes(self) -> list[str]:
@@ -203,51 +201,6 @@ class RunResult:
                 )
                 count += sum(f is not None for f in files)
         return count
-
-
-def manifest(result: RunResult) -> dict[str, Any]:
-    """The run as JSON-ready data: what ``manifest.json`` holds."""
-    import PIL
-    import torch
-    import torchvision
-
-    from actviz.models.registry import RANDOM_SEED
-
-    weights = result.weights
-    return {
-        "actviz": __version__,
-        "versions": {
-            "torch": torch.__version__,
-            "torchvision": torchvision.__version__,
-            "pillow": PIL.__version__,
-            **result.model_info.get("versions", {}),
-        },
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": result.model,
-        "model_info": {k: v for k, v in result.model_info.items() if k != "versions"} or None,
-        "weights": {
-            "spec": weights.spec,
-            "source": weights.source,
-            "name": weights.name,
-            "random": weights.random,
-            "seed": RANDOM_SEED if weights.random else None,
-            "reason": weights.reason,
-        },
-        "device": result.device,
-        "selector": result.selector,
-        "layers": result.layers,
-        "render": result.render,
-        "stats": "stats.json" if result.stats is not None else None,
-        "report": "index.html" if result.report is not None else None,
-        "options": result.options,
-        "seconds": round(result.seconds, 3),
-        "images": [image_record(r) for r in result.images],
-        "skipped": [{"path": str(p), "reason": why} for p, why in result.skipped],
-        "warnings": result.warnings,
-        "notes": result.notes,
-        "undrawable": [{"layer": k, "reason": v} for k, v in result.undrawable.items()],
-        "pca": result.pca or None,
-    }
 
 
 def image_record(result: ImageResult) -> dict[str, Any]:

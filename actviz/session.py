@@ -1,5 +1,9 @@
-"""The opening every command shares: the model a command was given, as a name (built by its
-source) or as an ``nn.Module`` object (taken as it is), with its preprocessing.
+"""The opening every command shares: find the inputs, open the output folder, load the model
+(random weights carried as data), select the layers, put the model in its memory format; and
+the weights and versions records every command's JSON file holds.
+
+The model a command is given is a name (built by its source) or an ``nn.Module`` object
+(taken as it is), with its preprocessing.
 
 Notebook users hold a model object, not a name: :func:`open_model` takes either. A module is
 used with the weights it carries (or a checkpoint loaded into a copy of it), ImageNet's standard
@@ -10,18 +14,36 @@ preprocessing unless ``preprocess`` is given, as for the user's own factory, and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from actviz.errors import ModelError, UsageError
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from actviz.models import LoadedModel
+    from actviz.images import Discovery
+    from actviz.models import LoadedModel, WeightsInfo
     from actviz.options import LoadOptions
 
-__all__ = ["RANDOM_NOTE", "check_engine", "model_label", "open_model", "restoring"]
+__all__ = [
+    "RANDOM_NOTE",
+    "Loaded",
+    "RandomWeights",
+    "check_engine",
+    "find_inputs",
+    "in_memory_format",
+    "load",
+    "model_label",
+    "open_model",
+    "restoring",
+    "select",
+    "versions_record",
+    "warn_if_random",
+    "weights_record",
+]
 
 RANDOM_NOTE = "random weights: an untrained model, so no learned features"
 """The header line of every picture drawn from a model whose weights are random."""
@@ -174,3 +196,135 @@ def restoring(model: Any) -> Iterator[None]:
             module.training = training
         if device is not None:
             model.to(device)
+
+
+class _Warns(Protocol):
+    def warn(self, message: str) -> None: ...
+
+
+def find_inputs(inputs: Sequence[Path | str]) -> Discovery:
+    """The images among ``inputs`` (files, and folders walked recursively), and what was
+    skipped."""
+    from actviz import images
+
+    return images.discover([Path(p) for p in inputs])
+
+
+@dataclass(frozen=True)
+class RandomWeights:
+    """A model whose weights came out random without being asked for (``--weights none`` asks).
+
+    Attributes:
+        model: The model's name.
+        reason: Why its weights are random (no network, no pretrained weights, ...).
+        flag: The option that asks for random weights on purpose.
+    """
+
+    model: str
+    reason: str
+    flag: str = "--weights"
+
+    def warning(self, shows: str) -> str:
+        """The loud warning, saying what ``shows`` (``"The grids show"``) an untrained model."""
+        return (
+            f"RANDOM WEIGHTS: {self.reason}. {shows} an untrained {self.model}; "
+            f"pass {self.flag} none to say that is what you want."
+        )
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model opened for a command, and its random weights as data (None when it has
+    trained weights, or random ones were asked for)."""
+
+    model: LoadedModel
+    random: RandomWeights | None
+    warning: str | None
+    """The warning given about ``random``, as it appears among the command's warnings."""
+
+
+def load(
+    model: str | nn.Module,
+    options: LoadOptions,
+    notify: _Warns,
+    warnings: list[str],
+    *,
+    shows: str,
+    weights: str | None = None,
+    flag: str = "--weights",
+) -> Loaded:
+    """Open the model (:func:`open_model`); when its weights are random by accident, warn once
+    (``shows``: what the command's pictures show, ``"The grids show"``) through ``notify`` and
+    ``warnings``, and carry it as data."""
+    return warn_if_random(
+        open_model(model, options, weights=weights), notify, warnings, shows=shows, flag=flag
+    )
+
+
+def warn_if_random(
+    loaded: LoadedModel, notify: _Warns, warnings: list[str], *, shows: str, flag: str = "--weights"
+) -> Loaded:
+    """The second half of :func:`load`, for a command that checks the model in between."""
+    info = loaded.weights
+    if not info.random or info.spec.strip().lower() == "none":
+        return Loaded(loaded, None, None)
+    random = RandomWeights(loaded.name, info.reason or "no pretrained weights", flag)
+    message = random.warning(shows)
+    warnings.append(message)
+    notify.warn(message)
+    return Loaded(loaded, random, message)
+
+
+def select(
+    model: str, loaded: LoadedModel, layers: str | None, *, default: str | None = None
+) -> tuple[str, list[str]]:
+    """The selector (``layers``, else ``default``, else the architecture's default) and the
+    modules it names."""
+    from actviz.hooks import layer_refs
+    from actviz.layouts import default_selector
+    from actviz.selectors import select_layers
+
+    selector = layers if layers is not None else default or default_selector(loaded.module)
+    return selector, select_layers(layer_refs(loaded.module), selector, model=model)
+
+
+def in_memory_format(module: Any, channels_last: bool) -> Any:
+    """The module in the memory format the command runs it in."""
+    if not channels_last:
+        return module
+    import torch
+
+    return module.to(memory_format=torch.channels_last)
+
+
+def weights_record(weights: WeightsInfo, warning: str | None = None) -> dict[str, Any]:
+    """Which weights the model carried, as every command's JSON file records them: the seed
+    of random weights and of the user's own factory (which builds under the same seed), and
+    the warning given about random weights, if one was."""
+    from actviz.models.weights import RANDOM_SEED
+
+    seeded = weights.random or weights.source == "factory"
+    return {
+        "spec": weights.spec,
+        "source": weights.source,
+        "name": weights.name,
+        "random": weights.random,
+        "seed": RANDOM_SEED if seeded else None,
+        "reason": weights.reason,
+        "warning": warning,
+    }
+
+
+def versions_record(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The versions of the libraries that made the pictures; ``extra``: the model source's
+    own library (timm, transformers), when it has one."""
+    import PIL
+    import torch
+    import torchvision
+
+    return {
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "pillow": PIL.__version__,
+        **(extra or {}),
+    }

@@ -22,18 +22,20 @@ from actviz.diff.result import (
     CKA_UNDEFINED,
     DiffResult,
     LayerDiff,
+    ModelSide,
     diff_record,
     first_changed,
     first_divergent,
 )
-from actviz.diff.stream import PICTURES_DIR, Stream, side, stream
-from actviz.errors import ImageLoadError, OutputError, UsageError
+from actviz.diff.stream import PICTURES_DIR, Stream, stream
+from actviz.errors import ImageLoadError, UsageError
 from actviz.results import ImageResult, Reporter, SilentReporter
 
 if TYPE_CHECKING:
     from torch import nn
 
     from actviz.models import LoadedModel
+    from actviz.session import Loaded
 
 __all__ = ["diff"]
 
@@ -74,33 +76,36 @@ def diff(
             for a diff that cannot be set up as asked.
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz import images as image_io
-    from actviz import output
-    from actviz.session import model_label, restoring
+    from actviz import output, session
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or DiffOptions.from_keywords(**keywords)
-    given, model = model, model_label(model)
+    given, model = model, session.model_label(model)
     given_b = opts.against_model if opts.against_model is not None else given
     started = time.perf_counter()
     notify = reporter or SilentReporter()
     paths = [Path(p) for p in inputs]
     _check_inputs(paths, opts)
-    found = image_io.discover(paths)
+    found = session.find_inputs(paths)
     if not opts.compares_models and len(found.images) != 2:
         raise UsageError(f"{paths[0]} and {paths[1]} are the same file; give two images")
     out = opts.out
-    created = not out.exists()
-    _prepare(out, opts.execution.overwrite)
-    with output.removed_if_empty(out, created), restoring(given), restoring(given_b):
+    with (
+        output.opened(out, overwrite=opts.execution.overwrite, hint=_NOT_EMPTY),
+        session.restoring(given),
+        session.restoring(given_b),
+    ):
+        if opts.execution.overwrite:
+            _remove_earlier(out)
         warnings: list[str] = []
-        loaded_a = _load(given, opts.load.weights, opts, notify, warnings)
-        loaded_b = (
-            _load(given_b, opts.weights_b, opts, notify, warnings)
+        opened_a = _load(given, opts.load.weights, "--weights", opts, notify, warnings)
+        opened_b = (
+            _load(given_b, opts.weights_b, "--against-weights", opts, notify, warnings)
             if opts.compares_models
-            else loaded_a
+            else opened_a
         )
+        loaded_a, loaded_b = opened_a.model, opened_b.model
         if loaded_b is not loaded_a and loaded_b.preprocess != loaded_a.preprocess:
             warnings.append(
                 f"{loaded_b.name} is fed with {loaded_a.name}'s preprocessing "
@@ -129,7 +134,11 @@ def diff(
             warnings.append(_resized_warning(state))
             notify.warn(warnings[-1])
         _check_compared(state, names)
-        return _write(state, selector, found.skipped, warnings, started)
+        sides = (
+            ModelSide(loaded_a.name, loaded_a.weights, opened_a.warning),
+            ModelSide(loaded_b.name, loaded_b.weights, opened_b.warning),
+        )
+        return _write(state, sides, selector, found.skipped, warnings, started)
 
 
 @contextlib.contextmanager
@@ -195,59 +204,41 @@ def _check_inputs(paths: list[Path], opts: DiffOptions) -> None:
         )
 
 
-def _prepare(out: Path, overwrite: bool) -> None:
-    """Refuse a non-empty folder unless ``overwrite``; then remove what an earlier diff wrote
-    there (the files its ``diff.json`` names), and nothing else."""
+_NOT_EMPTY = "add --overwrite to replace an earlier diff there, or choose another --out"
+
+
+def _remove_earlier(out: Path) -> None:
+    """``--overwrite``: remove what an earlier diff wrote there (the files its ``diff.json``
+    names), and nothing else."""
     from actviz import output
 
-    if out.exists() and not out.is_dir():
-        raise OutputError(f"--out {out} is a file, not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise OutputError(
-            f"{out} is not empty; add --overwrite to replace an earlier diff there, "
-            "or choose another --out",
-            usage=True,
-        )
-    output.prepare_out_dir(out, overwrite=True)
     record = out / "diff.json"
-    if not overwrite or not record.is_file():
+    if not record.is_file():
         return
     with contextlib.suppress(OSError, ValueError):
         earlier = json.loads(record.read_text(encoding="utf-8"))
         files = [p.get("file") for p in earlier.get("pictures", []) if isinstance(p, dict)]
-        root = out.resolve()
-        for rel in [*files, *DIFF_FILES]:
-            if not isinstance(rel, str):
-                continue
-            target = (out / rel).resolve()
-            if root in target.parents and target.is_file():  # never outside the folder
-                target.unlink()
-                folder = target.parent
-                while folder != root and not any(folder.iterdir()):
-                    folder.rmdir()
-                    folder = folder.parent
+        output.remove_written(out, [f for f in [*files, *DIFF_FILES] if isinstance(f, str)])
 
 
 def _load(
-    model: str | nn.Module, weights: str, opts: DiffOptions, notify: Reporter, warnings: list[str]
-) -> LoadedModel:
+    model: str | nn.Module,
+    weights: str,
+    flag: str,
+    opts: DiffOptions,
+    notify: Reporter,
+    warnings: list[str],
+) -> Loaded:
     """Build one model exactly as ``run`` does (checkpoints safe unless trusted; random
     weights from the same seed), warning loudly about weights that are random by accident."""
-    from actviz.session import open_model
+    from actviz import session
 
-    loaded = open_model(model, opts.load, weights=weights)
-    if loaded.weights.random and loaded.weights.spec.lower() != "none":
-        why = loaded.weights.reason or "no pretrained weights"
-        warnings.append(
-            f"RANDOM WEIGHTS for {loaded.name}: {why}; pass --weights none (or --against-weights "
-            "none) to say that is what you want"
-        )
-        notify.warn(warnings[-1])
-    if opts.execution.channels_last:
-        import torch
-
-        loaded.module.to(memory_format=torch.channels_last)
-    return loaded
+    opened = session.load(
+        model, opts.load, notify, warnings, shows="The pictures show", weights=weights, flag=flag
+    )
+    # In place: model B may be model A itself.
+    session.in_memory_format(opened.model.module, opts.execution.channels_last)
+    return opened
 
 
 def _select(model: str, a: LoadedModel, b: LoadedModel, opts: DiffOptions) -> tuple[str, list[str]]:
@@ -318,6 +309,7 @@ def _layers(state: Stream) -> list[LayerDiff]:
 
 def _write(
     state: Stream,
+    sides: tuple[ModelSide, ModelSide],
     selector: str,
     skipped: list[tuple[Path, str]],
     warnings: list[str],
@@ -351,8 +343,8 @@ def _write(
         }
     result = DiffResult(
         mode="images" if state.two_images else "models",
-        a=side(state.a),
-        b=side(state.b),
+        a=sides[0],
+        b=sides[1],
         selector=selector,
         metric=opts.metric,
         threshold=opts.threshold,

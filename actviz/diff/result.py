@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from actviz._version import __version__
-from actviz.models.registry import RANDOM_SEED
+from actviz.session import versions_record, weights_record
 
 if TYPE_CHECKING:
     from actviz.models.registry import WeightsInfo
@@ -46,20 +46,11 @@ class ModelSide:
 
     model: str
     weights: WeightsInfo
+    warning: str | None = None
+    """The warning given because its weights came out random."""
 
     def describe(self) -> dict[str, Any]:
-        w = self.weights
-        return {
-            "model": self.model,
-            "weights": {
-                "spec": w.spec,
-                "source": w.source,
-                "name": w.name,
-                "random": w.random,
-                "reason": w.reason,
-                "seed": RANDOM_SEED if w.random or w.source == "factory" else None,
-            },
-        }
+        return {"model": self.model, "weights": weights_record(self.weights, self.warning)}
 
     @property
     def label(self) -> str:
@@ -205,6 +196,7 @@ def diff_record(result: DiffResult) -> dict[str, Any]:
     out = result.out
     return {
         "actviz": __version__,
+        "versions": versions_record(),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "mode": result.mode,
         "a": result.a.describe(),

@@ -100,17 +100,11 @@ def document(
     report: str | None,
 ) -> dict[str, Any]:
     """The whole ``top-images.json`` (schema in docs/cli.md)."""
-    import PIL
-    import torch
-    import torchvision
+    from actviz.session import versions_record
 
     return {
         "actviz": __version__,
-        "versions": {
-            "torch": torch.__version__,
-            "torchvision": torchvision.__version__,
-            "pillow": PIL.__version__,
-        },
+        "versions": versions_record(),
         "model": model,
         "weights": dict(weights),
         "device": device,

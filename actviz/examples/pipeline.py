@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
-from actviz.examples.checkpoint import load_checkpoint, remove_checkpoint, save_checkpoint
+from actviz.examples.checkpoint import load_checkpoint, save_checkpoint
 from actviz.examples.document import LayerFiles, document, selectivity
 from actviz.examples.draw import ViewCache, draw_layers, layer_files
 from actviz.examples.options import ExamplesOptions
@@ -75,18 +75,16 @@ def top_images(
             with nothing to rank, a resume with other settings, ...).
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz import images as image_io
-    from actviz import output
-    from actviz.session import check_engine, model_label, restoring
+    from actviz import output, session
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or ExamplesOptions.from_keywords(**keywords)
-    check_engine(model, opts.execution.engine)
-    given, model = model, model_label(model)
+    session.check_engine(model, opts.execution.engine)
+    given, model = model, session.model_label(model)
     started = time.perf_counter()
     notify = reporter or SilentReporter()
-    found = image_io.discover([Path(p) for p in inputs])
+    found = session.find_inputs(inputs)
     if not found.images:
         named = ", ".join(str(p) for p in inputs) or "(none)"
         raise UsageError(
@@ -94,12 +92,15 @@ def top_images(
             f"({len(found.skipped)} other file(s) skipped)"
         )
     ex = opts.execution
-    created = not opts.out.exists()
-    output.prepare_out_dir(opts.out, resume=ex.resume, overwrite=ex.overwrite)
-    with output.removed_if_empty(opts.out, created), restoring(given):
-        loaded, warnings = _load(given, opts, notify)
+    with (
+        output.opened(opts.out, resume=ex.resume, overwrite=ex.overwrite),
+        session.restoring(given),
+    ):
+        warnings: list[str] = []
+        opened = session.load(given, opts.load, notify, warnings, shows="The top images show")
+        loaded = opened.model
         selector, names = _select(model, loaded, opts)
-        module = _prepared(loaded, opts)
+        module = session.in_memory_format(loaded.module, ex.channels_last)
         planned = _plan(model, loaded, module, names, opts)
         for name in planned.never_ran:
             warnings.append(f"layer {name} was selected but never ran in the forward pass")
@@ -137,7 +138,7 @@ def top_images(
             # While the last pictures are encoded: their names are known already.
             doc = document(
                 model=model,
-                weights=_weights(loaded),
+                weights=session.weights_record(loaded.weights, opened.warning),
                 device=str(loaded.device),
                 selector=selector,
                 k=opts.k,
@@ -189,44 +190,15 @@ def top_images(
         )
 
 
-def _load(
-    model: str | nn.Module, opts: ExamplesOptions, notify: Reporter
-) -> tuple[LoadedModel, list[str]]:
-    from actviz.session import open_model
-
-    loaded = open_model(model, opts.load)
-    warnings: list[str] = []
-    if loaded.weights.random and loaded.weights.spec != "none":
-        why = loaded.weights.reason or "no pretrained weights"
-        warnings.append(
-            f"RANDOM WEIGHTS: {why}. The top images show an untrained {loaded.name}; "
-            "pass --weights none to say that is what you want."
-        )
-        notify.warn(warnings[-1])
-    return loaded, warnings
-
-
 def _select(model: str, loaded: LoadedModel, opts: ExamplesOptions) -> tuple[str, list[str]]:
     """The selector and the modules it names; without one, the deepest layer of the
     architecture's default selection (the last convolution, encoder block or stage)."""
-    from actviz.hooks import layer_refs
-    from actviz.layouts import default_selector
-    from actviz.selectors import select_layers
+    from actviz import session
 
-    refs = layer_refs(loaded.module)
+    selector, names = session.select(model, loaded, opts.layers)
     if opts.layers is not None:
-        return opts.layers, select_layers(refs, opts.layers, model=model)
-    names = select_layers(refs, default_selector(loaded.module), model=model)[-1:]
-    return names[0], names
-
-
-def _prepared(loaded: LoadedModel, opts: ExamplesOptions) -> Any:
-    module = loaded.module
-    if opts.execution.channels_last:
-        import torch
-
-        module = module.to(memory_format=torch.channels_last)
-    return module
+        return selector, names
+    return names[-1], names[-1:]
 
 
 def _plan(
@@ -464,20 +436,6 @@ def _draw(
     )
 
 
-def _weights(loaded: LoadedModel) -> dict[str, Any]:
-    from actviz.models.registry import RANDOM_SEED
-
-    weights = loaded.weights
-    return {
-        "spec": weights.spec,
-        "source": weights.source,
-        "name": weights.name,
-        "random": weights.random,
-        "seed": RANDOM_SEED if weights.random else None,
-        "reason": weights.reason,
-    }
-
-
 def _summaries(
     plans: list[LayerPlan],
     top: TopK,
@@ -513,22 +471,13 @@ def _summaries(
 
 def _remove_outputs(out: Path) -> None:
     """``--overwrite``: remove what an earlier top-images run wrote, and nothing else."""
-    import shutil
+    from actviz import output
+    from actviz.examples.checkpoint import FILE
 
-    from actviz.errors import OutputError
-
-    try:
-        remove_checkpoint(out)
-        for name in (JSON_FILE, REPORT_FILE):
-            (out / name).unlink(missing_ok=True)
-        folder = out / "top-images"
-        if folder.is_dir():
-            for path in sorted(folder.rglob("*"), reverse=True):
-                if path.is_file() and path.suffix in (".png", ".html"):
-                    path.unlink()
-                elif path.is_dir() and not any(path.iterdir()):
-                    path.rmdir()
-            if not any(folder.iterdir()):
-                shutil.rmtree(folder)
-    except OSError as exc:
-        raise OutputError(f"cannot remove the earlier top images in {out}: {exc}") from None
+    folder = out / "top-images"
+    pictures = (
+        [p.relative_to(out).as_posix() for p in folder.rglob("*") if p.suffix in (".png", ".html")]
+        if folder.is_dir()
+        else []
+    )
+    output.remove_written(out, [FILE, JSON_FILE, REPORT_FILE, *pictures], prune=["top-images"])

@@ -21,6 +21,7 @@ __all__ = [
     "by_name",
     "channel_page",
     "find_layer",
+    "is_weights_warning",
     "kinds_of",
     "run_meta",
     "run_warnings",
@@ -64,10 +65,19 @@ def weights_banner(manifest: Mapping[str, Any]) -> Banner | None:
 def run_warnings(manifest: Mapping[str, Any]) -> list[str]:
     """The run's warnings, as plain text, to show one box each."""
     warnings = [str(w) for w in manifest.get("warnings") or []]
-    if (manifest.get("weights") or {}).get("random"):
+    weights = manifest.get("weights") or {}
+    if weights.get("random"):
         # The banner already says it, louder; the run's own warning would repeat it.
-        warnings = [w for w in warnings if not w.startswith("RANDOM WEIGHTS")]
+        warnings = [w for w in warnings if not is_weights_warning(w, weights)]
     return warnings
+
+
+def is_weights_warning(warning: str, weights: Mapping[str, Any]) -> bool:
+    """Whether ``warning`` is the one given because these weights came out random: the weights
+    record names it; records written before it did are recognised by its opening words."""
+    if "warning" in weights:
+        return bool(warning == weights["warning"])
+    return "RANDOM WEIGHTS" in warning
 
 
 def run_meta(manifest: Mapping[str, Any], *, layers: int, drawn: int, failed: int) -> list[MetaRow]:

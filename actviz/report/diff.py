@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actviz.report.blocks import MetaRow, weights_banner
+from actviz.report.blocks import MetaRow, is_weights_warning, weights_banner
 from actviz.report.markup import render
 
 __all__ = ["diff_page"]
@@ -72,7 +72,14 @@ def diff_page(record: Mapping[str, Any]) -> bytes:
         ],
         failed=[i for i in inputs if i.get("status") == "failed"],
         skipped=record.get("skipped") or [],
-        warnings=[str(w) for w in record.get("warnings") or [] if "RANDOM WEIGHTS" not in str(w)],
+        warnings=[
+            str(w)
+            for w in record.get("warnings") or []
+            if not any(
+                is_weights_warning(str(w), (record.get(side) or {}).get("weights") or {})
+                for side in ("a", "b")
+            )
+        ],
     )
 
 

@@ -18,11 +18,11 @@ from actviz.results import (
     Reporter,
     RunResult,
     SilentReporter,
-    manifest,
     reuse_earlier,
 )
 from actviz.run.gradients import write_run_flow_chart
 from actviz.run.loop import Plan, capture_and_render
+from actviz.run.manifest import manifest
 from actviz.run.on_ray import stats_on_ray
 from actviz.run.options import RunOptions
 from actviz.run.statistics import write_stats
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.models import LoadedModel
+    from actviz.session import Loaded
 
 __all__ = ["run"]
 
@@ -64,27 +65,27 @@ def run(
         ActvizError: For every expected failure (unknown model, empty selection, ...).
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz import images as image_io
-    from actviz import output
+    from actviz import output, session
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
-    from actviz.session import check_engine, model_label, restoring
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or RunOptions.from_keywords(**keywords)
-    check_engine(model, opts.execution.engine)
-    given, model = model, model_label(model)
+    session.check_engine(model, opts.execution.engine)
+    given, model = model, session.model_label(model)
     started = time.perf_counter()
     notify = reporter or SilentReporter()
-    found = image_io.discover([Path(p) for p in inputs])
-    created = not opts.out.exists()
-    output.prepare_out_dir(
-        opts.out, resume=opts.execution.resume, overwrite=opts.execution.overwrite
-    )
+    found = session.find_inputs(inputs)
+    ex = opts.execution
     # A run that fails before writing anything leaves no empty folder behind.
-    with output.removed_if_empty(opts.out, created), restoring(given):
-        loaded, warnings = _load(given, opts, notify)
+    with (
+        output.opened(opts.out, resume=ex.resume, overwrite=ex.overwrite),
+        session.restoring(given),
+    ):
+        loaded = session.open_model(given, opts.load)
+        warnings = _check_classifier(loaded, opts, notify)
+        opened = session.warn_if_random(loaded, notify, warnings, shows="The grids show")
         if opts.report:
             from actviz.report import warm_up
 
@@ -108,51 +109,38 @@ def run(
         for message in idle:
             warnings.append(message)
             notify.warn(message)
-        return _write(model, loaded, state, found.skipped, warnings, opts, started)
+        return _write(model, opened, state, found.skipped, warnings, opts, started)
 
 
-def _load(
-    model: str | nn.Module, opts: RunOptions, notify: Reporter
-) -> tuple[LoadedModel, list[str]]:
-    """Build the model on its device; warn loudly when its weights are random."""
-    from actviz.session import open_model
-
-    loaded = open_model(model, opts.load)
-    warnings: list[str] = []
-    if not loaded.classifier:
-        if opts.gradients.backward:
-            flag = "--cam" if opts.gradients.cam else "--grads"
-            raise UsageError(
-                f"{loaded.name} is a backbone without a classifier: there is no class score "
-                f"for {flag} to explain; drop {flag} (grids and statistics work), or load a "
-                "classifier"
-            )
-        warnings.append(
-            f"{loaded.name} is a backbone without a classifier: top-{opts.top_k} predictions "
-            "are left out"
+def _check_classifier(loaded: LoadedModel, opts: RunOptions, notify: Reporter) -> list[str]:
+    """A backbone without a classifier: no gradients to take, no predictions to record."""
+    if loaded.classifier:
+        return []
+    if opts.gradients.backward:
+        flag = "--cam" if opts.gradients.cam else "--grads"
+        raise UsageError(
+            f"{loaded.name} is a backbone without a classifier: there is no class score "
+            f"for {flag} to explain; drop {flag} (grids and statistics work), or load a "
+            "classifier"
         )
-        notify.warn(warnings[-1])
-    if loaded.weights.random and loaded.weights.spec != "none":
-        warnings.append(_random_weights_warning(loaded))
-        notify.warn(warnings[-1])
-    return loaded, warnings
+    warning = (
+        f"{loaded.name} is a backbone without a classifier: top-{opts.top_k} predictions "
+        "are left out"
+    )
+    notify.warn(warning)
+    return [warning]
 
 
 def _select(model: str, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
     """The selector (the architecture's default when none was given) and the modules it names."""
-    from actviz.hooks import layer_refs
-    from actviz.layouts import default_selector
-    from actviz.selectors import select_layers
+    from actviz import session
 
-    if opts.layers is not None:
-        selector = opts.layers
-    elif opts.capture == "attn":  # attention maps come from the attention modules
+    default = None
+    if opts.layers is None and opts.capture == "attn":  # from the attention modules
         from actviz.attention import attention_selector
 
-        selector = attention_selector(loaded.module)
-    else:
-        selector = default_selector(loaded.module)
-    return selector, select_layers(layer_refs(loaded.module), selector, model=model)
+        default = attention_selector(loaded.module)
+    return session.select(model, loaded, opts.layers, default=default)
 
 
 def _plan(
@@ -164,9 +152,7 @@ def _plan(
     opts: RunOptions,
 ) -> Plan:
     """Output folders per image, the resume records, and which images are still to draw."""
-    import torch
-
-    from actviz import output
+    from actviz import output, session
     from actviz.layouts import layer_contexts
 
     dirs = output.image_dirs([item.rel for item in found.images])
@@ -190,9 +176,7 @@ def _plan(
         reuse_earlier(records.completed(), results)
     elif opts.execution.overwrite:
         kept = records.reset([r.out_dir for r in results])
-    module = loaded.module
-    if opts.execution.channels_last:
-        module = module.to(memory_format=torch.channels_last)
+    module = session.in_memory_format(loaded.module, opts.execution.channels_last)
     return Plan(
         selector=selector,
         names=names,
@@ -207,7 +191,7 @@ def _plan(
 
 def _write(
     model: str,
-    loaded: LoadedModel,
+    opened: Loaded,
     plan: Plan,
     skipped: list[tuple[Path, str]],
     warnings: list[str],
@@ -217,6 +201,7 @@ def _write(
     """Statistics, flow chart, manifest and report: the files about the whole run."""
     from actviz import output
 
+    loaded = opened.model
     out_dir, ex, results = opts.out, opts.execution, plan.results
     stats_doc = write_stats(out_dir, results, opts.thresholds) if opts.stats else None
     flow = write_run_flow_chart(out_dir, results) if opts.gradients.grads else None
@@ -252,6 +237,7 @@ def _write(
         report=out_dir / "index.html" if opts.report else None,
         gradient_flow=flow,
         pca={key: fit.describe() for key, fit in plan.pca.items()},
+        weights_warning=opened.warning,
     )
     record = manifest(result)
     output.write_json(manifest_path, record)
@@ -263,11 +249,3 @@ def _write(
         for rel, data in pages.items():
             output.write_bytes(out_dir / rel, data)
     return result
-
-
-def _random_weights_warning(loaded: LoadedModel) -> str:
-    why = loaded.weights.reason or "no pretrained weights"
-    return (
-        f"RANDOM WEIGHTS: {why}. The grids show an untrained {loaded.name}; "
-        "pass --weights none to say that is what you want."
-    )
