@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -18,9 +17,7 @@ __all__ = [
     "Reporter",
     "RunResult",
     "SilentReporter",
-    "image_record",
     "layer_notes",
-    "reuse_earlier",
 ]
 
 
@@ -62,7 +59,12 @@ class Prediction:
 
 @dataclass(frozen=True)
 class LayerResult:
-    """What was captured and drawn for one layer output of one image."""
+    """What was captured and drawn for one layer output of one image.
+
+    ``pictures`` holds the files drawn of it by kind (``grid``, ``overlay``, ``gradient``,
+    ``cam``, ``pca``: ``actviz.run.pictures.PICTURE_KINDS``); ``file`` is its grid, the same as
+    ``pictures["grid"]``.
+    """
 
     key: str
     module: str
@@ -78,19 +80,22 @@ class LayerResult:
     note: str | None = None
     kind: str = "output"
     layout: str | None = None
-    overlay: str | None = None
     tensor_file: str | None = None
     stats: dict[str, Any] | None = None
     gradient: dict[str, Any] | None = None
-    gradient_file: str | None = None
-    cam_file: str | None = None
     channels: list[int] | None = None
-    pca_file: str | None = None
-    """The picture of the layer's principal components as colour (``--view pca``)."""
     cam_note: str | None = None
     """Why the Grad-CAM map is all zero, when it is (``class: why; ...`` when only some of
     several classes' maps are); ``gradient["zero"]`` and ``gradient["note"]`` say the same
     of the gradient."""
+    pictures: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The grid is both the record's file and one of its pictures.
+        if self.file is not None and "grid" not in self.pictures:
+            object.__setattr__(self, "pictures", {"grid": self.file, **self.pictures})
+        elif self.file is None and "grid" in self.pictures:
+            object.__setattr__(self, "file", self.pictures["grid"])
 
 
 @dataclass
@@ -182,9 +187,10 @@ class RunResult:
 
     @property
     def files_written(self) -> int:
-        """Number of files written for the images this run drew: activation grids, overlays,
-        gradient grids, Grad-CAMs, saved tensors, input thumbnails and per-image gradient
-        charts (the run's own files, such as the manifest, are not counted)."""
+        """Number of files written for the images this run drew: every per-layer picture
+        (grids, overlays, gradient grids, Grad-CAMs, PCA views), saved tensors, input
+        thumbnails and per-image gradient charts (the run's own files, such as the manifest,
+        are not counted)."""
         count = 0
         for r in self.images:
             if r.status != "ok":
@@ -192,60 +198,8 @@ class RunResult:
             count += r.thumbnail is not None
             count += r.gradient_flow is not None
             for layer in r.layers:
-                files = (
-                    layer.file,
-                    layer.overlay,
-                    layer.tensor_file,
-                    layer.gradient_file,
-                    layer.cam_file,
-                )
-                count += sum(f is not None for f in files)
+                count += len(layer.pictures) + (layer.tensor_file is not None)
         return count
-
-
-def image_record(result: ImageResult) -> dict[str, Any]:
-    return {
-        "path": str(result.path),
-        "out_dir": str(result.out_dir),
-        "status": result.status,
-        "error": result.error,
-        "size": list(result.size) if result.size else None,
-        "thumbnail": result.thumbnail,
-        "gradient_flow": result.gradient_flow,
-        "note": result.note,
-        "predictions": [
-            {"index": p.index, "label": p.label, "probability": _finite(p.probability)}
-            for p in result.predictions
-        ],
-        "layers": [
-            {
-                "name": layer.key,
-                "module": layer.module,
-                "type": layer.module_type,
-                "call": layer.call,
-                "shape": list(layer.shape),
-                "min": _finite(layer.min),
-                "max": _finite(layer.max),
-                "mean": _finite(layer.mean),
-                "channels_shown": layer.channels_shown,
-                "channels_total": layer.channels_total,
-                "channels": layer.channels,
-                "file": layer.file,
-                "kind": layer.kind,
-                "layout": layer.layout,
-                "note": layer.note,
-                "overlay": layer.overlay,
-                "tensor": layer.tensor_file,
-                "stats": layer.stats,
-                "gradient": layer.gradient,
-                "gradient_file": layer.gradient_file,
-                "cam": layer.cam_file,
-                "cam_note": layer.cam_note,
-                "pca": layer.pca_file,
-            }
-            for layer in result.layers
-        ],
-    }
 
 
 def layer_notes(result: ImageResult) -> list[str]:
@@ -272,58 +226,3 @@ def _names(keys: list[str]) -> str:
     if len(keys) <= 3:
         return ", ".join(keys)
     return f"{keys[0]}, {keys[1]} and {len(keys) - 2} more layers"
-
-
-def _finite(value: float) -> float | None:
-    return round(value, 6) if math.isfinite(value) else None
-
-
-def reuse_earlier(
-    done: Mapping[tuple[str, str], Mapping[str, Any]], results: list[ImageResult]
-) -> None:
-    """Mark images an earlier run completed (same settings, files still there) as reused,
-    restoring what it recorded for them: the inverse of :func:`image_record`."""
-    for result in results:
-        earlier = done.get((str(result.path), result.out_dir.as_posix()))
-        if earlier is None:
-            continue
-        result.status = "reused"
-        result.size = tuple(earlier["size"]) if earlier.get("size") else None
-        result.thumbnail = earlier.get("thumbnail")
-        result.note = earlier.get("note")
-        result.predictions = [
-            Prediction(p["index"], p["label"], nan_if_none(p["probability"]))
-            for p in earlier["predictions"]
-        ]
-        result.layers = [
-            LayerResult(
-                key=x["name"],
-                module=x["module"],
-                module_type=x["type"],
-                call=x["call"],
-                shape=tuple(x["shape"]),
-                min=nan_if_none(x["min"]),
-                max=nan_if_none(x["max"]),
-                mean=nan_if_none(x["mean"]),
-                channels_shown=x["channels_shown"],
-                channels_total=x["channels_total"],
-                file=x["file"],
-                note=x.get("note"),
-                kind=x.get("kind", "output"),
-                layout=x.get("layout"),
-                overlay=x.get("overlay"),
-                tensor_file=x.get("tensor"),
-                stats=x.get("stats"),
-                gradient=x.get("gradient"),
-                gradient_file=x.get("gradient_file"),
-                cam_file=x.get("cam"),
-                channels=x.get("channels"),
-                cam_note=x.get("cam_note"),
-                pca_file=x.get("pca"),
-            )
-            for x in earlier["layers"]
-        ]
-
-
-def nan_if_none(value: float | None) -> float:
-    return math.nan if value is None else float(value)

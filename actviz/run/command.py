@@ -18,11 +18,10 @@ from actviz.results import (
     Reporter,
     RunResult,
     SilentReporter,
-    reuse_earlier,
 )
 from actviz.run.gradients import write_run_flow_chart
 from actviz.run.loop import Plan, capture_and_render
-from actviz.run.manifest import manifest
+from actviz.run.manifest import manifest, reuse_earlier
 from actviz.run.on_ray import stats_on_ray
 from actviz.run.options import RunOptions
 from actviz.run.statistics import write_stats

@@ -2,8 +2,9 @@
 each class's map, under a header with the layer, the class, its probability and a colour bar),
 and the gradient-flow charts of each image and of the run.
 
-Called per layer by :func:`actviz.run.draw.draw_image` in the render threads, with the gradients
-the backward pass recorded; writes through ``output`` only.
+Picture makers (:data:`actviz.run.pictures.PICTURE_KINDS`), called per layer in the render
+threads with the gradients the backward pass recorded; the flow charts are written through
+``output`` when the images are done.
 """
 
 from __future__ import annotations
@@ -18,13 +19,19 @@ from actviz.gradients.core import zero_cam_note
 from actviz.render import Header, cam_panel, render_grid
 from actviz.results import ImageResult
 from actviz.run.job import ImageJob, display_view, headed, header_notes
+from actviz.run.record import Drawn, LayerView
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from actviz.hooks import Capture
+    from actviz.layouts import Drawable
 
-__all__ = ["class_name", "draw_gradient", "write_flow_chart", "write_run_flow_chart"]
+__all__ = [
+    "cam_picture",
+    "class_name",
+    "gradient_picture",
+    "write_flow_chart",
+    "write_run_flow_chart",
+]
 
 
 def class_name(index: int | None, label: str | None) -> str:
@@ -32,27 +39,43 @@ def class_name(index: int | None, label: str | None) -> str:
     return f"class {index} ({label})" if label is not None else f"class {index}"
 
 
-def draw_gradient(
-    job: ImageJob, cap: Capture, stem: str, title: str
-) -> tuple[dict[str, Any] | None, str | None, str | None, str | None]:
-    """The gradient grid and the Grad-CAM picture of one layer, when they were asked for.
-
-    Returns the gradient's record, the two files, and why the Grad-CAM is all zero (when it
-    is).
-    """
-    import numpy as np
-
-    from actviz import output
-    from actviz.layouts import to_drawable
-
+def gradient_picture(view: LayerView) -> Drawn | None:
+    """The layer's gradient grid (with ``--grads``), and the gradient's figures for the
+    record whenever a gradient was taken for it (also for Grad-CAM alone)."""
+    job, cap = view.job, view.cap
     captured = job.gradients.get(cap.key)
     if captured is None:
-        return None, None, None, None
+        return None
+    info, grad_maps = _gradient(job, cap, captured)
+    if not (job.gradient_grids and grad_maps.kind == "maps" and grad_maps.array is not None):
+        return Drawn(None, {"gradient": info})
     opts = job.options
+    zero_note = None
+    if info["zero"]:
+        zero_note = "the gradient is all zero" + (f": {captured.note}" if captured.note else "")
+    # Gradients are heavy-tailed: one scale per layer, clipped, diverging around 0.
+    picture = render_grid(
+        grad_maps.array,
+        title=f"{view.title}   gradient of the logit of {class_name(job.target, job.target_label)}",
+        max_channels=opts.max_channels,
+        order=opts.order,
+        norm="layer",
+        clip=opts.clip or (1.0, 99.0),
+        notes=header_notes(job, grad_maps.note, zero_note),
+    )
+    return Drawn(picture.to_png(opts.png_compression), {"gradient": info})
+
+
+def _gradient(job: ImageJob, cap: Capture, captured: Any) -> tuple[dict[str, Any], Drawable]:
+    """The gradient's figures for the record, and its image's slice ready to draw."""
+    import numpy as np
+
+    from actviz.layouts import to_drawable
+
     ctx = job.contexts.get(cap.module)
     grad = captured.gradient[job.index]
     finite = grad[grad.isfinite()]
-    grad_maps = to_drawable(grad.numpy(), ctx, layout=opts.layout)
+    grad_maps = to_drawable(grad.numpy(), ctx, layout=job.options.layout)
     # All zero where it is drawn: for a token layer, the patch tokens.
     drawn = grad_maps.array if grad_maps.array is not None else grad.numpy()
     zero = not bool(np.any(drawn))
@@ -66,47 +89,23 @@ def draw_gradient(
         "zero": zero,
         "note": captured.note if zero else None,
     }
-    gradient_file = None
-    if job.gradient_grids and grad_maps.kind == "maps" and grad_maps.array is not None:
-        zero_note = None
-        if zero:
-            zero_note = "the gradient is all zero" + (f": {captured.note}" if captured.note else "")
-        # Gradients are heavy-tailed: one scale per layer, clipped, diverging around 0.
-        picture = render_grid(
-            grad_maps.array,
-            title=f"{title}   gradient of the logit of {class_name(job.target, job.target_label)}",
-            max_channels=opts.max_channels,
-            order=opts.order,
-            norm="layer",
-            clip=opts.clip or (1.0, 99.0),
-            notes=header_notes(job, grad_maps.note, zero_note),
-        )
-        rel = job.folder / f"{stem}_grad.png"
-        output.write_bytes(job.out_dir / rel, picture.to_png(opts.png_compression))
-        gradient_file = rel.as_posix()
-    cam_file, cam_note = None, None
-    if (
-        cap.key in job.cam_keys
-        and job.model_input is not None
-        and grad_maps.kind == "maps"
-        and grad_maps.array is not None
-    ):
-        cam_file, cam_note = _draw_cam(job, cap, captured, grad_maps.array, stem)
-    return info, gradient_file, cam_file, cam_note
+    return info, grad_maps
 
 
-def _draw_cam(
-    job: ImageJob, cap: Capture, captured: Any, grad_maps: np.ndarray, stem: str
-) -> tuple[str | None, str | None]:
+def cam_picture(view: LayerView) -> Drawn | None:
     """The Grad-CAM picture of one layer: the input and each class's map beside it, under a
-    header naming the layer, the classes and their probabilities, with a colour bar.
-
-    Returns the file and why a map is all zero (None when none is).
-    """
-    from actviz import output
+    header naming the layer, the classes and their probabilities, with a colour bar; and why
+    a map is all zero, for the record."""
     from actviz.layouts import to_drawable
     from actviz.render.png import picture_png
 
+    job, cap = view.job, view.cap
+    captured = job.gradients.get(cap.key)
+    if captured is None or cap.key not in job.cam_keys or job.model_input is None:
+        return None
+    _, grad_maps = _gradient(job, cap, captured)
+    if grad_maps.kind != "maps" or grad_maps.array is None:
+        return None
     ranked = job.class_cams.get(cap.key)
     if ranked:
         panels = [(c.caption, c.cam.numpy()) for c in ranked]
@@ -120,8 +119,8 @@ def _draw_cam(
         ctx = job.contexts.get(cap.module)
         acts = to_drawable(captured.activation[job.index].numpy(), ctx, layout=job.options.layout)
         if acts.array is None:
-            return None, None
-        heat = grad_cam(acts.array, grad_maps).numpy()
+            return None
+        heat = grad_cam(acts.array, grad_maps.array).numpy()
         name = class_name(job.target, job.target_label)
         panels = [(name, heat)]
         zeros = [(name, zero_cam_note(captured.note))] if not heat.any() else []
@@ -141,9 +140,7 @@ def _draw_cam(
         notes=tuple(header_notes(job, *zero_lines)),
     )
     pixels = cam_panel(display_view(job), panels)
-    rel = job.folder / f"{stem}_cam.png"
-    output.write_bytes(job.out_dir / rel, picture_png(headed(pixels, header, "jet")))
-    return rel.as_posix(), cam_note
+    return Drawn(picture_png(headed(pixels, header, "jet")), {"cam_note": cam_note})
 
 
 def _json_number(value: float) -> float | None:

@@ -25,10 +25,11 @@ from actviz.forward import (
     top_k_predictions,
 )
 from actviz.gradients import backward, choose_cam_keys
-from actviz.results import ImageResult, LayerResult, Reporter, image_record
+from actviz.results import ImageResult, LayerResult, Reporter
 from actviz.run.draw import draw_image, summaries
 from actviz.run.gradients import write_flow_chart
 from actviz.run.job import ImageJob, thumbnail_path
+from actviz.run.manifest import image_record
 from actviz.stats import stats_callback
 
 if TYPE_CHECKING:

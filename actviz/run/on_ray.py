@@ -1,8 +1,8 @@
 """``actviz stats`` on the Ray engine: per-image layer statistics from actors, merged on the driver.
 
-An actor's work on a batch is the local engine's with pictures off: the same hooks, the same
-:func:`~actviz.run.draw.draw_image` (which with ``grids=False`` computes each layer's statistics,
-layout and note and writes nothing), the same predictions. The driver fills in the run's
+An actor's work on a batch is the local engine's without pictures: the same hooks, the same
+layer records (:func:`~actviz.run.draw.layer_records`: each layer's statistics, layout and
+note, with nothing drawn or written), the same predictions. The driver fills in the run's
 :class:`~actviz.results.ImageResult` list as results come back, so the statistics files, the
 manifest and the report are written by the very code a local run uses.
 """
@@ -45,7 +45,7 @@ def stats_summaries(
     from actviz.hooks import ActivationRecorder, eval_mode
     from actviz.layouts import layer_contexts
     from actviz.pipeline import decode_batches
-    from actviz.run.draw import draw_image
+    from actviz.run.draw import layer_records
     from actviz.run.job import ImageJob
     from actviz.run.options import DrawOptions
     from actviz.stats import stats_callback
@@ -71,7 +71,7 @@ def stats_summaries(
     ):
         logits = module(x)
     never_ran = recorder.never_called()
-    options = DrawOptions(grids=False)
+    options = DrawOptions()
     stats_fn = stats_callback(contexts)
     for i, item in enumerate(good):
         job = ImageJob(
@@ -79,14 +79,14 @@ def stats_summaries(
             summaries=[],
             index=i,
             folder=PurePosixPath("."),
-            out_dir=Path("."),  # nothing is written with grids off
+            out_dir=Path("."),  # records only: nothing is written
             options=options,
             contexts=contexts,
             stats_fn=stats_fn,
         )
         summary = ImageSummary(
             size=item.size,
-            layers=draw_image(job),
+            layers=layer_records(job),
             predictions=(
                 top_k_predictions(logits, i, loaded.categories, top_k) if loaded.classifier else []
             ),
@@ -109,7 +109,7 @@ def stats_on_ray(
     Returns:
         The selected modules that did not run.
     """
-    from actviz.results import image_record
+    from actviz.run.manifest import image_record
 
     ex = opts.execution
     spec = WorkerSpec(

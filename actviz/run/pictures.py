@@ -1,0 +1,180 @@
+"""The per-layer picture kinds of a run, registered in one place.
+
+Each kind is a maker (:class:`~actviz.run.record.LayerView` in, :class:`~actviz.run.record.Drawn`
+out: PNG bytes and what it adds to the layer's record), the name the layer record holds its
+file under, the key ``manifest.json`` gives that file, the suffix of its file name, and
+whether it is drawn only beside a grid. Adding a kind is one maker and one row of
+:data:`PICTURE_KINDS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from actviz.run.gradients import cam_picture, gradient_picture
+from actviz.run.job import ImageJob, display_view, headed, header_notes, model_view
+from actviz.run.record import Drawn, LayerView
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["PICTURE_KINDS", "PictureKind", "grid_picture", "overlay_picture", "pca_picture"]
+
+
+@dataclass(frozen=True)
+class PictureKind:
+    """One kind of per-layer picture.
+
+    Attributes:
+        name: Its key in :attr:`LayerResult.pictures <actviz.results.LayerResult.pictures>`.
+        record_key: The key of its file in the layer's ``manifest.json`` record.
+        suffix: What its file name adds to the grid's stem (``_overlay``).
+        make: The maker; None when the layer gets no such picture.
+        with_grid: Drawn only for a layer whose grid is drawn (not with ``grids`` off, nor
+            for an output that cannot be drawn as a grid).
+    """
+
+    name: str
+    record_key: str
+    suffix: str
+    make: Callable[[LayerView], Drawn | None]
+    with_grid: bool = True
+
+
+def grid_picture(view: LayerView) -> Drawn | None:
+    """The feature-map grid (a strip for a vector), under its header."""
+    from actviz.render import grid as render
+
+    job, cap, drawable = view.job, view.cap, view.drawable
+    if drawable.array is None:
+        return None
+    opts = job.options
+    notes = header_notes(job, drawable.note)
+    shared = opts.norm == "shared"
+    if drawable.kind == "vector":
+        grid = render.render_vector(
+            drawable.array,
+            title=view.title,
+            cmap=opts.cmap,
+            value_range=job.ranges.get(cap.key) if shared else None,
+            notes=notes,
+        )
+    else:
+        channels = _shared_channels(job, cap.key, drawable.array.shape[0])
+        grid = render.render_grid(
+            drawable.array,
+            title=view.title,
+            max_channels=opts.max_channels,
+            order=opts.order,
+            norm="channel" if opts.norm == "channel" else "layer",
+            value_range=job.ranges.get(cap.key) if shared else None,
+            clip=opts.clip,
+            cmap=opts.cmap,
+            channels=channels,
+            channels_note=(
+                f"sorted by {opts.order} over {_count(job.shared_images, 'image')}"
+                if channels is not None
+                else None
+            ),
+            notes=notes,
+            channel_names=job.channel_names.get(cap.module),
+        )
+    return Drawn(
+        grid.to_png(opts.png_compression),
+        {
+            "channels_shown": grid.channels_shown,
+            "channels_total": grid.channels_total,
+            "channels": list(grid.channel_ids) if drawable.kind == "maps" else None,
+        },
+    )
+
+
+def overlay_picture(view: LayerView) -> Drawn | None:
+    """The layer's mean map (or one channel) blended over what the model saw, beside the
+    plain input, under a header with the layer, what is shown, its range and a colour bar."""
+    import numpy as np
+
+    from actviz.render.legend import Header, fmt_value
+    from actviz.render.overlay import cam_panel
+    from actviz.render.png import picture_png
+
+    job, maps = view.job, view.drawable.array
+    if not job.options.overlay or view.drawable.kind != "maps" or maps is None:
+        return None
+    if job.model_input is None:
+        return None
+    channel = job.options.overlay_channel
+    if channel is not None and channel >= maps.shape[0]:
+        return None  # this layer has fewer channels; the manifest shows no overlay for it
+    heat: np.ndarray = maps[channel] if channel is not None else maps.mean(axis=0)
+    finite = np.isfinite(heat)
+    if not finite.any():
+        return None
+    lo, hi = float(heat[finite].min()), float(heat[finite].max())
+    heat = (heat - lo) / (hi - lo) if hi > lo else np.zeros_like(heat)
+    what = f"channel {channel}" if channel is not None else f"mean of {maps.shape[0]} channels"
+    header = Header(
+        title=view.title,
+        info=f"{what} over the input  |  min-max  |  range [{fmt_value(lo)}, {fmt_value(hi)}]",
+        labels=(fmt_value(lo), fmt_value(hi)),
+        nonfinite=False,
+        notes=tuple(header_notes(job)),
+    )
+    pixels = cam_panel(display_view(job), [(what, heat)], cmap="inferno", alpha=0.55)
+    picture = headed(pixels, header, "inferno")
+    return Drawn(picture_png(picture, job.options.png_compression))
+
+
+def pca_picture(view: LayerView) -> Drawn | None:
+    """What the model saw beside the layer's positions coloured by the run's three principal
+    components (``--view pca``); None when the layer has none (no positions)."""
+    import numpy as np
+
+    from actviz.render.pca import pca_picture as picture_of
+    from actviz.render.pca import pca_rgb, project
+    from actviz.render.png import encode_png
+
+    job, cap, drawable = view.job, view.cap, view.drawable
+    fit = job.pca.get(cap.key)
+    if fit is None or drawable.kind != "maps" or drawable.array is None:
+        return None
+    if drawable.array.shape[0] != fit.mean.shape[0]:
+        return None
+    rgb = pca_rgb(project(drawable.array, fit), fit, mask=job.options.pca_mask)
+    seen = np.asarray(model_view(job).convert("RGB")) if job.model_input is not None else None
+    shape = "x".join(str(n) for n in cap.tensor.shape[1:]) if cap.tensor is not None else "?"
+    picture = picture_of(
+        f"{cap.key}   {cap.module_type}   ({shape})   principal components",
+        rgb,
+        fit,
+        view=seen,
+        notes=header_notes(job, drawable.note),
+        mask=job.options.pca_mask,
+    )
+    return Drawn(encode_png(picture, level=job.options.png_compression, row_filter="up"))
+
+
+PICTURE_KINDS: list[PictureKind] = [
+    PictureKind("grid", "file", "", grid_picture),
+    PictureKind("overlay", "overlay", "_overlay", overlay_picture),
+    PictureKind("gradient", "gradient_file", "_grad", gradient_picture),
+    PictureKind("cam", "cam", "_cam", cam_picture),
+    PictureKind("pca", "pca", "_pca", pca_picture, with_grid=False),
+]
+"""Every per-layer picture kind, in drawing order (the grid first)."""
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _shared_channels(job: ImageJob, key: str, total: int) -> Sequence[int] | None:
+    """The channels chosen once for the run (``--norm shared`` with a sort), if any."""
+    if job.options.norm != "shared" or job.options.order == "index":
+        return None
+    chosen = job.shared_channels.get(key)
+    if not chosen or max(chosen) >= total:
+        return None  # not measured, or this image's output has fewer channels
+    return chosen
