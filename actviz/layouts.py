@@ -7,13 +7,13 @@ heads emit vectors ``(C,)``. Each is turned into ``(C, H, W)`` maps or a ``(C,)`
 purpose, and :class:`Drawable` says what was done, or why nothing can be drawn.
 
 The decision uses what the model's structure says about each module
-(:func:`~actviz.structure.layer_contexts`: channel counts, ``Permute`` modules, patch grids,
+(:func:`~actviz.contexts.layer_contexts`: channel counts, ``Permute`` modules, patch grids,
 window partitions) together with the output's shape. Numbers alone decide one thing only: a
 square token count when the model names no patch grid, and the note then says the grid was
 inferred. A truly ambiguous ``(C, H, W)``/``(H, W, C)`` shape is drawn channels-first with a
 note saying so.
 
-:class:`LayerContext`, :func:`layer_contexts` (from :mod:`actviz.structure`) and
+:class:`LayerContext`, :func:`layer_contexts` (from :mod:`actviz.contexts`) and
 :func:`default_selector` (from :mod:`actviz.models.defaults`) are importable from here too, as
 callers deciding a layout need them together.
 """
@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Literal, cast, get_args
 import numpy as np
 import numpy.typing as npt
 
+from actviz.contexts import LayerContext, layer_contexts
 from actviz.errors import UsageError
 from actviz.models.defaults import default_selector
-from actviz.structure import LayerContext, layer_contexts
 
 if TYPE_CHECKING:
     import torch

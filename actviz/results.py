@@ -1,4 +1,5 @@
-"""What a run produced, as data: per image and layer, and as ``manifest.json``."""
+"""What a command produced, as data: per image and layer (``actviz.run.manifest`` writes a run's
+as ``manifest.json``), and the reporter it tells its progress to."""
 
 from __future__ import annotations
 

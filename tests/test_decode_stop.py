@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from actviz.pipeline import decode_batches
+from actviz.loader import decode_batches
 
 from .conftest import make_image
 

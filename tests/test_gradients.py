@@ -567,8 +567,8 @@ BLOCK0, BLOCK1 = "encoder.layers.encoder_layer_0", "encoder.layers.encoder_layer
 
 
 def test_patch_tokens_get_gradient_exactly_where_attention_follows() -> None:
+    from actviz.contexts import layer_contexts
     from actviz.gradients.batch import patches_reach_readout
-    from actviz.structure import layer_contexts
 
     model = _tiny_vit(trained_head=True)
     contexts = layer_contexts(model)
@@ -600,8 +600,8 @@ def test_patch_tokens_get_gradient_exactly_where_attention_follows() -> None:
 def test_default_cam_layer_skips_outputs_no_attention_follows(tiny_net: nn.Module) -> None:
     from types import SimpleNamespace
 
+    from actviz.contexts import layer_contexts
     from actviz.gradients import choose_cam_keys
-    from actviz.structure import layer_contexts
 
     contexts = layer_contexts(_tiny_vit(trained_head=False))
 
@@ -618,9 +618,9 @@ def test_default_cam_layer_skips_outputs_no_attention_follows(tiny_net: nn.Modul
 
 
 def test_all_zero_gradients_and_cams_say_why() -> None:
+    from actviz.contexts import layer_contexts
     from actviz.gradients import backward
     from actviz.gradients.core import CLASS_TOKEN_NOTE
-    from actviz.structure import layer_contexts
 
     x = torch.randn(2, 3, 32, 32)
     names = ["a", "b", "c", "d", "e"]

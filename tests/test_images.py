@@ -590,8 +590,8 @@ def test_batches_split_where_the_input_shape_changes(tmp_path: Path) -> None:
     """Segmentation presets keep each image's aspect ratio: a batch must still stack."""
     from torchvision.models.segmentation import FCN_ResNet50_Weights
 
+    from actviz.loader import decode_batches
     from actviz.models.sources.torchvision import weights_preprocessing
-    from actviz.pipeline import decode_batches
 
     preprocess = weights_preprocessing(FCN_ResNet50_Weights.DEFAULT, input_size=None)
     sizes = [(60, 40), (90, 60), (40, 60), (40, 60), None, (40, 60), (60, 60)]

@@ -226,7 +226,7 @@ def _cut_tiles(
     """Every entry's tile for the layers of ``group``: ``(C, m, tile, tile, 3)`` per layer."""
     from PIL import Image
 
-    from actviz.pipeline import decode_batches
+    from actviz.loader import decode_batches
 
     tile = options.tile
     wanted: dict[str, list[tuple[str, int, int]]] = {}

@@ -45,7 +45,7 @@ def example_candidates(
     import torch
 
     from actviz.examples.scoring import score_batch_candidates
-    from actviz.pipeline import decode_batches
+    from actviz.loader import decode_batches
 
     batches = decode_batches(paths, loaded.preprocess, batch_size=len(paths))
     decoded = [item for batch in batches for item in batch]

@@ -50,7 +50,7 @@ def patches_reach_readout(module: str, contexts: Mapping[str, Any]) -> bool:
     True unless the module sits in a token model with class (prefix) tokens and no
     attention layer runs after it: then only the class token is read out, and the patch
     tokens of its output get no gradient. Registration order stands in for data flow, as
-    in :func:`actviz.structure.layer_contexts`.
+    in :func:`actviz.contexts.layer_contexts`.
     """
     ctx = contexts.get(module)
     if ctx is None or ctx.token_grid is None or not ctx.prefix_tokens:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.attention import WeightsTap
-    from actviz.structure import LayerContext
+    from actviz.contexts import LayerContext
 
 __all__ = ["ATTN_SUFFIX", "INPUT_SUFFIX", "ActivationRecorder", "CaptureMode", "capture"]
 
@@ -229,7 +229,7 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         """Attention maps of a timm or Hugging Face attention layer, from the weights it forms
         with its fused kernel off (for this capture only)."""
         from actviz.attention import class_token_rows
-        from actviz.structure import layer_contexts
+        from actviz.contexts import layer_contexts
 
         if self._contexts is None:
             self._contexts = layer_contexts(self.model)

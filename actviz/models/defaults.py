@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from actviz.contexts import type_names
 from actviz.models.segmentation import segmentation_logits
-from actviz.structure import type_names
 
 if TYPE_CHECKING:
     from torch import nn
@@ -73,7 +73,7 @@ def default_selector(model: nn.Module) -> str:
 def _token_blocks(model: nn.Module, refs: list[LayerRef]) -> str | None:
     """For a transformer read out from prefix tokens (timm's and Hugging Face's ViTs, DeiT,
     DINOv2): its patch projection and each numbered block, as for torchvision's ViT."""
-    from actviz.structure import layer_contexts
+    from actviz.contexts import layer_contexts
 
     if not any(ctx.prefix_tokens for ctx in layer_contexts(model).values()):
         return None

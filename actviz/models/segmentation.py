@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from actviz.structure import type_names
+from actviz.contexts import type_names
 
 if TYPE_CHECKING:
     from torch import nn

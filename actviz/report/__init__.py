@@ -12,12 +12,6 @@ from actviz.report.blocks import (
     by_name as by_name,
 )
 from actviz.report.blocks import (
-    find_layer as find_layer,
-)
-from actviz.report.blocks import (
-    kinds_of as kinds_of,
-)
-from actviz.report.blocks import (
     run_meta as run_meta,
 )
 from actviz.report.blocks import (

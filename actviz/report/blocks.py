@@ -8,7 +8,7 @@ and data, never markup: the templates escape it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,7 @@ __all__ = [
     "MetaRow",
     "by_name",
     "channel_page",
-    "find_layer",
     "is_weights_warning",
-    "kinds_of",
     "run_meta",
     "run_warnings",
     "weights_banner",
@@ -118,22 +116,9 @@ def run_meta(manifest: Mapping[str, Any], *, layers: int, drawn: int, failed: in
 # ---------------------------------------------------------------------- lookups
 
 
-def kinds_of(flags: Sequence[Mapping[str, Any]], layer: str) -> list[str]:
-    """The kinds of the flags raised on ``layer``, in order."""
-    return [str(f.get("kind")) for f in flags if f.get("layer") == layer]
-
-
 def by_name(rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """``stats.json`` layer rows by layer name."""
     return {str(r.get("name")): r for r in rows}
-
-
-def find_layer(image: Mapping[str, Any], key: str) -> tuple[int, Mapping[str, Any]] | None:
-    """The position and manifest entry of layer ``key`` in one image, or None."""
-    for position, entry in enumerate(image.get("layers") or []):
-        if entry.get("name") == key:
-            return position, entry
-    return None
 
 
 def channel_page(channel: Mapping[str, Any], layer: Mapping[str, Any]) -> str:

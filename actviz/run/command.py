@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output, session
 from actviz.errors import UsageError
 from actviz.results import (
     ImageResult,
@@ -64,7 +65,6 @@ def run(
         ActvizError: For every expected failure (unknown model, empty selection, ...).
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz import output, session
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
 
@@ -132,8 +132,6 @@ def _check_classifier(loaded: LoadedModel, opts: RunOptions, notify: Reporter) -
 
 def _select(model: str, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
     """The selector (the architecture's default when none was given) and the modules it names."""
-    from actviz import session
-
     default = None
     if opts.layers is None and opts.capture == "attn":  # from the attention modules
         from actviz.attention import attention_selector
@@ -151,7 +149,6 @@ def _plan(
     opts: RunOptions,
 ) -> Plan:
     """Output folders per image, the resume records, and which images are still to draw."""
-    from actviz import output, session
     from actviz.layouts import layer_contexts
 
     dirs = output.image_dirs([item.rel for item in found.images])
@@ -198,7 +195,6 @@ def _write(
     started: float,
 ) -> RunResult:
     """Statistics, flow chart, manifest and report: the files about the whole run."""
-    from actviz import output
 
     loaded = opened.model
     out_dir, ex, results = opts.out, opts.execution, plan.results

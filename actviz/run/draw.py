@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
+from actviz.render.png import picture_png
 from actviz.results import LayerResult
 from actviz.run.job import ImageJob, model_view, thumbnail_path
 from actviz.run.pictures import PICTURE_KINDS
@@ -25,8 +27,6 @@ __all__ = ["draw_image", "layer_records", "summaries"]
 
 def draw_image(job: ImageJob) -> list[LayerResult]:
     """Draw and write every capture of one image of a batch: its records, with the files."""
-    from actviz import output
-    from actviz.render.png import picture_png
 
     if job.thumbnail and job.model_input is not None:
         output.write_bytes(job.out_dir / thumbnail_path(job.folder), picture_png(model_view(job)))
@@ -42,7 +42,6 @@ def layer_records(job: ImageJob) -> list[LayerResult]:
 
 
 def _views(job: ImageJob) -> list[tuple[int, LayerView]]:
-    from actviz import output
 
     captures: list[Capture] = list(job.captures)
     width = max(2, len(str(len(captures) - 1)))
@@ -55,7 +54,6 @@ def _views(job: ImageJob) -> list[tuple[int, LayerView]]:
 def _draw_layer(view: LayerView, order: int) -> LayerResult:
     """One layer's record, its raw tensor, and its pictures: the grid, then the other kinds
     for a layer whose grid was drawn."""
-    from actviz import output
 
     job, opts = view.job, view.job.options
     record = layer_record(view, order)

@@ -14,9 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
 from actviz.gradients.cam import grad_cam
 from actviz.gradients.core import zero_cam_note
 from actviz.render import Header, cam_panel, render_grid
+from actviz.render.png import picture_png
 from actviz.results import ImageResult
 from actviz.run.job import ImageJob, display_view, headed, header_notes
 from actviz.run.record import Drawn, LayerView
@@ -97,7 +99,6 @@ def cam_picture(view: LayerView) -> Drawn | None:
     header naming the layer, the classes and their probabilities, with a colour bar; and why
     a map is all zero, for the record."""
     from actviz.layouts import to_drawable
-    from actviz.render.png import picture_png
 
     job, cap = view.job, view.cap
     captured = job.gradients.get(cap.key)
@@ -149,7 +150,6 @@ def _json_number(value: float) -> float | None:
 
 def write_flow_chart(out_dir: Path, result: ImageResult) -> str | None:
     """One image's gradient norm per layer against depth."""
-    from actviz import output
     from actviz.gradients.flowchart import gradient_flow_png
 
     layers = [layer for layer in result.layers if layer.gradient and layer.kind == "output"]
@@ -169,7 +169,6 @@ def write_flow_chart(out_dir: Path, result: ImageResult) -> str | None:
 
 def write_run_flow_chart(out_dir: Path, results: Sequence[ImageResult]) -> Path | None:
     """Every image's gradient flow in one chart, with their geometric mean."""
-    from actviz import output
     from actviz.gradients.flowchart import gradient_flow_png
 
     series: dict[str, list[float]] = {}

@@ -17,19 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ActvizError
-from actviz.forward import (
-    BatchForward,
-    SharedScales,
-    model_failure,
-    shared_ranges,
-    top_k_predictions,
-)
+from actviz.forward import BatchForward, model_failure, top_k_predictions
 from actviz.gradients import backward, choose_cam_keys
 from actviz.results import ImageResult, LayerResult, Reporter
 from actviz.run.draw import draw_image, summaries
 from actviz.run.gradients import write_flow_chart
 from actviz.run.job import ImageJob, thumbnail_path
 from actviz.run.manifest import image_record
+from actviz.run.scales import SharedScales, shared_ranges
 from actviz.stats import stats_callback
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ def stats_summaries(
     from actviz.forward import top_k_predictions
     from actviz.hooks import ActivationRecorder, eval_mode
     from actviz.layouts import layer_contexts
-    from actviz.pipeline import decode_batches
+    from actviz.loader import decode_batches
     from actviz.run.draw import layer_records
     from actviz.run.job import ImageJob
     from actviz.run.options import DrawOptions
