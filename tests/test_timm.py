@@ -268,3 +268,24 @@ def test_swin_stages_are_channels_last_maps() -> None:
     assert first.layout == "nhwc" and first.drawn_shape == (96, 56, 56)
     last = to_drawable(rec["layers.3"][0], contexts["layers.3"])
     assert last.layout == "nhwc" and last.drawn_shape == (768, 7, 7)
+
+
+def test_squash_crop_mode_is_timms_own_transform(photo: Image.Image) -> None:
+    from timm.data import create_transform, resolve_data_config
+    from timm.data.transforms_factory import transforms_imagenet_eval
+
+    from actviz.models.preprocessing import Preprocessing
+    from actviz.models.sources.timm import TimmSource, _pretrained_cfg
+
+    name = "convnext_tiny.fb_in22k_ft_in1k_384"
+    ours = TimmSource().preprocessing(f"timm/{name}", None, input_size=None, in_chans=3)
+    config = resolve_data_config({}, pretrained_cfg=dict(_pretrained_cfg(name) or {}))
+    assert config["crop_mode"] == "squash"
+    assert torch.allclose(ours(photo), create_transform(**config)(photo), atol=1e-6)
+    # With a crop: the whole image squashed to size / crop_pct, then a centre crop.
+    squash = Preprocessing.fitted(resize=80, crop=64, interpolation="bicubic", squash=True)
+    theirs = transforms_imagenet_eval(
+        img_size=64, crop_pct=0.8, crop_mode="squash", interpolation="bicubic"
+    )
+    assert torch.allclose(squash(photo), theirs(photo), atol=1e-6)
+    assert squash.fit(photo.size).crop == (64, 64)

@@ -146,8 +146,9 @@ class Preprocessing:
     """Where these values came from (the weights, a pretrained config, defaults), for the
     manifest."""
     squash: bool = False
-    """Resize the whole image to ``crop_size`` without keeping its aspect ratio and without
-    a crop, as Hugging Face's ViT image processors do."""
+    """Resize the whole image without keeping its aspect ratio: to ``crop_size`` (Hugging
+    Face's ViT image processors), or to ``resize_size`` square and then centre-crop
+    ``crop_size`` (timm's ``squash`` crop mode)."""
 
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """An RGB PIL image -> a normalized ``(channels, height, width)`` float tensor."""
@@ -158,7 +159,10 @@ class Preprocessing:
             image = image.convert("L")
         if self.squash:
             mode = InterpolationMode(self.interpolation)
-            image = F.resize(image, list(self.crop_size), interpolation=mode, antialias=True)
+            size = list(self._squashed())
+            image = F.resize(image, size, interpolation=mode, antialias=True)
+            if size != list(self.crop_size):
+                image = F.center_crop(image, list(self.crop_size))
             tensor = F.convert_image_dtype(F.pil_to_tensor(image))
             squashed: torch.Tensor = F.normalize(tensor, mean=list(self.mean), std=list(self.std))
             return squashed
@@ -179,7 +183,11 @@ class Preprocessing:
         width, height = size
         if self.squash:
             crop_h, crop_w = self.crop_size
-            return Fit(size, (crop_w, crop_h), None, 1.0)
+            new_h, new_w = self._squashed()
+            if (new_h, new_w) == (crop_h, crop_w):
+                return Fit(size, (crop_w, crop_h), None, 1.0)
+            seen = min(crop_w, new_w) * min(crop_h, new_h) / (new_w * new_h)
+            return Fit(size, (new_w, new_h), (crop_w, crop_h), seen)
         new_w, new_h = _resized(width, height, self.resize_size)
         if self.crop:
             crop_h, crop_w = self.crop_size
@@ -295,6 +303,16 @@ class Preprocessing:
             resize, size, tuple(mean), tuple(std), in_chans, interpolation, crops, squash=squash
         )
 
+    def _squashed(self) -> tuple[int, int]:
+        """``(height, width)`` the whole image is resized to with ``squash``: the crop size
+        scaled by ``resize_size`` over its longer side (timm's ``size / crop_pct``)."""
+        crop_h, crop_w = self.crop_size
+        longer = max(crop_h, crop_w)
+        return (
+            max(1, round(crop_h * self.resize_size / longer)),
+            max(1, round(crop_w * self.resize_size / longer)),
+        )
+
     def described(self, origin: str) -> Preprocessing:
         """The same preprocessing, saying where its values came from."""
         return replace(self, origin=origin)
@@ -302,8 +320,10 @@ class Preprocessing:
     def record(self) -> dict[str, object]:
         """The preprocessing actually used, as the manifest records it."""
         return {
-            "resize": list(self.crop_size) if self.squash else self.resize_size,
-            "crop": list(self.crop_size) if self.crop and not self.squash else None,
+            "resize": list(self._squashed()) if self.squash else self.resize_size,
+            "crop": None
+            if not self.crop or (self.squash and self._squashed() == self.crop_size)
+            else list(self.crop_size),
             "mean": list(self.mean),
             "std": list(self.std),
             "interpolation": self.interpolation,

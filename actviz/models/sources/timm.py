@@ -141,7 +141,7 @@ class TimmSource:
         size = input_size or (int(height), int(width))
         mode = str(config.get("crop_mode") or "center")
         origin = f"timm pretrained_cfg of {model.removeprefix(PREFIX)}"
-        if mode != "center":
+        if mode not in ("center", "squash"):
             origin += f" (its crop_mode {mode} is done as a centre crop)"
         crop = max(size)
         return Preprocessing.fitted(
@@ -152,6 +152,7 @@ class TimmSource:
             interpolation=str(config.get("interpolation") or "bicubic"),
             input_size=size if size[0] != size[1] else None,
             in_chans=in_chans,
+            squash=mode == "squash",
         ).described(origin)
 
     def class_names(self, module: nn.Module, preset: object) -> list[str] | None:
