@@ -8,12 +8,13 @@ clears for three records in a row and comes back, a new one.
 
 The kinds, and why these thresholds:
 
-- ``vanishing_grad`` / ``exploding_grad``: a layer whose output gradient, per value (its norm
-  over the square root of its size, so wide and narrow layers compare), is 1000x below or
-  above the median layer of the step: gradients that far apart mean one part of the network
-  barely learns or dominates the update.
-- ``exploding_grad`` on ``(total)``: the total gradient norm (before clipping) 10x above the
-  median of the recorded steps before it: a growth step over step that clipping hides.
+- ``vanishing_grad``: a layer whose output gradient, per value (its norm over the square root
+  of its size, so wide and narrow layers compare), is 1000x below the median layer of the
+  step: that part of the network barely learns.
+- ``exploding_grad``: a layer's output gradient norm, or on ``(total)`` the total gradient
+  norm before clipping, 10x above the median of its recorded steps before: a growth step over
+  step that clipping hides. (Against its own past, not against the other layers: a
+  classifier's logits always get far larger gradients per value than its first layers.)
 - ``dead_units``: a layer whose outputs are at least 90 % zeros, up by 20 points or more
   since its first record: ReLU units dying as training goes on.
 - ``update_ratio_high`` / ``update_ratio_low``: the median over parameters of
@@ -91,6 +92,7 @@ class FlagTracker:
         self._first_zero: dict[str, float] = {}
         self._totals: deque[float] = deque(maxlen=_HISTORY)
         self._losses: deque[float] = deque(maxlen=_HISTORY)
+        self._layer_grads: dict[str, deque[float]] = {}
 
     def update(self, record: Mapping[str, Any]) -> list[Flag]:
         """The flags whose condition holds at this record and did not at the one before."""
@@ -135,6 +137,7 @@ class FlagTracker:
             size = math.prod(row.get("shape") or [0])
             if grad is not None and size > 0:
                 per_value[name] = grad / math.sqrt(size)
+                self._growth(name, grad, holding)
         positive = [v for v in per_value.values() if v > 0]
         if len(positive) < 3:
             return
@@ -145,11 +148,17 @@ class FlagTracker:
                     f"gradient per value {value:.3g}, {median / max(value, 1e-45):.3g}x below "
                     f"the median layer ({median:.3g})"
                 )
-            elif value > median * _LAYER_SPREAD:
+
+    def _growth(self, name: str, grad: float, holding: dict[tuple[str, str], str]) -> None:
+        history = self._layer_grads.setdefault(name, deque(maxlen=_HISTORY))
+        if len(history) >= _MIN_HISTORY:
+            median = statistics.median(history)
+            if median > 0 and grad > _GROWTH * median:
                 holding[("exploding_grad", name)] = (
-                    f"gradient per value {value:.3g}, {value / median:.3g}x above the median "
-                    f"layer ({median:.3g})"
+                    f"gradient norm {grad:.3g}, {grad / median:.3g}x the median of the steps "
+                    f"before ({median:.3g})"
                 )
+        history.append(grad)
 
     def _total(self, total: float | None, holding: dict[tuple[str, str], str]) -> None:
         if total is None:

@@ -176,7 +176,7 @@ def heatmap(
     label_width = min(260.0, 12.0 + 6.2 * max((len(n) for n in names), default=4))
     row_h = 14.0 if len(names) <= 40 else max(4.0, 560.0 / len(names))
     top = 26.0
-    h = int(top + row_h * len(names) + 40)
+    h = int(max(top + row_h * len(names) + 40, top + 172))  # room for the colour scale
     left, right = label_width, width - 70.0
     cols = max(len(steps), 1)
     cell_w = (right - left) / cols
