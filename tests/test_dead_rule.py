@@ -101,3 +101,33 @@ def test_overviews_stay_within_what_pillow_opens(
     assert height < 64 * 64  # fewer rows than channels
     sheets = list((result.out / layer.overview).parent.glob("c*.png"))
     assert len(sheets) == 64  # every channel keeps its sheet
+
+
+def test_gradient_flow_charts_of_random_weights_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import actviz.gradients.flowchart as flowchart
+    from actviz.session import RANDOM_NOTE
+
+    titles: list[str] = []
+    chart = flowchart.gradient_flow_png
+
+    def recorded(*args: Any, title: str, **kwargs: Any) -> bytes:
+        titles.append(title)
+        return chart(*args, title=title, **kwargs)
+
+    monkeypatch.setattr(flowchart, "gradient_flow_png", recorded)
+    image = make_image(tmp_path / "in" / "p.png", size=(32, 32))
+    result = actviz.run(
+        "resnet18",
+        [image],
+        out=tmp_path / "out",
+        layers="layer4.1.conv2,fc",
+        grads=True,
+        input_size=(32, 32),
+        device="cpu",
+        report=False,
+        stats=False,
+    )
+    assert result.weights.random and result.gradient_flow is not None
+    assert len(titles) == 2 and all(t.endswith(RANDOM_NOTE) for t in titles)

@@ -199,7 +199,11 @@ def _write(
     loaded = opened.model
     out_dir, ex, results = opts.out, opts.execution, plan.results
     stats_doc = write_stats(out_dir, results, opts.thresholds) if opts.stats else None
-    flow = write_run_flow_chart(out_dir, results) if opts.gradients.grads else None
+    flow = (
+        write_run_flow_chart(out_dir, results, random=loaded.weights.random)
+        if opts.gradients.grads
+        else None
+    )
     manifest_path = out_dir / "manifest.json"
     result = RunResult(
         model=model,

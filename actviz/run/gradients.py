@@ -148,8 +148,9 @@ def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def write_flow_chart(out_dir: Path, result: ImageResult) -> str | None:
-    """One image's gradient norm per layer against depth."""
+def write_flow_chart(out_dir: Path, result: ImageResult, *, random: bool = False) -> str | None:
+    """One image's gradient norm per layer against depth; ``random``: the model's weights
+    are random, and the chart says so as every picture does."""
     from actviz.gradients.flowchart import gradient_flow_png
 
     layers = [layer for layer in result.layers if layer.gradient and layer.kind == "output"]
@@ -159,7 +160,7 @@ def write_flow_chart(out_dir: Path, result: ImageResult) -> str | None:
     png = gradient_flow_png(
         [layer.key for layer in layers],
         {result.out_dir.as_posix(): [math.nan if n is None else n for n in norms]},
-        title=f"gradient flow: {result.path.name}",
+        title=_titled(f"gradient flow: {result.path.name}", random),
         show_mean=False,
     )
     rel = result.out_dir / "gradient_flow.png"
@@ -167,7 +168,9 @@ def write_flow_chart(out_dir: Path, result: ImageResult) -> str | None:
     return rel.as_posix()
 
 
-def write_run_flow_chart(out_dir: Path, results: Sequence[ImageResult]) -> Path | None:
+def write_run_flow_chart(
+    out_dir: Path, results: Sequence[ImageResult], *, random: bool = False
+) -> Path | None:
     """Every image's gradient flow in one chart, with their geometric mean."""
     from actviz.gradients.flowchart import gradient_flow_png
 
@@ -185,5 +188,12 @@ def write_run_flow_chart(out_dir: Path, results: Sequence[ImageResult]) -> Path 
     if not series:
         return None
     path = out_dir / "gradient_flow.png"
-    output.write_bytes(path, gradient_flow_png(keys, series, title="gradient flow: the run"))
+    title = _titled("gradient flow: the run", random)
+    output.write_bytes(path, gradient_flow_png(keys, series, title=title))
     return path
+
+
+def _titled(title: str, random: bool) -> str:
+    from actviz.session import RANDOM_NOTE
+
+    return f"{title}\n{RANDOM_NOTE}" if random else title

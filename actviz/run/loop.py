@@ -128,7 +128,9 @@ def capture_and_render(
         for result, future in zip(batch, futures, strict=True):
             result.layers = future.result()
             if grads.grads:
-                result.gradient_flow = write_flow_chart(opts.out, result)
+                result.gradient_flow = write_flow_chart(
+                    opts.out, result, random=loaded.weights.random
+                )
             records.add(image_record(result))
             notify.advance(result)
 
