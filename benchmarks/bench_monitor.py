@@ -1,8 +1,9 @@
 """actviz.watch against the bare training loop and against the hand-written monitor.
 
 Training resnet18 (random weights, 10 classes) on CPU, batch 16 of 64x64 random images, SGD
-with gradient clipping, the same number of steps in each variant, in one process, in rounds
-that alternate the variants so a busy machine slows them all alike:
+with gradient clipping, the same number of steps in each variant, in one process, stepping
+the variants in turn (each on its own copy of the model) so a busy machine slows
+them all alike:
 
 - bare: the loop alone;
 - every=10 / every=1: ``actviz.watch(model, optimizer, layers="conv,linear", every=N)``;
@@ -17,13 +18,13 @@ nonfinite only within 1.10x.
 Also: the log's size per 1,000 steps, and peak RSS over 1,000 steps of a small model (flat:
 nothing is kept per step).
 
-    python benchmarks/bench_monitor.py [--steps 40] [--rounds 2] [--size 64]
+    python benchmarks/bench_monitor.py [--steps 40] [--size 64] [--rss-steps 1000]
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
+import contextlib
 import json
 import resource
 import tempfile
@@ -57,64 +58,75 @@ def make(size: int) -> tuple[nn.Module, torch.optim.Optimizer, list[tuple[torch.
     return model, optimizer, data
 
 
-def loop(model: nn.Module, optimizer: Any, data: list[Any], steps: int, after: Any = None) -> None:
-    for step in range(steps):
-        x, y = data[step % len(data)]
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
-        if after is not None:
-            after(loss, step)
+def one_step(model: nn.Module, optimizer: Any, batch: Any) -> torch.Tensor:
+    x, y = batch
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+    return loss
 
 
-def bare(model: nn.Module, optimizer: Any, data: list[Any], steps: int, out: Path) -> None:
-    loop(model, optimizer, data, steps)
+class Variant:
+    """One way of training, on its own copy of the model, opened once and stepped in turn."""
+
+    def __init__(self, name: str, size: int, out: Path) -> None:
+        self.name = name
+        self.model, self.optimizer, self.data = make(size)
+        self.out = out
+        self.stack = contextlib.ExitStack()
+        self.after: Callable[[torch.Tensor, int], None] = lambda loss, step: None
+        self.seconds = 0.0
+        self.cpu = 0.0
+
+    def open(self) -> None:
+        if self.name.startswith("every=") or self.name == "nonfinite only":
+            every = 0 if self.name == "nonfinite only" else int(self.name.split("=")[1])
+            w = self.stack.enter_context(
+                actviz.watch(self.model, self.optimizer, layers=LAYERS, every=every, out=self.out)
+            )
+            self.after = lambda loss, step: w.step(loss=loss)
+        elif self.name == "hand-written":
+            self.after = hand_written(self.model, self.out, self.stack)
+
+    def step(self, step: int) -> None:
+        start, start_cpu = time.perf_counter(), time.process_time()
+        loss = one_step(self.model, self.optimizer, self.data[step % len(self.data)])
+        self.after(loss, step)
+        self.seconds += time.perf_counter() - start
+        self.cpu += time.process_time() - start_cpu
 
 
-def watched(every: int) -> Callable[..., None]:
-    def run(model: nn.Module, optimizer: Any, data: list[Any], steps: int, out: Path) -> None:
-        with actviz.watch(model, optimizer, layers=LAYERS, every=every, out=out) as w:
-            loop(model, optimizer, data, steps, lambda loss, _: w.step(loss=loss))
-
-    return run
-
-
-def hand_written(model: nn.Module, optimizer: Any, data: list[Any], steps: int, out: Path) -> None:
+def hand_written(
+    model: nn.Module, out: Path, stack: contextlib.ExitStack
+) -> Callable[[torch.Tensor, int], None]:
+    """The recipe users write today: a forward hook per layer with an ``.item()`` each, and
+    ``add_histogram`` per parameter every step."""
     from torch.utils.tensorboard import SummaryWriter
 
     stats: dict[str, list[tuple[float, float]]] = {}
-    handles = []
     for name, module in model.named_modules():
         if isinstance(module, nn.Conv2d | nn.Linear):
 
             def hook(m: nn.Module, a: Any, o: torch.Tensor, name: str = name) -> None:
                 stats.setdefault(name, []).append((o.mean().item(), o.std().item()))
 
-            handles.append(module.register_forward_hook(hook))
+            stack.callback(module.register_forward_hook(hook).remove)
     writer = SummaryWriter(log_dir=str(out))
+    stack.callback(writer.close)
 
     def after(loss: torch.Tensor, step: int) -> None:
         for name, param in model.named_parameters():
             writer.add_histogram(name, param, step)
         writer.add_scalar("loss", loss.item(), step)
+        for values in stats.values():
+            values.clear()  # what a script would log, then drop
 
-    try:
-        loop(model, optimizer, data, steps, after)
-    finally:
-        for handle in handles:
-            handle.remove()
-        writer.close()
+    return after
 
 
-VARIANTS: dict[str, Callable[..., None]] = {
-    "bare": bare,
-    "every=10": watched(10),
-    "every=1": watched(1),
-    "nonfinite only": watched(0),
-    "hand-written": hand_written,
-}
+NAMES = ("bare", "every=10", "every=1", "nonfinite only", "hand-written")
 TARGETS = {"every=10": 1.03, "every=1": 1.15, "nonfinite only": 1.10}
 
 
@@ -149,47 +161,51 @@ def rss_over_steps(steps: int) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--rss-steps", type=int, default=1000)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="actviz-bench-monitor-"))
-    model, optimizer, data = make(args.size)
-    # Warm up: the first optimizer step imports torch's compiler stack; first kernels.
-    loop(model, optimizer, data, 3)
-    seconds: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    cpu: dict[str, list[float]] = {name: [] for name in VARIANTS}
-    sizes: dict[str, int] = {}
-    for r in range(args.rounds):
-        for name, run in VARIANTS.items():
-            out = work / f"{r}-{name.replace(' ', '_')}"
-            gc.collect()
-            start, start_cpu = time.perf_counter(), time.process_time()
-            run(model, optimizer, data, args.steps, out)
-            seconds[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
-            log = out / "watch.jsonl"
-            if log.exists():
-                sizes[name] = log.stat().st_size
-    best = {name: min(values) for name, values in seconds.items()}
-    best_cpu = {name: min(values) for name, values in cpu.items()}
-    base, base_cpu = best["bare"], best_cpu["bare"]
+    variants = [Variant(name, args.size, work / name.replace(" ", "_")) for name in NAMES]
+    for variant in variants:
+        # Warm up: the first optimizer step imports torch's compiler stack; first kernels.
+        for step in range(2):
+            one_step(variant.model, variant.optimizer, variant.data[step])
+        variant.open()
+    # Step by step in turn, starting with a different variant each step: a busy machine
+    # slows them all alike.
+    for step in range(args.steps):
+        for k in range(len(variants)):
+            variants[(step + k) % len(variants)].step(step)
+    for variant in variants:
+        variant.stack.close()
+    base, base_cpu = variants[0].seconds, variants[0].cpu
     print(
         f"resnet18 on CPU ({torch.get_num_threads()} threads), batch {BATCH} of "
-        f"{args.size}x{args.size}, {args.steps} steps, layers '{LAYERS}' (21), best of "
-        f"{args.rounds} rounds"
+        f"{args.size}x{args.size}, {args.steps} steps each, layers '{LAYERS}' (21), the five "
+        "loops stepped in turn"
     )
-    for name, value in best.items():
-        target = TARGETS.get(name)
+    for variant in variants:
+        target = TARGETS.get(variant.name)
         note = f"  (target <= {target})" if target else ""
         print(
-            f"    {name:15s} {value:6.2f} s  {value / args.steps * 1000:6.1f} ms/step  "
-            f"{value / base:5.2f}x bare; CPU time {best_cpu[name] / base_cpu:5.2f}x{note}"
+            f"    {variant.name:15s} {variant.seconds / args.steps * 1000:7.1f} ms/step  "
+            f"{variant.seconds / base:5.2f}x bare; CPU time {variant.cpu / base_cpu:5.2f}x{note}"
         )
-    print(f"    hand-written / every=1 = {best['hand-written'] / best['every=1']:.2f}")
-    for name, size in sizes.items():
-        per_1000 = size / args.steps * 1000 / 1024
-        print(f"    log size, {name:15s} {per_1000:8.1f} KiB per 1,000 steps")
+    by_name = {v.name: v for v in variants}
+    print(
+        "    hand-written / every=1 = "
+        f"{by_name['hand-written'].seconds / by_name['every=1'].seconds:.2f} (wall), "
+        f"{by_name['hand-written'].cpu / by_name['every=1'].cpu:.2f} (CPU)"
+    )
+    sizes = {}
+    for variant in variants:
+        log = variant.out / "watch.jsonl"
+        if log.exists():
+            sizes[variant.name] = log.stat().st_size
+            per_1000 = sizes[variant.name] / args.steps * 1000 / 1024
+            print(f"    log size, {variant.name:15s} {per_1000:8.1f} KiB per 1,000 steps")
+    seconds = {v.name: v.seconds for v in variants}
+    cpu = {v.name: v.cpu for v in variants}
     before, after = rss_over_steps(args.rss_steps)
     print(
         f"    peak RSS, small conv net watched with every=1: {before:.0f} MiB after 100 steps, "
