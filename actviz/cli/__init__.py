@@ -3,6 +3,7 @@ error boundary (in ``boundary``). Importing this package registers every command
 
 from __future__ import annotations
 
+import os
 import sys
 
 from actviz.cli import commands as commands
@@ -11,6 +12,7 @@ from actviz.cli import examples as examples
 from actviz.cli import monitor as monitor
 from actviz.cli import optimize as optimize
 from actviz.cli.boundary import app, usage_error
+from actviz.errors import ExitCode
 
 __all__ = ["app", "main"]
 
@@ -30,7 +32,22 @@ def main(argv: list[str] | None = None) -> None:
         if line is None:
             raise
         sys.exit(line)
-    sys.exit(code if isinstance(code, int) else 0)
+    _exit(code if isinstance(code, int) else 0)
+
+
+def _exit(code: int) -> None:
+    """Exit with ``code``; after an interrupt, without the interpreter's teardown.
+
+    With torch loaded, tearing the interpreter down takes 1-2 s on a small machine, and a user
+    who pressed Ctrl-C waits through it. By now every file is written and closed, so after an
+    interrupt the process leaves at once. Not with Ray loaded: its exit handlers stop the
+    local cluster's processes.
+    """
+    if code in (ExitCode.INTERRUPTED, ExitCode.TERMINATED) and "ray" not in sys.modules:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def _debug_first(args: list[str]) -> list[str]:
