@@ -292,6 +292,8 @@ def test_identical_checkpoints_are_identical_on_every_layer(
         assert layer["cosine"] == pytest.approx(1.0, abs=1e-6), layer
         assert layer["rel_l2"] == pytest.approx(0.0, abs=1e-6), layer
     assert record["a"]["weights"]["source"] == "checkpoint"
+    assert record["a"]["model_info"]["source"] == "torchvision"
+    assert record["b"]["model_info"]["preprocessing"]["std"] == pytest.approx([0.229, 0.224, 0.225])
     assert record["b"]["weights"]["name"] == str(checkpoints["a_again"])
     assert record["cka"]["images"] == 6 and record["inputs"][0]["status"] == "ok"
     assert record["skipped"][0]["path"].endswith("notes.txt")

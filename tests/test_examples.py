@@ -237,7 +237,11 @@ def test_resume_with_other_settings_is_refused(lamps: tuple[str, Path], tmp_path
     assert result.stderr.count("\n") == 1
     result = CliRunner().invoke(app, [*base, "-k", "2", "--overwrite", "-q"])
     assert result.exit_code == 0, result.output
-    assert json.loads((out / "top-images.json").read_text())["k"] == 2
+    doc = json.loads((out / "top-images.json").read_text())
+    assert doc["k"] == 2
+    # The model as the run manifest records it: source and the preprocessing actually used.
+    assert doc["model_info"]["source"] == "factory"
+    assert len(doc["model_info"]["preprocessing"]["mean"]) == 3
 
 
 # ------------------------------------------------------------------ the accumulator

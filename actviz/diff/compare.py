@@ -135,8 +135,8 @@ def diff(
             notify.warn(warnings[-1])
         _check_compared(state, names)
         sides = (
-            ModelSide(loaded_a.name, loaded_a.weights, opened_a.warning),
-            ModelSide(loaded_b.name, loaded_b.weights, opened_b.warning),
+            ModelSide(loaded_a.name, loaded_a.weights, opened_a.warning, loaded_a.record()),
+            ModelSide(loaded_b.name, loaded_b.weights, opened_b.warning, loaded_b.record()),
         )
         return _write(state, sides, selector, found.skipped, warnings, started)
 

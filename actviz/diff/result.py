@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -48,9 +49,14 @@ class ModelSide:
     weights: WeightsInfo
     warning: str | None = None
     """The warning given because its weights came out random."""
+    info: Mapping[str, Any] = field(default_factory=dict)
+    """The model's source, library versions and preprocessing (``LoadedModel.record()``)."""
 
     def describe(self) -> dict[str, Any]:
-        return {"model": self.model, "weights": weights_record(self.weights, self.warning)}
+        described = {"model": self.model, "weights": weights_record(self.weights, self.warning)}
+        if self.info:
+            described["model_info"] = dict(self.info)
+        return described
 
     @property
     def label(self) -> str:
@@ -196,7 +202,9 @@ def diff_record(result: DiffResult) -> dict[str, Any]:
     out = result.out
     return {
         "actviz": __version__,
-        "versions": versions_record(),
+        "versions": versions_record(
+            {**result.a.info.get("versions", {}), **result.b.info.get("versions", {})}
+        ),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "mode": result.mode,
         "a": result.a.describe(),

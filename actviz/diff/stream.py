@@ -356,4 +356,4 @@ def _draw(state: Stream, batch: _Batch, rows: list[int]) -> None:
 
 
 def side(loaded: LoadedModel) -> ModelSide:
-    return ModelSide(loaded.name, loaded.weights)
+    return ModelSide(loaded.name, loaded.weights, info=loaded.record())

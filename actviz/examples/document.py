@@ -98,14 +98,16 @@ def document(
     unranked: Sequence[tuple[str, str]],
     warnings: Sequence[str],
     report: str | None,
+    model_info: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The whole ``top-images.json`` (schema in docs/cli.md)."""
     from actviz.session import versions_record
 
     return {
         "actviz": __version__,
-        "versions": versions_record(),
+        "versions": versions_record((model_info or {}).get("versions")),
         "model": model,
+        "model_info": dict(model_info or {}),
         "weights": dict(weights),
         "device": device,
         "selector": selector,

@@ -139,6 +139,7 @@ def top_images(
             doc = document(
                 model=model,
                 weights=session.weights_record(loaded.weights, opened.warning),
+                model_info=loaded.record(),
                 device=str(loaded.device),
                 selector=selector,
                 k=opts.k,

@@ -267,15 +267,17 @@ def _prepare(opts: OptimizeOptions) -> None:
 
 
 def _load(model: str, opts: OptimizeOptions, notify: StepReporter) -> tuple[LoadedModel, list[str]]:
-    from actviz.models import load_with
+    from actviz import session
 
-    loaded = load_with(model, opts.load)
     warnings: list[str] = []
-    if loaded.weights.random:
-        why = loaded.weights.reason or "no pretrained weights"
-        warnings.append(f"{RANDOM_NOTE} ({why}).")
-        notify.warn(warnings[-1])
-    return loaded, warnings
+    opened = session.load(
+        model,
+        opts.load,
+        notify,
+        warnings,
+        shows="These images are noise with structure, optimized for",
+    )
+    return opened.model, warnings
 
 
 def _targets(model: str, loaded: LoadedModel, opts: OptimizeOptions) -> dict[str, str | None]:
@@ -383,16 +385,15 @@ def _document(
     warnings: list[str],
     complete: bool,
 ) -> dict[str, Any]:
+    from actviz import session
+
     weights = loaded.weights
+    info = loaded.record()
     return {
         "model": model,
-        "weights": {
-            "spec": weights.spec,
-            "name": weights.name,
-            "source": weights.source,
-            "random": weights.random,
-            "reason": weights.reason,
-        },
+        "versions": session.versions_record(info.get("versions")),
+        "model_info": info,
+        "weights": session.weights_record(weights, next(iter(warnings), None)),
         "random_weights_note": RANDOM_NOTE if weights.random else None,
         "device": str(loaded.device),
         "complete": complete,
