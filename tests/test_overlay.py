@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torchvision.transforms.functional as TF
 from PIL import Image
 from torchvision.transforms._presets import ImageClassification
 
@@ -15,8 +14,6 @@ from actviz.render.overlay import (
     blend,
     cam_panel,
     input_view,
-    model_view,
-    resized_size,
 )
 
 
@@ -26,49 +23,6 @@ def _photo(width: int, height: int, seed: int = 0) -> Image.Image:
     pixels = np.stack([xx * 7 % 256, yy * 5 % 256, (xx + yy) % 256], axis=-1)
     pixels = (pixels + rng.integers(0, 30, pixels.shape)) % 256
     return Image.fromarray(pixels.astype(np.uint8))
-
-
-@pytest.mark.parametrize(
-    ("size", "resize", "crop"),
-    [
-        ((451, 300), 256, 224),  # landscape, the ImageNet default
-        ((300, 451), [232], [224]),  # portrait, resnet50 v2 sizes
-        ((225, 225), 256, 224),  # upscaling, odd margins
-        ((517, 333), 342, 299),  # inception-like; odd crop offset
-        ((640, 480), [224, 300], [200, 250]),  # explicit (h, w) sizes
-        ((100, 60), 180, 224),  # crop larger than the resized image: black padding
-        ((256, 300), 256, 224),  # shorter side already right: no resize at all
-    ],
-)
-def test_model_view_equals_torchvision_resize_and_center_crop(
-    size: tuple[int, int], resize: int | list[int], crop: int | list[int]
-) -> None:
-    image = _photo(*size)
-    expected = TF.center_crop(TF.resize(image, resize, antialias=True), crop)
-    view = model_view(image, resize, crop)
-    assert view.size == expected.size
-    assert np.array_equal(np.asarray(view), np.asarray(expected))
-
-
-def test_model_view_is_what_the_model_saw_before_normalization() -> None:
-    image = _photo(451, 300, seed=1)
-    transform = ImageClassification(crop_size=224, resize_size=256)
-    x = transform(image)
-    saw = (x * torch.tensor(transform.std).view(3, 1, 1)) + torch.tensor(transform.mean).view(
-        3, 1, 1
-    )
-    view = np.asarray(model_view(image, transform.resize_size, transform.crop_size))
-    assert np.abs(saw.permute(1, 2, 0).numpy() * 255 - view).max() < 1e-3
-    undone = input_view(x.numpy(), transform.mean, transform.std)
-    assert np.array_equal(np.asarray(undone), view)
-
-
-def test_resized_size_truncates_like_torchvision() -> None:
-    assert resized_size(300, 451, 256) == (256, 384)  # 256 * 451 / 300 = 384.85
-    assert resized_size(451, 300, [256]) == (384, 256)
-    assert resized_size(10, 20, [7, 9]) == (7, 9)
-    with pytest.raises(ValueError, match="resize_size"):
-        resized_size(10, 20, [1, 2, 3])
 
 
 def test_a_heat_peak_lands_on_its_model_input_cell() -> None:
@@ -102,14 +56,14 @@ def test_a_bright_object_in_the_photo_gets_the_heat_over_it() -> None:
     brightness = x.mean(dim=0, keepdim=True).unsqueeze(0)
     pooled = torch.nn.functional.adaptive_avg_pool2d(brightness, 7)[0, 0]
     heat = ((pooled - pooled.min()) / (pooled.max() - pooled.min())).numpy()
-    view = model_view(image, 256, 224)
+    view = input_view(x.numpy(), transform.mean, transform.std)
     out = blend(view, heat, cmap="gray", alpha=1.0)
     row, col = np.unravel_index(int(out[..., 0].argmax()), out.shape[:2])
     # The square in the view: scale 256/300, then the crop removes 58 columns and 16 rows.
     top, bottom = 100 * 256 / 300 - 16, 140 * 256 / 300 - 16
     left, right = 200 * 256 / 300 - 58, 240 * 256 / 300 - 58
     assert top - 16 <= row <= bottom + 16 and left - 16 <= col <= right + 16
-    assert np.asarray(view)[int((top + bottom) / 2), int((left + right) / 2)].min() == 255
+    assert np.asarray(view)[int((top + bottom) / 2), int((left + right) / 2)].min() >= 254
 
 
 def test_blend_mixes_colours_and_photo() -> None:

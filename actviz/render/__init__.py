@@ -34,7 +34,7 @@ from actviz.render.normalize import (
     range_is_signed,
     row_percentiles,
 )
-from actviz.render.overlay import blend, cam_panel, input_view, resized_size, upsample
+from actviz.render.overlay import blend, cam_panel, input_view, upsample
 from actviz.render.palette import (
     BACKGROUND,
     CENTER_LEVEL,
@@ -103,7 +103,6 @@ __all__ = [
     "range_is_signed",
     "render_grid",
     "render_vector",
-    "resized_size",
     "row_percentiles",
     "segmentation_picture",
     "text_width",

@@ -2,7 +2,7 @@
 
 A class-activation map lives in the model-input frame: the centre crop that preprocessing cut
 out of the resized photo. Blending it over the whole photo would shift it, so this module first
-rebuilds that crop (:func:`model_view`, or :func:`input_view` from the input tensor itself) and
+rebuilds that crop from the input tensor itself (:func:`input_view`) and
 then blends the map over it. Everything here is pure: Pillow and numpy in, arrays out; nothing
 is written and ``matplotlib.pyplot`` is never used.
 """
@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageDraw, ImageFont
 
-__all__ = ["blend", "cam_panel", "input_view", "model_view", "resized_size", "upsample"]
+__all__ = ["blend", "cam_panel", "input_view", "upsample"]
 
 U8Array = npt.NDArray[np.uint8]
 
@@ -27,64 +27,6 @@ PANEL_GAP = 4
 _BACKGROUND_RGB = (38, 38, 38)
 _TEXT_RGB = (235, 235, 235)
 _FONT_SIZE = 13
-
-
-def resized_size(height: int, width: int, resize_size: int | Sequence[int]) -> tuple[int, int]:
-    """The ``(height, width)`` torchvision's ``resize`` gives an image of this size.
-
-    Args:
-        height: Image height in pixels.
-        width: Image width in pixels.
-        resize_size: One number (or a one-element list) for the shorter side, keeping the
-            aspect ratio; or ``[height, width]``.
-
-    Returns:
-        The resized ``(height, width)``.
-
-    Raises:
-        ValueError: For an empty or longer ``resize_size``, or a non-positive size.
-    """
-    sizes = _int_list(resize_size, "resize_size")
-    if len(sizes) == 2:
-        return sizes[0], sizes[1]
-    short, long = (width, height) if width <= height else (height, width)
-    new_short, new_long = sizes[0], int(sizes[0] * long / short)
-    # torchvision truncates the long side the same way; rounding would shift the crop by one.
-    return (new_long, new_short) if width <= height else (new_short, new_long)
-
-
-def model_view(
-    image: Image.Image, resize_size: int | Sequence[int], crop_size: int | Sequence[int]
-) -> Image.Image:
-    """Cut the region of a photo that torchvision's ``ImageClassification`` feeds the model.
-
-    The same steps as the transform, without normalization: resize so the shorter side is
-    ``resize_size`` (bilinear; Pillow always antialiases), then a centre crop of
-    ``crop_size``, padded with black where the crop is larger than the image.
-
-    Args:
-        image: The photo as decoded (converted to RGB if it is not).
-        resize_size: The transform's ``resize_size`` (an int or a list of one or two ints).
-        crop_size: The transform's ``crop_size`` (an int or a list of one or two ints).
-
-    Returns:
-        An RGB image of ``crop_size``, pixel for pixel what the model saw before
-        normalization.
-
-    Raises:
-        ValueError: For malformed sizes.
-    """
-    rgb = image if image.mode == "RGB" else image.convert("RGB")
-    width, height = rgb.size
-    new_h, new_w = resized_size(height, width, resize_size)
-    if (new_h, new_w) != (height, width):
-        rgb = rgb.resize((new_w, new_h), Image.Resampling.BILINEAR)
-    crops = _int_list(crop_size, "crop_size")
-    crop_h, crop_w = (crops[0], crops[0]) if len(crops) == 1 else (crops[0], crops[1])
-    top = _crop_start(new_h, crop_h)
-    left = _crop_start(new_w, crop_w)
-    # Pillow fills the part of the box outside the image with 0, as torchvision's pad does.
-    return rgb.crop((left, top, left + crop_w, top + crop_h))
 
 
 def input_view(x: npt.ArrayLike, mean: Sequence[float], std: Sequence[float]) -> Image.Image:
@@ -126,7 +68,7 @@ def blend(
     which is how a convolutional feature map relates to its input.
 
     Args:
-        view: The model-input frame, e.g. from :func:`model_view` or :func:`input_view`.
+        view: The model-input frame, e.g. from :func:`input_view`.
         heat: ``(h, w)`` values in ``[0, 1]``; values outside are clipped, NaN counts as 0.
         cmap: A matplotlib colormap name (``"jet"``, ``"inferno"``, ...).
         alpha: Weight of the heat colours, 0 (photo only) to 1 (colours only).
@@ -231,18 +173,3 @@ def _fit(text: str, width: int, font: ImageFont.FreeTypeFont | ImageFont.ImageFo
     while head and font.getlength(head + "…" + tail) > width:
         head = head[:-1]
     return head + "…" + tail
-
-
-def _int_list(value: int | Sequence[int], name: str) -> list[int]:
-    sizes = [int(value)] if isinstance(value, int) else [int(v) for v in value]
-    if len(sizes) not in (1, 2) or min(sizes) < 1:
-        raise ValueError(f"{name} must be a positive int or a list of one or two, got {value!r}")
-    return sizes
-
-
-def _crop_start(size: int, crop: int) -> int:
-    if crop > size:
-        # torchvision pads (crop - size) // 2 on the leading side, then crops at 0.
-        return -((crop - size) // 2)
-    # Python's round() (half to even) is what torchvision uses here.
-    return int(round((size - crop) / 2.0))
