@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
 from actviz.diff.options import DiffOptions
 from actviz.diff.result import (
     CKA_BATCHES,
@@ -28,7 +29,7 @@ from actviz.diff.result import (
     first_divergent,
 )
 from actviz.diff.stream import PICTURES_DIR, Stream, stream
-from actviz.errors import ImageLoadError, UsageError
+from actviz.errors import ImageLoadError, OutputError, UsageError
 from actviz.results import ImageResult, Reporter, SilentReporter
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ def diff(
             for a diff that cannot be set up as asked.
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz import output, session
+    from actviz import session
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
@@ -149,17 +150,11 @@ def _nothing_half_done(state: Stream) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        out = state.opts.out
-        with contextlib.suppress(OSError):
-            for picture in state.pictures:
-                (out / picture.file).unlink(missing_ok=True)
-            pictures = out / PICTURES_DIR
-            if pictures.is_dir():
-                for folder in sorted(pictures.rglob("*"), reverse=True):
-                    if folder.is_dir() and not any(folder.iterdir()):
-                        folder.rmdir()
-                if not any(pictures.iterdir()):
-                    pictures.rmdir()
+        # The first error is the one to report; a failed clean-up must not replace it.
+        with contextlib.suppress(OutputError):
+            output.remove_written(
+                state.opts.out, [p.file for p in state.pictures], prune=[PICTURES_DIR]
+            )
         raise
 
 
@@ -210,7 +205,6 @@ _NOT_EMPTY = "add --overwrite to replace an earlier diff there, or choose anothe
 def _remove_earlier(out: Path) -> None:
     """``--overwrite``: remove what an earlier diff wrote there (the files its ``diff.json``
     names), and nothing else."""
-    from actviz import output
 
     record = out / "diff.json"
     if not record.is_file():
@@ -316,7 +310,6 @@ def _write(
     started: float,
 ) -> DiffResult:
     """``diff.json``, the similarity chart and the page."""
-    from actviz import output
     from actviz.diff.chart import similarity_png
 
     opts, out = state.opts, state.opts.out
