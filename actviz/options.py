@@ -12,12 +12,12 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from actviz.errors import UsageError
 
-if TYPE_CHECKING:
-    from actviz.models import Preprocessing
+# Loading is the models family's business; its options live there and are shared from here.
+from actviz.models.options import LoadOptions
 
 __all__ = [
     "Engine",
@@ -29,29 +29,6 @@ __all__ = [
 _Options = TypeVar("_Options")
 
 Engine = Literal["local", "ray"]
-
-
-@dataclass(frozen=True)
-class LoadOptions:
-    """How the model is built and where it runs.
-
-    Attributes:
-        weights: ``auto``, ``default``, ``none``, an enum name, or a checkpoint path.
-        device: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-        trust_checkpoint: Allow a checkpoint that needs full unpickling (runs its code).
-        input_size: ``(height, width)`` of the model input, for models that do not take
-            224 x 224.
-        in_chans: 3 (RGB) or 1 (greyscale) input channels.
-        preprocess: The input transform (:class:`~actviz.models.Preprocessing`) instead of
-            the model's own; the Python API's way to feed a model object as it was trained.
-    """
-
-    weights: str = "auto"
-    device: str = "auto"
-    trust_checkpoint: bool = False
-    input_size: tuple[int, int] | None = None
-    in_chans: int = 3
-    preprocess: Preprocessing | None = None
 
 
 @dataclass(frozen=True)

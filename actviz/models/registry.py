@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from actviz.options import LoadOptions
+    from actviz.models.options import LoadOptions
 
 __all__ = [
     "LoadedModel",
@@ -179,7 +179,7 @@ def load_model(
 
 
 def load_with(name: str, options: LoadOptions, *, weights: str | None = None) -> LoadedModel:
-    """:func:`load_model` with a command's :class:`~actviz.options.LoadOptions`; ``weights``
+    """:func:`load_model` with a command's :class:`~actviz.models.options.LoadOptions`; ``weights``
     overrides the options' (a second model to compare)."""
     return load_model(
         name,
