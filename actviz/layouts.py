@@ -66,12 +66,18 @@ class Drawable:
             ``"vector"`` or ``"none"``.
         note: A short sentence for the picture's legend and the manifest (what was dropped,
             reshaped or inferred), or why nothing was drawn.
+        prefix: For a token layer laid out as a patch grid, its prefix tokens (class,
+            register, distillation) that the maps leave out, ``(C, tokens)`` float32; None
+            otherwise (and always None from :func:`plan_layout`).
+        prefix_note: ``note`` for a picture that shows ``prefix`` beside the maps.
     """
 
     kind: Literal["maps", "vector", "none"]
     array: FloatArray | None
     layout: str
     note: str | None
+    prefix: FloatArray | None = None
+    prefix_note: str | None = None
 
     @property
     def drawn_shape(self) -> tuple[int, ...] | None:
@@ -89,6 +95,10 @@ class _Plan:
     layout: str
     note: str | None
     convert: Callable[[FloatArray], FloatArray] | None = None
+    skip: int = 0
+    """Leading prefix tokens the maps leave out (a token layout)."""
+    skip_note: str | None = None
+    """``note`` when those tokens are drawn apart from the maps."""
 
 
 def plan_layout(
@@ -157,7 +167,11 @@ def to_drawable(
         # squeeze-excitation outputs say more as a strip of values.
         vector = np.ascontiguousarray(out.reshape(out.shape[0]), dtype=np.float32)
         return Drawable("vector", vector, "vector", _POOLED_NOTE)
-    return Drawable(plan.kind, np.ascontiguousarray(out, dtype=np.float32), plan.layout, plan.note)
+    maps = np.ascontiguousarray(out, dtype=np.float32)
+    if plan.kind == "maps" and plan.skip > 0:
+        prefix = np.ascontiguousarray(array[: plan.skip].T, dtype=np.float32)
+        return Drawable("maps", maps, plan.layout, plan.note, prefix, plan.skip_note)
+    return Drawable(plan.kind, maps, plan.layout, plan.note)
 
 
 _POOLED_NOTE = "1 x 1 maps drawn as a strip of values"
@@ -366,19 +380,21 @@ def _token_plan(
     for skip, (rows, cols) in candidates:
         if n != skip + rows * cols:
             continue
-        dropped = _dropped(skip, inferred=inferred and skip > 0 and skip != prefix)
-        note = f"{dropped}{rows * cols} patch tokens as {rows} x {cols}"
+        guessed = inferred and skip > 0 and skip != prefix
+        patches = f"{rows * cols} patch tokens as {rows} x {cols}"
         if (rows, cols) in merged and (rows, cols) != grid:
-            note += f" (patches merged {merged[(rows, cols)]}x)"
+            patches += f" (patches merged {merged[(rows, cols)]}x)"
         if inferred:
-            note += " (grid inferred from the token count)"
+            patches += " (grid inferred from the token count)"
+        note = f"{_dropped(skip, inferred=guessed)}{patches}"
+        shown = f"{_shown(skip, inferred=guessed)}{patches}" if skip else None
 
         def convert(
             x: FloatArray, skip: int = skip, rows: int = rows, cols: int = cols
         ) -> FloatArray:
             return x[skip:].reshape(rows, cols, c).transpose(2, 0, 1)
 
-        return _Plan("maps", "tokens", note, convert)
+        return _Plan("maps", "tokens", note, convert, skip, shown)
     return None
 
 
@@ -388,3 +404,11 @@ def _dropped(skip: int, *, inferred: bool) -> str:
     if inferred:
         return "first token dropped (taken for a class token); "
     return "class token dropped; " if skip == 1 else f"{skip} prefix tokens dropped; "
+
+
+def _shown(skip: int, *, inferred: bool) -> str:
+    if inferred:
+        what = "first token (taken for a class token)"
+    else:
+        what = "class token" if skip == 1 else f"{skip} prefix tokens"
+    return f"{what} shown in the band above each tile; "

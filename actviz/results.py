@@ -90,6 +90,8 @@ class LayerResult:
     several classes' maps are); ``gradient["zero"]`` and ``gradient["note"]`` say the same
     of the gradient."""
     pictures: Mapping[str, str] = field(default_factory=dict)
+    prefix_tokens: int = 0
+    """Prefix tokens (class, register) drawn in the band above each tile of the grid."""
 
     def __post_init__(self) -> None:
         # The grid is both the record's file and one of its pictures.

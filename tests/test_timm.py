@@ -123,6 +123,9 @@ def test_a_backbone_with_register_tokens_lays_out_its_patch_grid() -> None:
     drawable = to_drawable(tokens[0], contexts["blocks.11"])
     assert drawable.kind == "maps" and drawable.drawn_shape == (384, 4, 4)
     assert drawable.note == "5 prefix tokens dropped; 16 patch tokens as 4 x 4"
+    # The class and 4 register tokens are kept for the band above each grid tile.
+    assert drawable.prefix is not None and drawable.prefix.shape == (384, 5)
+    np.testing.assert_array_equal(drawable.prefix, tokens[0, :5].T.numpy())
 
 
 def test_list_layers_builds_on_the_meta_device() -> None:

@@ -95,6 +95,7 @@ def render_grid(
     channels_note: str | None = None,
     notes: Sequence[str] = (),
     channel_names: Sequence[str] | None = None,
+    prefix: npt.ArrayLike | None = None,
 ) -> GridImage:
     """Draw a feature map as a grid of tiles, one per channel, under a header.
 
@@ -126,6 +127,8 @@ def render_grid(
             long lines wrap to the picture's width.
         channel_names: A name per channel (a segmentation head's classes): each tile is
             labelled ``index name`` instead of its index alone.
+        prefix: ``(C, P)`` values drawn apart from the maps (a token layer's class and
+            register tokens): a band of P squares above each tile, on that tile's scale.
 
     Returns:
         The picture and a description of what it shows.
@@ -244,6 +247,21 @@ def render_grid(
             labels = ("-|max|", "0", "+|max|") if centred else ("ch min", "ch max")
 
     levels = map_levels(shown, row_lo, row_hi, constant, neutral, shown_finite)
+    prefix_levels = None
+    if prefix is not None:
+        extra = as_float32(prefix, "prefix")
+        if extra.ndim != 2 or extra.shape[0] != total or extra.shape[1] == 0:
+            raise ValueError(f"prefix must be a ({total}, P) array, got shape {extra.shape}")
+        extra = extra[ids]
+        extra_finite = np.isfinite(extra)
+        prefix_levels = map_levels(
+            extra[:, None, :],
+            row_lo,
+            row_hi,
+            constant,
+            neutral,
+            None if bool(extra_finite.all()) else extra_finite[:, None, :],
+        )[:, 0, :]
 
     upscale = max(1, math.ceil(min_tile / max(height, width)))
     columns_used = min(columns, shown_count) if columns else math.ceil(math.sqrt(shown_count))
@@ -253,7 +271,8 @@ def render_grid(
         else str(int(i))
         for i in ids
     ]
-    placed = tile_layout(height * upscale, width * upscale, tile_labels)
+    tokens = 0 if prefix_levels is None else int(prefix_levels.shape[1])
+    placed = tile_layout(height * upscale, width * upscale, tile_labels, tokens)
     body_h, body_w = body_shape(shown_count, columns_used, placed)
 
     count_text = f"{shown_count} of {total} channel{'' if total == 1 else 's'}"
@@ -269,7 +288,14 @@ def render_grid(
         notes=tuple(notes),
     )
     canvas, header_height = new_canvas(body_h, body_w, header)
-    tile_grid(levels, columns_used, upscale, tile_labels, out=canvas[header_height:, :body_w])
+    tile_grid(
+        levels,
+        columns_used,
+        upscale,
+        tile_labels,
+        out=canvas[header_height:, :body_w],
+        prefix=prefix_levels,
+    )
     canvas.setflags(write=False)
     return GridImage(
         indices=canvas,

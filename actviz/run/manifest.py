@@ -77,6 +77,8 @@ def image_record(result: ImageResult) -> dict[str, Any]:
                 "stats": layer.stats,
                 "gradient": layer.gradient,
                 "cam_note": layer.cam_note,
+                # Only token layers whose grid shows prefix tokens carry the count.
+                **({"prefix_tokens": layer.prefix_tokens} if layer.prefix_tokens else {}),
             }
             for layer in result.layers
         ],
@@ -122,6 +124,7 @@ def reuse_earlier(
                 gradient=x.get("gradient"),
                 channels=x.get("channels"),
                 cam_note=x.get("cam_note"),
+                prefix_tokens=x.get("prefix_tokens", 0),
             )
             for x in earlier["layers"]
         ]

@@ -51,7 +51,9 @@ def grid_picture(view: LayerView) -> Drawn | None:
     if drawable.array is None:
         return None
     opts = job.options
-    notes = header_notes(job, drawable.note)
+    # A token layer's prefix tokens go in a band above each tile, and its note says so.
+    prefix = drawable.prefix if drawable.kind == "maps" else None
+    notes = header_notes(job, drawable.prefix_note if prefix is not None else drawable.note)
     shared = opts.norm == "shared"
     if drawable.kind == "vector":
         grid = render.render_vector(
@@ -80,6 +82,7 @@ def grid_picture(view: LayerView) -> Drawn | None:
             ),
             notes=notes,
             channel_names=job.channel_names.get(cap.module),
+            prefix=prefix,
         )
     return Drawn(
         grid.to_png(opts.png_compression),
@@ -87,6 +90,7 @@ def grid_picture(view: LayerView) -> Drawn | None:
             "channels_shown": grid.channels_shown,
             "channels_total": grid.channels_total,
             "channels": list(grid.channel_ids) if drawable.kind == "maps" else None,
+            "prefix_tokens": 0 if prefix is None else int(prefix.shape[1]),
         },
     )
 
