@@ -6,11 +6,14 @@ library code only raises them. This module imports nothing of actviz.
 
 from __future__ import annotations
 
+import importlib
 import re
 from enum import IntEnum
+from types import ModuleType
 
 __all__ = [
     "first_line",
+    "import_extra",
     "ActvizError",
     "CheckpointError",
     "DeviceError",
@@ -132,3 +135,12 @@ def first_line(exc: BaseException) -> str:
     # torch's messages carry ANSI bold codes and several paragraphs.
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def import_extra(module: str, extra: str, needs: str) -> ModuleType:
+    """Import an optional library, or raise a one-line :class:`UsageError` that says who
+    ``needs`` it and gives the pip command of actviz's ``extra`` that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UsageError(f"{needs}: pip install 'actviz[{extra}]'") from None

@@ -42,6 +42,33 @@ def warn(message: str) -> None:
     err_console.print(Text.assemble(("warning: ", "bold yellow"), message))
 
 
+def progress_bar(unit: str, total: int) -> tuple[Any, Any]:
+    """A started rich progress bar on stderr counting ``total`` ``unit``s (done, rate, elapsed
+    and remaining time), and its task; the caller fills the ``rate`` field."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(
+        TextColumn(unit),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+    )
+    progress.start()
+    return progress, progress.add_task(unit, total=total, rate="")
+
+
 class RichReporter:
     """Warnings and a progress bar on stderr; silent progress when stderr is not a terminal."""
 
@@ -65,28 +92,7 @@ class RichReporter:
         )
         if self.quiet or total < 2 or not err_console.is_terminal:
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._progress = Progress(
-            TextColumn("images"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=err_console,
-            transient=True,
-        )
-        self._progress.start()
-        self._task = self._progress.add_task("images", total=total, rate="")
+        self._progress, self._task = progress_bar("images", total)
 
     def advance(self, result: ImageResult) -> None:
         self.done += 1

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from actviz.cli.boundary import app, boundary, load_options, state
-from actviz.cli.console import err_console, out_console, warn
+from actviz.cli.console import err_console, out_console, progress_bar, warn
 from actviz.cli.options import (
     DeviceOption,
     InChansOption,
@@ -103,28 +103,7 @@ class _Bar:
         state["progress"] = "; the finished channels are kept"
         if self.quiet or not err_console.is_terminal:
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self._progress = Progress(
-            TextColumn("steps"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-            console=err_console,
-            transient=True,
-        )
-        self._progress.start()
-        self._task = self._progress.add_task("steps", total=total, rate="")
+        self._progress, self._task = progress_bar("steps", total)
 
     def step(self) -> None:
         self.done += 1

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ActvizError, UsageError
+from actviz.errors import ActvizError, UsageError, import_extra
 
 if TYPE_CHECKING:
     import numpy as np
@@ -76,13 +76,7 @@ def require_ray() -> Any:
     Raises:
         UsageError: When the ``ray`` extra is not installed.
     """
-    try:
-        import ray
-    except ImportError:
-        raise UsageError(
-            f"--engine ray needs Ray, which is not installed: {INSTALL_HINT}"
-        ) from None
-    return ray
+    return import_extra("ray", "ray", "--engine ray needs Ray, which is not installed")
 
 
 def ray_batches(

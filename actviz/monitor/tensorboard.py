@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import UsageError
+from actviz.errors import import_extra
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,12 +63,12 @@ class TensorBoardSink:
     """
 
     def __init__(self, folder: Path) -> None:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as exc:
-            raise UsageError(f"tensorboard=True needs TensorBoard: {INSTALL_HINT}") from exc
+        # torch's writer imports the tensorboard package: its absence shows here.
+        writers = import_extra(
+            "torch.utils.tensorboard", "tensorboard", "tensorboard=True needs TensorBoard"
+        )
         self.log_dir = folder / "tensorboard"
-        self._writer: Any = SummaryWriter(log_dir=str(self.log_dir))
+        self._writer: Any = writers.SummaryWriter(log_dir=str(self.log_dir))
 
     def write(self, record: Mapping[str, Any], histograms: Mapping[str, Sequence[int]]) -> None:
         """The step's scalars, and a histogram per layer from its bucket counts."""

@@ -17,7 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import CheckpointError, ModelError, UnknownModelError, UsageError, first_line
+from actviz.errors import (
+    CheckpointError,
+    ModelError,
+    UnknownModelError,
+    UsageError,
+    first_line,
+    import_extra,
+)
 from actviz.models.checkpoints import load_checkpoint, load_state_dict_into
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry, matching
@@ -45,13 +52,7 @@ _RESAMPLE = {2: "bilinear", 3: "bicubic"}
 
 def import_transformers() -> ModuleType:
     """transformers, or a one-line usage error that gives the pip command."""
-    try:
-        import transformers
-    except ImportError:
-        raise UsageError(
-            "Hugging Face models need the transformers library: pip install 'actviz[hf]'"
-        ) from None
-    return transformers
+    return import_extra("transformers", "hf", "Hugging Face models need the transformers library")
 
 
 class HuggingFaceSource:

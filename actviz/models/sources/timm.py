@@ -16,7 +16,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ModelError, UnknownModelError, UsageError, WeightsError, first_line
+from actviz.errors import (
+    ModelError,
+    UnknownModelError,
+    WeightsError,
+    first_line,
+    import_extra,
+)
 from actviz.models.checkpoints import checkpoint_classes, load_checkpoint, load_state_dict_into
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry
@@ -39,11 +45,7 @@ _HUB_FILES = ("model.safetensors", "pytorch_model.bin")
 
 def import_timm() -> ModuleType:
     """timm, or a one-line usage error that gives the pip command."""
-    try:
-        import timm
-    except ImportError:
-        raise UsageError("timm models need the timm library: pip install 'actviz[timm]'") from None
-    return timm
+    return import_extra("timm", "timm", "timm models need the timm library")
 
 
 class TimmSource:
