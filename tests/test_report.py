@@ -23,7 +23,7 @@ import torch
 from PIL import Image
 
 from actviz.report.charts import depth_chart
-from actviz.report.pages import PER_IMAGE_CHARTS, build_report
+from actviz.report.pages import LINKED_FIRST, PER_IMAGE_CHARTS, build_report
 from actviz.stats import aggregate_run, to_json
 from actviz.stats.compute import compute_stats
 
@@ -195,6 +195,15 @@ def make_run(
     return manifest, stats
 
 
+def report_files(*args: Any, **kwargs: Any) -> dict[str, bytes]:
+    """The report's files, gathered (small runs only: the report makes them one at a time)."""
+    files: dict[str, bytes] = {}
+    for rel, data in build_report(*args, **kwargs):
+        assert rel not in files, rel  # every file is made once
+        files[rel] = data
+    return files
+
+
 def write(root: Path, files: dict[str, bytes]) -> list[Path]:
     paths = []
     for rel, data in files.items():
@@ -210,7 +219,7 @@ def write(root: Path, files: dict[str, bytes]) -> list[Path]:
 def folder_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, bytes]]:
     root = tmp_path_factory.mktemp("report")
     manifest, stats = make_run(root)
-    files = build_report(manifest, stats, out_dir_name="out")
+    files = report_files(manifest, stats, out_dir_name="out")
     write(root, files)
     return root, files
 
@@ -223,8 +232,8 @@ def html_pages(root: Path) -> list[Path]:
 
 
 def check_links(root: Path) -> int:
-    """Assert that every link and image of every page under root names a file under root;
-    return how many were checked."""
+    """Assert that every link and image of every page under root names a file under root (or,
+    ending in '/', an image's folder); return how many were checked."""
     checked = 0
     for page in html_pages(root):
         for tag, url in parse(page).links():
@@ -234,7 +243,9 @@ def check_links(root: Path) -> int:
             if not parts.path:  # a fragment on the same page
                 continue
             target = (page.parent / unquote(parts.path)).resolve()
-            assert target.is_file(), f"{page.relative_to(root)}: <{tag}> {url} -> {target}"
+            # An image without a page of its own links to its output folder, its grids.
+            found = target.is_dir() if parts.path.endswith("/") else target.is_file()
+            assert found, f"{page.relative_to(root)}: <{tag}> {url} -> {target}"
             assert root.resolve() in target.parents
             checked += 1
     return checked
@@ -308,7 +319,7 @@ def test_random_weights_banner(tmp_path: Path, folder_run: tuple[Path, dict[str,
     assert "RANDOM WEIGHTS: no network</div>" not in index
 
     manifest, stats = make_run(tmp_path, random=False, with_stats=False)
-    trained = build_report(manifest, stats)["index.html"].decode()
+    trained = report_files(manifest, stats)["index.html"].decode()
     assert 'role="alert"' not in trained
     assert "ResNet18_Weights.IMAGENET1K_V1" in trained
 
@@ -430,7 +441,7 @@ def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> No
     assert stats is not None
     keys = [im["out_dir"] for im in manifest["images"] if im["status"] == "ok"]
     assert [n for n, key in enumerate(keys) if stats["images"][key]["flags"]] == sorted(flagged)
-    files = build_report(manifest, stats, out_dir_name="out")
+    files = report_files(manifest, stats, out_dir_name="out")
     write(tmp_path, files)
 
     charted = sorted(f for f in files if f.startswith("report/depth/"))
@@ -441,8 +452,13 @@ def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> No
     assert PER_IMAGE_CHARTS == 12
     assert charted == sorted(f"report/depth/{slugs[n]}.svg" for n in wanted)
     assert "report/run_depth.svg" in files
-    assert len(html_pages(tmp_path)) == 1 + 30 + 6
-    assert check_links(tmp_path) > 30 * 6
+    # A page of its own for the first LINKED_FIRST images and for the flagged one past them.
+    linked = set(range(LINKED_FIRST)) | flagged
+    assert LINKED_FIRST == 24
+    pages = sorted(f for f in files if f.startswith("report/images/"))
+    assert pages == sorted(f"report/images/{slugs[n]}.html" for n in linked)
+    assert len(html_pages(tmp_path)) == 1 + len(linked) + 6
+    assert check_links(tmp_path) > 25 * 6
 
     def chart_srcs(page: str) -> list[str]:
         tags = parse(tmp_path / "report/images" / page).tags
@@ -450,6 +466,8 @@ def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> No
 
     for n, slug in enumerate(slugs):
         page = f"{slug}.html"
+        if n not in linked:
+            continue
         text = "".join(parse(tmp_path / "report/images" / page).text)
         if n in wanted:
             assert chart_srcs(page) == [f"../../report/depth/{quote(slug)}.svg"], page
@@ -460,6 +478,14 @@ def test_large_run_charts_flagged_images_and_the_first_few(tmp_path: Path) -> No
             assert "the chart below is the run's, pooled over all images" in text, page
             assert "in the table below and in stats.json" in text, page
             assert "p99" in text  # the numbers are still on the page
+    # The index links every image: to its page, or to its folder where its grids are.
+    index = parse(tmp_path / "index.html")
+    hrefs = [a.get("href") for t, a in index.tags if t == "a"]
+    for n, slug in enumerate(slugs):
+        if n in linked:
+            assert f"report/images/{quote(slug)}.html" in hrefs, slug
+        else:
+            assert f"{slug}/" in hrefs, slug
 
 
 def test_predictions_and_thumbnail(folder_run: tuple[Path, dict[str, bytes]]) -> None:
@@ -473,7 +499,7 @@ def test_predictions_and_thumbnail(folder_run: tuple[Path, dict[str, bytes]]) ->
 
 def test_no_thumbnail_unless_the_manifest_names_one(tmp_path: Path) -> None:
     manifest, stats = make_run(tmp_path, images=2, thumbnails=False, with_stats=False)
-    files = build_report(manifest, stats)
+    files = report_files(manifest, stats)
     for name, data in files.items():
         if name.endswith(".html"):
             assert b"input.png" not in data
@@ -481,7 +507,7 @@ def test_no_thumbnail_unless_the_manifest_names_one(tmp_path: Path) -> None:
 
 def test_single_image_shows_its_layers_on_the_index(tmp_path: Path) -> None:
     manifest, stats = make_run(tmp_path, images=1, failed=False)
-    files = build_report(manifest, stats)
+    files = report_files(manifest, stats)
     assert sorted(files) == ["index.html", "report/depth/cat.svg"]
     write(tmp_path, files)
     index = parse(tmp_path / "index.html")
@@ -497,7 +523,7 @@ def test_single_image_shows_its_layers_on_the_index(tmp_path: Path) -> None:
 
 def test_without_statistics(tmp_path: Path) -> None:
     manifest, _ = make_run(tmp_path, images=2)
-    files = build_report(manifest, None)
+    files = report_files(manifest, None)
     assert not [f for f in files if f.endswith(".svg")]
     write(tmp_path, files)
     for page in html_pages(tmp_path):
@@ -510,7 +536,7 @@ def test_without_statistics(tmp_path: Path) -> None:
 
 def test_nothing_drawn_at_all(tmp_path: Path) -> None:
     manifest, stats = make_run(tmp_path, images=0, failed=True, with_stats=False)
-    files = build_report(manifest, stats)
+    files = report_files(manifest, stats)
     assert list(files) == ["index.html"]
     text = files["index.html"].decode()
     assert "0 drawn, 1 failed" in text and "Failed images (1)" in text
@@ -521,7 +547,7 @@ def test_chart_titles_and_names_are_escaped(tmp_path: Path) -> None:
     assert stats is not None
     manifest["images"][0]["path"] = "/data/in/<猫> & 'dog'.jpg"
     manifest["images"][1]["path"] = "/data/in/esc\x1b and \udcff bytes.jpg"
-    files = build_report(manifest, stats)
+    files = report_files(manifest, stats)
     svg = ElementTree.fromstring(files["report/depth/cat.svg"])  # well-formed XML
     texts = [e.text for e in svg.iter(f"{SVG}text")]
     assert "/data/in/<猫> & 'dog'.jpg" in texts
@@ -571,7 +597,7 @@ def test_hostile_names_are_escaped_on_every_page(tmp_path: Path) -> None:
     manifest["images"][0]["predictions"][0]["label"] = HOSTILE_LABEL
     manifest["model"] = HOSTILE_LABEL
     manifest["warnings"] = [f"cannot read {HOSTILE_FILE}"]
-    files = build_report(manifest, stats, out_dir_name=HOSTILE_LABEL)
+    files = report_files(manifest, stats, out_dir_name=HOSTILE_LABEL)
     write(tmp_path, files)
     pages = html_pages(tmp_path)
     assert len(pages) == 1 + 3 + 4
@@ -685,7 +711,8 @@ def test_an_installed_wheel_finds_its_templates(tmp_path: Path) -> None:
     index = pages["index.html"]
     assert index.startswith("<!DOCTYPE html>") and index.rstrip().endswith("</html>")
     assert "<title>actviz · resnet18 · out</title>" in index
-    for heading in ("<h2>Run</h2>", "<h2>Images (2)</h2>", "<h2>Layers across images</h2>"):
+    # Two images drawn and one failed: the index lists all three.
+    for heading in ("<h2>Run</h2>", "<h2>Images (3)</h2>", "<h2>Layers across images</h2>"):
         assert heading in index, heading
     assert '<div class="banner" role="alert">RANDOM WEIGHTS' in index
     assert "Made with actviz" in index and "section.layer" in index  # footer, stylesheet
