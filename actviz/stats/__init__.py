@@ -9,6 +9,7 @@ from actviz.stats.anomalies import (
     find_flags,
     first_bad_layer,
     flag_anomalies,
+    flag_counts,
     judges_dead,
     parse_kinds,
 )
@@ -16,16 +17,23 @@ from actviz.stats.collect import stats_callback
 from actviz.stats.compute import PERCENTILE_EXACT_LIMIT, compute_stats, default_channel_dim
 from actviz.stats.files import CSV_FIELDS, RUN_KEY, stats_rows, to_csv, to_json
 from actviz.stats.layerstats import STAT_FIELDS, LayerStats, aggregate, aggregate_run
+from actviz.stats.running import ACROSS_IMAGES, WORST, RunningLayer, RunningStats
+from actviz.stats.sketch import Sketch
 
 __all__ = [
+    "ACROSS_IMAGES",
     "CSV_FIELDS",
     "FLAG_KINDS",
     "Flag",
     "LayerStats",
     "PERCENTILE_EXACT_LIMIT",
     "RUN_KEY",
+    "RunningLayer",
+    "RunningStats",
     "STAT_FIELDS",
+    "Sketch",
     "Thresholds",
+    "WORST",
     "aggregate",
     "aggregate_run",
     "compute_stats",
@@ -33,6 +41,7 @@ __all__ = [
     "find_flags",
     "first_bad_layer",
     "flag_anomalies",
+    "flag_counts",
     "judges_dead",
     "parse_kinds",
     "stats_callback",

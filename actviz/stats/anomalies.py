@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
@@ -27,6 +27,7 @@ __all__ = [
     "find_flags",
     "first_bad_layer",
     "flag_anomalies",
+    "flag_counts",
     "judges_dead",
     "parse_kinds",
 ]
@@ -74,11 +75,18 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Flag:
-    """One anomaly of one layer."""
+    """One anomaly of one layer.
+
+    ``severity`` ranks flags of one kind against each other (larger is worse): the share of
+    NaN or Inf values, the dead fraction, 1 for constant, the RMS ratio for exploding and its
+    inverse for vanishing. It is derived from the numbers the message already states, so it
+    takes no part in equality and is left out of :meth:`to_dict`.
+    """
 
     layer: str
     kind: str
     message: str
+    severity: float = field(default=0.0, compare=False)
 
     def to_dict(self) -> dict[str, str]:
         """``{"layer", "kind", "message"}``."""
@@ -102,9 +110,11 @@ def flag_anomalies(
     reference: tuple[str, float] | None = None
     for name, s in layers:
         if s.nan:
-            flags.append(Flag(name, "nan", f"{s.nan} NaN values ({_share(s.nan, s.count)})"))
+            message = f"{s.nan} NaN values ({_share(s.nan, s.count)})"
+            flags.append(Flag(name, "nan", message, _fraction(s.nan, s.count)))
         if s.inf:
-            flags.append(Flag(name, "inf", f"{s.inf} infinite values ({_share(s.inf, s.count)})"))
+            message = f"{s.inf} infinite values ({_share(s.inf, s.count)})"
+            flags.append(Flag(name, "inf", message, _fraction(s.inf, s.count)))
         # Without finite values every channel is "never positive"; the nan/inf flag says more.
         judged_dead = judges_dead(s.per_channel) and s.channels > 0 and s.finite > 0
         if judged_dead and s.dead_frac >= t.dead_frac:
@@ -114,11 +124,12 @@ def flag_anomalies(
                     "dead",
                     f"{s.dead_channels} of {s.channels} channels never positive "
                     f"({s.dead_frac:.0%})",
+                    s.dead_frac,
                 )
             )
         all_dead = judged_dead and s.dead_channels == s.channels
         if s.finite > 1 and not all_dead and _constant(s, t.constant_rtol):
-            flags.append(Flag(name, "constant", f"every value is {s.min:.4g}"))
+            flags.append(Flag(name, "constant", f"every value is {s.min:.4g}", 1.0))
         magnitude = s.rms
         if not (math.isfinite(magnitude) and magnitude > t.min_magnitude):
             continue
@@ -131,6 +142,7 @@ def flag_anomalies(
                         name,
                         "exploding",
                         f"RMS {magnitude:.3g} is {ratio:.3g}x that of {previous} ({before:.3g})",
+                        ratio,
                     )
                 )
             elif ratio < t.vanish_ratio:
@@ -139,6 +151,7 @@ def flag_anomalies(
                         name,
                         "vanishing",
                         f"RMS {magnitude:.3g} is {ratio:.3g}x that of {previous} ({before:.3g})",
+                        1.0 / ratio,
                     )
                 )
         reference = (name, magnitude)
@@ -149,6 +162,10 @@ def _constant(s: LayerStats, rtol: float) -> bool:
     if not (math.isfinite(s.min) and math.isfinite(s.max)):
         return False
     return s.max - s.min <= rtol * max(abs(s.min), abs(s.max))
+
+
+def _fraction(part: int, whole: int) -> float:
+    return part / whole if whole else 1.0
 
 
 def _share(part: int, whole: int) -> str:
@@ -172,16 +189,55 @@ def find_flags(doc: Mapping[str, Any], kinds: Iterable[str]) -> list[tuple[str, 
     What ``--fail-on`` checks: the run's aggregate is left out, since every NaN, Inf or dead
     layer it has is flagged in some image already.
 
+    Format 1 holds every image's flags; format 2 holds, for each kind, only the worst images
+    (one flag each, its most severe layer of that kind): :func:`flag_counts` gives the
+    complete counts of both.
+
     Returns:
-        ``(image key, flag)`` in image and depth order.
+        ``(image key, flag)``: for format 1 in image and depth order; for format 2 kind by
+        kind in the order of :data:`FLAG_KINDS`, most severe first.
     """
     wanted = set(kinds)
+    if doc.get("format", 1) >= 2:
+        worst = (doc.get("flags") or {}).get("worst") or {}
+        return [
+            (
+                entry["image"],
+                Flag(entry["layer"], kind, entry["message"], _severity(entry.get("severity"))),
+            )
+            for kind in FLAG_KINDS
+            if kind in wanted
+            for entry in worst.get(kind, [])
+        ]
     return [
         (image, Flag(f["layer"], f["kind"], f["message"]))
         for image, section in (doc.get("images") or {}).items()
         for f in section.get("flags", [])
         if f["kind"] in wanted
     ]
+
+
+def flag_counts(doc: Mapping[str, Any]) -> dict[str, int]:
+    """How many images of a ``stats.json`` document have each kind of flag, in any layer.
+
+    Works for both formats (format 1 counts them from its per-image sections); every kind of
+    :data:`FLAG_KINDS` is a key, 0 where none was raised. The run's aggregate is left out, as
+    in :func:`find_flags`.
+    """
+    counts = dict.fromkeys(FLAG_KINDS, 0)
+    if doc.get("format", 1) >= 2:
+        for kind, n in ((doc.get("flags") or {}).get("images") or {}).items():
+            counts[kind] = int(n)
+        return counts
+    for section in (doc.get("images") or {}).values():
+        for kind in {f["kind"] for f in section.get("flags", [])}:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def _severity(value: Any) -> float:
+    # JSON writes an infinite severity as null.
+    return math.inf if value is None else float(value)
 
 
 def parse_kinds(text: str) -> frozenset[str]:

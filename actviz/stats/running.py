@@ -1,0 +1,486 @@
+"""Running summaries of a run's statistics, whose size depends on the layers, not the images.
+
+:class:`RunningLayer` folds one layer's per-image :class:`~actviz.stats.layerstats.LayerStats`
+into what :func:`~actviz.stats.layerstats.aggregate` would pool from all of them, plus
+quantile sketches of the images' means, RMS, maxima and dead fractions. :class:`RunningStats`
+does it for a whole run, with flag counts, the worst images of each kind of flag and where
+non-finite values start, and writes ``stats.json`` format 2 from them.
+
+Every sum is kept exactly, as an integer multiple of the smallest float, so nothing is lost
+to cancellation and the result is the same whatever order the images arrive in or however
+they are split between summaries that are merged later (resume, the Ray engine): the pooled
+moments are the exact ones, rounded once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from actviz.stats.anomalies import FLAG_KINDS, Flag, Thresholds, first_bad_layer, flag_anomalies
+from actviz.stats.layerstats import LayerStats, _json_float
+from actviz.stats.sketch import Sketch
+
+__all__ = ["ACROSS_IMAGES", "WORST", "RunningLayer", "RunningStats", "Sketch"]
+
+WORST = 20
+"""How many images :class:`RunningStats` keeps for each kind of flag, the most severe."""
+
+ACROSS_IMAGES: tuple[str, ...] = ("mean", "rms", "max", "dead_frac")
+"""The per-image values whose spread over the images ``stats.json`` gives per layer."""
+
+# One shared default: Thresholds is frozen, so sharing it between calls is safe.
+_DEFAULT_THRESHOLDS = Thresholds()
+
+_QUANTILES = (("p01", 0.01), ("p50", 0.5), ("p99", 0.99))
+
+
+def _split(x: float) -> tuple[int, int]:
+    """``(n, e)`` with ``x == n * 2**e`` exactly: every finite float is one."""
+    numerator, denominator = x.as_integer_ratio()
+    return numerator, 1 - denominator.bit_length()
+
+
+def _divide(n: int, e: int, denominator: int) -> float:
+    """``n * 2**e / denominator`` correctly rounded; beyond the float range, +-inf."""
+    try:
+        return (n << e) / denominator if e >= 0 else n / (denominator << -e)
+    except OverflowError:
+        return math.copysign(math.inf, n)
+
+
+class _Exact:
+    """A sum of floats times integers kept exactly, as ``n * 2**e``: nothing is lost to
+    rounding or cancellation, and the sum does not depend on the order of its terms."""
+
+    __slots__ = ("e", "n")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.e = 0
+
+    def add(self, n: int, e: int) -> None:
+        if not self.n:
+            self.n, self.e = n, e
+        elif e >= self.e:
+            self.n += n << (e - self.e)
+        else:
+            self.n = (self.n << (self.e - e)) + n
+            self.e = e
+
+    def add_float(self, x: float, weight: int) -> None:
+        n, e = _split(x)
+        self.add(weight * n, e)
+
+    def over(self, denominator: int) -> float:
+        return _divide(self.n, self.e, denominator)
+
+
+class RunningLayer:
+    """One layer's statistics pooled over images as they come, in bounded memory.
+
+    :meth:`result` equals :func:`~actviz.stats.layerstats.aggregate` over the same
+    statistics (exactly rounded where ``aggregate`` sums floats); dead channels are those dead
+    in every image. Holds a set of at most ``channels`` dead indices and four
+    :class:`Sketch` es, nothing per image.
+    """
+
+    __slots__ = (
+        "_bad",
+        "_neg",
+        "_p01",
+        "_p99",
+        "_squares",
+        "_sum",
+        "_zero",
+        "channels",
+        "count",
+        "dead",
+        "finite",
+        "images",
+        "inf",
+        "max",
+        "min",
+        "mixed",
+        "nan",
+        "sketches",
+    )
+
+    def __init__(self) -> None:
+        self.images = 0
+        self.channels = 0
+        self.mixed = False  # channel counts differed between images: cannot be pooled
+        self.count = 0
+        self.nan = 0
+        self.inf = 0
+        self.finite = 0  # finite values of the images with a finite mean
+        self.min = math.inf
+        self.max = -math.inf
+        self.dead: set[int] = set()
+        self.sketches = {name: Sketch() for name in ACROSS_IMAGES}
+        # Exact sums of finite * mean, finite * (std**2 + mean**2), finite * p01 and p99, and
+        # count * zero_frac and neg_frac.
+        self._sum, self._squares, self._p01, self._p99 = _Exact(), _Exact(), _Exact(), _Exact()
+        self._zero, self._neg = _Exact(), _Exact()
+        self._bad: set[str] = set()  # fields fed a non-finite value where a finite one belongs
+
+    def add(self, s: LayerStats) -> None:
+        """Fold in one image's statistics of this layer."""
+        if self.images == 0:
+            self.channels = s.channels
+            self.dead = set(s.dead_indices)
+        else:
+            if s.channels != self.channels:
+                self.mixed = True
+            if self.dead:
+                self.dead.intersection_update(s.dead_indices)
+        self.images += 1
+        self.count += s.count
+        self.nan += s.nan
+        self.inf += s.inf
+        for name in ACROSS_IMAGES:
+            self.sketches[name].add(getattr(s, name))
+        finite = s.finite
+        if finite > 0 and math.isfinite(s.mean):
+            self.finite += finite
+            self.min = min(self.min, s.min)
+            self.max = max(self.max, s.max)
+            n, e = _split(s.mean)
+            self._sum.add(finite * n, e)
+            self._squares.add(finite * n * n, 2 * e)
+            if math.isfinite(s.std):
+                n, e = _split(s.std)
+                self._squares.add(finite * n * n, 2 * e)
+            else:
+                self._bad.add("std")
+            self._weighted(self._p01, "p01", s.p01, finite)
+            self._weighted(self._p99, "p99", s.p99, finite)
+            for name in ("min", "max"):
+                if not math.isfinite(getattr(s, name)):
+                    self._bad.add(name)
+        if s.count > 0:
+            self._weighted(self._zero, "zero_frac", s.zero_frac, s.count)
+            self._weighted(self._neg, "neg_frac", s.neg_frac, s.count)
+
+    def _weighted(self, total: _Exact, name: str, value: float, weight: int) -> None:
+        if math.isfinite(value):
+            total.add_float(value, weight)
+        else:
+            self._bad.add(name)
+
+    def merge(self, other: RunningLayer) -> None:
+        """Fold in another summary of the same layer over other images."""
+        if other.images == 0:
+            return
+        if self.images == 0:
+            self.channels = other.channels
+            self.dead = set(other.dead)
+        else:
+            self.mixed = self.mixed or other.channels != self.channels
+            self.dead &= other.dead
+        self.mixed = self.mixed or other.mixed
+        self.images += other.images
+        self.count += other.count
+        self.nan += other.nan
+        self.inf += other.inf
+        self.finite += other.finite
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        for mine, theirs in (
+            (self._sum, other._sum),
+            (self._squares, other._squares),
+            (self._p01, other._p01),
+            (self._p99, other._p99),
+            (self._zero, other._zero),
+            (self._neg, other._neg),
+        ):
+            mine.add(theirs.n, theirs.e)
+        self._bad |= other._bad
+        for name in ACROSS_IMAGES:
+            self.sketches[name].merge(other.sketches[name])
+
+    def result(self) -> LayerStats | None:
+        """The pooled statistics, or None without images or when the images disagree on the
+        number of channels (such a layer cannot be pooled and is left out of the run's)."""
+        if self.mixed or self.images == 0:
+            return None
+        nan = math.nan
+        finite = self.finite
+        if finite:
+            mean = self._sum.over(finite)
+            # Population variance = (finite * sum of squares - sum**2) / finite**2, exactly.
+            total, squares = self._sum, self._squares
+            low = min(squares.e, 2 * total.e)
+            spread = (squares.n * finite << (squares.e - low)) - (
+                total.n * total.n << (2 * total.e - low)
+            )
+            std = math.sqrt(_divide(spread, low, finite * finite))
+            lo, hi = self.min, self.max
+            p01 = self._p01.over(finite)
+            p99 = self._p99.over(finite)
+        else:
+            mean = std = lo = hi = p01 = p99 = nan
+        if self.count:
+            zero_frac = self._zero.over(self.count)
+            neg_frac = self._neg.over(self.count)
+        else:
+            zero_frac = neg_frac = nan
+        values = {
+            "std": std,
+            "min": lo,
+            "max": hi,
+            "p01": p01,
+            "p99": p99,
+            "zero_frac": zero_frac,
+            "neg_frac": neg_frac,
+        }
+        values.update(dict.fromkeys(self._bad, nan))
+        dead = tuple(sorted(self.dead))
+        return LayerStats(
+            count=self.count,
+            mean=mean,
+            nan=self.nan,
+            inf=self.inf,
+            channels=self.channels,
+            dead_channels=len(dead),
+            dead_frac=len(dead) / self.channels if self.channels else nan,
+            dead_indices=dead,
+            **values,
+        )
+
+    def across_images(self) -> dict[str, dict[str, float | None]]:
+        """``{value: {"p01", "p50", "p99"}}`` over the images, JSON-safe (None when none)."""
+        return {
+            name: {key: _json_float(sketch.quantile(q)) for key, q in _QUANTILES}
+            for name, sketch in self.sketches.items()
+        }
+
+
+class RunningStats:
+    """A run's statistics and flags, folded image by image, in memory bounded by the number
+    of layers times the kinds of flags, never by the number of images.
+
+    "First" always means the smallest image key, and layers are ordered as
+    :func:`~actviz.stats.layerstats.aggregate_run` orders them over the images in key order,
+    so the summary (and :meth:`to_json`) is the same whatever order the images arrive in or
+    however they are split between summaries merged with :meth:`merge`; those must hold
+    different images.
+    """
+
+    __slots__ = (
+        "_first_nonfinite",
+        "_flagged",
+        "_images",
+        "_kinds",
+        "_layers",
+        "_order",
+        "_per_kind",
+        "_worst",
+    )
+
+    def __init__(self) -> None:
+        self._images = 0
+        self._flagged = 0
+        self._layers: dict[str, RunningLayer] = {}
+        self._order: dict[str, tuple[str, int]] = {}  # layer -> (first image key, depth there)
+        self._per_kind = dict.fromkeys(FLAG_KINDS, 0)  # kind -> images with it in any layer
+        self._kinds: dict[tuple[str, str], tuple[int, str]] = {}  # (layer, kind) -> (n, first)
+        self._first_nonfinite: dict[str, tuple[int, str]] = {}  # layer -> (n, first)
+        # kind -> (-severity, image, layer, message), most severe first, at most WORST.
+        self._worst: dict[str, list[tuple[float, str, str, str]]] = {k: [] for k in FLAG_KINDS}
+
+    @property
+    def images(self) -> int:
+        """Number of images with statistics added."""
+        return self._images
+
+    @property
+    def flagged(self) -> int:
+        """Number of those with at least one flag."""
+        return self._flagged
+
+    def add_image(
+        self,
+        image: str,
+        layers: Sequence[tuple[str, LayerStats]],
+        thresholds: Thresholds = _DEFAULT_THRESHOLDS,
+    ) -> list[Flag]:
+        """Fold in one image's layers (in depth order) and return its flags.
+
+        Args:
+            image: The image's key (its output folder as posix text).
+            layers: ``(name, stats)`` in depth order; an image without any adds nothing.
+            thresholds: When to flag.
+
+        Returns:
+            :func:`~actviz.stats.anomalies.flag_anomalies` of the image's layers.
+        """
+        flags = flag_anomalies(layers, thresholds)
+        if not layers:
+            return flags
+        self._images += 1
+        self._flagged += bool(flags)
+        for depth, (name, s) in enumerate(layers):
+            self._layer(name).add(s)
+            _keep_min(self._order, name, (image, depth))
+        worst: dict[str, Flag] = {}
+        for flag in flags:
+            _tally(self._kinds, (flag.layer, flag.kind), 1, image)
+            held = worst.get(flag.kind)
+            if held is None or _severity(flag) > _severity(held):
+                worst[flag.kind] = flag
+        for kind, flag in worst.items():
+            self._per_kind[kind] = self._per_kind.get(kind, 0) + 1
+            self._rank(kind, [(-_severity(flag), image, flag.layer, flag.message)])
+        bad = first_bad_layer(flags)
+        if bad is not None:
+            _tally(self._first_nonfinite, bad, 1, image)
+        return flags
+
+    def _layer(self, name: str) -> RunningLayer:
+        layer = self._layers.get(name)
+        if layer is None:
+            layer = self._layers[name] = RunningLayer()
+        return layer
+
+    def _rank(self, kind: str, entries: list[tuple[float, str, str, str]]) -> None:
+        held = self._worst.setdefault(kind, [])
+        for entry in entries:
+            if len(held) < WORST or entry < held[-1]:
+                bisect.insort(held, entry)
+                del held[WORST:]
+
+    def merge(self, other: RunningStats) -> None:
+        """Fold in the summary of other images (from another worker, or a resumed part)."""
+        self._images += other._images
+        self._flagged += other._flagged
+        for name, layer in other._layers.items():
+            self._layer(name).merge(layer)
+        for name, order in other._order.items():
+            _keep_min(self._order, name, order)
+        for kind, n in other._per_kind.items():
+            self._per_kind[kind] = self._per_kind.get(kind, 0) + n
+        for key, (n, first) in other._kinds.items():
+            _tally(self._kinds, key, n, first)
+        for name, (n, first) in other._first_nonfinite.items():
+            _tally(self._first_nonfinite, name, n, first)
+        for kind, entries in other._worst.items():
+            self._rank(kind, entries)
+
+    def layer_names(self) -> list[str]:
+        """Every layer seen, pooled or not, in run order."""
+        return sorted(self._order, key=self._order.__getitem__)
+
+    def pooled(self) -> list[tuple[str, LayerStats]]:
+        """``(layer, pooled stats)`` in run order, as ``aggregate_run`` over the same images
+        gives them: a layer whose channel count differed between images is left out."""
+        results = ((name, self._layers[name].result()) for name in self.layer_names())
+        return [(name, s) for name, s in results if s is not None]
+
+    def flag_images(self) -> dict[str, int]:
+        """Number of images with each kind of flag, in any layer (every kind a key)."""
+        return dict(self._per_kind)
+
+    def worst(self, kind: str) -> list[tuple[str, Flag]]:
+        """The images most severely flagged ``kind`` (at most :data:`WORST`), most severe
+        first, ties by image key: ``(image key, its most severe flag of that kind)``."""
+        return [
+            (image, Flag(layer, kind, message, -negated))
+            for negated, image, layer, message in self._worst.get(kind, [])
+        ]
+
+    def to_json(
+        self,
+        thresholds: Thresholds = _DEFAULT_THRESHOLDS,
+        table: str = "stats.parquet",
+        csv: str | None = "stats.csv",
+    ) -> dict[str, Any]:
+        """``stats.json`` format 2 (see docs/outputs.md), the run's section pooled as
+        :func:`~actviz.stats.files.to_json` pools it and ``None`` when no image had statistics.
+
+        Args:
+            thresholds: For the run's flags, and recorded.
+            table: The per-image table's file name, relative to ``stats.json``.
+            csv: The CSV table's file name, or None when there is none.
+        """
+        names = self.layer_names()
+        pooled = self.pooled()
+        run: dict[str, Any] | None = None
+        if self._images:
+            run_flags = flag_anomalies(pooled, thresholds)
+            run = {
+                "layers": [self._layer_json(name, s) for name, s in pooled],
+                "flags": [f.to_dict() for f in run_flags],
+                "first_nonfinite": first_bad_layer(run_flags),
+            }
+        layer_kinds = [
+            {"layer": name, "kind": kind, "images": n, "first": first}
+            for name in names
+            for kind in FLAG_KINDS
+            for n, first in [self._kinds.get((name, kind), (0, ""))]
+            if n
+        ]
+        return {
+            "format": 2,
+            "flag_kinds": list(FLAG_KINDS),
+            "thresholds": asdict(thresholds),
+            "images": {
+                "count": self._images,
+                "flagged": self._flagged,
+                "table": table,
+                "csv": csv,
+            },
+            "run": run,
+            "flags": {
+                "images": self.flag_images(),
+                "layers": layer_kinds,
+                "worst": {
+                    kind: [
+                        {
+                            "image": image,
+                            "layer": flag.layer,
+                            "message": flag.message,
+                            "severity": _json_float(flag.severity),
+                        }
+                        for image, flag in self.worst(kind)
+                    ]
+                    for kind in FLAG_KINDS
+                },
+                "first_nonfinite": [
+                    {"layer": name, "images": n, "first": first}
+                    for name in names
+                    if name in self._first_nonfinite
+                    for n, first in [self._first_nonfinite[name]]
+                ],
+            },
+        }
+
+    def _layer_json(self, name: str, s: LayerStats) -> dict[str, Any]:
+        layer = self._layers[name]
+        return {
+            "name": name,
+            **s.to_dict(),
+            "images": layer.images,
+            "across_images": layer.across_images(),
+            "flagged": {kind: self._kinds.get((name, kind), (0, ""))[0] for kind in FLAG_KINDS},
+        }
+
+
+def _severity(flag: Flag) -> float:
+    return 0.0 if math.isnan(flag.severity) else flag.severity
+
+
+def _keep_min(held: dict[str, tuple[str, int]], key: str, value: tuple[str, int]) -> None:
+    if key not in held or value < held[key]:
+        held[key] = value
+
+
+def _tally(held: dict[Any, tuple[int, str]], key: Any, n: int, first: str) -> None:
+    if key in held:
+        count, earliest = held[key]
+        held[key] = (count + n, min(earliest, first))
+    else:
+        held[key] = (n, first)
