@@ -7,9 +7,12 @@ import json
 import math
 import pickle
 from dataclasses import fields
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from actviz.stats import (
     FLAG_KINDS,
@@ -212,6 +215,31 @@ def test_sketch_is_order_independent_and_round_trips() -> None:
     again = Sketch.from_dict(json.loads(json.dumps(one.to_dict())))
     assert again == one
     assert again.quantile(0.37) == one.quantile(0.37)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(allow_nan=True, allow_infinity=True), max_size=60),
+    st.randoms(use_true_random=False),
+    st.integers(1, 40),
+)
+def test_sketch_state_depends_on_the_values_only(values: list[float], rnd: Any, cap: int) -> None:
+    one = Sketch(max_buckets=cap)
+    for v in values:
+        one.add(v)
+    shuffled = list(values)
+    rnd.shuffle(shuffled)
+    cut = rnd.randint(0, len(shuffled))
+    left, right = Sketch(max_buckets=cap), Sketch(max_buckets=cap)
+    for v in shuffled[:cut]:
+        left.add(v)
+    for v in shuffled[cut:]:
+        right.add(v)
+    right.merge(left)
+    assert right == one
+    assert one.count == sum(1 for v in values if math.isfinite(v))
+    state = one.to_dict()
+    assert len(state["positive"]) <= cap and len(state["negative"]) <= cap
 
 
 def test_sketch_empty_and_invalid() -> None:

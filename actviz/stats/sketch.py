@@ -1,12 +1,4 @@
-"""A mergeable quantile sketch of floats with bounded size: :class:`Sketch`.
-
-Hand-written rather than taken from a library (DDSketch's own package, t-digest) for two
-reasons. Its state must depend only on the values added, never on their order or on how the
-values were split between sketches that were then merged, so a resumed run, a run whose images
-finish in another order and a Ray run whose actors each summarise a share all write the same
-``stats.json``; t-digest does not promise that, and DDSketch's package collapses buckets in
-an order-dependent way. And it is about sixty lines of plain Python, not a dependency.
-"""
+"""A mergeable quantile sketch of floats with bounded size: :class:`Sketch`."""
 
 from __future__ import annotations
 
@@ -65,6 +57,12 @@ class Sketch:
 
     Adding and merging are exact integer counts: the state, and so :meth:`to_dict` and every
     quantile, is the same whatever order values are added in or sketches are merged.
+
+    Written here rather than taken from a library (DDSketch's package, t-digest) because that
+    order independence is what lets a resumed run, a run whose images finish in another order
+    and a Ray run whose actors each summarise a share write the same ``stats.json``: t-digest
+    does not have it, and here it is a property of sixty lines this project tests, not one a
+    dependency would have to keep across its versions.
     """
 
     __slots__ = ("_log_gamma", "_negative", "_positive", "_zero", "alpha", "max_buckets")
