@@ -25,7 +25,11 @@ class _Store:
         self.hi = 0
 
     def add(self, index: int, n: int = 1) -> None:
-        if not self.counts:
+        counts = self.counts
+        if counts and self.lo <= index <= self.hi:  # the common case: nothing moves
+            counts[index] = counts.get(index, 0) + n
+            return
+        if not counts:
             self.lo = self.hi = index
         elif index > self.hi:
             self.hi = index
