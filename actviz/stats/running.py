@@ -6,10 +6,10 @@ quantile sketches of the images' means, RMS, maxima and dead fractions. :class:`
 does it for a whole run, with flag counts, the worst images of each kind of flag and where
 non-finite values start, and writes ``stats.json`` format 2 from them.
 
-Every sum is kept exactly, as an integer multiple of the smallest float, so nothing is lost
-to cancellation and the result is the same whatever order the images arrive in or however
-they are split between summaries that are merged later (resume, the Ray engine): the pooled
-moments are the exact ones, rounded once.
+Every sum is kept exactly, as an integer times a power of two (which every float is), so
+nothing is lost to rounding or cancellation, and the result is the same whatever order the
+images arrive in or however they are split between summaries merged later (resume, the Ray
+engine): the pooled moments are the exact ones, rounded once.
 """
 
 from __future__ import annotations
