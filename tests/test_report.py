@@ -5,13 +5,14 @@ from __future__ import annotations
 import fnmatch
 import html
 import json
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Container, Iterator
+from collections.abc import Container, Iterable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -23,8 +24,17 @@ import torch
 from PIL import Image
 
 from actviz.report.charts import depth_chart
-from actviz.report.pages import LINKED_FIRST, PER_IMAGE_CHARTS, build_report
-from actviz.stats import aggregate_run, to_json
+from actviz.report.pages import (
+    LINKED_FIRST,
+    LISTED,
+    PAGE_ROWS,
+    PER_IMAGE_CHARTS,
+    ReportImages,
+    build_report,
+    rebuild_run_report,
+    related_reports,
+)
+from actviz.stats import FLAG_KINDS, aggregate_run, to_json
 from actviz.stats.compute import compute_stats
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -641,6 +651,414 @@ def test_hostile_names_are_escaped_on_every_page(tmp_path: Path) -> None:
     own = list((tmp_path / "report/layers").glob("00_*.html"))
     assert len(own) == 1 and HOSTILE_LAYER in parse(own[0]).text  # its heading
     assert title(own[0]) == f"actviz · {HOSTILE_LAYER}"
+
+
+# --------------------------------------------------------------------------- reports at scale
+
+SCALE_LAYERS = ["conv1", EVIL, "relu"]
+
+
+def scale_stat(mean: float, *, dead: float = 0.0, nan: int = 0) -> dict[str, Any]:
+    """A LayerStats.to_dict() of a small layer."""
+    return {
+        "count": 144,
+        "mean": mean,
+        "std": 1.0,
+        "min": -2.0,
+        "max": 2.0,
+        "p01": -1.8,
+        "p99": 1.8,
+        "zero_frac": 0.0,
+        "neg_frac": 0.5,
+        "nan": nan,
+        "inf": 0,
+        "channels": 4,
+        "dead_channels": round(4 * dead),
+        "dead_frac": dead,
+        "dead_indices": list(range(round(4 * dead))),
+    }
+
+
+def scale_flags(number: int) -> list[dict[str, Any]]:
+    """Every 97th image has a dead ReLU, every 331st NaN in the second layer."""
+    flags = []
+    if number % 331 == 7:
+        flags.append({"layer": EVIL, "kind": "nan", "message": "3 NaN values (2.08%)"})
+    if number % 97 == 5:
+        flags.append({"layer": "relu", "kind": "dead", "message": "3 of 4 channels never positive"})
+    return flags
+
+
+def scale_key(number: int) -> str:
+    return f"im {number:05d}"  # a space: links to folders are percent-encoded too
+
+
+def scale_failed(number: int) -> bool:
+    return number % 500 == 499
+
+
+def make_large_run(
+    root: Path | None, count: int, *, worst: int = 10
+) -> tuple[dict[str, Any], dict[str, Any], ReportImages]:
+    """A run of ``count`` images as a streamed run hands it to the report: a manifest without
+    its images, stats.json format 2, the linked records (the first LINKED_FIRST, the ``worst``
+    of each flag kind, the first failures) and a generator of every image's slim row. With a
+    root, every drawn image's folder is made and the linked images' grids are written."""
+    flagged = [n for n in range(count) if scale_flags(n) and not scale_failed(n)]
+    ok = count - sum(scale_failed(n) for n in range(count))
+
+    def severity(n: int) -> float:
+        return (n * 7919) % 13  # deterministic, not in image order
+
+    worst_lists: dict[str, list[dict[str, Any]]] = {}
+    counts = dict.fromkeys(FLAG_KINDS, 0)
+    for kind in ("nan", "dead"):
+        having = [n for n in flagged if any(f["kind"] == kind for f in scale_flags(n))]
+        counts[kind] = len(having)
+        having.sort(key=lambda n: (-severity(n), scale_key(n)))
+        worst_lists[kind] = [
+            {
+                "image": scale_key(n),
+                "layer": f["layer"],
+                "message": f["message"],
+                "severity": severity(n),
+            }
+            for n in having[:worst]
+            for f in scale_flags(n)
+            if f["kind"] == kind
+        ]
+    chosen = {n for n in range(min(LINKED_FIRST, count)) if not scale_failed(n)} | {
+        int(e["image"].split()[-1]) for lst in worst_lists.values() for e in lst
+    }
+    failures = [n for n in range(count) if scale_failed(n)][:LISTED]
+
+    def record(n: int) -> dict[str, Any]:
+        key = scale_key(n)
+        if scale_failed(n):
+            return {
+                "path": f"/data/{key}.jpg",
+                "out_dir": key,
+                "status": "failed",
+                "error": f"cannot read <{key}>",
+                "predictions": [],
+                "layers": [],
+            }
+        flags = scale_flags(n)
+        kinds = {(f["layer"], f["kind"]) for f in flags}
+        layers = []
+        for index, name in enumerate(SCALE_LAYERS):
+            file = f"{key}/{index:02d}.png"
+            layers.append(
+                {
+                    "name": name,
+                    "type": "ReLU" if name == "relu" else "Conv2d",
+                    "shape": [1, 4, 6, 6],
+                    "channels_shown": 4,
+                    "channels_total": 4,
+                    "file": file,
+                    "stats": scale_stat(
+                        0.1 * index,
+                        dead=0.75 if (name, "dead") in kinds else 0.0,
+                        nan=3 if (name, "nan") in kinds else 0,
+                    ),
+                }
+            )
+        return {
+            "path": f"/data/{key}.jpg",
+            "out_dir": key,
+            "status": "ok",
+            "error": None,
+            "size": [8, 8],
+            "predictions": [{"index": 3, "label": "cat <b>", "probability": 0.5}],
+            "layers": layers,
+            "flags": flags,
+            "first_nonfinite": next((f["layer"] for f in flags if f["kind"] == "nan"), None),
+        }
+
+    linked = [record(n) for n in sorted(chosen | set(failures))]
+    if root is not None:
+        for n in range(count):
+            if not scale_failed(n):
+                (root / scale_key(n)).mkdir(parents=True, exist_ok=True)
+        for image in linked:
+            for entry in image["layers"]:
+                Image.new("RGB", (24, 16), (90, 120, 200)).save(root / entry["file"])
+
+    def rows() -> Iterator[dict[str, Any]]:
+        for n in range(count):
+            failed = scale_failed(n)
+            yield {
+                "out_dir": scale_key(n),
+                "path": f"/data/{scale_key(n)}.jpg",
+                "status": "failed" if failed else "ok",
+                "error": f"cannot read <{scale_key(n)}>" if failed else None,
+                "prediction": None if failed else {"index": 3, "label": "cat", "probability": 0.5},
+                "flags": [] if failed else sorted({f["kind"] for f in scale_flags(n)}),
+                "thumbnail": None,
+            }
+
+    def layer_flagged(name: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for n in flagged:
+            for f in scale_flags(n):
+                if f["layer"] == name:
+                    found[f["kind"]] = found.get(f["kind"], 0) + 1
+        return found
+
+    spread = {"p01": -0.5, "p50": 0.1, "p99": 0.7}
+    stats = {
+        "format": 2,
+        "flag_kinds": list(FLAG_KINDS),
+        "thresholds": {},
+        "images": {
+            "count": ok,
+            "flagged": len(flagged),
+            "table": "stats.parquet",
+            "csv": "stats.csv",
+        },
+        "run": {
+            "layers": [
+                {
+                    "name": name,
+                    **scale_stat(0.1 * index, dead=0.01 if name == "relu" else 0.0),
+                    "images": ok,
+                    "across_images": {
+                        "mean": spread,
+                        "rms": spread,
+                        "max": spread,
+                        "dead_frac": spread,
+                    },
+                    "flagged": layer_flagged(name),
+                }
+                for index, name in enumerate(SCALE_LAYERS)
+            ],
+            "flags": [{"layer": "relu", "kind": "dead", "message": "pooled: 1% dead"}],
+            "first_nonfinite": None,
+        },
+        "flags": {
+            "images": counts,
+            "layers": [
+                {"layer": EVIL, "kind": "nan", "images": counts["nan"], "first": scale_key(7)},
+                {"layer": "relu", "kind": "dead", "images": counts["dead"], "first": scale_key(5)},
+            ],
+            "worst": worst_lists,
+            "first_nonfinite": [{"layer": EVIL, "images": counts["nan"], "first": scale_key(7)}],
+        },
+    }
+    manifest = {
+        "actviz": "0.1.0",
+        "created": "2026-01-02T03:04:05+00:00",
+        "model": "resnet18",
+        "weights": {"spec": "none", "random": True, "seed": 0, "source": "random"},
+        "device": "cpu",
+        "selector": "conv,relu",
+        "layers": ["conv1", EVIL, "relu"],
+        "images": {
+            "count": count,
+            "ok": ok,
+            "failed": count - ok,
+            "reused": 0,
+            "records": ".actviz-records.jsonl",
+            "table": "stats.parquet",
+        },
+        "skipped": [{"path": f"/data/notes{k}.txt", "reason": "not an image"} for k in range(120)],
+        "warnings": [],
+    }
+    images = ReportImages(total=count, failed=count - ok, linked=linked, rows=rows)
+    return manifest, stats, images
+
+
+def expected_files(images: ReportImages) -> int:
+    """How many files the report of a folder run writes: index pages, a page per linked image,
+    a page per layer, a chart per linked image that is flagged or among the first
+    PER_IMAGE_CHARTS, and the run's chart."""
+    linked = [im for im in images.linked if im["status"] == "ok"]
+    charted = [n for n, im in enumerate(linked) if n < PER_IMAGE_CHARTS or im["flags"]]
+    index_pages = math.ceil(images.total / PAGE_ROWS)
+    return index_pages + len(linked) + len(SCALE_LAYERS) + len(charted) + 1
+
+
+def write_pages(root: Path, pages: Iterable[tuple[str, bytes]]) -> list[str]:
+    """Write the report's files as they come, keeping none; their paths, in order."""
+    written = []
+    for rel, data in pages:
+        assert not PurePosixPath(rel).is_absolute() and ".." not in PurePosixPath(rel).parts
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        written.append(rel)
+    return written
+
+
+@pytest.fixture(scope="module")
+def large_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, list[str], dict[str, Any], ReportImages]:
+    root = tmp_path_factory.mktemp("large") / "out"
+    root.mkdir()
+    manifest, stats, images = make_large_run(root, 2000)
+    written = write_pages(root, build_report(manifest, stats, images, out_dir_name="out"))
+    return root, written, stats, images
+
+
+def test_a_large_run_writes_a_bounded_number_of_files(
+    large_run: tuple[Path, list[str], dict[str, Any], ReportImages],
+) -> None:
+    root, written, _, images = large_run
+    assert len(written) == len(set(written))
+    linked = [im for im in images.linked if im["status"] == "ok"]
+    # The first 24, and the 10 worst of each of two kinds (some among the first 24 already).
+    assert LINKED_FIRST < len(linked) <= LINKED_FIRST + 2 * 10
+    assert math.ceil(2000 / PAGE_ROWS) == 4
+    assert len(written) == expected_files(images)
+    assert len(written) < 80
+    assert sorted(f for f in written if f.startswith("report/index/")) == [
+        "report/index/002.html",
+        "report/index/003.html",
+        "report/index/004.html",
+    ]
+    pages = {f for f in written if f.startswith("report/images/")}
+    assert len(pages) == len(linked)
+    assert "index.html" in written and "report/run_depth.svg" in written
+
+
+def test_every_link_of_a_large_report_resolves(
+    large_run: tuple[Path, list[str], dict[str, Any], ReportImages],
+) -> None:
+    root, _, _, images = large_run
+    assert check_links(root) > 2000
+    numbers: list[int] = []
+    folders = pages = 0
+    index = [root / "index.html", *sorted((root / "report/index").glob("*.html"))]
+    for page in index:
+        tree = parse(page)
+        text = page.read_text(encoding="utf-8")
+        body = text[text.index('<table id="images">') :]
+        body = body[: body.index("</table>")]
+        numbers += [int(n) for n in re.findall(r"<tr[^>]*><td class=n>(\d+)</td>", body)]
+        hrefs = [a.get("href") or "" for t, a in tree.tags if t == "a"]
+        folders += sum(h.startswith(("im%20", "../../im%20")) and h.endswith("/") for h in hrefs)
+        pages += sum("report/images/" in h for h in hrefs)
+        assert sum(t == "script" for t, _ in tree.tags) == 1, page.name  # the filter box
+    # Every image is listed once, in order; each drawn one links to its page or its folder.
+    assert numbers == list(range(1, 2001))
+    linked = sum(im["status"] == "ok" for im in images.linked)
+    assert folders == 2000 - images.failed - linked
+    assert pages >= linked
+    second = parse(root / "report/index/002.html")
+    assert "Images 501\u2013" + "1000 of 2000" in " ".join(second.text)
+    hrefs = [a.get("href") for t, a in second.tags if t == "a"]
+    assert "../../index.html" in hrefs and "003.html" in [h.rsplit("/", 1)[-1] for h in hrefs if h]
+    for page in html_pages(root):
+        raw = page.read_text(encoding="utf-8")
+        assert EVIL not in raw and "<b>" not in raw, page.name
+
+
+def test_the_worst_images_are_on_the_index(
+    large_run: tuple[Path, list[str], dict[str, Any], ReportImages],
+) -> None:
+    root, _, stats, _ = large_run
+    text = (root / "index.html").read_text(encoding="utf-8")
+    table = text[text.index('<table id="worst-images">') :]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr><td>(.*?)</tr>", table, flags=re.DOTALL)
+    assert len(rows) == 2  # nan, dead: in the order of FLAG_KINDS
+    for row, kind in zip(rows, ("nan", "dead"), strict=True):
+        assert f">{kind}</span>" in row
+        assert f"<td class=n>{stats['flags']['images'][kind]}</td>" in row
+        shown = re.findall(r'<a href="(report/images/[^"]+)">([^<]+)</a>', row)
+        worst = stats["flags"]["worst"][kind]
+        assert [html.unescape(name) for _, name in shown] == [e["image"] for e in worst]
+        for href, _ in shown:
+            assert (root / unquote(href)).is_file()
+    # Per-layer summaries over the whole folder: images, spread over images, flagged counts.
+    layers = parse(root / "index.html")
+    words = " ".join(layers.text)
+    assert "-0.5 / 0.1 / 0.7" in words and "dead 21" in words
+    assert "Failed images (4)" in words and "Skipped inputs (120)" in words
+    assert f"The first {LISTED} are listed" in words
+
+
+def test_a_layer_page_of_a_large_run_shows_the_folder_and_the_linked_images(
+    large_run: tuple[Path, list[str], dict[str, Any], ReportImages],
+) -> None:
+    root, _, _, images = large_run
+    (page,) = sorted((root / "report/layers").glob("02_*.html"))
+    tree = parse(page)
+    words = " ".join(tree.text)
+    assert "over 1996 images" in words and "in 21 images" in words
+    linked = sum(im["status"] == "ok" for im in images.linked)
+    assert f"Linked images ({linked} of 1996)" in words
+    grids = [a for t, a in tree.tags if t == "img" and a.get("class") == "grid"]
+    assert len(grids) == linked
+
+
+def test_memory_stays_flat_with_the_number_of_images() -> None:
+    """The report of 20,000 images peaks at the memory of 2,000's: rows stream by a page at a
+    time, and the pages go to the caller one by one."""
+    import tracemalloc
+
+    def peak(count: int) -> tuple[int, int]:
+        manifest, stats, images = make_large_run(None, count)
+        expected = expected_files(images)
+        tracemalloc.start()
+        tracemalloc.reset_peak()
+        before, _ = tracemalloc.get_traced_memory()
+        files = 0
+        for _rel, _data in build_report(manifest, stats, images, out_dir_name="out"):
+            files += 1
+        _, top = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert files == expected
+        return top - before, files
+
+    peak(600)  # templates compiled, caches warm
+    small, small_files = peak(2_000)
+    large, large_files = peak(20_000)
+    # Beside the index pages: at most a page and a chart per linked image, a page per layer.
+    bound = 2 * (LINKED_FIRST + 2 * 10) + len(SCALE_LAYERS) + 1
+    assert small_files - 2_000 // PAGE_ROWS <= bound
+    assert large_files - 20_000 // PAGE_ROWS <= bound
+    assert large / small < 1.2, (small, large)
+
+
+def test_a_single_image_of_a_streamed_run_is_shown_on_the_index(tmp_path: Path) -> None:
+    manifest, stats, images = make_large_run(tmp_path, 1)
+    written = write_pages(tmp_path, build_report(manifest, stats, images))
+    assert sorted(written) == ["index.html", "report/depth/im_00000.svg"]
+    index = parse(tmp_path / "index.html")
+    assert [a.get("id") for _, a in index.tags if a.get("id")] == ["L0", "L1", "L2"]
+    srcs = [a["src"] for t, a in index.tags if t == "img"]
+    assert srcs[0] == "report/depth/im_00000.svg" and "im%2000000/00.png" in srcs
+    assert "Images (" not in " ".join(index.text)
+    check_links(tmp_path)
+
+
+def test_rebuilding_a_streamed_run_relinks_only_the_index(tmp_path: Path) -> None:
+    manifest, stats, images = make_large_run(tmp_path, 30)
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    write_pages(tmp_path, build_report(manifest, stats, images, out_dir_name=tmp_path.name))
+    before = (tmp_path / "index.html").read_bytes()
+    assert rebuild_run_report(tmp_path) == {"index.html": before}  # nothing new beside it
+    (tmp_path / "top-images.html").write_text("<html></html>")
+    (tmp_path / "diff.html").write_text("<html></html>")
+    rebuilt = rebuild_run_report(tmp_path)
+    assert list(rebuilt) == ["index.html"]
+    page = rebuilt["index.html"].decode()
+    assert 'href="top-images.html"' in page and 'href="diff.html"' in page
+    expected = dict(
+        build_report(
+            manifest,
+            stats,
+            images,
+            out_dir_name=tmp_path.name,
+            related=related_reports(tmp_path),
+        )
+    )
+    assert rebuilt["index.html"] == expected["index.html"]
+    # A folder whose report this version did not write, and which lists no images, is left.
+    (tmp_path / "index.html").write_text("<html>someone else's</html>")
+    assert rebuild_run_report(tmp_path) == {}
 
 
 # --------------------------------------------------------------------------- templates

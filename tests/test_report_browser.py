@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 
 from actviz.report.pages import build_report
-from tests.test_report import make_run, write
+from tests.test_report import make_large_run, make_run, write, write_pages
 
 # Counts the images that failed to load once the page (with every image made eager) is done,
 # and writes the result where --dump-dom shows it.
@@ -167,3 +167,66 @@ def test_screenshot_is_not_blank(chromium: str, report: Path, tmp_path: Path) ->
     # The random-weights banner: its dark red border and text.
     red = (pixels[..., 0] > 150) & (pixels[..., 1] < 70) & (pixels[..., 2] < 70)
     assert red.sum() > 500
+
+
+# Types into the filter box of an index page and counts the rows left showing.
+FILTER_SCRIPT = """<script>
+window.addEventListener('load', function () {
+  var box = document.getElementById('filter');
+  var rows = document.querySelectorAll('#images tbody tr');
+  document.body.setAttribute('data-rows', String(rows.length));
+  box.value = '%s';
+  box.dispatchEvent(new Event('input'));
+  var shown = Array.prototype.filter.call(rows, function (r) { return !r.hidden; });
+  document.body.setAttribute('data-shown', String(shown.length));
+});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def paged_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2,000 images as a streamed run hands them to the report: four index pages, a page for
+    each linked image, every other image linked to its folder."""
+    root = tmp_path_factory.mktemp("browser-paged") / "out"
+    root.mkdir()
+    manifest, stats, images = make_large_run(root, 2000)
+    write_pages(root, build_report(manifest, stats, images, out_dir_name="out"))
+    return root
+
+
+def page_in_browser(chromium: str, page: Path, profile: Path, query: str) -> dict[str, str]:
+    """The page's body attributes once loaded (broken images, rows, rows left by the filter),
+    and its DOM; fails on any message the page wrote to the console (an error, above all)."""
+    copy = checked_copy(page)
+    text = copy.read_text(encoding="utf-8")
+    copy.write_text(text.replace("</body>", FILTER_SCRIPT % query + "</body>"), encoding="utf-8")
+    result = browse(
+        chromium, profile, "--enable-logging=stderr", "--v=0", "--dump-dom", copy.as_uri()
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    console = [line for line in result.stderr.splitlines() if "CONSOLE" in line]
+    assert not console, console
+    body = re.search(r"<body([^>]*)>", result.stdout)
+    assert body is not None, result.stdout[:2000]
+    attrs = dict(re.findall(r'(data-[a-z-]+)="([^"]*)"', body.group(1)))
+    attrs["dom"] = result.stdout
+    return attrs
+
+
+def test_a_paged_report_of_2000_images_loads(
+    chromium: str, paged_report: Path, tmp_path: Path
+) -> None:
+    index = page_in_browser(chromium, paged_report / "index.html", tmp_path / "p1", "im 00007")
+    assert index.get("data-broken") == "0", index.get("data-broken-src")
+    assert index.get("data-rows") == "500"
+    assert index.get("data-shown") == "1"  # the filter box works on the page's rows
+    assert "Images (2000)" in index["dom"]
+    found = re.search(r'<a href="(report/index/002\.html)">next', index["dom"])
+    assert found is not None
+    second = paged_report / found.group(1)
+    assert second.is_file()
+    page = page_in_browser(chromium, second, tmp_path / "p2", "im 00600")
+    assert page.get("data-broken") == "0", page.get("data-broken-src")
+    assert page.get("data-rows") == "500" and page.get("data-shown") == "1"
+    assert "Images 501–1000 of 2000" in page["dom"]
+    assert 'href="../../index.html"' in page["dom"] and 'href="003.html"' in page["dom"]

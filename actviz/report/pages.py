@@ -490,7 +490,10 @@ class _Report:
 
     def _pager(self, number: int, more: bool, pages: int, base: str) -> _Pager:
         def page(n: int) -> str:
-            return f"{base}index.html" if n == 1 else base + _index_page(n)
+            if n == 1:
+                return f"{base}index.html"
+            # From a further page, the others are beside it.
+            return f"{n:03d}.html" if base else _index_page(n)
 
         return _Pager(
             number=number,
