@@ -33,6 +33,8 @@ __all__ = [
     "removed_if_empty",
     "safe_name",
     "dumps_json",
+    "temp_beside",
+    "write_error",
     "write_bytes",
     "write_json",
     "write_tensor",
@@ -45,6 +47,7 @@ RUN_FILES = (
     "manifest.json",
     "stats.json",
     "stats.csv",
+    "stats.parquet",
     "index.html",
     "gradient_flow.png",
 )
@@ -378,6 +381,17 @@ def removed_if_empty(folder: Path, created: bool) -> Iterator[None]:
         raise
 
 
+def temp_beside(path: Path) -> Path:
+    """A fresh temporary name in ``path``'s folder, to write under and then rename to ``path``:
+    hidden, and marked with :data:`TMP_MARK` so that a leftover is recognised as one."""
+    return path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{TMP_MARK}")
+
+
+def write_error(path: Path, exc: OSError) -> OutputError:
+    """The :class:`OutputError` for an OS error while writing ``path``, naming the fix."""
+    return OutputError(_os_message(path, exc))
+
+
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it into place when the block succeeds.
@@ -385,7 +399,7 @@ def atomic_path(path: Path) -> Iterator[Path]:
     Raises:
         OutputError: If the folder cannot be created or the file cannot be written.
     """
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}{TMP_MARK}")
+    tmp = temp_beside(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         yield tmp

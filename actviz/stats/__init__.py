@@ -1,4 +1,5 @@
-"""Per-layer statistics of activations, anomaly flags, and the stats.json / stats.csv files."""
+"""Per-layer statistics of activations, anomaly flags, and the stats.json / stats.csv /
+stats.parquet files."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from actviz.stats.files import CSV_FIELDS, RUN_KEY, stats_rows, to_csv, to_json
 from actviz.stats.layerstats import STAT_FIELDS, LayerStats, aggregate, aggregate_run
 from actviz.stats.running import ACROSS_IMAGES, WORST, RunningLayer, RunningStats
 from actviz.stats.sketch import Sketch
+from actviz.stats.table import TABLE_FILE, StatsTable, read_table_rows
 
 __all__ = [
     "ACROSS_IMAGES",
@@ -32,6 +34,8 @@ __all__ = [
     "RunningStats",
     "STAT_FIELDS",
     "Sketch",
+    "TABLE_FILE",
+    "StatsTable",
     "Thresholds",
     "WORST",
     "aggregate",
@@ -44,6 +48,7 @@ __all__ = [
     "flag_counts",
     "judges_dead",
     "parse_kinds",
+    "read_table_rows",
     "stats_callback",
     "stats_rows",
     "to_csv",

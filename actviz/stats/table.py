@@ -1,0 +1,366 @@
+"""The per-image table of a run's statistics, streamed: ``stats.parquet`` and ``stats.csv``.
+
+One row per image and layer, in the order the images finished. :class:`StatsTable` writes each
+image's rows as it comes, to temporary names in the output folder, holding at most one Parquet
+row group in memory, and renames both files into place when the run ends; the CSV's ``(all)``
+rows for the run come last. The Parquet columns are :func:`TABLE_SCHEMA`; the CSV's are
+:data:`~actviz.stats.files.CSV_FIELDS`, byte for byte what :func:`~actviz.stats.files.to_csv`
+writes for the same rows.
+
+Numbers are those of :meth:`LayerStats.to_dict` (7 significant digits, non-finite as null): the
+same in both files and in the run's records, so a table rebuilt from those records on resume
+equals the one a clean run writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import functools
+import operator
+import os
+from array import array
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from actviz import output
+from actviz.errors import OutputError, UsageError, first_line
+from actviz.stats.files import CSV_FIELDS, RUN_KEY
+from actviz.stats.layerstats import STAT_FIELDS, _json_float
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from actviz.stats.anomalies import Flag
+    from actviz.stats.layerstats import LayerStats
+
+__all__ = [
+    "CSV_FILE",
+    "TABLE_FILE",
+    "TABLE_FORMAT",
+    "TABLE_SCHEMA",
+    "StatsTable",
+    "read_table_rows",
+]
+
+TABLE_FILE = "stats.parquet"
+"""The Parquet table's name in the output folder."""
+
+CSV_FILE = "stats.csv"
+"""The CSV's name in the output folder."""
+
+TABLE_FORMAT = "1"
+"""The ``actviz.format`` entry of the Parquet file's key-value metadata: changes when a column
+changes meaning or type."""
+
+# Each statistic's Arrow type, in STAT_FIELDS order.
+_STAT_TYPES: dict[str, str] = {
+    "count": "int64",
+    "mean": "float64",
+    "std": "float64",
+    "min": "float64",
+    "max": "float64",
+    "p01": "float64",
+    "p99": "float64",
+    "zero_frac": "float64",
+    "neg_frac": "float64",
+    "nan": "int64",
+    "inf": "int64",
+    "channels": "int32",
+    "dead_channels": "int32",
+    "dead_frac": "float64",
+}
+# Zstandard at its default level: measured on 100,000 rows of 50-layer images, 6% smaller than
+# snappy and written as fast (the time goes to building the rows, not to compressing them).
+_COMPRESSION = "zstd"
+_UNDECODED = "backslashreplace"  # as the CSV and JSON files hold a file name that is not UTF-8
+
+
+def _arrow() -> tuple[Any, Any]:
+    """``pyarrow`` and ``pyarrow.parquet``, or the error that says how to install them."""
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise UsageError(
+            "the per-image table stats.parquet needs pyarrow, which is not installed: "
+            "pip install pyarrow"
+        ) from None
+    return pyarrow, pyarrow.parquet
+
+
+@functools.cache
+def TABLE_SCHEMA() -> pa.Schema:  # a function: pyarrow is imported on first use
+    """The Arrow schema of ``stats.parquet``, with its ``actviz.format`` metadata entry."""
+    pa, _ = _arrow()
+    fields = [
+        pa.field("image", pa.string(), nullable=False),
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("layer", pa.string(), nullable=False),
+        pa.field("depth", pa.int32(), nullable=False),
+    ]
+    for name in STAT_FIELDS:
+        kind = _STAT_TYPES[name]
+        fields.append(pa.field(name, getattr(pa, kind)(), nullable=kind == "float64"))
+    # Items named "element", as Parquet's nested lists name them: the schema reads back equal.
+    fields += [
+        pa.field("dead_indices", pa.list_(pa.field("element", pa.int32())), nullable=False),
+        pa.field("flags", pa.list_(pa.field("element", pa.string())), nullable=False),
+    ]
+    return pa.schema(fields, metadata={"actviz.format": TABLE_FORMAT})
+
+
+class StatsTable:
+    """``stats.parquet`` and ``stats.csv`` of a run, written as its images finish.
+
+    Use it as a context manager: leaving the block on an exception (an interrupt included)
+    calls :meth:`abort`, leaving it normally without :meth:`finish` finishes without run rows.
+
+    Args:
+        out: The output folder.
+        rows_per_group: Rows buffered before they are written as one Parquet row group: the
+            memory the table holds, whatever the number of images.
+
+    Raises:
+        OutputError: If the folder cannot be written.
+        UsageError: If pyarrow is not installed.
+    """
+
+    def __init__(self, out: Path, *, rows_per_group: int = 16384) -> None:
+        if rows_per_group < 1:
+            raise ValueError(f"rows_per_group must be at least 1, not {rows_per_group}")
+        _, pq = _arrow()
+        self.out = out
+        self.rows_per_group = rows_per_group
+        self.rows = 0  # rows written to the table so far, buffered ones included
+        self._parquet_tmp = output.temp_beside(out / TABLE_FILE)
+        self._csv_tmp = output.temp_beside(out / CSV_FILE)
+        self._writer: Any = None
+        self._fh: Any = None
+        self._open = True
+        self._clear()
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            # newline="": the csv module's "\n" goes to disk as is, as to_csv's text does.
+            self._fh = self._csv_tmp.open("w", encoding="utf-8", errors=_UNDECODED, newline="")
+            self._csv = csv.writer(self._fh, lineterminator="\n")
+            self._csv.writerow(CSV_FIELDS)
+            self._writer = pq.ParquetWriter(
+                str(self._parquet_tmp), TABLE_SCHEMA(), compression=_COMPRESSION
+            )
+        except OSError as exc:
+            self.abort()
+            raise output.write_error(out / CSV_FILE, exc) from None
+
+    def __enter__(self) -> StatsTable:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif self._open:
+            self.finish(None, ())
+
+    def add(
+        self,
+        image: str,
+        path: str,
+        layers: Sequence[tuple[str, LayerStats]],
+        flags: Sequence[Flag],
+    ) -> None:
+        """Append one image's rows: one per layer, ``depth`` its index in ``layers``.
+
+        Args:
+            image: The image's key (its output folder, as posix text).
+            path: The input file.
+            layers: ``(layer, stats)`` in depth order.
+            flags: The image's flags (from :func:`~actviz.stats.flag_anomalies`); a layer's
+                ``flags`` are the kinds of those whose ``layer`` is its name, in order.
+
+        Raises:
+            OutputError: If a file cannot be written.
+        """
+        self._check_open()
+        kinds = _kinds(flags)
+        image_text, path_text = _utf8(image), _utf8(path)
+        try:
+            for depth, (name, s) in enumerate(layers):
+                values = _values(s)
+                layer_kinds = kinds.get(name, ())
+                self._csv.writerow([image, name, *values, ";".join(layer_kinds)])
+                self._image.append(image_text)
+                self._path.append(path_text)
+                self._layer.append(_utf8(name))
+                self._depth.append(depth)
+                # One C call for the row's numbers; counts are exact in a float64 below 2**53.
+                self._numbers.extend(values if None not in values else _nan_for_none(values))
+                self._dead.extend(s.dead_indices)
+                self._dead_ends.append(len(self._dead))
+                self._flags.extend(layer_kinds)
+                self._flag_ends.append(len(self._flags))
+                self.rows += 1
+                if len(self._layer) >= self.rows_per_group:
+                    self._flush()
+        except OSError as exc:
+            raise output.write_error(self.out / CSV_FILE, exc) from None
+
+    def finish(
+        self, run: Sequence[tuple[str, LayerStats]] | None, run_flags: Sequence[Flag]
+    ) -> None:
+        """Write the CSV's ``(all)`` rows for ``run`` (not part of the Parquet table), close
+        both files and rename them to ``stats.parquet`` and ``stats.csv``.
+
+        Args:
+            run: The run's pooled statistics per layer in depth order, or None for no such rows.
+            run_flags: Their flags.
+
+        Raises:
+            OutputError: If a file cannot be written; the temporaries are removed.
+        """
+        self._check_open()
+        try:
+            if run is not None:
+                kinds = _kinds(run_flags)
+                for name, s in run:
+                    self._csv.writerow([RUN_KEY, name, *_values(s), ";".join(kinds.get(name, []))])
+            if self._layer:
+                self._flush()
+            self._close()
+            os.replace(self._parquet_tmp, self.out / TABLE_FILE)
+            os.replace(self._csv_tmp, self.out / CSV_FILE)
+        except OSError as exc:
+            self.abort()
+            raise output.write_error(self.out / TABLE_FILE, exc) from None
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        """Close both files and remove the temporaries; the final names are left untouched.
+        Does nothing once finished or aborted."""
+        if not self._open:
+            return
+        with contextlib.suppress(Exception):
+            self._close()
+        for tmp in (self._parquet_tmp, self._csv_tmp):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+        self._clear()
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise ValueError(f"the statistics table of {self.out} is already closed")
+
+    def _close(self) -> None:
+        """Close both files, the Parquet one even when the CSV fails to close."""
+        self._open = False
+        fh, writer = self._fh, self._writer
+        self._fh = self._writer = None
+        try:
+            if fh is not None:
+                fh.close()
+        finally:
+            if writer is not None:
+                writer.close()
+
+    def _clear(self) -> None:
+        """Empty buffers: names as Python lists (shared string objects), numbers packed."""
+        self._image: list[str] = []
+        self._path: list[str] = []
+        self._layer: list[str] = []
+        self._depth = array("i")
+        self._numbers = array("d")  # the STAT_FIELDS of each row, one after the other
+        self._dead = array("i")
+        self._dead_ends = array("i")
+        self._flags: list[str] = []
+        self._flag_ends = array("i")
+
+    def _flush(self) -> None:
+        """Write the buffered rows as one row group, and empty the buffers."""
+        import numpy as np
+
+        pa, _ = _arrow()
+        schema = TABLE_SCHEMA()
+        columns = [
+            pa.array(self._image, pa.string()),
+            pa.array(self._path, pa.string()),
+            pa.array(self._layer, pa.string()),
+            pa.array(np.frombuffer(self._depth, np.int32)),
+        ]
+        numbers = np.frombuffer(self._numbers, np.float64).reshape(-1, len(STAT_FIELDS))
+        for i, name in enumerate(STAT_FIELDS):
+            kind = _STAT_TYPES[name]
+            values = np.ascontiguousarray(numbers[:, i]).astype(kind)
+            mask = np.isnan(values) if kind == "float64" else None
+            columns.append(pa.array(values, schema.field(name).type, mask=mask))
+        dead = pa.array(np.frombuffer(self._dead, np.int32))
+        columns.append(_list_array(pa, np, self._dead_ends, dead))
+        columns.append(_list_array(pa, np, self._flag_ends, pa.array(self._flags, pa.string())))
+        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
+        self._writer.write_batch(batch, row_group_size=len(self._layer))
+        self._clear()
+
+
+def read_table_rows(path: Path) -> list[dict[str, Any]]:
+    """Every row of a ``stats.parquet`` as a dict (null -> None): for tests and small tables.
+
+    Raises:
+        OutputError: If the file cannot be read or was not written by this format.
+    """
+    pa, pq = _arrow()
+    try:
+        table = pq.read_table(str(path))
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise OutputError(
+            f"cannot read {path}: {first_line(exc)}; run the command again to write it"
+        ) from None
+    found = (table.schema.metadata or {}).get(b"actviz.format")
+    if found != TABLE_FORMAT.encode():
+        raise OutputError(
+            f"{path} is not an actviz statistics table of format {TABLE_FORMAT} "
+            f"(found {found!r}); run the command again to write it"
+        )
+    rows: list[dict[str, Any]] = table.to_pylist()
+    return rows
+
+
+_NAN = float("nan")
+_STATS_OF = operator.attrgetter(*STAT_FIELDS)  # one C call for the 14 numbers
+
+
+def _values(s: LayerStats) -> list[Any]:
+    """``[s.to_dict()[k] for k in STAT_FIELDS]``, without copying the whole dataclass: floats
+    at 7 significant digits, non-finite ones None."""
+    return [_json_float(v) if v.__class__ is float else v for v in _STATS_OF(s)]
+
+
+def _nan_for_none(values: list[Any]) -> list[Any]:
+    return [_NAN if v is None else v for v in values]
+
+
+def _kinds(flags: Sequence[Flag]) -> dict[str, list[str]]:
+    kinds: dict[str, list[str]] = {}
+    for flag in flags:
+        kinds.setdefault(flag.layer, []).append(flag.kind)
+    return kinds
+
+
+def _utf8(text: str) -> str:
+    """Text Arrow can store: a lone surrogate (a file name that is not UTF-8) as the escape
+    the CSV holds."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", _UNDECODED).decode("utf-8")
+
+
+def _list_array(pa: Any, np: Any, ends: array[int], values: Any) -> Any:
+    """A list column from each row's end offset into ``values``."""
+    offsets = np.concatenate([np.zeros(1, np.int32), np.frombuffer(ends, np.int32)])
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
