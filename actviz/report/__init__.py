@@ -48,10 +48,31 @@ from actviz.report.markup import (
 )
 from actviz.report.optimize import build_optimize_report as build_optimize_report
 from actviz.report.pages import (
+    LINKED_FIRST as LINKED_FIRST,
+)
+from actviz.report.pages import (
+    LISTED as LISTED,
+)
+from actviz.report.pages import (
+    PAGE_ROWS as PAGE_ROWS,
+)
+from actviz.report.pages import (
     PER_IMAGE_CHARTS as PER_IMAGE_CHARTS,
 )
 from actviz.report.pages import (
+    ReportImages as ReportImages,
+)
+from actviz.report.pages import (
+    ReportPages as ReportPages,
+)
+from actviz.report.pages import (
     build_report as build_report,
+)
+from actviz.report.pages import (
+    image_row as image_row,
+)
+from actviz.report.pages import (
+    images_from_manifest as images_from_manifest,
 )
 from actviz.report.pages import (
     rebuild_run_report as rebuild_run_report,
@@ -59,3 +80,4 @@ from actviz.report.pages import (
 from actviz.report.pages import (
     related_reports as related_reports,
 )
+from actviz.report.picks import LinkedPicks as LinkedPicks

@@ -76,8 +76,9 @@ linked flagged images.
 LINKED_FIRST = 24
 """How many of a run's first images get a page of their own, flagged or not."""
 
-WORST_LINKED = 10
-"""How many of the worst images of each flag kind get a page (``stats.json`` names them)."""
+WORST_LINKED = 20
+"""How many of the worst images of each flag kind get a page: as many as ``stats.json`` lists
+(``actviz.stats.WORST``; the report reads statistics as data and imports nothing of them)."""
 
 LISTED = 50
 """How many failed images and skipped inputs the index lists; it says how many there are."""
