@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import math
 import sys
@@ -203,6 +204,8 @@ def test_pandas_reads_the_table(tmp_path: Path) -> None:
     assert list(frame.columns) == TABLE_SCHEMA().names
     assert len(frame) == 6 and math.isnan(frame["mean"][2])
     assert frame.groupby("layer")["nan"].sum().to_dict() == {"conv": 36, "fc": 0}
+    flagged = frame[frame["flags"].str.len() > 0]  # as docs/outputs.md shows it
+    assert flagged["layer"].tolist() == ["conv"] * 3
 
 
 def test_duckdb_reads_the_table(tmp_path: Path) -> None:
@@ -278,6 +281,29 @@ def test_an_unwritable_folder_names_the_fix(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(OutputError, match="choose another --out"):
         StatsTable(blocker)
+
+
+def test_a_full_disk_names_the_file_and_the_fix(tmp_path: Path) -> None:
+    table = StatsTable(tmp_path, rows_per_group=2)
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    table._writer.write_batch = full
+    with pytest.raises(OutputError, match=r"stats\.parquet: No space left.*free some space"):
+        table.add("a", "a.png", [("l0", layer()), ("l1", layer())], [])
+    table.abort()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_runs_temporaries_are_removed(tmp_path: Path) -> None:
+    killed = StatsTable(tmp_path)
+    killed.add("a", "a.png", [("l0", layer())], [])
+    del killed  # never finished nor aborted, as after SIGKILL
+    (tmp_path / ".other.actviz-tmp").write_text("not the table's")
+    write(tmp_path, folder())
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == [".other.actviz-tmp", CSV_FILE, TABLE_FILE]
 
 
 def test_a_file_of_another_format_is_refused(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import functools
 import operator
 import os
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -134,25 +134,29 @@ class StatsTable:
         _, pq = _arrow()
         self.out = out
         self.rows_per_group = rows_per_group
-        self.rows = 0  # rows written to the table so far, buffered ones included
+        self.rows = 0  # rows added so far, buffered ones included
         self._parquet_tmp = output.temp_beside(out / TABLE_FILE)
         self._csv_tmp = output.temp_beside(out / CSV_FILE)
         self._writer: Any = None
         self._fh: Any = None
-        self._open = True
+        self._closed = False  # finished or aborted: no more rows
+        self._finished = False  # both files in place
         self._clear()
         try:
-            out.mkdir(parents=True, exist_ok=True)
-            # newline="": the csv module's "\n" goes to disk as is, as to_csv's text does.
-            self._fh = self._csv_tmp.open("w", encoding="utf-8", errors=_UNDECODED, newline="")
-            self._csv = csv.writer(self._fh, lineterminator="\n")
-            self._csv.writerow(CSV_FIELDS)
-            self._writer = pq.ParquetWriter(
-                str(self._parquet_tmp), TABLE_SCHEMA(), compression=_COMPRESSION
-            )
-        except OSError as exc:
+            with _naming(out / CSV_FILE):
+                out.mkdir(parents=True, exist_ok=True)
+                _remove_leftovers(out)
+                # newline="": the csv module's "\n" goes to disk as is, as to_csv's text does.
+                self._fh = self._csv_tmp.open("w", encoding="utf-8", errors=_UNDECODED, newline="")
+                self._csv = csv.writer(self._fh, lineterminator="\n")
+                self._csv.writerow(CSV_FIELDS)
+            with _naming(out / TABLE_FILE):
+                self._writer = pq.ParquetWriter(
+                    str(self._parquet_tmp), TABLE_SCHEMA(), compression=_COMPRESSION
+                )
+        except BaseException:
             self.abort()
-            raise output.write_error(out / CSV_FILE, exc) from None
+            raise
 
     def __enter__(self) -> StatsTable:
         return self
@@ -165,7 +169,7 @@ class StatsTable:
     ) -> None:
         if exc_type is not None:
             self.abort()
-        elif self._open:
+        elif not self._closed:
             self.finish(None, ())
 
     def add(
@@ -190,7 +194,7 @@ class StatsTable:
         self._check_open()
         kinds = _kinds(flags)
         image_text, path_text = _utf8(image), _utf8(path)
-        try:
+        with _naming(self.out / CSV_FILE):  # the Parquet file's errors say so in _flush
             for depth, (name, s) in enumerate(layers):
                 values = _values(s)
                 layer_kinds = kinds.get(name, ())
@@ -208,8 +212,6 @@ class StatsTable:
                 self.rows += 1
                 if len(self._layer) >= self.rows_per_group:
                     self._flush()
-        except OSError as exc:
-            raise output.write_error(self.out / CSV_FILE, exc) from None
 
     def finish(
         self, run: Sequence[tuple[str, LayerStats]] | None, run_flags: Sequence[Flag]
@@ -225,50 +227,48 @@ class StatsTable:
             OutputError: If a file cannot be written; the temporaries are removed.
         """
         self._check_open()
+        self._closed = True
         try:
-            if run is not None:
-                kinds = _kinds(run_flags)
-                for name, s in run:
-                    self._csv.writerow([RUN_KEY, name, *_values(s), ";".join(kinds.get(name, []))])
+            with _naming(self.out / CSV_FILE):
+                if run is not None:
+                    kinds = _kinds(run_flags)
+                    for name, s in run:
+                        flags = ";".join(kinds.get(name, ()))
+                        self._csv.writerow([RUN_KEY, name, *_values(s), flags])
+                self._fh.close()
             if self._layer:
                 self._flush()
-            self._close()
-            os.replace(self._parquet_tmp, self.out / TABLE_FILE)
-            os.replace(self._csv_tmp, self.out / CSV_FILE)
-        except OSError as exc:
-            self.abort()
-            raise output.write_error(self.out / TABLE_FILE, exc) from None
+            with _naming(self.out / TABLE_FILE):
+                self._writer.close()
+                os.replace(self._parquet_tmp, self.out / TABLE_FILE)
+            with _naming(self.out / CSV_FILE):
+                os.replace(self._csv_tmp, self.out / CSV_FILE)
         except BaseException:
             self.abort()
             raise
+        self._finished = True
+        self._fh = self._writer = None
 
     def abort(self) -> None:
         """Close both files and remove the temporaries; the final names are left untouched.
-        Does nothing once finished or aborted."""
-        if not self._open:
+        Does nothing once finished; twice is harmless."""
+        if self._finished:
             return
-        with contextlib.suppress(Exception):
-            self._close()
+        self._closed = True
+        fh, writer = self._fh, self._writer
+        self._fh = self._writer = None
+        for closing in (fh, writer):
+            if closing is not None:
+                with contextlib.suppress(Exception):  # already failing: removing matters more
+                    closing.close()
         for tmp in (self._parquet_tmp, self._csv_tmp):
             with contextlib.suppress(OSError):
                 tmp.unlink()
         self._clear()
 
     def _check_open(self) -> None:
-        if not self._open:
+        if self._closed:
             raise ValueError(f"the statistics table of {self.out} is already closed")
-
-    def _close(self) -> None:
-        """Close both files, the Parquet one even when the CSV fails to close."""
-        self._open = False
-        fh, writer = self._fh, self._writer
-        self._fh = self._writer = None
-        try:
-            if fh is not None:
-                fh.close()
-        finally:
-            if writer is not None:
-                writer.close()
 
     def _clear(self) -> None:
         """Empty buffers: names as Python lists (shared string objects), numbers packed."""
@@ -297,14 +297,15 @@ class StatsTable:
         numbers = np.frombuffer(self._numbers, np.float64).reshape(-1, len(STAT_FIELDS))
         for i, name in enumerate(STAT_FIELDS):
             kind = _STAT_TYPES[name]
-            values = np.ascontiguousarray(numbers[:, i]).astype(kind)
+            values = numbers[:, i].astype(kind)  # a contiguous copy of the column
             mask = np.isnan(values) if kind == "float64" else None
             columns.append(pa.array(values, schema.field(name).type, mask=mask))
         dead = pa.array(np.frombuffer(self._dead, np.int32))
         columns.append(_list_array(pa, np, self._dead_ends, dead))
         columns.append(_list_array(pa, np, self._flag_ends, pa.array(self._flags, pa.string())))
         batch = pa.RecordBatch.from_arrays(columns, schema=schema)
-        self._writer.write_batch(batch, row_group_size=len(self._layer))
+        with _naming(self.out / TABLE_FILE):
+            self._writer.write_batch(batch, row_group_size=len(self._layer))
         self._clear()
 
 
@@ -339,6 +340,24 @@ def _values(s: LayerStats) -> list[Any]:
     """``[s.to_dict()[k] for k in STAT_FIELDS]``, without copying the whole dataclass: floats
     at 7 significant digits, non-finite ones None."""
     return [_json_float(v) if v.__class__ is float else v for v in _STATS_OF(s)]
+
+
+@contextlib.contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """Turn an OS error in the block into the :class:`OutputError` that names ``path`` and
+    the fix."""
+    try:
+        yield
+    except OSError as exc:
+        raise output.write_error(path, exc) from None
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Remove the temporaries of a run that was killed before it could (SIGKILL, a power cut):
+    a large folder's would otherwise stay, hidden, beside every later table."""
+    for name in (TABLE_FILE, CSV_FILE):
+        for leftover in out.glob(f".{name}.*{output.TMP_MARK}"):
+            leftover.unlink(missing_ok=True)
 
 
 def _nan_for_none(values: list[Any]) -> list[Any]:
