@@ -1061,6 +1061,15 @@ def test_rebuilding_a_streamed_run_relinks_only_the_index(tmp_path: Path) -> Non
     assert rebuild_run_report(tmp_path) == {}
 
 
+def test_a_manifest_without_its_images_needs_them_given(tmp_path: Path) -> None:
+    from actviz.errors import UsageError
+
+    manifest, stats, images = make_large_run(tmp_path, 3)
+    with pytest.raises(UsageError, match="pass the report its images"):
+        build_report(manifest, stats)
+    assert dict(build_report(manifest, stats, images))["index.html"].startswith(b"<!DOCTYPE")
+
+
 def test_linked_picks_hold_the_images_stats_json_names_whatever_the_order() -> None:
     """Picked as images finish, in any order: the first LINKED_FIRST drawn, the first LISTED
     failures, and exactly the worst images RunningStats lists for each kind."""

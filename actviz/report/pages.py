@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actviz.errors import UsageError
 from actviz.output import safe_name
 from actviz.report.blocks import by_name, run_meta, run_warnings, weights_banner
 from actviz.report.charts import depth_chart
@@ -244,10 +245,16 @@ def images_from_manifest(
 ) -> ReportImages:
     """The :class:`ReportImages` of a manifest whose ``"images"`` lists every image's record
     (as ``manifest.json`` did before it pointed at the run's ledger), with the flags of a
-    ``stats.json`` of format 1. It picks the linked images as a run does: the first
+    ``stats.json`` of format 1 (a manifest that points at its ledger instead raises
+    :class:`~actviz.errors.UsageError`). It picks the linked images as a run does: the first
     :data:`LINKED_FIRST`, the first :data:`WORST_LINKED` of each flag kind, the first
     :data:`LISTED` failures."""
     records = manifest.get("images")
+    if isinstance(records, Mapping):
+        raise UsageError(
+            "this manifest.json points at its run's ledger rather than listing its images: "
+            "pass the report its images (ReportImages, with rows read from the ledger)"
+        )
     records = records if isinstance(records, list) else []
     sections = _sections(stats)
     full: list[dict[str, Any]] = [
