@@ -119,6 +119,16 @@ def test_rows_equal_the_statistics_fed_in(tmp_path: Path) -> None:
     assert rows[2]["mean"] is None and rows[2]["p99"] is None and rows[2]["nan"] == 36
     assert rows[4]["inf"] == 2 and rows[4]["mean"] == -1e-30
     assert [r["depth"] for r in rows] == [0, 1] * 3
+    # Statistics read back from a record (as a resumed run's reused images) give the same rows.
+    again = {
+        key: [(name, LayerStats.from_dict(s.to_dict())) for name, s in layers]
+        for key, layers in per_image.items()
+    }
+    write(tmp_path / "resumed", again)
+    assert read_table_rows(tmp_path / "resumed" / TABLE_FILE) == rows
+    # The image rows; the "(all)" rows pool other inputs (rounded ones) and may differ.
+    lines = (tmp_path / CSV_FILE).read_text().splitlines()
+    assert (tmp_path / "resumed" / CSV_FILE).read_text().splitlines()[:-2] == lines[:-2]
 
 
 def test_schema_types_and_format_entry(tmp_path: Path) -> None:

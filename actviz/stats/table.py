@@ -123,6 +123,9 @@ class StatsTable:
         rows_per_group: Rows buffered before they are written as one Parquet row group: the
             memory the table holds, whatever the number of images.
 
+    Attributes:
+        rows: The rows added so far (the CSV's ``(all)`` rows not counted).
+
     Raises:
         OutputError: If the folder cannot be written.
         UsageError: If pyarrow is not installed.
@@ -134,7 +137,7 @@ class StatsTable:
         _, pq = _arrow()
         self.out = out
         self.rows_per_group = rows_per_group
-        self.rows = 0  # rows added so far, buffered ones included
+        self.rows = 0
         self._parquet_tmp = output.temp_beside(out / TABLE_FILE)
         self._csv_tmp = output.temp_beside(out / CSV_FILE)
         self._writer: Any = None
