@@ -959,7 +959,7 @@ def test_the_worst_images_are_on_the_index(
 ) -> None:
     root, _, stats, _ = large_run
     text = (root / "index.html").read_text(encoding="utf-8")
-    table = text[text.index('<table id="worst-images">') :]
+    table = text[text.index('<table id="worst-images"') :]
     table = table[: table.index("</table>")]
     rows = re.findall(r"<tr><td>(.*?)</tr>", table, flags=re.DOTALL)
     assert len(rows) == 2  # nan, dead: in the order of FLAG_KINDS

@@ -514,6 +514,8 @@ class _Report:
         run = self.stats.get("run")
         single = self._image_body(0, "") if self.images and not self.folder else None
         skipped = list(self.m.get("skipped") or [])
+        tables = self.stats.get("images") if self.stats.get("format", 1) >= 2 else None
+        tables = tables if isinstance(tables, Mapping) else {}
         return render(
             "index.html",
             manifest=self.m,
@@ -530,7 +532,11 @@ class _Report:
             folder=self.folder,
             total=self.input.total,
             linked=len(self.images),
-            page_rows=PAGE_ROWS,
+            drawn=self.drawn,
+            folders=self.input.folders,
+            table=tables.get("table"),
+            csv=tables.get("csv") if tables.get("table") else None,
+            summaries=bool(self.run_rows),
             images=self._image_rows(chunk, 0, ""),
             paging=self._pager(1, more, pages, ""),
             layers=self._layer_rows() if self.folder else [],
