@@ -656,6 +656,7 @@ def test_hostile_names_are_escaped_on_every_page(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- reports at scale
 
 SCALE_LAYERS = ["conv1", EVIL, "relu"]
+LAYER_SLUGS = ["conv1", "_script_alert_1___script", "relu"]
 
 
 def scale_stat(mean: float, *, dead: float = 0.0, nan: int = 0) -> dict[str, Any]:
@@ -1059,6 +1060,32 @@ def test_rebuilding_a_streamed_run_relinks_only_the_index(tmp_path: Path) -> Non
     # A folder whose report this version did not write, and which lists no images, is left.
     (tmp_path / "index.html").write_text("<html>someone else's</html>")
     assert rebuild_run_report(tmp_path) == {}
+
+
+def test_a_large_run_without_statistics(tmp_path: Path) -> None:
+    manifest, _, images = make_large_run(tmp_path, 1200)
+    # Without statistics there are no flags: the linked images are the first ones.
+    linked = [
+        {
+            **im,
+            "flags": [],
+            "first_nonfinite": None,
+            "layers": [{k: v for k, v in e.items() if k != "stats"} for e in im["layers"]],
+        }
+        for im in images.linked
+        if int(im["out_dir"].split()[-1]) < LINKED_FIRST or im["status"] == "failed"
+    ]
+    plain = ReportImages(total=1200, failed=images.failed, linked=linked, rows=images.rows)
+    written = write_pages(tmp_path, build_report(manifest, None, plain))
+    assert sorted(written) == sorted(
+        ["index.html", "report/index/002.html", "report/index/003.html"]
+        + [f"report/images/im_{n:05d}.html" for n in range(LINKED_FIRST)]
+        + [f"report/layers/{n:02d}_{safe}.html" for n, safe in enumerate(LAYER_SLUGS)]
+    )
+    check_links(tmp_path)
+    for page in html_pages(tmp_path):
+        raw = page.read_text(encoding="utf-8")
+        assert "Depth profile" not in raw and "Flagged images" not in raw, page.name
 
 
 def test_a_manifest_without_its_images_needs_them_given(tmp_path: Path) -> None:
