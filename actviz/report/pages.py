@@ -22,8 +22,8 @@ output grow with the number of images:
   with an anomaly flag and for the first :data:`PER_IMAGE_CHARTS` of them; the page of any
   other shows the run's chart instead and says so.
 
-So a folder of any size writes at most ``1 + ceil(images / PAGE_ROWS) - 1`` index pages,
-``len(linked)`` image pages and charts, and one page per layer.
+So a folder of any size writes ``ceil(images / PAGE_ROWS)`` index pages (``index.html`` the
+first), a page and at most a chart per linked image, a page per layer and the run's chart.
 
 Every page is self-contained (inline CSS, one tiny inline script for the image filter) and
 uses relative links only. Names come from the model and the file system, so every one is
