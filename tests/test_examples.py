@@ -619,3 +619,133 @@ def test_option_errors_name_the_fix(keywords: dict[str, Any], message: str) -> N
         ExamplesOptions.from_keywords(**keywords)
     with pytest.raises(TypeError, match="did you mean k"):
         ExamplesOptions.from_keywords(kk=3)
+
+
+# ------------------------------------------------------------------ any folder size
+
+
+def test_resume_drops_a_torn_ledger_line_and_lines_no_state_covers(
+    lamps: tuple[str, Path], lamps_run: Any, tmp_path: Path
+) -> None:
+    from actviz.examples.checkpoint import FILE, LEDGER
+
+    class StopAt:
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def warn(self, message: str) -> None:
+            pass
+
+        def start(self, total: int) -> None:
+            pass
+
+        def advance(self, result: Any) -> None:
+            self.n -= 1
+            if self.n == 0:
+                raise KeyboardInterrupt
+
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        _run(lamps, out, batch_size=2, reporter=StopAt(3), report=False)
+    with np.load(out / FILE, allow_pickle=False) as data:
+        meta = json.loads(str(data["meta"]))
+    # The state names no image: it counts them, and the ledger lists them.
+    assert meta["images"] == 4 and "done" not in meta
+    assert meta["ledger_bytes"] == (out / LEDGER).stat().st_size
+    lines = (out / LEDGER).read_text().splitlines()
+    assert [Path(p).name for line in lines for p in json.loads(line)] == list(GREYS)[:4]
+    _, photos = lamps
+    with (out / LEDGER).open("a") as fh:  # merged after the last save, then a line cut short
+        fh.write(json.dumps([str(photos / "e.png")]) + "\n" + '["' + str(photos / "f.pn"))
+    resumed = _run(lamps, out, batch_size=4, resume=True, report=False)
+    assert resumed.reused == 4 and resumed.images == 6
+    assert resumed.document["layers"] == lamps_run.document["layers"]
+    done = [
+        Path(p).name for line in (out / LEDGER).read_text().splitlines() for p in json.loads(line)
+    ]
+    assert sorted(done) == sorted(GREYS)  # each image once, the dropped lines gone
+
+
+def _feed(out: Path, n: int, batch: int = 50) -> int:
+    """Merge ``n`` synthetic images (and n/50 failures) into a run's progress; the traced
+    memory it holds afterwards."""
+    import gc
+    import tracemalloc
+
+    from actviz.examples.pipeline import _Progress
+    from actviz.results import SilentReporter
+
+    rng = np.random.default_rng(0)
+    zeros = np.zeros
+    # The input list exists before the run (pathlib interns its names and caches its text):
+    # not traced.
+    inputs = [Path(f"/img/{i:06d}.png") for i in range(n)]
+    bad = [Path(f"/bad/{i:06d}.png") for i in range(0, n, batch)]
+    for path in inputs + bad:
+        str(path)
+    tracemalloc.start()
+    try:
+        progress = _Progress(out, {"k": 3}, 3, None)
+        with progress.saving():
+            for start in range(0, n, batch):
+                mine = inputs[start : start + batch]
+                paths = [str(p) for p in mine]
+                scores = rng.random((batch, 4), dtype=np.float32)
+                xy = zeros((batch, 4), np.int32)
+                found = layer_candidates(
+                    paths, scores, scores > 0.5, xy, xy, zeros((batch, 4, 1, 1)),
+                    zeros((batch, 4, 2)), np.full(batch, -1), 3,
+                )  # fmt: skip
+                progress.merge(
+                    mine, [None] * batch, Candidates({"l": found}),
+                    SilentReporter(),
+                )  # fmt: skip
+                progress.fail(bad[start // batch], "broken", SilentReporter())
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+        progress.ledger.close()
+        assert progress.failed.count == n // batch
+        assert [str(p) for p, _ in progress.failed.shown()][:2] == [
+            "/bad/000000.png",
+            "/bad/000050.png",
+        ]
+        assert len(progress.failed.shown()) == min(n // batch, 100)
+        return held
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_runs_memory_and_state_do_not_grow_with_the_number_of_images(tmp_path: Path) -> None:
+    from actviz.examples.checkpoint import FILE, load_checkpoint
+
+    warm, small, large = tmp_path / "warm", tmp_path / "small", tmp_path / "large"
+    for folder in (warm, small, large):
+        folder.mkdir()
+    _feed(warm, 500)  # caches filled on first use are not the run's
+    held = [_feed(small, 5_000), _feed(large, 20_000)]
+    # 100 or 400 failed: a hundred named either way; a list of the paths would be 120 kB more.
+    assert held[1] < held[0] + 16_000, held
+    sizes = [(where / FILE).stat().st_size for where in (small, large)]
+    assert abs(sizes[1] - sizes[0]) < 32, sizes  # the counts' digits
+    state = load_checkpoint(large, {"k": 3})
+    assert state is not None and state.images == 20_000 and state.top.images == 20_000
+    paths = state.paths(large)
+    assert next(paths) == "/img/000000.png" and sum(1 for _ in paths) == 19_999
+
+
+def test_the_document_names_at_most_a_hundred_failed_and_skipped_files(
+    lamps: tuple[str, Path], lamps_run: Any
+) -> None:
+    from actviz.examples.document import SHOWN, document
+
+    doc = lamps_run.document
+    assert doc["failed"] == [] and doc["failed_count"] == 0 and doc["skipped_count"] == 0
+    many = [(Path(f"/x/{i:04d}.png"), "broken") for i in range(250)]
+    capped = document(
+        model="m", weights={}, device="cpu", selector="s", k=3, score="max",
+        input_size=(32, 32), images=0, failed=many[:SHOWN], failed_count=250, skipped=many,
+        plans=[], tops={}, files={}, categories=None, unranked=[], warnings=[], report=None,
+    )  # fmt: skip
+    assert capped["failed_count"] == capped["skipped_count"] == 250
+    assert len(capped["failed"]) == len(capped["skipped"]) == SHOWN == 100
+    assert capped["failed"][0] == {"path": "/x/0000.png", "reason": "broken"}

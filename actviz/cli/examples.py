@@ -133,9 +133,9 @@ def top_images(
     if not quiet:
         _print_summary(result)
     if result.images == 0:
-        error(f"no image could be read ({len(result.failed)} failed); see messages above")
+        error(f"no image could be read ({result.failed_count} failed); see messages above")
         raise typer.Exit(int(ExitCode.ERROR))
-    if result.failed:
+    if result.failed_count:
         raise typer.Exit(int(ExitCode.PARTIAL))
 
 
@@ -168,7 +168,7 @@ def _print_summary(result: TopImagesResult) -> None:
     err_console.print(
         Text.assemble(
             ("images ", "bold"),
-            f"{done} scored, {result.reused} reused (--resume), {len(result.failed)} failed, "
+            f"{done} scored, {result.reused} reused (--resume), {result.failed_count} failed, "
             f"{len(result.skipped)} non-image skipped; {result.seconds:.1f} s "
             f"({rate:.1f} images/s) on {result.device}",
         )

@@ -19,7 +19,10 @@ from actviz._version import __version__
 from actviz.examples.plan import LayerPlan
 from actviz.examples.topk import LayerTop
 
-__all__ = ["LayerFiles", "Selectivity", "channel_health", "document", "selectivity"]
+__all__ = ["SHOWN", "LayerFiles", "Selectivity", "channel_health", "document", "selectivity"]
+
+#: Failed and skipped files named in the document (the first by path; all are counted).
+SHOWN = 100
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ def document(
     images: int,
     failed: Sequence[tuple[Path, str]],
     skipped: Sequence[tuple[Path, str]],
+    failed_count: int | None = None,
     plans: Sequence[LayerPlan],
     tops: Mapping[str, LayerTop],
     files: Mapping[str, LayerFiles],
@@ -100,7 +104,8 @@ def document(
     report: str | None,
     model_info: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The whole ``top-images.json`` (schema in docs/cli.md)."""
+    """The whole ``top-images.json`` (schema in docs/outputs.md): its size depends on layers,
+    channels and k, not on the number of images."""
     from actviz.session import versions_record
 
     return {
@@ -115,8 +120,11 @@ def document(
         "score": score,
         "input_size": list(input_size),
         "images": images,
-        "failed": [{"path": str(p), "reason": why} for p, why in sorted(failed)],
-        "skipped": [{"path": str(p), "reason": why} for p, why in skipped],
+        # Both capped, and counted: the document's size never depends on the folder's.
+        "failed": [{"path": str(p), "reason": why} for p, why in sorted(failed)[:SHOWN]],
+        "failed_count": len(failed) if failed_count is None else failed_count,
+        "skipped": [{"path": str(p), "reason": why} for p, why in skipped[:SHOWN]],
+        "skipped_count": len(skipped),
         "report": report,
         "warnings": list(warnings),
         "unranked": [{"layer": key, "reason": why} for key, why in unranked],

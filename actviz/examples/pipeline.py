@@ -18,8 +18,8 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
-from actviz.examples.checkpoint import load_checkpoint, save_checkpoint
-from actviz.examples.document import LayerFiles, document, selectivity
+from actviz.examples.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from actviz.examples.document import SHOWN, LayerFiles, document, selectivity
 from actviz.examples.draw import ViewCache, draw_layers, layer_files
 from actviz.examples.options import ExamplesOptions
 from actviz.examples.plan import LayerPlan, Planned, plan_layers
@@ -116,17 +116,13 @@ def top_images(
         if ex.overwrite:
             _remove_outputs(opts.out)
         earlier = load_checkpoint(opts.out, settings) if ex.resume else None
-        done = earlier.done if earlier is not None else []
-        skip = set(done)
-        todo = [item.path for item in found.images if str(item.path) not in skip]
-        notify.start(len(todo) + len(done))
-        for path in done:
-            notify.advance(
-                ImageResult(path=Path(path), out_dir=PurePosixPath("."), status="reused")
-            )
-        progress = _Progress(opts.out, settings, earlier.top if earlier else TopK(opts.k), done)
+        todo = _todo([item.path for item in found.images], earlier, opts.out, notify)
+        progress = _Progress(opts.out, settings, opts.k, earlier)
         views = ViewCache(loaded)
-        _stream(model, loaded, module, names, planned, todo, progress, views, opts, notify)
+        try:
+            _stream(model, loaded, module, names, planned, todo, progress, views, opts, notify)
+        finally:
+            progress.ledger.close()
         if progress.resized:
             warnings.append(_resized_warning(loaded, progress))
             notify.warn(warnings[-1])
@@ -146,7 +142,8 @@ def top_images(
                 score=opts.score,
                 input_size=loaded.input_size,
                 images=top.images,
-                failed=progress.failed,
+                failed=progress.failed.shown(),
+                failed_count=progress.failed.count,
                 skipped=found.skipped,
                 plans=plans,
                 tops=top.layers,
@@ -180,8 +177,9 @@ def top_images(
             json=opts.out / JSON_FILE,
             report=report,
             images=top.images,
-            reused=len(done),
-            failed=list(progress.failed),
+            reused=progress.reused,
+            failed=progress.failed.shown(),
+            failed_count=progress.failed.count,
             skipped=list(found.skipped),
             layers=_summaries(plans, top, files, loaded.categories),
             unranked=list(planned.skipped),
@@ -227,28 +225,78 @@ def _plan(
     return planned
 
 
-@dataclass
+def _todo(paths: list[Path], earlier: Checkpoint | None, out: Path, notify: Reporter) -> list[Path]:
+    """The images still to score, the earlier run's reported as reused.
+
+    The done images are streamed from the ledger twice (to count, then to report) and matched
+    by 64-bit string hash, so resuming holds 8 bytes per image, never a set of paths. Two
+    different paths hashing alike is about one chance in 10**7 at a million images.
+    """
+    import numpy as np
+
+    if earlier is None:
+        notify.start(len(paths))
+        return paths
+    done = np.unique(np.fromiter((hash(p) for p in earlier.paths(out)), np.int64))
+    mine = np.fromiter((hash(str(p)) for p in paths), np.int64, len(paths))
+    left = ~np.isin(mine, done)
+    del mine, done
+    todo = [p for p, keep in zip(paths, left.tolist(), strict=True) if keep]
+    notify.start(len(todo) + earlier.images)
+    for path in earlier.paths(out):
+        notify.advance(ImageResult(path=Path(path), out_dir=PurePosixPath("."), status="reused"))
+    return todo
+
+
+@dataclass(frozen=True)
 class _State:
     top: TopK
-    batches: int  # how many entries of _Progress.batches ``top`` holds
+    images: int  # images merged into ``top``, the earlier run's included
+    ledger_bytes: int  # the length of the ledger that lists them
+
+
+class _Failures:
+    """Images that could not be scored: a count, and the first ``SHOWN`` by path
+    (each one is also reported as it fails), so a folder of broken files costs no memory."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._kept: list[tuple[Path, str]] = []
+
+    def add(self, path: Path, reason: str) -> None:
+        import bisect
+
+        self.count += 1
+        bisect.insort(self._kept, (path, reason))
+        del self._kept[SHOWN:]
+
+    def shown(self) -> list[tuple[Path, str]]:
+        """The first ``SHOWN`` failures by path."""
+        return list(self._kept)
 
 
 class _Progress:
-    """The accumulator and the images it holds, saved together.
+    """The accumulator and the ledger of the images it holds, saved together.
 
-    A batch's paths are appended to ``batches`` first; then one assignment makes the state
-    that includes them current. An interruption between the two leaves the extra paths out
-    of what is saved, so a saved state and its list of done images always agree.
+    A batch's paths are appended to the ledger first; then one assignment makes the state that
+    includes them current. An interruption between the two leaves the extra line out of what
+    is saved (the state records the ledger's length), so a saved state and its list of done
+    images always agree.
     """
 
-    def __init__(self, out: Path, settings: dict[str, Any], top: TopK, done: list[str]):
+    def __init__(
+        self, out: Path, settings: dict[str, Any], k: int, earlier: Checkpoint | None
+    ) -> None:
+        from actviz.examples.checkpoint import Ledger
+
         self.out = out
         self.settings = settings
-        self.earlier = list(done)
-        self.batches: list[list[str]] = []
-        self.state = _State(top, 0)
+        self.ledger = Ledger(out, earlier)
+        self.reused = earlier.images if earlier is not None else 0
+        top = earlier.top if earlier is not None else TopK(k)
+        self.state = _State(top, self.reused, self.ledger.size)
         self.saved: _State | None = None
-        self.failed: list[tuple[Path, str]] = []
+        self.failed = _Failures()
         self.last_save = time.monotonic()
         self.resized = 0  # images scored on maps pooled to the planned size
         self.resized_layers: dict[str, tuple[int, ...]] = {}
@@ -258,13 +306,13 @@ class _Progress:
         return self.state.top
 
     def add(self, paths: list[str], top: TopK) -> None:
-        self.batches.append(paths)
-        self.state = _State(top, len(self.batches))
+        end = self.ledger.append(paths)
+        self.state = _State(top, self.state.images + len(paths), end)
 
     def fail(self, path: Path, error: str | None, notify: Reporter) -> None:
         """An image that could not be scored: named, counted, skipped."""
         reason = error or "unreadable"
-        self.failed.append((path, reason))
+        self.failed.add(path, reason)
         notify.advance(ImageResult(path, PurePosixPath("."), status="failed", error=reason))
 
     def merge(
@@ -295,10 +343,16 @@ class _Progress:
 
     def save(self) -> None:
         state = self.state
-        if state is self.saved or (state.batches == 0 and not self.earlier):
+        if state is self.saved or state.images == self.reused:
             return  # nothing new; and a run that scored nothing leaves no state behind
-        done = self.earlier + [p for batch in self.batches[: state.batches] for p in batch]
-        save_checkpoint(self.out, self.settings, state.top, done)
+        self.ledger.flush()  # the lines the state covers are on disk before it
+        save_checkpoint(
+            self.out,
+            self.settings,
+            state.top,
+            images=state.images,
+            ledger_bytes=state.ledger_bytes,
+        )
         self.saved = state
         self.last_save = time.monotonic()
 
@@ -473,7 +527,7 @@ def _summaries(
 def _remove_outputs(out: Path) -> None:
     """``--overwrite``: remove what an earlier top-images run wrote, and nothing else."""
     from actviz import output
-    from actviz.examples.checkpoint import FILE
+    from actviz.examples.checkpoint import FILE, LEDGER
 
     folder = out / "top-images"
     pictures = (
@@ -481,4 +535,6 @@ def _remove_outputs(out: Path) -> None:
         if folder.is_dir()
         else []
     )
-    output.remove_written(out, [FILE, JSON_FILE, REPORT_FILE, *pictures], prune=["top-images"])
+    output.remove_written(
+        out, [FILE, LEDGER, JSON_FILE, REPORT_FILE, *pictures], prune=["top-images"]
+    )

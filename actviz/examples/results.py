@@ -59,13 +59,14 @@ class TopImagesResult:
         report: The report's index page, or None.
         images: Images scored (this run and the earlier one it resumed).
         reused: Of those, images an earlier interrupted run had scored (``--resume``).
-        failed: Images that could not be read, with the reason.
+        failed: Images that could not be read, with the reason: the first 100 by path.
         skipped: Files in the folders that are not images, with the reason.
         layers: One summary per ranked layer, in capture order.
         unranked: Selected outputs that cannot be read as maps, with the reason.
         warnings: What went wrong without stopping the run.
         seconds: Wall time.
         document: What ``top-images.json`` holds.
+        failed_count: How many images could not be read (all of them).
     """
 
     model: str
@@ -86,3 +87,4 @@ class TopImagesResult:
     warnings: list[str] = field(default_factory=list)
     seconds: float = 0.0
     document: dict[str, Any] = field(default_factory=dict)
+    failed_count: int = 0

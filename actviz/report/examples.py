@@ -184,7 +184,7 @@ def _field(layer: Mapping[str, Any]) -> str:
 
 def _meta(doc: Mapping[str, Any]) -> list[MetaRow]:
     weights = doc.get("weights") or {}
-    failed = len(doc.get("failed") or [])
+    failed = doc.get("failed_count", len(doc.get("failed") or []))
     return [
         MetaRow("model", doc.get("model"), code=True),
         MetaRow("weights", weights.get("name") or weights.get("source")),
