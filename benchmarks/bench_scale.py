@@ -121,6 +121,8 @@ class Measure:
     cpu: float = 0.0  # user + system seconds of the process itself
     json_bytes: int = 0
     counted: int | None = None  # images the run's files say it did
+    files: int = 0  # files written under OUT
+    pages: int = 0  # of which HTML pages
     stderr: str = ""
 
 
@@ -149,6 +151,12 @@ def run_actviz(argv: Sequence[str], *, images: int, log: Path) -> Measure:
 
 def json_bytes(out: Path) -> int:
     return sum((out / name).stat().st_size for name in JSON_FILES if (out / name).is_file())
+
+
+def count_files(out: Path) -> tuple[int, int]:
+    """Files under ``out``, and how many of them are HTML pages."""
+    names = [name for _, _, files in os.walk(out) for name in files]
+    return len(names), sum(name.endswith(".html") for name in names)
 
 
 def counted_images(out: Path) -> int | None:
@@ -250,6 +258,7 @@ def measure_config(
             m = run_actviz(config.argv(folder, out), images=n, log=log)
             m.json_bytes = json_bytes(out)
             m.counted = counted_images(out)
+            m.files, m.pages = count_files(out)
             runs.append(m)
             print(
                 f"{m.wall:.1f} s (CPU {m.cpu:.1f} s), {m.rss_mib:.0f} MiB"
@@ -441,7 +450,7 @@ def table(configs: Sequence[Config], sizes: dict[str, tuple[int, int]]) -> list[
         base = c.results.get(1)
         small, big = sizes[c.name]
         detail = ", ".join(
-            f"{n}: {m.wall:.1f} s (CPU {m.cpu:.1f} s)"
+            f"{n}: {m.wall:.1f} s (CPU {m.cpu:.1f} s), {m.files} files, {m.pages} HTML"
             + (f" ({m.counted} counted)" if m.counted not in (None, n) else "")
             for n, m in sorted(c.results.items())
             if n != 1
