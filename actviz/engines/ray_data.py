@@ -1,11 +1,18 @@
 """The Ray engine: a folder's per-image summaries computed on a pool of Ray actors.
 
-The conventional shape of batch inference on Ray Data: ``from_items(paths)`` -> ``map_batches``
-over an actor pool, each actor holding the model -> results streamed back to the driver. Each
-actor builds the model once, exactly as a local run does (same weights resolution, the same seed
-for random weights, checkpoints loaded as safely), decodes its own images, and returns small
-per-image summaries only (statistics, top-k candidates), never activations. The driver merges
-them into the same files the local engine writes.
+Each actor builds the model once, exactly as a local run does (same weights resolution, the
+same seed for random weights, checkpoints loaded as safely), decodes its own images, and returns
+small summaries only (statistics, top-k candidates), never activations. The driver hands out
+batches of paths as actors free up (two queued on each, so none idles between calls), merges
+what comes back into the same files the local engine writes, and keeps nothing per image beyond
+the list of paths it was given and the batches in flight.
+
+An actor whose process dies (killed, out of memory, its node lost) is replaced by a fresh one,
+and the batch it was running is tried again, up to ``RayOptions.retries`` times; the batches
+merely queued on it are handed out again without counting against them (an actor runs its calls
+in order, so the oldest unfinished one was running). A batch that still fails is given back as
+lost, each of its images with a one-line reason, and the run goes on. An exception raised by the
+work itself, or a model that cannot be built on an actor, stops the run, as it would locally.
 
 Only this module imports ray, and only when the engine is used.
 """
@@ -15,8 +22,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import pickle
-import warnings
+import re
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +32,15 @@ from typing import TYPE_CHECKING, Any
 from actviz.errors import ActvizError, UsageError, import_extra
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from actviz.options import LoadOptions
 
-__all__ = ["INSTALL_HINT", "RayOptions", "WorkerSpec", "ray_batches", "require_ray"]
+__all__ = ["INSTALL_HINT", "RETRIES", "RayOptions", "WorkerSpec", "ray_batches", "require_ray"]
 
 INSTALL_HINT = "pip install 'actviz[ray]'"
+#: Times a batch is tried again after the actor running it died, each time on a fresh actor.
+RETRIES = 2
+#: Batches queued on each actor: one running, the next waiting.
+_QUEUED = 2
 
 
 @dataclass(frozen=True)
@@ -43,11 +52,13 @@ class RayOptions:
             that ``ray start`` runs here; ``ray://host:port`` or ``host:port`` another one.
         workers: Actors in the pool, each holding one copy of the model.
         batch_size: Images per actor call.
+        retries: Times a batch is tried again after the actor running it died.
     """
 
     address: str | None = None
     workers: int = 2
     batch_size: int = 8
+    retries: int = RETRIES
 
 
 @dataclass(frozen=True)
@@ -80,60 +91,196 @@ def require_ray() -> Any:
 
 
 def ray_batches(
-    spec: WorkerSpec, paths: Sequence[Path], options: RayOptions
+    spec: WorkerSpec,
+    paths: Sequence[Path],
+    options: RayOptions,
+    *,
+    lost: Callable[[str], Any] | None = None,
 ) -> Iterator[list[tuple[list[int], Any]]]:
     """Run ``spec.summarize`` over ``paths`` on an actor pool; yield each batch's
     ``(indices into paths, payload)`` pairs as they come back, in no particular order.
 
+    A batch whose actor died more than ``options.retries`` times comes back as
+    ``[([i], lost(reason)) for each of its images]``: ``lost`` makes the payload of an image
+    that could not be processed (without it, such a batch stops the run with ActvizError).
     The Ray job is stopped when the caller stops iterating (Ctrl-C included), and a Ray instance
     this call started is shut down.
 
     Raises:
         UsageError: Without the ray extra, or for a cluster address that cannot be reached.
-        ActvizError: When an actor fails (the model cannot be built there, ...).
+        ActvizError: When the model cannot be built on an actor, or the work on a batch raises.
     """
     ray = require_ray()
     if options.workers < 1:
         raise UsageError("--workers must be at least 1 with --engine ray (the actor pool size)")
     with _quiet_ray_logs():
-        yield from _run(ray, spec, paths, options)
+        yield from _run(ray, spec, paths, options, lost)
 
 
 def _run(
-    ray: Any, spec: WorkerSpec, paths: Sequence[Path], options: RayOptions
+    ray: Any,
+    spec: WorkerSpec,
+    paths: Sequence[Path],
+    options: RayOptions,
+    lost: Callable[[str], Any] | None,
 ) -> Iterator[list[tuple[list[int], Any]]]:
     started = _connect(ray, options)
+    pool: _Pool | None = None
     try:
-        context = ray.data.DataContext.get_current()
-        context.enable_progress_bars = False
-        context.print_on_execution_start = False
-        items = [{"index": i, "path": str(p)} for i, p in enumerate(paths)]
-        dataset = ray.data.from_items(items, override_num_blocks=_blocks(len(items), options))
-        with warnings.catch_warnings():
-            # max_restarts=0: a failed actor is an error to report, not to retry with
-            # constructor arguments Ray may have dropped; Ray deprecates passing it this way.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            mapped = dataset.map_batches(
-                _Summarizer,
-                fn_constructor_kwargs={"spec": spec},
-                batch_size=options.batch_size,
-                batch_format="numpy",
-                compute=ray.data.ActorPoolStrategy(size=options.workers),
-                num_cpus=_cpus_per_actor(ray, options),
-                max_restarts=0,
-            )
-        try:
-            for batch in mapped.iter_batches(batch_size=None, batch_format="numpy"):
-                yield [
-                    (list(pickle.loads(i)), pickle.loads(p))
-                    for i, p in zip(batch["indices"], batch["payload"], strict=True)
-                ]
-        except ray.exceptions.RayError as exc:
-            raise ActvizError(f"the Ray job failed: {_ray_reason(exc)}") from exc
+        # No restarts by Ray itself: a dead actor is replaced here, so the batch it was running
+        # is known and its retries counted.
+        actor = ray.remote(num_cpus=_cpus_per_actor(ray, options), max_restarts=0)(_Summarizer)
+        pool = _Pool(ray, actor, spec, options.workers)
+        yield from _schedule(ray, pool, paths, options, lost)
     finally:
+        if pool is not None:
+            pool.stop()
         if started:
             with contextlib.suppress(Exception):
                 ray.shutdown()
+
+
+@dataclass
+class _Batch:
+    indices: range
+    deaths: int = 0  # actors that died while running it
+
+
+class _Pool:
+    """The actors, and per actor the batches queued on it in the order they were sent."""
+
+    def __init__(self, ray: Any, actor: Any, spec: WorkerSpec, size: int) -> None:
+        self.ray = ray
+        self.actor = actor
+        self.spec = spec
+        self.actors = [actor.remote(spec) for _ in range(size)]
+        self.queued: list[deque[Any]] = [deque() for _ in range(size)]
+        self.batches: dict[Any, tuple[int, _Batch]] = {}  # in flight: ref -> (actor, batch)
+
+    def free(self) -> int | None:
+        """The actor with the fewest batches queued, if it has room for another."""
+        slot = min(range(len(self.actors)), key=lambda i: len(self.queued[i]))
+        return slot if len(self.queued[slot]) < _QUEUED else None
+
+    def submit(self, slot: int, batch: _Batch, paths: Sequence[Path]) -> None:
+        ref = self.actors[slot].summarize.remote([str(paths[i]) for i in batch.indices])
+        self.queued[slot].append(ref)
+        self.batches[ref] = (slot, batch)
+
+    def take(self, ref: Any) -> tuple[int, _Batch]:
+        slot, batch = self.batches.pop(ref)
+        self.queued[slot].remove(ref)
+        return slot, batch
+
+    def replace(self, slot: int) -> list[Any]:
+        """A fresh actor in place of a dead one; the refs that were queued on the dead one,
+        oldest first."""
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.actors[slot], no_restart=True)
+        self.actors[slot] = self.actor.remote(self.spec)
+        refs = list(self.queued[slot])
+        self.queued[slot].clear()
+        return refs
+
+    def stop(self) -> None:
+        """Kill the actors, and with them the calls still queued on them."""
+        for actor in self.actors:
+            with contextlib.suppress(Exception):
+                self.ray.kill(actor, no_restart=True)
+
+
+def _schedule(
+    ray: Any,
+    pool: _Pool,
+    paths: Sequence[Path],
+    options: RayOptions,
+    lost: Callable[[str], Any] | None,
+) -> Iterator[list[tuple[list[int], Any]]]:
+    size = max(1, options.batch_size)
+    fresh = (_Batch(range(s, min(s + size, len(paths)))) for s in range(0, len(paths), size))
+    again: deque[_Batch] = deque()  # batches whose actor died, sent before new ones
+    while True:
+        while (slot := pool.free()) is not None:
+            batch = again.popleft() if again else next(fresh, None)
+            if batch is None:
+                break
+            pool.submit(slot, batch, paths)
+        if not pool.batches:
+            return
+        [ref], _ = ray.wait(list(pool.batches), num_returns=1)
+        slot, batch = pool.batches[ref]
+        result = _result(ray, ref)
+        if not isinstance(result, BaseException):
+            pool.take(ref)
+            yield _global(batch, result)
+            continue
+        # Every batch queued on the dead actor fails with it: the oldest unfinished one was
+        # running, the others had not started.
+        culprit = True
+        for queued in pool.replace(slot):
+            _, batch = pool.batches.pop(queued)
+            result = _result(ray, queued)
+            if not isinstance(result, BaseException):
+                yield _global(batch, result)
+                continue
+            if culprit:
+                batch.deaths += 1
+                culprit = False
+            if batch.deaths <= options.retries:
+                again.append(batch)
+                continue
+            reason = _died_reason(result, options.retries)
+            if lost is None:
+                raise ActvizError(f"the Ray job failed: {reason}") from result
+            yield [([i], lost(reason)) for i in batch.indices]
+
+
+def _result(ray: Any, ref: Any) -> Any:
+    """A call's pairs, or the error that says its actor died.
+
+    Raises:
+        ActvizError: When the work raised, or the actor could not build the model (either
+            would fail on any actor).
+    """
+    errors = ray.exceptions
+    died = (
+        errors.RayActorError,
+        errors.WorkerCrashedError,
+        errors.NodeDiedError,
+        errors.OutOfMemoryError,
+        errors.ObjectLostError,
+    )
+    try:
+        return ray.get(ref)
+    except died as exc:
+        if getattr(exc, "actor_init_failed", False):
+            # Ray's text ends with the constructor's exception, after its traceback.
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            raise ActvizError(
+                "the Ray job failed: an actor could not build the model: "
+                + (lines[-1] if lines else _ray_reason(exc))
+            ) from exc
+        return exc
+    except errors.RayError as exc:
+        raise ActvizError(f"the Ray job failed: {_ray_reason(exc)}") from exc
+
+
+def _global(batch: _Batch, pairs: list[tuple[list[int], Any]]) -> list[tuple[list[int], Any]]:
+    """An actor's pairs with indices into the batch, as indices into the run's paths."""
+    return [([batch.indices[i] for i in rows], payload) for rows, payload in pairs]
+
+
+def _died_reason(exc: BaseException, retries: int) -> str:
+    """One line: what happened to the batch, and Ray's word on why the worker exited."""
+    detail = re.search(r"[Ww]orker exit detail: ([^\n]*)", str(exc))
+    # Its first sentence ("Worker unexpectedly exits with a connection error code 2"); the
+    # rest is Ray's list of common causes.
+    why = detail.group(1).split(". ")[0].strip().rstrip(".")[:160] if detail else ""
+    why = f": {why}" if why else ""
+    return (
+        f"the Ray worker died while processing this batch (retried {retries} time"
+        f"{'' if retries == 1 else 's'}){why}"
+    )
 
 
 class _Summarizer:
@@ -145,24 +292,18 @@ class _Summarizer:
         self.spec = spec
         self.loaded = load_with(spec.model, spec.load)
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import numpy as np
-
-        paths = [Path(p) for p in batch["path"]]
-        pairs = self.spec.summarize(self.loaded, paths, list(self.spec.layers))
-        # Pickled bytes in object columns: Ray Data moves them as they are.
-        indices = np.empty(len(pairs), dtype=object)
-        indices[:] = [pickle.dumps([int(batch["index"][i]) for i in rows]) for rows, _ in pairs]
-        payloads = np.empty(len(pairs), dtype=object)
-        payloads[:] = [pickle.dumps(payload) for _, payload in pairs]
-        return {"indices": indices, "payload": payloads}
+    def summarize(self, paths: list[str]) -> list[tuple[list[int], Any]]:
+        pairs: list[tuple[list[int], Any]] = self.spec.summarize(
+            self.loaded, [Path(p) for p in paths], list(self.spec.layers)
+        )
+        return pairs
 
 
 @contextlib.contextmanager
 def _quiet_ray_logs() -> Iterator[None]:
     """Ray's own log lines stay out of actviz's stderr (they are in Ray's log files); errors
     still come through. The levels are restored for whoever else uses Ray in this process."""
-    import ray.data  # noqa: F401  # importing it configures its logger, so first
+    import ray  # noqa: F401  # importing it configures its logger, so first
 
     loggers = [logging.getLogger(name) for name in ("ray", "ray.data")]
     levels = [logger.level for logger in loggers]
@@ -192,11 +333,6 @@ def _connect(ray: Any, options: RayOptions) -> bool:
             "with `ray start --head` and pass --ray-address auto, or leave the option out"
         ) from exc
     return True
-
-
-def _blocks(count: int, options: RayOptions) -> int:
-    # Enough blocks for every actor to stay busy, few enough that each holds whole batches.
-    return max(1, min(count, options.workers * 4, -(-count // options.batch_size)))
 
 
 def _cpus_per_actor(ray: Any, options: RayOptions) -> float:

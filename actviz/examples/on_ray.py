@@ -78,7 +78,8 @@ def candidates_on_ray(
     score: Any,
     k: int,
 ) -> Iterator[tuple[list[int], BatchCandidates]]:
-    """Each batch's candidates (or each unreadable image) as the actors send them back."""
+    """Each batch's candidates (or each unreadable image, or each image of a batch whose actor
+    kept dying) as the actors send them back."""
     spec = WorkerSpec(
         model=model,
         load=load,
@@ -90,5 +91,10 @@ def candidates_on_ray(
         workers=execution.workers or 2,
         batch_size=execution.batch_size,
     )
-    for pairs in ray_batches(spec, paths, options):
+    # A batch no actor could finish: each image failed, with the reason.
+    for pairs in ray_batches(spec, paths, options, lost=_lost):
         yield from pairs
+
+
+def _lost(reason: str) -> BatchCandidates:
+    return BatchCandidates(error=reason)
