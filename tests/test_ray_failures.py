@@ -8,6 +8,8 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -128,3 +130,166 @@ def test_a_batch_that_kills_every_actor_fails_by_name_and_the_run_goes_on(
     assert "failed: " in stderr and "img04.png" in stderr and "Traceback" not in stderr
     tops = {Path(e["path"]).name for c in doc["layers"][0]["channels"] for e in c["top"]}
     assert tops and not tops & set(failed)
+
+
+# ------------------------------------------------------------------ the scheduling, without Ray
+
+
+class _RayActorError(Exception):
+    def __init__(self, message: str, init_failed: bool = False) -> None:
+        super().__init__(message)
+        self.actor_init_failed = init_failed
+
+
+class _RayError(Exception):
+    pass
+
+
+class _FakeRef:
+    def __init__(self, actor: _FakeActor, paths: list[str]) -> None:
+        self.actor, self.paths = actor, paths
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class _FakeActor:
+    """Runs its calls in order; a batch holding a path with "kill" in it kills the actor (or
+    only the first time, with ``world.once``), failing every call queued on it."""
+
+    def __init__(self, world: _World) -> None:
+        self.world = world
+        self.queue: list[_FakeRef] = []
+        self.alive = True
+        world.actors += 1
+        self.summarize = self
+
+    def remote(self, paths: list[str]) -> _FakeRef:
+        ref = _FakeRef(self, paths)
+        if self.world.broken:
+            ref.done, ref.error = True, _RayActorError("boom\nValueError: no model", True)
+        elif not self.alive:
+            ref.done, ref.error = True, _RayActorError("dead")
+        else:
+            self.queue.append(ref)
+        return ref
+
+    def step(self) -> None:
+        ref = self.queue.pop(0)
+        ref.done = True
+        if any("kill" in p for p in ref.paths) and not (self.world.once and self.world.killed):
+            self.world.killed += 1
+            self.alive = False
+            died = "The actor died.\n\tpid: 1\nWorker exit detail: Worker was killed. See logs."
+            for queued in [ref, *self.queue]:
+                queued.done, queued.error = True, _RayActorError(died)
+            self.queue.clear()
+        elif any("raise" in p for p in ref.paths):
+            ref.error = _RayError("ValueError: bad batch")
+        else:
+            ref.value = [([i], p) for i, p in enumerate(ref.paths)]
+
+
+class _World:
+    def __init__(self, *, once: bool = False, broken: bool = False) -> None:
+        self.once, self.broken = once, broken
+        self.actors = self.killed = 0
+        self.exceptions = SimpleNamespace(
+            RayActorError=_RayActorError,
+            WorkerCrashedError=_RayActorError,
+            NodeDiedError=_RayActorError,
+            OutOfMemoryError=_RayActorError,
+            ObjectLostError=_RayActorError,
+            RayError=_RayError,
+        )
+
+    def remote(self, spec: Any) -> _FakeActor:  # the actor class
+        return _FakeActor(self)
+
+    def wait(self, refs: list[_FakeRef], num_returns: int) -> tuple[list[_FakeRef], list[Any]]:
+        while not any(r.done for r in refs):
+            next(r for r in refs if r.actor.queue and r.actor.queue[0] is r).actor.step()
+        ready = next(r for r in refs if r.done)
+        return [ready], [r for r in refs if r is not ready]
+
+    def get(self, ref: _FakeRef) -> Any:
+        while not ref.done:
+            ref.actor.step()
+        if ref.error is not None:
+            raise ref.error
+        return ref.value
+
+    def kill(self, actor: _FakeActor, no_restart: bool = True) -> None:
+        actor.alive = False
+
+
+def _schedule(world: _World, paths: list[str], lost: Any = None) -> dict[int, Any]:
+    from actviz.engines.ray_data import RayOptions, _Pool, _schedule
+
+    pool = _Pool(world, world, None, 2)  # type: ignore[arg-type]
+    got: dict[int, Any] = {}
+    options = RayOptions(workers=2, batch_size=2)
+    for pairs in _schedule(world, pool, [Path(p) for p in paths], options, lost):
+        for (index,), payload in pairs:
+            assert index not in got
+            got[index] = payload
+    return got
+
+
+def test_only_the_batch_an_actor_died_running_is_retried_and_then_named() -> None:
+    paths = [f"img{i}" for i in range(10)]
+    paths[4] = "kill4"
+    world = _World()
+    got = _schedule(world, paths, lost=lambda reason: ("lost", reason))
+    # The batch (kill4, img5) was tried 3 times, each time on a fresh actor; every batch that
+    # was queued behind it was sent again and came back.
+    assert world.killed == 3 and world.actors == 2 + 3
+    assert {i: got[i] for i in range(10) if i not in (4, 5)} == {
+        i: p for i, p in enumerate(paths) if i not in (4, 5)
+    }
+    reason = "the Ray worker died while processing this batch (retried 2 times): Worker was killed"
+    assert got[4] == got[5] == ("lost", reason)
+
+
+def test_a_batch_whose_actor_died_once_comes_back_whole() -> None:
+    paths = [f"img{i}" for i in range(7)]
+    paths[2] = "kill2"
+    world = _World(once=True)
+    assert _schedule(world, paths) == dict(enumerate(paths))
+    assert world.killed == 1 and world.actors == 3
+
+
+def test_what_would_fail_on_every_actor_stops_the_run() -> None:
+    from actviz.errors import ActvizError
+
+    with pytest.raises(ActvizError, match="could not build the model: ValueError: no model"):
+        _schedule(_World(broken=True), ["a", "b", "c"])
+    with pytest.raises(ActvizError, match="the Ray job failed: ValueError: bad batch"):
+        _schedule(_World(), ["a", "b", "raise", "d"])
+    # Without a payload for lost images, a batch that keeps killing its actor stops the run.
+    with pytest.raises(ActvizError, match=r"died while processing this batch \(retried 2"):
+        _schedule(_World(), ["a", "kill"])
+
+
+def test_the_driver_holds_nothing_per_image() -> None:
+    import gc
+    import tracemalloc
+
+    held = []
+    for n in (2_000, 20_000):
+        paths = [Path(f"/img/{i:06d}.png") for i in range(n)]
+        for path in paths:
+            str(path)  # cached text of the input list: not the scheduler's
+        world = _World()
+        from actviz.engines.ray_data import RayOptions, _Pool, _schedule
+
+        tracemalloc.start()
+        pool = _Pool(world, world, None, 2)  # type: ignore[arg-type]
+        count = 0
+        for pairs in _schedule(world, pool, paths, RayOptions(batch_size=8), None):
+            count += len(pairs)
+        gc.collect()
+        held.append(tracemalloc.get_traced_memory()[0])
+        tracemalloc.stop()
+        assert count == n
+    assert held[1] < held[0] + 8_000, held

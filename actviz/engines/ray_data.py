@@ -305,7 +305,7 @@ def _quiet_ray_logs() -> Iterator[None]:
     still come through. The levels are restored for whoever else uses Ray in this process."""
     import ray  # noqa: F401  # importing it configures its logger, so first
 
-    loggers = [logging.getLogger(name) for name in ("ray", "ray.data")]
+    loggers = [logging.getLogger("ray")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)
