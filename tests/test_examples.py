@@ -749,3 +749,14 @@ def test_the_document_names_at_most_a_hundred_failed_and_skipped_files(
     assert capped["failed_count"] == capped["skipped_count"] == 250
     assert len(capped["failed"]) == len(capped["skipped"]) == SHOWN == 100
     assert capped["failed"][0] == {"path": "/x/0000.png", "reason": "broken"}
+
+
+def test_the_report_counts_every_failed_image_and_lists_the_first(lamps_run: Any) -> None:
+    from actviz.report import build_examples_report
+
+    doc = dict(lamps_run.document)
+    doc["failed"] = [{"path": f"/x/{i:04d}.png", "reason": "broken"} for i in range(100)]
+    doc["failed_count"] = 250
+    page = build_examples_report(doc, lamps_run.out)["top-images.html"].decode()
+    assert "Failed images (250)" in page and page.count("<code>/x/0") == 100
+    assert "The first 100 are listed; each was named on stderr as it failed." in page

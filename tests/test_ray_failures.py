@@ -21,10 +21,11 @@ from actviz.cli import app
 runner = CliRunner()
 
 # A model whose forward kills its own process (never the test's, which plans the layers with a
-# forward of its own): on the first call anywhere ("once", a marker file remembers it), or on
-# every batch that holds a pure red image ("red").
+# forward of its own): on the first call anywhere ("once", a marker file remembers it), or with
+# SIGKILL on every batch that holds a pure red image ("red").
 KILLER = """
 import os
+import signal
 
 import torch
 from torch import nn
@@ -46,7 +47,7 @@ class Killer(nn.Module):
                 open(MARKER, "w").close()
                 os._exit(1)
             if MODE == "red" and bool(((x[:, 0] > 2.0) & (x[:, 1] < -1.5)).any()):
-                os._exit(1)
+                os.kill(os.getpid(), signal.SIGKILL)
         return self.conv(x)
 
 

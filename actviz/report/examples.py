@@ -99,6 +99,8 @@ def build_examples_report(doc: Mapping[str, Any], out: Path | None = None) -> di
         unranked=list(doc.get("unranked") or []),
         failed=[{"path": f["path"], "error": f.get("reason")} for f in doc.get("failed") or []],
         skipped=list(doc.get("skipped") or []),
+        failed_total=doc.get("failed_count"),
+        skipped_total=doc.get("skipped_count"),
         run_report=run_report,
         score_words=score_word,
     )
