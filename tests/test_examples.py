@@ -627,6 +627,7 @@ def test_option_errors_name_the_fix(keywords: dict[str, Any], message: str) -> N
 def test_resume_drops_a_torn_ledger_line_and_lines_no_state_covers(
     lamps: tuple[str, Path], lamps_run: Any, tmp_path: Path
 ) -> None:
+    from actviz.errors import OutputError
     from actviz.examples.checkpoint import FILE, LEDGER
 
     class StopAt:
@@ -664,6 +665,11 @@ def test_resume_drops_a_torn_ledger_line_and_lines_no_state_covers(
         Path(p).name for line in (out / LEDGER).read_text().splitlines() for p in json.loads(line)
     ]
     assert sorted(done) == sorted(GREYS)  # each image once, the dropped lines gone
+    # A ledger shorter than its state says: refused with the fix, never a wrong resume.
+    with (out / LEDGER).open("r+b") as fh:
+        fh.truncate(10)
+    with pytest.raises(OutputError, match="shorter than the state.*--overwrite"):
+        _run(lamps, out, batch_size=4, resume=True, report=False)
 
 
 def _feed(out: Path, n: int, batch: int = 50) -> int:
