@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
     from actviz.pca import pca_view
+    from actviz.run.sink import read_images
     from actviz.selectors import select_layers
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "list_layers",
     "load_model",
     "pca_view",
+    "read_images",
     "read_log",
     "render_activation",
     "run",
@@ -55,6 +57,7 @@ _LAZY = {
     "list_layers": "actviz.api",
     "load_model": "actviz.models",
     "pca_view": "actviz.pca",
+    "read_images": "actviz.run.sink",
     "read_log": "actviz.monitor",
     "render_activation": "actviz.api",
     "run": "actviz.api",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -76,3 +77,11 @@ def make_image(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0) -> P
 @pytest.fixture
 def image_file(tmp_path: Path) -> Path:
     return make_image(tmp_path / "in" / "dog.png")
+
+
+def run_images(out: Path) -> list[dict[str, Any]]:
+    """Every image record of the run in ``out``, in order, read back from its ledger (what
+    ``manifest.json`` listed under ``"images"`` before it pointed at the ledger)."""
+    import actviz
+
+    return list(actviz.read_images(out))

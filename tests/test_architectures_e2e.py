@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from tests.conftest import make_image
+from tests.conftest import make_image, run_images
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def test_default_selection_draws_every_layer(
     )
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
-    layers = manifest["images"][0]["layers"]
+    layers = run_images(out)[0]["layers"]
     assert 5 <= len(layers) <= 120, len(layers)
     assert all(x["file"] for x in layers), [x["name"] for x in layers if not x["file"]]
     assert not manifest["undrawable"] and not manifest["warnings"]
@@ -64,7 +64,7 @@ def test_all_skips_the_modules_that_never_run_with_one_warning(tmp_path: Path) -
     assert result.stderr.count("warning:") == 1 and "12 selected modules" in result.stderr
     assert not any("out_proj" in name for name in manifest["layers"])
     assert "encoder.layers.encoder_layer_0.mlp.0" in manifest["layers"]
-    assert {x["module"] for x in manifest["images"][0]["layers"]} == set(manifest["layers"])
+    assert {x["module"] for x in run_images(tmp_path / "a")[0]["layers"]} == set(manifest["layers"])
 
     # A module typed by its name stays selected, and the run says that it never ran.
     named = "encoder.layers.encoder_layer_0.self_attention.out_proj"
@@ -107,7 +107,7 @@ def test_segmentation_model_names_its_classes_and_draws_a_class_map(tmp_path: Pa
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["selector"] == "conv,classifier"
-    record = manifest["images"][0]
+    record = run_images(out)[0]
     assert record["size"] == [180, 120] and record["note"] is None
     head = next(x for x in record["layers"] if x["name"] == "classifier")
     # The preset resizes 180x120 to 780x520 and does not crop; the head works at stride 8.
@@ -158,5 +158,6 @@ def test_images_the_model_barely_sees_are_named_with_what_it_saw(tmp_path: Path)
     stderr = " ".join(result.stderr.split())  # rich may wrap long lines
     assert wide in stderr and dot in stderr
     manifest = json.loads((out / "manifest.json").read_text())
-    notes = {Path(i["path"]).name: i["note"] for i in manifest["images"]}
+    assert (manifest["images"]["count"], manifest["images"]["ok"]) == (3, 3)
+    notes = {Path(i["path"]).name: i["note"] for i in run_images(out)}
     assert notes == {"wide.png": wide, "dot.png": dot, "photo.png": None}

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from actviz.attention import class_token_attention, find_attention
 from actviz.cli import app
 from actviz.hooks import ActivationRecorder
+from tests.conftest import run_images
 
 runner = CliRunner()
 
@@ -122,7 +123,7 @@ def test_capture_attn_from_the_cli(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["selector"] == "MultiheadAttention"
-    layers = manifest["images"][0]["layers"]
+    layers = run_images(out)[0]["layers"]
     assert [x["name"] for x in layers] == [
         "encoder.layers.encoder_layer_0.self_attention<attn>",
         "encoder.layers.encoder_layer_1.self_attention<attn>",

@@ -14,7 +14,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from tests.conftest import make_image
+from tests.conftest import make_image, run_images
 
 runner = CliRunner()
 
@@ -58,7 +58,8 @@ def test_run_writes_grids_and_manifest(tmp_path: Path, image_file: Path) -> None
     assert manifest["model"] == "resnet18"
     assert manifest["weights"]["random"] is True and manifest["weights"]["source"] == "random"
     assert manifest["device"] == "cpu" and manifest["selector"] == "conv"
-    image = manifest["images"][0]
+    assert manifest["images"]["count"] == manifest["images"]["ok"] == 1
+    image = run_images(out)[0]
     assert image["status"] == "ok" and len(image["predictions"]) == 5
     first = image["layers"][0]
     assert first["name"] == "conv1" and first["type"] == "Conv2d" and first["call"] == 1
@@ -103,7 +104,9 @@ def test_reused_relu_and_max_channels_and_json(tmp_path: Path, image_file: Path)
     assert result.exit_code == 0, result.output
     assert "RANDOM WEIGHTS" not in result.stderr  # asked for explicitly
     data = json.loads(result.stdout)
-    layers = data["images"][0]["layers"]
+    assert data == json.loads((out / "manifest.json").read_text())
+    assert data["images"]["count"] == data["images"]["ok"] == 1
+    layers = run_images(out)[0]["layers"]
     assert [x["name"] for x in layers] == ["layer1.0.bn1", "layer1.0.relu", "layer1.0.relu:2"]
     assert [x["call"] for x in layers] == [1, 1, 2]
     assert layers[0]["min"] < 0  # bn1 copied before the in-place ReLU
@@ -128,7 +131,8 @@ def test_one_bad_image_among_good_ones_exits_3(tmp_path: Path, image_file: Path)
     assert result.exit_code == 3, result.output
     assert "broken.jpg" in result.stderr and "Traceback" not in result.output
     manifest = json.loads((out / "manifest.json").read_text())
-    statuses = {Path(i["path"]).name: i["status"] for i in manifest["images"]}
+    assert (manifest["images"]["ok"], manifest["images"]["failed"]) == (1, 1)
+    statuses = {Path(i["path"]).name: i["status"] for i in run_images(out)}
     assert statuses == {"dog.png": "ok", "broken.jpg": "failed"}
     assert not (out / "broken").exists()
 
@@ -363,7 +367,8 @@ def test_run_a_segmentation_model_offline(tmp_path: Path, image_file: Path) -> N
     )
     assert result.exit_code == 0, result.output
     assert "RANDOM WEIGHTS" not in result.stderr
-    layers = json.loads(result.stdout)["images"][0]["layers"]
+    assert json.loads(result.stdout)["images"]["ok"] == 1
+    layers = run_images(out)[0]["layers"]
     assert layers and all(x["name"].startswith("classifier.") for x in layers)
     assert len(list((out / "dog").glob("[0-9]*_*.png"))) == len(layers)
 

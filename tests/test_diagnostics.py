@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from tests.conftest import make_image
+from actviz.stats import read_table_rows
+from tests.conftest import make_image, run_images
 from tests.test_report_browser import browse, checked_copy, find_chromium
 
 pytestmark = pytest.mark.slow
@@ -69,12 +70,15 @@ def test_planted_nan_is_named_everywhere(planted: str, tmp_path: Path) -> None:
     assert not list(out.rglob("*_*.png"))  # statistics only: no grids
 
     doc = json.loads((out / "stats.json").read_text())
-    section = doc["images"]["x"]
-    assert section["first_nonfinite"] == "poison"
-    kinds = {(f["layer"], f["kind"]) for f in section["flags"]}
+    assert doc["format"] == 2 and doc["images"]["count"] == doc["images"]["flagged"] == 1
+    assert doc["flags"]["first_nonfinite"] == [{"layer": "poison", "images": 1, "first": "x"}]
+    record = run_images(out)[0]
+    assert record["first_nonfinite"] == "poison"
+    kinds = {(f["layer"], f["kind"]) for f in record["flags"]}
     assert ("act2", "dead") in kinds and ("poison", "nan") in kinds
-    act2 = next(x for x in section["layers"] if x["name"] == "act2")
-    assert act2["dead_channels"] == 6 and act2["channels"] == 8
+    table = {r["layer"]: r for r in read_table_rows(out / "stats.parquet") if r["image"] == "x"}
+    assert table["act2"]["dead_channels"] == 6 and table["act2"]["channels"] == 8
+    assert "dead" in table["act2"]["flags"] and "nan" in table["poison"]["flags"]
 
     rows = list(csv.DictReader(io.StringIO((out / "stats.csv").read_text())))
     by_layer = {r["layer"]: r for r in rows if r["image"] == "x"}

@@ -13,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from tests.conftest import make_image
+from actviz.stats import read_table_rows
+from tests.conftest import make_image, run_images
 
 runner = CliRunner()
 
@@ -91,12 +92,19 @@ def test_ray_stats_equal_the_local_engines(tmp_path: Path) -> None:
     assert local.exit_code == ray.exit_code == 3, (local.output, ray.output)
     assert "broken.png" in ray.stderr and "Traceback" not in ray.output
     stats = [json.loads((tmp_path / n / "stats.json").read_text()) for n in ("local", "ray")]
-    assert len(stats[0]["images"]) == 40 and stats[0]["run"]["layers"]
+    assert stats[0]["images"]["count"] == 40 and stats[0]["run"]["layers"]
     _close(stats[0], stats[1])
+    # Every image's statistics, as the table holds them (rows in whatever order they finished).
+    tables = [
+        {(r["image"], r["layer"]): r for r in read_table_rows(tmp_path / n / "stats.parquet")}
+        for n in ("local", "ray")
+    ]
+    assert len({image for image, _ in tables[0]}) == 40
+    _close(tables[0], tables[1])
     manifests = [json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("local", "ray")]
     for key in ("layers", "selector", "weights"):
         assert manifests[0][key] == manifests[1][key]
-    images = [{i["path"]: i for i in m["images"]} for m in manifests]
+    images = [{i["path"]: i for i in run_images(tmp_path / n)} for n in ("local", "ray")]
     assert images[0].keys() == images[1].keys()
     failed = [p for p, i in images[1].items() if i["status"] == "failed"]
     assert [Path(p).name for p in failed] == ["broken.png"]

@@ -27,6 +27,7 @@ from actviz.models.factories import (
     split_factory_spec,
 )
 from actviz.selectors import select_layers
+from tests.conftest import run_images
 
 runner = CliRunner()
 
@@ -633,7 +634,7 @@ def test_factory_arguments_from_the_command_line(mynet: Path, tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model"] == spec
-    assert [x["channels_total"] for x in manifest["images"][0]["layers"]] == [5, 5, 5]
+    assert [x["channels_total"] for x in run_images(out)[0]["layers"]] == [5, 5, 5]
     stats = runner.invoke(app, ["stats", spec, str(image), "-o", str(tmp_path / "s")])
     assert stats.exit_code == 0, stats.output
 

@@ -18,7 +18,7 @@ from actviz import api
 from actviz.cli import app
 from actviz.run import draw as draw_module
 from actviz.run import loop as local_engine
-from tests.conftest import make_image
+from tests.conftest import make_image, run_images
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,8 @@ def test_folder_layout_mirrors_the_input_tree(folder: Path, tmp_path: Path) -> N
         for f in ("00_layer4.1.conv2.png", "01_fc.png")
     ]
     manifest = json.loads((out / "manifest.json").read_text())
-    assert [Path(i["path"]).relative_to(folder).as_posix() for i in manifest["images"]] == [
+    assert manifest["images"]["count"] == manifest["images"]["ok"] == 4
+    assert [Path(i["path"]).relative_to(folder).as_posix() for i in run_images(out)] == [
         "a/x.jpg",
         "b/deep/y.png",
         "b/x.jpg",
@@ -133,7 +134,7 @@ def test_resume_after_an_interruption_redoes_nothing(folder: Path, tmp_path: Pat
     kwargs: dict[str, Any] = {"layers": "layer2.0.conv1,fc", "weights": "none", "batch_size": 1}
     with pytest.raises(KeyboardInterrupt):
         actviz.run("resnet18", [folder], out=out, reporter=_StopAfter(2), **kwargs)
-    records = [json.loads(x) for x in (out / ".actviz-records.jsonl").read_text().splitlines()]
+    records = run_images(out)
     assert len(records) == 2  # two images finished; a third may have been in flight
     recorded = [layer["file"] for r in records for layer in r["layers"]]
     first = {p: os.stat(out / p).st_mtime_ns for p in recorded}
@@ -153,9 +154,19 @@ def test_resume_after_an_interruption_redoes_nothing(folder: Path, tmp_path: Pat
         assert np.array_equal(
             np.asarray(Image.open(out / rel)), np.asarray(Image.open(clean / rel))
         ), rel
+    assert [i.status for i in result.images] == ["reused", "reused", "ok", "ok"]
+    assert all(len(i.layers) == 2 for i in result.images)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert [i["status"] for i in manifest["images"]] == ["reused", "reused", "ok", "ok"]
-    assert all(i["layers"] for i in manifest["images"])
+    assert manifest["images"] == {
+        "count": 4,
+        "ok": 2,
+        "reused": 2,
+        "failed": 0,
+        "records": ".actviz-records.jsonl",
+        "table": "stats.parquet",
+    }
+    assert [i["path"] for i in run_images(out)] == [i["path"] for i in run_images(clean)]
+    assert all(len(i["layers"]) == 2 for i in run_images(out))
 
     changed = CliRunner().invoke(
         app,
@@ -196,6 +207,7 @@ def test_overwrite_with_other_inputs_leaves_only_this_runs_outputs(
         "manifest.json",
         "stats.json",
         "stats.csv",
+        "stats.parquet",
         ".actviz-records.jsonl",
     }
     assert not any((out / name).exists() for name in earlier)
@@ -204,8 +216,8 @@ def test_overwrite_with_other_inputs_leaves_only_this_runs_outputs(
     html = "".join(p.read_text() for p in out.rglob("*.html"))
     assert "elsewhere/00_conv1.png" in html
     assert not any(f"{name}/00_conv1.png" in html for name in earlier)  # nothing of the earlier
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert [Path(i["path"]).name for i in manifest["images"]] == ["elsewhere.png"]
+    assert [Path(i["path"]).name for i in run_images(out)] == ["elsewhere.png"]
+    assert json.loads((out / "manifest.json").read_text())["images"]["count"] == 1
 
 
 def test_live_activations_stay_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,11 +255,10 @@ def test_a_file_name_that_is_not_utf8_runs_resumes_and_reports(tmp_path: Path) -
     result = actviz.run("resnet18", [root], **kwargs)
     assert [r.status for r in result.images] == ["ok", "ok"]
     # The JSON files hold the name as the escape \udce9 and read back as the same string.
-    manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
-    assert sorted(im["path"] for im in manifest["images"]) == sorted(
+    assert sorted(im["path"] for im in run_images(out)) == sorted(
         [str(odd), str(root / "plain.png")]
     )
-    assert "\\udce9" in (out / "manifest.json").read_text(encoding="utf-8")
+    assert "\\udce9" in (out / ".actviz-records.jsonl").read_text(encoding="utf-8")
     page = (out / "index.html").read_bytes().decode("utf-8")  # valid UTF-8 throughout
     assert "caf?.png" in page
     again = actviz.run("resnet18", [root], resume=True, **kwargs)

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from actviz.cli import app
 from actviz.render.legend import Header
 from actviz.render.overlay import LABEL_HEIGHT, PANEL_GAP
-from tests.conftest import make_image
+from tests.conftest import make_image, run_images
 
 pytestmark = pytest.mark.slow
 
@@ -43,10 +43,17 @@ def test_grads_and_cam_files_and_records(tmp_path: Path) -> None:
         "gradient_flow.png",
         "input.png",
     ]
-    layers = json.loads((out / "manifest.json").read_text())["images"][0]["layers"]
+    layers = run_images(out)[0]["layers"]
     assert all(x["gradient"]["target"] == 7 and x["gradient"]["norm"] > 0 for x in layers)
     stats = json.loads((out / "stats.json").read_text())
-    assert set(stats["gradients"]["x"]) == {"layer1.0.conv1", "layer4"}
+    # The run's summary per layer: over one image, that image's gradient norms.
+    flow = stats["gradients"]
+    assert flow["images"] == 1
+    assert [x["name"] for x in flow["layers"]] == ["layer1.0.conv1", "layer4"]
+    norms = {x["name"]: x["gradient"]["norm"] for x in layers}
+    for x in flow["layers"]:
+        assert x["norm_geomean"] == pytest.approx(norms[x["name"]], rel=1e-4)
+        assert x["zero_or_nonfinite"] == 0
     with Image.open(out / "x" / "01_layer4_grad.png") as grad:
         pixels = np.asarray(grad.convert("RGB"))
     assert pixels.std() > 10  # a picture of a signed map, not a blank canvas
@@ -126,7 +133,7 @@ def test_every_picture_says_random_weights_and_names_the_class(
     assert cam.title.startswith("layer4") and "class 7 (cock)  |  probability " in cam.info
     assert cam.labels == ("0", "max")
     assert overlay.info.startswith("mean of 512 channels over the input")
-    layer = json.loads((out / "manifest.json").read_text())["images"][0]["layers"][0]
+    layer = run_images(out)[0]["layers"][0]
     assert layer["gradient"]["target_label"] == "cock" and layer["gradient"]["zero"] is False
     assert layer["cam_note"] is None
 
@@ -179,7 +186,7 @@ def test_vit_cam_defaults_to_a_layer_its_patches_reach_and_says_why_it_is_blank(
     # The last block's patch tokens never reach the class-token readout: the block before.
     assert sorted(p.name for p in (out / "x").glob("*_cam.png")) == [f"01_{BLOCK0}_cam.png"]
     record = json.loads((out / "manifest.json").read_text())
-    layer = next(x for x in record["images"][0]["layers"] if x["name"] == BLOCK0)
+    layer = next(x for x in run_images(out)[0]["layers"] if x["name"] == BLOCK0)
     why = "the classifier heads.head has all-zero weights"
     assert layer["gradient"]["zero"] is True and layer["gradient"]["note"].startswith(why)
     assert layer["cam_note"].startswith(why)
@@ -199,9 +206,7 @@ def test_vit_last_block_cam_is_blank_for_the_class_token_readout(
     stderr, _, out = _vit_run(
         tmp_path, "build(trained=True)", "-l", f"{BLOCK0},{BLOCK1}", "--cam", "--grads"
     )
-    layers = {
-        x["name"]: x for x in json.loads((out / "manifest.json").read_text())["images"][0]["layers"]
-    }
+    layers = {x["name"]: x for x in run_images(out)[0]["layers"]}
     assert layers[BLOCK0]["cam_note"] is None and layers[BLOCK0]["gradient"]["zero"] is False
     assert layers[BLOCK1]["cam_note"] == CLASS_TOKEN_NOTE
     assert layers[BLOCK1]["gradient"] == {

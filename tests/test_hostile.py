@@ -11,7 +11,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from tests.conftest import make_image
+from tests.conftest import make_image, run_images
 
 pytestmark = pytest.mark.slow
 
@@ -73,9 +73,7 @@ def test_every_surprise_is_drawn_or_named(tmp_path: Path, monkeypatch: pytest.Mo
     assert result.exit_code == 3, result.output
     assert "Traceback" not in result.output
     assert "ü [bold].png" in result.stdout  # printed as itself, not eaten as markup
-    images = {
-        Path(i["path"]).name: i for i in json.loads((out / "manifest.json").read_text())["images"]
-    }
+    images = {Path(i["path"]).name: i for i in run_images(out)}
     assert set(images) == set(expected)
     for name, reason in expected.items():
         entry = images[name]
@@ -144,7 +142,7 @@ def test_what_cannot_be_drawn_is_listed(tmp_path: Path) -> None:
     assert "not drawn five" in result.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert [u["layer"] for u in manifest["undrawable"]] == ["five"]
-    layers = {x["name"]: x for x in manifest["images"][0]["layers"]}
+    layers = {x["name"]: x for x in run_images(out)[0]["layers"]}
     assert layers["parts.stem-a"]["file"] and layers["head"]["file"]
     assert layers["five"]["file"] is None and layers["five"]["note"]
     assert layers["parts.stem-a"]["shape"] == [1, 4, 32, 32]
@@ -202,7 +200,7 @@ def test_greyscale_model_gets_views_overlays_and_cams(tmp_path: Path) -> None:
     assert {"input.png", "00_conv_overlay.png", "00_conv_cam.png", "01_pool.png"} <= names
     with Image.open(out / "digit" / "input.png") as view:
         assert view.size == (28, 28)
-    layers = json.loads((out / "manifest.json").read_text())["images"][0]["layers"]
+    layers = run_images(out)[0]["layers"]
     assert layers[1]["layout"] == "vector"  # (6, 1, 1): a strip of values, not blank tiles
 
 

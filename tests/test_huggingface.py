@@ -14,6 +14,7 @@ from PIL import Image
 from actviz.errors import CheckpointError, UnknownModelError, UsageError
 from actviz.layouts import layer_contexts, to_drawable
 from actviz.models import list_layers, load_model
+from tests.conftest import run_images
 
 transformers = pytest.importorskip("transformers")
 
@@ -203,7 +204,8 @@ def test_cli_run_with_cam_and_top5(tmp_path: Path, vit_folder: Path, image_file:
     info = manifest["model_info"]
     assert info["source"] == "hf" and info["preprocessing"]["resize"] == [32, 32]
     assert info["preprocessing"]["crop"] is None and info["preprocessing"]["std"] == [0.2, 0.3, 0.4]
-    assert [p["label"] for p in manifest["images"][0]["predictions"]][:1][0] in LABELS.values()
+    assert manifest["images"]["ok"] == 1
+    assert [p["label"] for p in run_images(out)[0]["predictions"]][:1][0] in LABELS.values()
     assert manifest["layers"] == [
         "vit.embeddings.patch_embeddings.projection",
         "vit.layers.0",

@@ -17,7 +17,7 @@ from actviz.cli import app
 from actviz.errors import UsageError
 from actviz.pca import PcaSampler, fit_pca
 
-from .conftest import make_image
+from .conftest import make_image, run_images
 
 
 def _two_regions(seed: int, images: int = 3) -> np.ndarray:
@@ -120,7 +120,7 @@ def test_run_view_pca_same_bytes_across_runs_and_batch_sizes(photos: Path, tmp_p
     assert 0 < sum(record["explained_variance"]) <= 1 and record["vectors"] <= 4096
     assert record["explained_variance"] == sorted(record["explained_variance"], reverse=True)
     files = []
-    for image in first["images"]:
+    for image in run_images(tmp_path / "a"):
         for layer in image["layers"]:
             assert layer["pca"] == f"{image['out_dir']}/{Path(layer['file']).stem}_pca.png"
             files.append(layer["pca"])
@@ -132,7 +132,7 @@ def test_run_view_pca_same_bytes_across_runs_and_batch_sizes(photos: Path, tmp_p
     # A run without the view writes none.
     plain = _run(photos, tmp_path / "c")
     assert plain["pca"] is None
-    assert all(layer["pca"] is None for layer in plain["images"][0]["layers"])
+    assert all(layer["pca"] is None for layer in run_images(tmp_path / "c")[0]["layers"])
 
 
 def test_pca_mask_needs_the_view(photos: Path, tmp_path: Path) -> None:
@@ -169,7 +169,7 @@ def test_token_layer_of_a_tiny_vit(photos: Path, tmp_path: Path) -> None:
     record = doc["pca"]["encoder.layers.encoder_layer_1"]
     # 4 x 4 patch tokens per image, the class token dropped: 16 positions from each image.
     assert record["vectors"] == 3 * 16 and record["images"] == 3
-    layer = doc["images"][0]["layers"][0]
+    layer = run_images(out)[0]["layers"][0]
     assert layer["pca"].endswith("_pca.png")
     assert np.asarray(Image.open(out / layer["pca"])).ndim == 3
     # The report shows it beside the grid.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +13,7 @@ from actviz.layouts import LayerContext, to_drawable
 from actviz.render.grid import render_grid
 from actviz.render.palette import BACKGROUND, N_LEVELS, NONFINITE
 from actviz.render.tiling import GAP, PREFIX_CELL
-from tests.conftest import make_image
+from tests.conftest import make_image, run_images
 
 CTX = LayerContext("Block", 6, token_grid=(4, 4), prefix_tokens=5)
 
@@ -95,7 +94,7 @@ def test_a_run_shows_the_class_token_and_records_it(tmp_path: Path) -> None:
     args = ["run", "timm/test_vit", str(image), "-w", "none", "-o", str(out)]
     result = CliRunner().invoke(app, [*args, "-l", "blocks.0,head", "--no-report", "-q"])
     assert result.exit_code == 0, result.output
-    layers = json.loads((out / "manifest.json").read_text())["images"][0]["layers"]
+    layers = run_images(out)[0]["layers"]
     block = next(x for x in layers if x["name"] == "blocks.0")
     assert block["prefix_tokens"] == 1 and block["layout"] == "tokens"
     head = next(x for x in layers if x["name"] == "head")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import shutil
 import subprocess
@@ -663,6 +662,7 @@ def test_shared_norm_sorts_channels_once_for_every_image(tmp_path: Path) -> None
     from typer.testing import CliRunner
 
     from actviz.cli import app
+    from tests.conftest import run_images
 
     sample = Path(__file__).resolve().parent.parent / "sample_images"
     images = [
@@ -674,7 +674,7 @@ def test_shared_norm_sorts_channels_once_for_every_image(tmp_path: Path) -> None
     args += ["-l", "layer3.0.conv1", "--norm", "shared", "--sort", "max", "-c", "9"]
     result = CliRunner().invoke(app, [*args, "--save-tensors"])
     assert result.exit_code == 0, result.output
-    record = json.loads((out / "manifest.json").read_text())
+    records = {i["out_dir"]: i for i in run_images(out)}
     saved = [np.load(out / name / "00_layer3.0.conv1.npy") for name in "ab"]  # (C, H, W)
     # Ranked by each channel's largest value over both images, then shown to both.
     peak = np.maximum(*(maps.reshape(maps.shape[0], -1).max(axis=1) for maps in saved))
@@ -686,7 +686,7 @@ def test_shared_norm_sorts_channels_once_for_every_image(tmp_path: Path) -> None
     lo = min(float(m.min()) for m in saved)
     hi = max(float(m.max()) for m in saved)
     for name, maps in zip("ab", saved, strict=True):
-        layer = record["images"][[i["out_dir"] for i in record["images"]].index(name)]["layers"][0]
+        layer = records[name]["layers"][0]
         assert layer["channels"] == expected
         with Image.open(out / name / "00_layer3.0.conv1.png") as png:
             drawn = np.asarray(png)

@@ -14,6 +14,7 @@ from actviz.errors import UnknownModelError, UsageError, WeightsError
 from actviz.layouts import layer_contexts, to_drawable
 from actviz.models import list_layers, load_model
 from actviz.models.registry import list_model_names
+from tests.conftest import run_images
 
 timm = pytest.importorskip("timm")
 
@@ -192,7 +193,7 @@ def test_cli_runs_a_timm_model_by_its_hub_name(tmp_path: Path, image_file: Path)
         "interpolation": "bicubic",
         "from": "timm pretrained_cfg of test_convnext",
     }
-    assert len(manifest["images"][0]["predictions"]) == 5
+    assert len(run_images(out)[0]["predictions"]) == 5
 
     backbone = ["run", "timm/vit_small_patch14_reg4_dinov2", str(image_file)]
     backbone += ["--input-size", "28,28", "--weights", "none", "--out", str(tmp_path / "b")]
@@ -204,7 +205,8 @@ def test_cli_runs_a_timm_model_by_its_hub_name(tmp_path: Path, image_file: Path)
     result = runner.invoke(app, backbone)
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
-    assert manifest["images"][0]["predictions"] == []
+    assert manifest["images"]["ok"] == 1
+    assert run_images(tmp_path / "b")[0]["predictions"] == []
     assert manifest["layers"][:2] == ["patch_embed.proj", "blocks.0"]
     assert any("backbone without a classifier" in w for w in manifest["warnings"])
 

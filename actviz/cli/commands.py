@@ -266,19 +266,21 @@ def _finish(result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozen
     if not quiet:
         print_summary(result)
         print_flags(result)
-    hits = result.flags(fail_kinds) if fail_kinds else []
-    if hits:
-        image, flag = hits[0]
-        fired = ", ".join(sorted({f.kind for _, f in hits}))
-        error(
-            f"--fail-on: {len(hits)} anomaly flag(s) ({fired}); "
-            f"first: {flag.kind} in layer {flag.layer} of {image} ({flag.message})"
-        )
+    counts = result.flag_counts() if fail_kinds else {}
+    fired = sorted(kind for kind in fail_kinds if counts.get(kind))
+    if fired:
+        hits = result.flags(fired)
+        images = sum(counts[kind] for kind in fired)
+        first = ""
+        if hits:  # the most severe one
+            image, flag = hits[0]
+            first = f"; worst: {flag.kind} in layer {flag.layer} of {image} ({flag.message})"
+        error(f"--fail-on: {images} image flag(s) ({', '.join(fired)}){first}")
         raise typer.Exit(int(ExitCode.ANOMALY))
-    if result.failed:
-        ok = len(result.images) - len(result.failed)
-        if ok == 0:
-            error(f"no image could be read ({len(result.failed)} failed); see messages above")
+    failed = result.count("failed")
+    if failed:
+        if failed == len(result.images):
+            error(f"no image could be read ({failed} failed); see messages above")
             raise typer.Exit(int(ExitCode.ERROR))
         raise typer.Exit(int(ExitCode.PARTIAL))
 

@@ -126,12 +126,15 @@ class RichReporter:
 
 def print_run(result: RunResult) -> None:
     note = " (random weights: meaningless)" if result.weights.random else ""
-    shown = [i for i in result.images if i.status == "ok" and i.predictions]
-    for image in shown:
+    single = result.count("ok") == 1
+    # Read back from the run's ledger one image at a time: a folder of any size prints flat.
+    for image in result.images:
+        if image.status != "ok" or not image.predictions:
+            continue
         labels = [
             (p.label if p.label is not None else f"class {p.index}") for p in image.predictions
         ]
-        if len(shown) == 1:
+        if single:
             out_console.print(Text.assemble((str(image.path), "bold"), f" top-5{note}:"))
             for p, label in zip(image.predictions, labels, strict=True):
                 out_console.print(f"  {_percent(p.probability):>6}  {label}", markup=False)
@@ -141,7 +144,7 @@ def print_run(result: RunResult) -> None:
                 for p, label in zip(image.predictions, labels, strict=True)
             )
             out_console.print(Text.assemble((str(image.path), "bold"), f": {top}"))
-    ok = len(result.images) - len(result.failed) - len(result.reused)
+    ok = result.count("ok")
     what = (
         f"wrote {result.grids_written} grids for {ok} image(s) ({result.files_written} files "
         "in all)"
@@ -160,15 +163,15 @@ def _percent(value: float, digits: int = 1) -> str:
 
 def print_summary(result: RunResult) -> None:
     """One screen on stderr: what the run did, how fast, and what went wrong."""
-    done = len(result.images) - len(result.failed) - len(result.reused)
+    done = result.count("ok")
     rate = f"{done / result.seconds:.1f} images/s" if result.seconds > 0 and done else "nothing new"
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     table.add_row(
         "images",
-        f"{done} done, {len(result.reused)} reused (--resume), "
-        f"{len(result.failed)} failed, {len(result.skipped)} non-image skipped",
+        f"{done} done, {result.count('reused')} reused (--resume), "
+        f"{result.count('failed')} failed, {len(result.skipped)} non-image skipped",
     )
     table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
     if result.render.get("grids", True):
@@ -192,7 +195,7 @@ def print_summary(result: RunResult) -> None:
 
 
 def print_flags(result: RunResult) -> None:
-    """The flagged layers, first bad one first: where to start looking."""
+    """The most severe flagged layers, and where the first NaN or Inf came from."""
     hits = result.flags()
     if not hits:
         if result.stats is not None:
@@ -206,18 +209,17 @@ def print_flags(result: RunResult) -> None:
     for image, flag in hits[:15]:
         table.add_row(Text(image), Text(flag.layer), Text(flag.kind), Text(flag.message))
     err_console.print(table)
-    if len(hits) > 15:
-        err_console.print(f"... and {len(hits) - 15} more in {result.out}/stats.json")
-    first = result.stats.get("run") if result.stats else None
-    sections = [first] if first else list((result.stats or {}).get("images", {}).values())
-    for section in sections:
-        if section and section.get("first_nonfinite"):
-            err_console.print(
-                Text.assemble(
-                    ("first layer with NaN/Inf: ", "bold red"), str(section["first_nonfinite"])
-                )
-            )
-            break
+    counts = {kind: n for kind, n in result.flag_counts().items() if n}
+    flagged = ", ".join(f"{kind} in {n}" for kind, n in counts.items())
+    err_console.print(
+        f"images flagged: {flagged}; every image's flags are in {result.out}/stats.parquet",
+        markup=False,
+    )
+    run = (result.stats or {}).get("run") or {}
+    if run.get("first_nonfinite"):
+        err_console.print(
+            Text.assemble(("first layer with NaN/Inf: ", "bold red"), str(run["first_nonfinite"]))
+        )
 
 
 def print_listing(listing: LayerListing) -> None:

@@ -27,6 +27,7 @@ def gradient_flow_png(
     title: str,
     show_mean: bool = True,
     size: tuple[int, int] = (1000, 450),
+    mean: tuple[Sequence[float], int] | None = None,
 ) -> bytes:
     """Chart of gradient norm against depth: one line per series, log scale.
 
@@ -38,6 +39,8 @@ def gradient_flow_png(
         series: Label (e.g. an image name) -> one norm per layer.
         title: The chart's title.
         show_mean: With several series, also draw their geometric mean in black.
+        mean: The geometric mean to draw instead, and how many images it is over: a folder
+            run draws a sample of its images and the mean of them all.
         size: ``(width, height)`` in pixels.
 
     Returns:
@@ -80,16 +83,19 @@ def gradient_flow_png(
             color="0.55" if many else None,
             label=None if many else label,
         )
-    if show_mean and len(series) > 1:
+    if mean is not None:
+        line, over = np.asarray(mean[0], dtype=np.float64), mean[1]
+    elif show_mean and len(series) > 1:
         with warnings.catch_warnings():  # a layer where every norm is zero has no mean
             warnings.simplefilter("ignore", RuntimeWarning)
-            mean = np.exp(np.nanmean(np.log(shown), axis=0))
+            line, over = np.exp(np.nanmean(np.log(shown), axis=0)), len(series)
+    if mean is not None or (show_mean and len(series) > 1):
         ax.plot(
             depth,
-            mean,
+            line,
             color="black",
             linewidth=2.4,
-            label=f"geometric mean ({len(series)}, of nonzero norms)",
+            label=f"geometric mean ({over}, of nonzero norms)",
         )
     zero_cols = np.nonzero(((data == 0) | ~np.isfinite(data)).any(axis=0))[0]
     if zero_cols.size:

@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 from actviz import output, session
 from actviz.errors import UsageError
 from actviz.results import (
+    ImageRecords,
     ImageResult,
     Reporter,
     RunResult,
     SilentReporter,
 )
-from actviz.run.gradients import write_run_flow_chart
 from actviz.run.loop import Plan, capture_and_render
-from actviz.run.manifest import manifest, reuse_earlier
+from actviz.run.manifest import manifest
 from actviz.run.on_ray import stats_on_ray
 from actviz.run.options import RunOptions
-from actviz.run.statistics import write_stats
+from actviz.run.sink import RunSink, loader, report_images
 
 if TYPE_CHECKING:
     from torch import nn
@@ -90,18 +90,22 @@ def run(
 
             warm_up()  # the report's templates, compiled while the images run
         selector, names = _select(model, loaded, opts)
-        state = _plan(model, loaded, selector, names, found, opts)
+        state = _plan(model, loaded, selector, names, found, opts, notify)
         if state.kept:
             shown = ", ".join(state.kept[:5]) + (", ..." if len(state.kept) > 5 else "")
             warnings.append(f"--overwrite kept {len(state.kept)} file(s) no run wrote: {shown}")
             notify.warn(warnings[-1])
-        state.start_progress(notify)
-        if opts.execution.engine == "ray":
-            if opts.draw.pca:
-                raise UsageError("--view pca runs on the local engine; leave out --engine ray")
-            never_ran = stats_on_ray(model, state.names, state.todo, state.records, opts, notify)
-        else:
-            never_ran = capture_and_render(model, loaded, state, opts, notify)
+        try:
+            state.start_progress(notify)
+            if opts.execution.engine == "ray":
+                if opts.draw.pca:
+                    raise UsageError("--view pca runs on the local engine; leave out --engine ray")
+                never_ran = stats_on_ray(model, state.names, state.todo, state.sink, opts)
+            else:
+                never_ran = capture_and_render(model, loaded, state, opts, notify)
+        except BaseException:
+            state.sink.abort()
+            raise
         # What the selector swept in but the forward never called: one warning, and left out.
         refs = layer_refs(loaded.module)
         state.names, idle = fold_never_ran(refs, selector, state.names, never_ran)
@@ -109,6 +113,16 @@ def run(
             warnings.append(message)
             notify.warn(message)
         return _write(model, opened, state, found.skipped, warnings, opts, started)
+
+
+def _reuse(records: output.RunRecords, results: list[ImageResult]) -> None:
+    """Mark the images an earlier run completed (same settings, files still there) as
+    reused; their records stay in the ledger, where the run reads them when it needs them."""
+    done = records.completed()
+    for result in results:
+        offset = done.get((str(result.path), result.out_dir.as_posix()))
+        if offset is not None:
+            result.status, result.record = "reused", offset
 
 
 def _check_classifier(loaded: LoadedModel, opts: RunOptions, notify: Reporter) -> list[str]:
@@ -147,6 +161,7 @@ def _plan(
     names: list[str],
     found: Any,
     opts: RunOptions,
+    notify: Reporter,
 ) -> Plan:
     """Output folders per image, the resume records, and which images are still to draw."""
     from actviz.layouts import layer_contexts
@@ -169,7 +184,7 @@ def _plan(
     records = output.RunRecords(opts.out, settings)
     kept: list[Path] = []
     if opts.execution.resume:
-        reuse_earlier(records.completed(), results)
+        _reuse(records, results)
     elif opts.execution.overwrite:
         kept = records.reset([r.out_dir for r in results])
     module = session.in_memory_format(loaded.module, opts.execution.channels_last)
@@ -180,7 +195,14 @@ def _plan(
         contexts=layer_contexts(module, loaded.input_size),
         results=results,
         todo=[r for r in results if r.status != "reused"],
-        records=records,
+        sink=RunSink(
+            opts.out,
+            records,
+            notify,
+            stats=opts.stats,
+            thresholds=opts.thresholds,
+            random=loaded.weights.random,
+        ),
         kept=[p.relative_to(opts.out).as_posix() for p in kept],
     )
 
@@ -197,13 +219,16 @@ def _write(
     """Statistics, flow chart, manifest and report: the files about the whole run."""
 
     loaded = opened.model
-    out_dir, ex, results = opts.out, opts.execution, plan.results
-    stats_doc = write_stats(out_dir, results, opts.thresholds) if opts.stats else None
-    flow = (
-        write_run_flow_chart(out_dir, results, random=loaded.weights.random)
-        if opts.gradients.grads
-        else None
-    )
+    out_dir, ex, sink = opts.out, opts.execution, plan.sink
+    try:
+        # The reused images count in the summaries and the table as in a clean run; read
+        # back after the new ones, so that a resume starts at once whatever the ledger's size.
+        sink.replay(plan.results)
+        stats_doc = sink.finish()
+        flow = sink.flow_chart() if opts.gradients.grads else None
+    except BaseException:
+        sink.abort()
+        raise
     manifest_path = out_dir / "manifest.json"
     result = RunResult(
         model=model,
@@ -213,7 +238,7 @@ def _write(
         selector=plan.selector,
         layers=plan.names,
         out=out_dir,
-        images=results,
+        images=ImageRecords(plan.results, loader(sink.records)),
         skipped=skipped,
         seconds=time.perf_counter() - started,
         manifest=manifest_path,
@@ -237,6 +262,9 @@ def _write(
         gradient_flow=flow,
         pca={key: fit.describe() for key, fit in plan.pca.items()},
         weights_warning=opened.warning,
+        counts=sink.counts,
+        notes=sink.notes_list,
+        undrawable=sink.undrawable,
     )
     record = manifest(result)
     output.write_json(manifest_path, record)
@@ -244,7 +272,8 @@ def _write(
         from actviz.report import build_report, related_reports
 
         related = related_reports(out_dir)
-        pages = build_report(record, stats_doc, out_dir_name=out_dir.name, related=related)
-        for rel, data in pages.items():
+        shown = report_images(sink, plan.results, stats_doc, folders=opts.draw.grids)
+        pages = build_report(record, stats_doc, shown, out_dir_name=out_dir.name, related=related)
+        for rel, data in pages:  # made and written one at a time
             output.write_bytes(out_dir / rel, data)
     return result

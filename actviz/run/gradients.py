@@ -10,7 +10,6 @@ threads with the gradients the backward pass recorded; the flow charts are writt
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,11 +27,11 @@ if TYPE_CHECKING:
     from actviz.layouts import Drawable
 
 __all__ = [
+    "RunFlow",
     "cam_picture",
     "class_name",
     "gradient_picture",
     "write_flow_chart",
-    "write_run_flow_chart",
 ]
 
 
@@ -168,29 +167,80 @@ def write_flow_chart(out_dir: Path, result: ImageResult, *, random: bool = False
     return rel.as_posix()
 
 
-def write_run_flow_chart(
-    out_dir: Path, results: Sequence[ImageResult], *, random: bool = False
-) -> Path | None:
-    """Every image's gradient flow in one chart, with their geometric mean."""
-    from actviz.gradients.flowchart import gradient_flow_png
+class RunFlow:
+    """The run's gradient flow, folded image by image: a sample of the images' norms to draw
+    (the first :attr:`SAMPLE`), and the geometric mean of every image's, per layer."""
 
-    series: dict[str, list[float]] = {}
-    keys: list[str] = []
-    for result in results:
+    SAMPLE = 100
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.sample: dict[str, list[float]] = {}
+        self.images = 0
+        self._log_sum: list[float] = []
+        self._positive: list[int] = []
+        self._zero: list[int] = []
+
+    def add(self, result: ImageResult) -> None:
+        """One image's gradient norms (nothing when it has none)."""
         layers = [x for x in result.layers if x.gradient and x.kind == "output"]
         if not layers:
-            continue
-        keys = keys or [x.key for x in layers]
+            return
+        if not self.keys:
+            self.keys = [x.key for x in layers]
+            self._log_sum = [0.0] * len(self.keys)
+            self._positive = [0] * len(self.keys)
+            self._zero = [0] * len(self.keys)
         norms = {x.key: x.gradient["norm"] for x in layers if x.gradient}
-        series[result.out_dir.as_posix()] = [
-            math.nan if norms.get(k) is None else float(norms[k]) for k in keys
+        values = [math.nan if norms.get(k) is None else float(norms[k]) for k in self.keys]
+        self.images += 1
+        if len(self.sample) < self.SAMPLE:
+            self.sample[result.out_dir.as_posix()] = values
+        for j, value in enumerate(values):
+            if math.isfinite(value) and value > 0:
+                self._log_sum[j] += math.log(value)
+                self._positive[j] += 1
+            else:
+                self._zero[j] += 1
+
+    def mean(self) -> list[float]:
+        """The geometric mean of every image's nonzero norms, per layer."""
+        return [
+            math.exp(total / n) if n else math.nan
+            for total, n in zip(self._log_sum, self._positive, strict=True)
         ]
-    if not series:
-        return None
-    path = out_dir / "gradient_flow.png"
-    title = _titled("gradient flow: the run", random)
-    output.write_bytes(path, gradient_flow_png(keys, series, title=title))
-    return path
+
+    def describe(self) -> dict[str, Any] | None:
+        """Per layer: images, the geometric mean of the nonzero norms, zero or non-finite
+        norms; for ``stats.json`` (each image's are in its record)."""
+        if not self.images:
+            return None
+        return {
+            "images": self.images,
+            "layers": [
+                {"name": k, "norm_geomean": _json_number(m), "zero_or_nonfinite": z}
+                for k, m, z in zip(self.keys, self.mean(), self._zero, strict=True)
+            ],
+        }
+
+    def write(self, out_dir: Path, *, random: bool = False) -> Path | None:
+        """``gradient_flow.png``: the sampled images and the mean of all."""
+        from actviz.gradients.flowchart import gradient_flow_png
+
+        if not self.sample:
+            return None
+        title = "gradient flow: the run"
+        if self.images > len(self.sample):
+            title += f" (the first {len(self.sample)} of {self.images} images drawn)"
+        path = out_dir / "gradient_flow.png"
+        png = gradient_flow_png(
+            self.keys,
+            self.sample,
+            title=_titled(title, random),
+            mean=(self.mean(), self.images) if self.images > 1 else None,
+        )
+        output.write_bytes(path, png)
+        return path
 
 
 def _titled(title: str, random: bool) -> str:

@@ -23,13 +23,13 @@ from actviz.results import ImageResult, LayerResult, Reporter
 from actviz.run.draw import draw_image, summaries
 from actviz.run.gradients import write_flow_chart
 from actviz.run.job import ImageJob, thumbnail_path
-from actviz.run.manifest import image_record
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.stats import stats_callback
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
     from actviz.run.options import GradientOptions, RunOptions
+    from actviz.run.sink import RunSink
 
 __all__ = ["Plan", "capture_and_render"]
 
@@ -43,9 +43,9 @@ class Plan:
         names: The modules to hook.
         module: The model, in the memory format the run uses.
         contexts: What the model's structure says about each module.
-        results: Every image of the run, in order; reused ones already filled in.
+        results: Every image of the run, in order, as small stubs (reused ones marked).
         todo: The images still to process.
-        records: The resume records (:class:`actviz.output.RunRecords`).
+        sink: Where each finished image goes (:class:`actviz.run.sink.RunSink`).
         kept: Files ``--overwrite`` left in place because no run wrote them.
     """
 
@@ -55,7 +55,7 @@ class Plan:
     contexts: Mapping[str, Any]
     results: list[ImageResult]
     todo: list[ImageResult]
-    records: Any
+    sink: RunSink
     kept: list[str]
     pca: dict[str, Any] = field(default_factory=dict)
     """With ``--view pca``: capture key -> its components, fitted by the first pass."""
@@ -119,7 +119,7 @@ def capture_and_render(
                 forward, paths, recorder, plan.contexts, opts.draw.layout
             )
 
-    todo, records, grads = plan.todo, plan.records, opts.gradients
+    todo, sink, grads = plan.todo, plan.sink, opts.gradients
     never_ran: set[str] = set()
     cam_keys: frozenset[str] | None = None
     in_flight: deque[tuple[list[ImageResult], list[Future[list[LayerResult]]]]] = deque()
@@ -131,14 +131,12 @@ def capture_and_render(
                 result.gradient_flow = write_flow_chart(
                     opts.out, result, random=loaded.weights.random
                 )
-            records.add(image_record(result))
-            notify.advance(result)
+            sink.add(result)
 
     def failed(index: int, error: str | None) -> None:
         result = todo[index]
         result.status, result.error = "failed", error
-        records.add(image_record(result))
-        notify.advance(result)
+        sink.add(result)
 
     with (
         ActivationRecorder(

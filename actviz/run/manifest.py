@@ -1,4 +1,10 @@
-"""A run's ``manifest.json`` and resume records: the run as JSON-ready data, and back."""
+"""A run's ``manifest.json`` and its ledger's records: the run as JSON-ready data, and back.
+
+The manifest holds the run's facts and its per-layer summaries; its size depends on the layers,
+not on the images. Each image's record is a line of the run's ledger
+(:class:`actviz.output.RunRecords`), written as the image finishes; its statistics are also a
+row per layer of ``stats.parquet``.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,12 @@ from datetime import datetime, timezone
 from typing import Any
 
 from actviz._version import __version__
+from actviz.output import RunRecords
 from actviz.results import ImageResult, LayerResult, Prediction, RunResult
 from actviz.run.pictures import PICTURE_KINDS
 from actviz.session import versions_record, weights_record
 
-__all__ = ["image_record", "manifest", "reuse_earlier"]
+__all__ = ["image_from_record", "image_record", "manifest"]
 
 
 def manifest(result: RunResult) -> dict[str, Any]:
@@ -32,7 +39,16 @@ def manifest(result: RunResult) -> dict[str, Any]:
         "report": "index.html" if result.report is not None else None,
         "options": result.options,
         "seconds": round(result.seconds, 3),
-        "images": [image_record(r) for r in result.images],
+        "images": {
+            "count": len(result.images),
+            "ok": result.count("ok"),
+            "reused": result.count("reused"),
+            "failed": result.count("failed"),
+            # One line per image, its full record after the first tab (``read_images``).
+            "records": RunRecords.FILE,
+            "table": _table(result.stats),
+        },
+        "files": {"grids": result.counts.grids, "all": result.counts.files},
         "skipped": [{"path": str(p), "reason": why} for p, why in result.skipped],
         "warnings": result.warnings,
         "notes": result.notes,
@@ -85,24 +101,24 @@ def image_record(result: ImageResult) -> dict[str, Any]:
     }
 
 
-def reuse_earlier(
-    done: Mapping[tuple[str, str], Mapping[str, Any]], results: list[ImageResult]
-) -> None:
-    """Mark images an earlier run completed (same settings, files still there) as reused,
-    restoring what it recorded for them: the inverse of :func:`image_record`."""
-    for result in results:
-        earlier = done.get((str(result.path), result.out_dir.as_posix()))
-        if earlier is None:
-            continue
-        result.status = "reused"
-        result.size = tuple(earlier["size"]) if earlier.get("size") else None
-        result.thumbnail = earlier.get("thumbnail")
-        result.note = earlier.get("note")
-        result.predictions = [
+def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResult:
+    """The image a record describes (the inverse of :func:`image_record`), with the stub's
+    status (an image an earlier run did is ``reused`` in this one) and ledger offset."""
+    return ImageResult(
+        path=stub.path,
+        out_dir=stub.out_dir,
+        status=stub.status,
+        error=record.get("error"),
+        size=tuple(record["size"]) if record.get("size") else None,
+        thumbnail=record.get("thumbnail"),
+        gradient_flow=record.get("gradient_flow"),
+        note=record.get("note"),
+        record=stub.record,
+        predictions=[
             Prediction(p["index"], p["label"], nan_if_none(p["probability"]))
-            for p in earlier["predictions"]
-        ]
-        result.layers = [
+            for p in record.get("predictions") or []
+        ],
+        layers=[
             LayerResult(
                 key=x["name"],
                 module=x["module"],
@@ -126,8 +142,15 @@ def reuse_earlier(
                 cam_note=x.get("cam_note"),
                 prefix_tokens=x.get("prefix_tokens", 0),
             )
-            for x in earlier["layers"]
-        ]
+            for x in record.get("layers") or []
+        ],
+    )
+
+
+def _table(stats: Mapping[str, Any] | None) -> str | None:
+    """The per-image statistics table that ``stats.json`` points at, if any."""
+    images = (stats or {}).get("images")
+    return images.get("table") if isinstance(images, dict) else None
 
 
 def _finite(value: float) -> float | None:

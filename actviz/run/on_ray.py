@@ -2,9 +2,9 @@
 
 An actor's work on a batch is the local engine's without pictures: the same hooks, the same
 layer records (:func:`~actviz.run.draw.layer_records`: each layer's statistics, layout and
-note, with nothing drawn or written), the same predictions. The driver fills in the run's
-:class:`~actviz.results.ImageResult` list as results come back, so the statistics files, the
-manifest and the report are written by the very code a local run uses.
+note, with nothing drawn or written), the same predictions. The driver passes each image
+to the run's sink as its summary comes back (:class:`~actviz.run.sink.RunSink`), so the
+statistics files, the manifest and the report are written by the very code a local run uses.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from actviz.engines import RayOptions, WorkerSpec, ray_batches
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
-    from actviz.results import ImageResult, LayerResult, Prediction, Reporter
+    from actviz.results import ImageResult, LayerResult, Prediction
     from actviz.run.options import RunOptions
+    from actviz.run.sink import RunSink
 
 __all__ = ["ImageSummary", "stats_on_ray", "stats_summaries"]
 
@@ -100,17 +101,15 @@ def stats_on_ray(
     model: str,
     names: list[str],
     todo: list[ImageResult],
-    records: Any,
+    sink: RunSink,
     opts: RunOptions,
-    notify: Reporter,
 ) -> set[str]:
-    """Fill in ``todo`` from actors as their summaries come back; record and report each.
+    """Fill in ``todo`` from actors as their summaries come back, each passed on to the sink
+    (recorded, summarised, let go) as it arrives: the driver keeps nothing per image.
 
     Returns:
         The selected modules that did not run.
     """
-    from actviz.run.manifest import image_record
-
     ex = opts.execution
     spec = WorkerSpec(
         model=model,
@@ -120,7 +119,8 @@ def stats_on_ray(
     )
     ray = RayOptions(address=ex.ray_address, workers=ex.workers or 2, batch_size=ex.batch_size)
     never_ran: set[str] = set()
-    for pairs in ray_batches(spec, [r.path for r in todo], ray):
+    # A batch no actor could finish (the actor kept dying): each of its images failed, named.
+    for pairs in ray_batches(spec, [r.path for r in todo], ray, lost=_lost):
         for (index,), summary in pairs:
             result = todo[index]
             if summary.error is not None:
@@ -129,6 +129,9 @@ def stats_on_ray(
                 result.size, result.layers = summary.size, summary.layers
                 result.predictions = summary.predictions
                 never_ran.update(summary.never_ran)
-            records.add(image_record(result))
-            notify.advance(result)
+            sink.add(result)
     return never_ran
+
+
+def _lost(reason: str) -> ImageSummary:
+    return ImageSummary(error=reason)

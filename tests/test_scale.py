@@ -1,0 +1,233 @@
+"""Runs over folders of any size: per-image records streamed to the ledger and the table, run-level
+summaries equal to pooling every image, resume after a hard kill equal to a clean run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actviz import api
+from actviz.output import RunRecords
+from actviz.stats import LayerStats, aggregate_run, flag_anomalies
+from tests.conftest import make_image, run_images
+from tests.test_ray_failures import _setup as _ray_setup
+from tests.test_ray_failures import local_ray  # noqa: F401  (a fixture)
+
+TINY = """
+import torch
+from torch import nn
+
+
+def make() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4),
+    ).eval()
+"""
+
+
+@pytest.fixture
+def photos(tmp_path: Path) -> Path:
+    folder = tmp_path / "photos"
+    for i in range(24):
+        make_image(folder / f"img{i:03d}.png", size=(24 + i % 5, 20), seed=i)
+    (folder / "broken.png").write_bytes(b"not a picture")
+    return folder
+
+
+@pytest.fixture
+def tiny_model(tmp_path: Path) -> str:
+    path = tmp_path / "tiny.py"
+    path.write_text(TINY)
+    return f"{path}:make"
+
+
+def _stats_run(model: str, photos: Path, out: Path, **extra: Any) -> api.RunResult:
+    options: dict[str, Any] = {"grids": False, "report": False, "input_size": (32, 32)}
+    options.update(extra)
+    return api.run(model, [photos], out=out, layers="all", **options)
+
+
+def _table(out: Path) -> list[dict[str, Any]]:
+    from actviz.stats.table import read_table_rows
+
+    rows = read_table_rows(out / "stats.parquet")
+    return sorted(rows, key=lambda r: (r["image"], r["depth"]))
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-12)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
+def test_streamed_summaries_equal_pooling_every_image(
+    photos: Path, tiny_model: str, tmp_path: Path
+) -> None:
+    result = _stats_run(tiny_model, photos, tmp_path / "out")
+    assert len(result.images) == 25 and result.count("failed") == 1
+    # Every image's layers come back from the ledger, one at a time.
+    per_image = {
+        image.out_dir.as_posix(): [
+            (x.key, LayerStats.from_dict(x.stats)) for x in image.layers if x.stats
+        ]
+        for image in result.images
+        if image.status == "ok"
+    }
+    assert len(per_image) == 24 and all(len(v) == 7 for v in per_image.values())
+    pooled = aggregate_run(per_image)
+    doc = json.loads((result.out / "stats.json").read_text())
+    assert doc["format"] == 2 and doc["images"]["count"] == 24
+    assert [x["name"] for x in doc["run"]["layers"]] == [name for name, _ in pooled]
+    for got, (_, want) in zip(doc["run"]["layers"], pooled, strict=True):
+        expected = want.to_dict()
+        assert all(_close(got[k], expected[k]) for k in expected), got["name"]
+    # The flags each image raises are the ones counted, kind by kind.
+    counts: dict[str, int] = {}
+    for layers in per_image.values():
+        for kind in {f.kind for f in flag_anomalies(layers)}:
+            counts[kind] = counts.get(kind, 0) + 1
+    assert {k: v for k, v in doc["flags"]["images"].items() if v} == counts
+    # The table holds one row per image and layer, equal to the image's statistics.
+    rows = _table(result.out)
+    assert len(rows) == 24 * 7
+    for row in rows:
+        stats = dict(per_image[row["image"]])[row["layer"]].to_dict()
+        assert row["count"] == stats["count"] and row["channels"] == stats["channels"]
+        assert _close(row["mean"], stats["mean"] if stats["mean"] is not None else math.nan)
+    # The manifest is sized by the run, not its images, and points at the table.
+    manifest = json.loads(result.manifest.read_text())
+    assert manifest["images"]["count"] == 25 and manifest["images"]["failed"] == 1
+    assert manifest["images"]["table"] == "stats.parquet"
+
+
+def test_manifest_and_stats_do_not_grow_with_the_images(
+    photos: Path, tiny_model: str, tmp_path: Path
+) -> None:
+    few = tmp_path / "few"
+    for path in sorted(photos.glob("img00*.png"))[:4]:
+        (few / path.name).parent.mkdir(parents=True, exist_ok=True)
+        (few / path.name).write_bytes(path.read_bytes())
+    small = _stats_run(tiny_model, few, tmp_path / "small")
+    big = _stats_run(tiny_model, photos, tmp_path / "big")
+    for name in ("manifest.json", "stats.json"):
+        a, b = (small.out / name).stat().st_size, (big.out / name).stat().st_size
+        assert abs(a - b) < 0.1 * a, (name, a, b)
+
+
+def test_the_run_keeps_no_layers_in_memory(photos: Path, tiny_model: str, tmp_path: Path) -> None:
+    result = _stats_run(tiny_model, photos, tmp_path / "out")
+    stubs = result.images._stubs  # type: ignore[attr-defined]
+    assert all(not s.layers and not s.predictions for s in stubs)
+    assert all(s.record is not None for s in stubs)
+    first = result.images[1]  # [0] is broken.png
+    assert first.status == "ok" and first.layers and first.layers[0].stats is not None
+
+
+def test_a_torn_last_line_is_ignored_and_resume_finishes(
+    photos: Path, tiny_model: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    _stats_run(tiny_model, photos, out)
+    ledger = out / RunRecords.FILE
+    lines = ledger.read_bytes().splitlines(keepends=True)
+    ledger.write_bytes(b"".join(lines[:-3]) + lines[-3][: len(lines[-3]) // 2])
+    again = _stats_run(tiny_model, photos, out, resume=True)
+    assert again.count("reused") == 24 - 3 and again.count("ok") == 3
+    assert len(_table(out)) == 24 * 7
+
+
+def test_legacy_ledger_lines_are_still_read(tmp_path: Path) -> None:
+    records = RunRecords(tmp_path, {"model": "m"})
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "g.png").write_bytes(b"x")
+    old = {"settings": records.settings, "path": "a.png", "out_dir": "a", "status": "ok"}
+    old["layers"] = [{"file": "a/g.png", "name": "conv"}]
+    with (tmp_path / RunRecords.FILE).open("w") as fh:
+        fh.write(json.dumps(old) + "\n")
+    new = records.add({"path": "b.png", "out_dir": "b", "status": "ok", "layers": []})
+    done = records.completed()
+    assert set(done) == {("a.png", "a"), ("b.png", "b")}
+    assert records.read(done[("a.png", "a")])["layers"][0]["name"] == "conv"
+    assert records.read(new)["path"] == "b.png" and done[("b.png", "b")] == new
+
+
+def test_resume_refusal_names_what_changed(tmp_path: Path) -> None:
+    from actviz.errors import OutputError
+
+    RunRecords(tmp_path, {"model": "a", "k": 1}).add({"path": "x", "out_dir": "x"})
+    with pytest.raises(OutputError, match=r"k=1 \(now 2\)"):
+        RunRecords(tmp_path, {"model": "a", "k": 2}).completed()
+
+
+def _without_times(doc: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in doc.items() if k not in ("created", "seconds", "options")}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
+def test_a_run_killed_mid_folder_resumes_to_a_clean_runs_outputs(
+    photos: Path, tiny_model: str, tmp_path: Path
+) -> None:
+    clean = _stats_run(tiny_model, photos, tmp_path / "clean")
+    out = tmp_path / "killed"
+    command = [sys.executable, "-m", "actviz", "stats", tiny_model, str(photos)]
+    command += ["--layers", "all", "--input-size", "32,32", "--out", str(out), "--batch-size", "1"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ledger = out / RunRecords.FILE
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ledger.exists() and ledger.read_bytes().count(b"\n") >= 8:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (out / "stats.parquet").exists()  # only ever renamed into place when complete
+    resumed = _stats_run(tiny_model, photos, out, resume=True)
+    assert resumed.count("reused") >= 6
+    assert _close(_table(out), _table(clean.out))
+    got = json.loads((out / "stats.json").read_text())
+    want = json.loads((clean.out / "stats.json").read_text())
+    assert _close(got, want)
+    assert not list(out.glob(".*actviz-tmp*"))
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.usefixtures("local_ray")
+def test_stats_on_ray_names_the_images_of_a_batch_that_kills_every_actor(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from actviz.cli import app
+
+    model, photos = _ray_setup(tmp_path, "red")
+    out = tmp_path / "ray"
+    result = CliRunner().invoke(
+        app,
+        ["stats", model, str(photos), "-w", "none", "-l", "conv", "--input-size", "16,16"]
+        + ["-b", "3", "-o", str(out), "--engine", "ray", "--workers", "2"],
+    )
+    assert result.exit_code == 3, result.stderr  # finished, some inputs failed
+    failed = {Path(r["path"]).name: r["error"] for r in run_images(out) if r["status"] == "failed"}
+    assert sorted(failed) == ["img03.png", "img04.png", "img05.png"]
+    assert all("the Ray worker died while processing this batch" in e for e in failed.values())
+    doc = json.loads((out / "stats.json").read_text())
+    assert doc["images"]["count"] == 10
+    assert {r["image"] for r in _table(out)} == {
+        f"img{i:02d}" for i in range(13) if i not in (3, 4, 5)
+    }
