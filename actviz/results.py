@@ -23,6 +23,7 @@ __all__ = [
     "SilentReporter",
     "files_of",
     "layer_notes",
+    "notes_of",
 ]
 
 
@@ -293,20 +294,26 @@ def files_of(result: ImageResult) -> tuple[int, int]:
 def layer_notes(result: ImageResult) -> list[str]:
     """One image's notes on its pictures: each all-zero gradient or Grad-CAM map, and why;
     layers with the same note are named together."""
+    return notes_of((layer.key, layer.gradient, layer.cam_note) for layer in result.layers)
+
+
+def notes_of(layers: Iterable[tuple[str, Mapping[str, Any] | None, str | None]]) -> list[str]:
+    """:func:`layer_notes` of ``(layer, gradient record, Grad-CAM note)`` triples: what an
+    image's record holds."""
     found: dict[str, list[str]] = {}
-    for layer in result.layers:
-        gradient = layer.gradient or {}
+    for key, gradient, cam_note in layers:
+        gradient = gradient or {}
         why = gradient.get("note")
-        if gradient.get("zero") and why is not None and why == layer.cam_note:
+        if gradient.get("zero") and why is not None and why == cam_note:
             messages = [f"the gradient and the Grad-CAM map are all zero: {why}"]
         else:
             messages = []
             if gradient.get("zero"):
                 messages.append("the gradient is all zero" + (f": {why}" if why else ""))
-            if layer.cam_note:
-                messages.append(f"the Grad-CAM map is all zero: {layer.cam_note}")
+            if cam_note:
+                messages.append(f"the Grad-CAM map is all zero: {cam_note}")
         for message in messages:
-            found.setdefault(message, []).append(layer.key)
+            found.setdefault(message, []).append(key)
     return [f"{_names(keys)}: {message}" for message, keys in found.items()]
 
 

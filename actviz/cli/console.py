@@ -124,13 +124,27 @@ class RichReporter:
             self._progress = None
 
 
+PRINTED = 50
+"""How many images' predictions a run prints on stdout."""
+
+
 def print_run(result: RunResult) -> None:
     note = " (random weights: meaningless)" if result.weights.random else ""
-    single = result.count("ok") == 1
-    # Read back from the run's ledger one image at a time: a folder of any size prints flat.
+    ok = result.count("ok")
+    single, printed = ok == 1, 0
+    # Read back from the run's ledger one image at a time, the first PRINTED of them: a
+    # folder of any size prints flat, and every image's are in the ledger and the report.
     for image in result.images:
         if image.status != "ok" or not image.predictions:
             continue
+        if printed == PRINTED:
+            out_console.print(
+                f"... and the other images' predictions: actviz.read_images('{result.out}')"
+                + (" or the report" if result.report is not None else ""),
+                markup=False,
+            )
+            break
+        printed += 1
         labels = [
             (p.label if p.label is not None else f"class {p.index}") for p in image.predictions
         ]
@@ -144,7 +158,6 @@ def print_run(result: RunResult) -> None:
                 for p, label in zip(image.predictions, labels, strict=True)
             )
             out_console.print(Text.assemble((str(image.path), "bold"), f": {top}"))
-    ok = result.count("ok")
     what = (
         f"wrote {result.grids_written} grids for {ok} image(s) ({result.files_written} files "
         "in all)"

@@ -10,6 +10,7 @@ threads with the gradients the backward pass recorded; the flow charts are writt
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -181,21 +182,21 @@ class RunFlow:
         self._positive: list[int] = []
         self._zero: list[int] = []
 
-    def add(self, result: ImageResult) -> None:
-        """One image's gradient norms (nothing when it has none)."""
-        layers = [x for x in result.layers if x.gradient and x.kind == "output"]
-        if not layers:
+    def add(self, image: str, layers: Sequence[Mapping[str, Any]]) -> None:
+        """One image's gradient norms, from its record's layers (nothing when it has none)."""
+        taken = [x for x in layers if x.get("gradient") and x.get("kind", "output") == "output"]
+        if not taken:
             return
         if not self.keys:
-            self.keys = [x.key for x in layers]
+            self.keys = [x["name"] for x in taken]
             self._log_sum = [0.0] * len(self.keys)
             self._positive = [0] * len(self.keys)
             self._zero = [0] * len(self.keys)
-        norms = {x.key: x.gradient["norm"] for x in layers if x.gradient}
+        norms = {x["name"]: x["gradient"]["norm"] for x in taken}
         values = [math.nan if norms.get(k) is None else float(norms[k]) for k in self.keys]
         self.images += 1
         if len(self.sample) < self.SAMPLE:
-            self.sample[result.out_dir.as_posix()] = values
+            self.sample[image] = values
         for j, value in enumerate(values):
             if math.isfinite(value) and value > 0:
                 self._log_sum[j] += math.log(value)

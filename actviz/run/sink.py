@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.results import ImageResult, Reporter, RunCounts, files_of, layer_notes
+from actviz.results import ImageResult, Reporter, RunCounts, files_of, notes_of
 from actviz.run.gradients import RunFlow
 from actviz.run.manifest import image_from_record, image_record
 
@@ -74,32 +74,40 @@ class RunSink:
             self.running = RunningStats()
             self.table = StatsTable(out)
 
-    def add(self, result: ImageResult, *, new: bool = True) -> None:
-        """One finished image (``new``: done by this run, else replayed from the ledger):
-        recorded, summarised, reported, then let go."""
-        record = image_record(result) if new else None
-        if self.running is not None and result.status in ("ok", "reused"):
-            self._add_stats(result, record)
-        if record is not None:
-            result.record = self.records.add(record)
-            grids, files = files_of(result)
-            self.counts.grids += grids
-            self.counts.files += files
-            self.notify.advance(result)
-        where = result.out_dir.as_posix()
-        for message in layer_notes(result):
-            self.notes.setdefault(message, where)
-        for layer in result.layers:
-            if layer.layout == "none" and layer.key not in self.undrawable:
-                self.undrawable[layer.key] = layer.note or "cannot be drawn"
-        self.flow.add(result)
+    def add(self, result: ImageResult) -> None:
+        """One image this run finished: recorded, summarised, reported, then let go."""
+        record = image_record(result)
+        self._fold(record, result.status)
+        result.record = self.records.add(record)
+        grids, files = files_of(result)
+        self.counts.grids += grids
+        self.counts.files += files
+        self.notify.advance(result)
         result.let_go()
 
     def replay(self, stubs: Iterable[ImageResult]) -> None:
-        """Fold in the images an earlier run completed (``--resume``), read from the ledger
-        one at a time, so the summaries and the table equal a clean run's."""
-        for result in load_images(self.records, (s for s in stubs if s.status == "reused")):
-            self.add(result, new=False)
+        """Fold in the images an earlier run completed (``--resume``), their records read
+        from the ledger one at a time, so the summaries and the table equal a clean run's."""
+        with self.records.reader() as reader:
+            for stub in stubs:
+                if stub.status == "reused" and stub.record is not None:
+                    record = reader.read(stub.record)
+                    record.update(path=str(stub.path), out_dir=stub.out_dir.as_posix())
+                    self._fold(record, stub.status)
+
+    def _fold(self, record: dict[str, Any], status: str) -> None:
+        """One image's record into the summaries and the table; its flags into the record."""
+        layers = record.get("layers") or []
+        if self.running is not None and status in ("ok", "reused"):
+            self._add_stats(record, layers)
+        where = record["out_dir"]
+        notes = notes_of((x["name"], x.get("gradient"), x.get("cam_note")) for x in layers)
+        for message in notes:
+            self.notes.setdefault(message, where)
+        for x in layers:
+            if x.get("layout") == "none" and x["name"] not in self.undrawable:
+                self.undrawable[x["name"]] = x.get("note") or "cannot be drawn"
+        self.flow.add(where, layers)
 
     def finish(self) -> dict[str, Any] | None:
         """``stats.json``, the tables and the run's gradient-flow chart.
@@ -144,22 +152,17 @@ class RunSink:
         """Each note once, with the first image it was seen in."""
         return [f"{message} (first in {where})" for message, where in self.notes.items()]
 
-    def _add_stats(self, result: ImageResult, record: dict[str, Any] | None) -> None:
+    def _add_stats(self, record: dict[str, Any], layers: list[dict[str, Any]]) -> None:
         from actviz.stats import LayerStats, first_bad_layer
 
-        layers = [
-            (layer.key, LayerStats.from_dict(layer.stats))
-            for layer in result.layers
-            if layer.stats is not None
-        ]
-        if not layers:
+        stats = [(x["name"], LayerStats.from_dict(x["stats"])) for x in layers if x.get("stats")]
+        if not stats:
             return
-        key = result.out_dir.as_posix()
-        flags = self.running.add_image(key, layers, self.thresholds)
-        self.table.add(key, str(result.path), layers, flags)
-        if record is not None:  # its flags travel with its record: the report reads them
-            record["flags"] = [f.to_dict() for f in flags]
-            record["first_nonfinite"] = first_bad_layer(flags)
+        flags = self.running.add_image(record["out_dir"], stats, self.thresholds)
+        self.table.add(record["out_dir"], record["path"], stats, flags)
+        # Its flags travel with its record: the report's index reads them there.
+        record["flags"] = [f.to_dict() for f in flags]
+        record["first_nonfinite"] = first_bad_layer(flags)
 
     def _pooled_flags(self) -> list[Any]:
         from actviz.stats import flag_anomalies
