@@ -171,7 +171,11 @@ class ImageRecords(Sequence[ImageResult]):
 
     def where(self, status: str) -> list[ImageResult]:
         """The images with this status, read back."""
-        return list(self._loaded(s for s in self._stubs if s.status == status))
+        return list(self.having(status))
+
+    def having(self, status: str) -> Iterator[ImageResult]:
+        """The images with this status, each read back only when reached."""
+        return self._loaded(s for s in self._stubs if s.status == status)
 
     def count(self, status: object) -> int:
         """How many images have this status (``"ok"``, ``"failed"``, ``"reused"``)."""
@@ -276,9 +280,14 @@ class RunResult:
 
 
 def _where(images: Sequence[ImageResult], status: str) -> list[ImageResult]:
+    return list(having(images, status))
+
+
+def having(images: Sequence[ImageResult], status: str) -> Iterator[ImageResult]:
+    """The images with this status; a run's read back from its ledger only when reached."""
     if isinstance(images, ImageRecords):
-        return images.where(status)
-    return [r for r in images if r.status == status]
+        return images.having(status)
+    return (r for r in images if r.status == status)
 
 
 def files_of(result: ImageResult) -> tuple[int, int]:
