@@ -38,6 +38,7 @@ __all__ = [
     "write_error",
     "write_bytes",
     "write_json",
+    "write_state",
     "write_tensor",
 ]
 
@@ -45,6 +46,7 @@ TMP_MARK = ".actviz-tmp"
 #: The files a run writes at the top of the output folder, and the folder of report pages.
 RUN_FILES = (
     ".actviz-records.jsonl",
+    ".actviz-summary.json",
     "manifest.json",
     "stats.json",
     "stats.csv",
@@ -283,6 +285,24 @@ class RunRecords:
             raise OutputError(_os_message(self.path, exc)) from None
         return offset
 
+    def sync(self) -> int:
+        """Sync what was recorded to disk.
+
+        Returns:
+            The ledger's length in bytes: every line below it is complete and on disk.
+        """
+        fh = self._handle
+        if fh is None:
+            return self.path.stat().st_size if self.path.exists() else 0
+        try:
+            fh.flush()
+            os.fsync(fh.fileno())
+            self._synced = time.monotonic()
+            size: int = fh.tell()
+        except OSError as exc:
+            raise OutputError(_os_message(self.path, exc)) from None
+        return size
+
     def close(self) -> None:
         """Sync what was recorded to disk and close the ledger (it reopens when added to)."""
         if self._handle is None:
@@ -338,6 +358,10 @@ class RunRecords:
             earlier = self._earlier_folders()
             for name in RUN_FILES:
                 (out / name).unlink(missing_ok=True)
+            # The parts of a table a killed run left for the next resume.
+            for name in ("stats.parquet", "stats.csv"):
+                for leftover in out.glob(f".{name}.*{TMP_MARK}"):
+                    leftover.unlink()
             shutil.rmtree(out / REPORT_DIR, ignore_errors=True)
             for folder in {*earlier, *folders}:
                 target = (out / folder).resolve()
@@ -576,6 +600,16 @@ def write_json(path: Path, data: Any) -> None:
     text = dumps_json(data)
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8", errors=_UNDECODED) as fh:
         fh.write(text + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_state(path: Path, data: Any) -> None:
+    """Write a run's state as compact ASCII JSON atomically, flushed to disk: non-finite
+    floats as Python's json writes them (``NaN``, ``Infinity``), which it reads back."""
+    text = json.dumps(data, separators=(",", ":"))
+    with atomic_path(path) as tmp, tmp.open("w", encoding="ascii") as fh:
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
 

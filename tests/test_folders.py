@@ -209,6 +209,7 @@ def test_overwrite_with_other_inputs_leaves_only_this_runs_outputs(
         "stats.csv",
         "stats.parquet",
         ".actviz-records.jsonl",
+        ".actviz-summary.json",
     }
     assert not any((out / name).exists() for name in earlier)
     assert not (out / "a").exists() and not (out / "b").exists()  # emptied folders go too

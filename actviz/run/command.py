@@ -202,6 +202,7 @@ def _plan(
             stats=opts.stats,
             thresholds=opts.thresholds,
             random=loaded.weights.random,
+            resume=results if opts.execution.resume else None,
         ),
         kept=[p.relative_to(opts.out).as_posix() for p in kept],
     )

@@ -204,6 +204,33 @@ class RunFlow:
             else:
                 self._zero[j] += 1
 
+    def to_state(self) -> dict[str, Any]:
+        """Everything folded so far as JSON-ready data, for :meth:`from_state`."""
+        return {
+            "keys": self.keys,
+            "sample": list(self.sample.items()),
+            "images": self.images,
+            "log_sum": self._log_sum,
+            "positive": self._positive,
+            "zero": self._zero,
+        }
+
+    @classmethod
+    def from_state(cls, data: Mapping[str, Any]) -> RunFlow:
+        """The flow :meth:`to_state` gave.
+
+        Raises:
+            KeyError, TypeError, ValueError: If ``data`` is not such a state.
+        """
+        flow = cls()
+        flow.keys = [str(k) for k in data["keys"]]
+        flow.sample = {str(image): [float(v) for v in values] for image, values in data["sample"]}
+        flow.images = int(data["images"])
+        flow._log_sum = [float(v) for v in data["log_sum"]]
+        flow._positive = [int(n) for n in data["positive"]]
+        flow._zero = [int(n) for n in data["zero"]]
+        return flow
+
     def mean(self) -> list[float]:
         """The geometric mean of every image's nonzero norms, per layer."""
         return [

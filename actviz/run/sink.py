@@ -18,6 +18,7 @@ summaries; the manifest and the report are built from those and from the ledger.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,16 @@ class RunSink:
         stats: Whether layer statistics are summarised and tabulated.
         thresholds: When statistics raise anomaly flags.
         random: Whether the weights are random (the flow chart says so).
+        resume: For ``--resume``, the run's images, those an earlier run completed marked
+            ``reused``: the summaries start from the earlier run's checkpoint when it holds
+            exactly those of them it covers.
     """
+
+    #: The checkpoint of the summaries and the table, beside the ledger.
+    CHECKPOINT = ".actviz-summary.json"
+    #: Seconds between checkpoints at least; a long run's are further apart (a twentieth of
+    #: the time it has run), so that a run of any length writes a few dozen table parts.
+    CHECKPOINT_SECONDS = 5.0
 
     def __init__(
         self,
@@ -54,7 +64,10 @@ class RunSink:
         stats: bool,
         thresholds: Thresholds | None = None,
         random: bool = False,
+        resume: Sequence[ImageResult] | None = None,
     ) -> None:
+        from dataclasses import asdict
+
         from actviz.stats import Thresholds
 
         self.out = out
@@ -68,17 +81,55 @@ class RunSink:
         self.flow = RunFlow()
         self.running: Any = None
         self.table: Any = None
+        # What a checkpoint must have been written with to be resumed from.
+        self._key = json.loads(
+            json.dumps(
+                {
+                    "settings": records.digest,
+                    "stats": stats,
+                    "thresholds": asdict(self.thresholds),
+                }
+            )
+        )
+        # The images folded (those a resume can reuse): how many, and a digest of their
+        # ledger offsets that does not depend on their order.
+        self.folded = 0
+        self._offsets = 0
+        self._started = self._saved = time.monotonic()
+        state = self._checkpoint_of(resume) if resume is not None else None
+        restored = self._parse(state) if state is not None else None
+        if restored is None:
+            state = None
+        # A resume without a usable checkpoint folds the reused images at the end; till
+        # then the summaries are not those of the ledger's images, and are not saved.
+        self._replay_pending = resume is not None and state is None
         if stats:
             from actviz.stats import RunningStats, StatsTable
 
             self.running = RunningStats()
-            self.table = StatsTable(out)
+            self.table = StatsTable(out, resume=state["table"] if state else None)
+        if state is not None and restored is not None:
+            try:
+                self._restore(restored)
+                # The few images done after the checkpoint, folded now: later checkpoints
+                # then cover every line of the ledger.
+                end = int(state["ledger_bytes"])
+                self._replay(s for s in resume or () if (s.record or 0) >= end)
+            except BaseException:
+                self.abort()
+                raise
 
     def add(self, result: ImageResult) -> None:
         """One image this run finished: recorded, summarised, reported, then let go."""
         record = image_record(result)
         self._fold(record, result.status)
         result.record = self.records.add(record)
+        self._count(result.record, record, result.status)
+        if not self._replay_pending:
+            now = time.monotonic()
+            wait = max(self.CHECKPOINT_SECONDS, (now - self._started) / 20)
+            if now - self._saved > wait:
+                self.checkpoint()
         grids, files = files_of(result)
         self.counts.grids += grids
         self.counts.files += files
@@ -86,14 +137,109 @@ class RunSink:
         result.let_go()
 
     def replay(self, stubs: Iterable[ImageResult]) -> None:
-        """Fold in the images an earlier run completed (``--resume``), their records read
-        from the ledger one at a time, so the summaries and the table equal a clean run's."""
+        """Fold in the images an earlier run completed (``--resume``), so the summaries and
+        the table equal a clean run's: nothing left to do when they started from the
+        earlier run's checkpoint, else their records read from the ledger one at a time."""
+        if self._replay_pending:
+            self._replay(stubs)
+            self._replay_pending = False
+
+    def _replay(self, stubs: Iterable[ImageResult]) -> None:
         with self.records.reader() as reader:
             for stub in stubs:
                 if stub.status == "reused" and stub.record is not None:
                     record = reader.read(stub.record)
                     record.update(path=str(stub.path), out_dir=stub.out_dir.as_posix())
                     self._fold(record, stub.status)
+                    self._count(stub.record, record, stub.status)
+
+    def _count(self, offset: int, record: dict[str, Any], status: str) -> None:
+        """An image folded, in the checkpoint's count and digest if a resume may reuse it or
+        its fold added anything (an image that failed adds nothing; a resume redoes it)."""
+        if status in ("ok", "reused") or record.get("layers"):
+            self.folded += 1
+            self._offsets = (self._offsets + _mix(offset)) & _MASK
+
+    def checkpoint(self) -> None:
+        """Save the summaries and the table so far beside the ledger, with what they cover,
+        so that ``--resume`` starts from them instead of reading every image back."""
+        covered = self.records.sync()
+        table = self.table.checkpoint() if self.table is not None else None
+        self._save(covered, table)
+
+    def _save(self, covered: int, table: dict[str, Any] | None) -> None:
+        from actviz import output
+
+        output.write_state(self.out / self.CHECKPOINT, self._state(covered, table))
+        self._saved = time.monotonic()
+
+    def _state(self, covered: int, table: dict[str, Any] | None) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "key": self._key,
+            "ledger_bytes": covered,
+            "images": self.folded,
+            "offsets": f"{self._offsets:016x}",
+            "running": self.running.to_state() if self.running is not None else None,
+            "flow": self.flow.to_state(),
+            "notes": list(self.notes.items()),
+            "undrawable": list(self.undrawable.items()),
+            "table": table,
+        }
+
+    def _checkpoint_of(self, stubs: Sequence[ImageResult]) -> dict[str, Any] | None:
+        """The earlier run's checkpoint, if it was saved with these settings and folded
+        exactly the reused images whose records lie below the ledger length it covers;
+        else None (changed inputs, files missing, an older ledger, a torn file)."""
+        from actviz.stats import StatsTable
+
+        try:
+            state = json.loads((self.out / self.CHECKPOINT).read_bytes())
+            if state.get("format") != 1 or state.get("key") != self._key:
+                return None
+            covered = int(state["ledger_bytes"])
+            if not 0 <= covered <= self.records.path.stat().st_size:
+                return None
+            images, digest = 0, 0
+            for stub in stubs:
+                if stub.status == "reused" and stub.record is not None and stub.record < covered:
+                    images += 1
+                    digest = (digest + _mix(stub.record)) & _MASK
+            if images != int(state["images"]) or digest != int(state["offsets"], 16):
+                return None
+            if self._key["stats"] and not (
+                isinstance(state.get("table"), dict) and StatsTable.usable(self.out, state["table"])
+            ):
+                return None
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+        return state if isinstance(state, dict) else None
+
+    def _parse(self, state: dict[str, Any]) -> dict[str, Any] | None:
+        """The checkpoint's summaries as objects, or None when they cannot be read."""
+        from actviz.stats import RunningStats
+
+        try:
+            running = state["running"]
+            return {
+                "running": RunningStats.from_state(running) if self._key["stats"] else None,
+                "flow": RunFlow.from_state(state["flow"]),
+                "notes": {str(k): str(v) for k, v in state["notes"]},
+                "undrawable": {str(k): str(v) for k, v in state["undrawable"]},
+                "images": int(state["images"]),
+                "offsets": int(state["offsets"], 16),
+            }
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+    def _restore(self, restored: dict[str, Any]) -> None:
+        if self.running is not None:
+            self.running = restored["running"]
+        self.flow = restored["flow"]
+        self.notes = restored["notes"]
+        self.undrawable = restored["undrawable"]
+        self.folded = restored["images"]
+        self._offsets = restored["offsets"]
 
     def _fold(self, record: dict[str, Any], status: str) -> None:
         """One image's record into the summaries and the table; its flags into the record."""
@@ -129,6 +275,9 @@ class RunSink:
             pooled = self.running.pooled() if several else None
             self.table.finish(pooled, self._pooled_flags() if several else [])
             output.write_json(self.out / "stats.json", doc)
+        if not self._replay_pending:
+            table = self.table.finished_state() if self.table is not None else None
+            self._save(self.records.sync(), table)
         return doc
 
     def flow_chart(self) -> Path | None:
@@ -168,6 +317,18 @@ class RunSink:
         from actviz.stats import flag_anomalies
 
         return flag_anomalies(self.running.pooled(), self.thresholds)
+
+
+_MASK = (1 << 64) - 1
+
+
+def _mix(offset: int) -> int:
+    """A 64-bit hash of a ledger offset (splitmix64's finaliser): summed over a set of
+    offsets, a digest that does not depend on their order."""
+    z = (offset + 0x9E3779B97F4A7C15) & _MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+    return z ^ (z >> 31)
 
 
 def load_images(records: RunRecords, stubs: Iterable[ImageResult]) -> Iterator[ImageResult]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -370,6 +370,47 @@ class RunningStats:
         for kind, entries in other._worst.items():
             self._rank(kind, entries)
 
+    def to_state(self) -> dict[str, Any]:
+        """The whole summary as JSON-ready data (big integers and non-finite floats included,
+        as Python's json writes them), for :meth:`from_state`: what a resumed run starts from."""
+        return {
+            "images": self._images,
+            "flagged": self._flagged,
+            "layers": {name: _layer_to_state(layer) for name, layer in self._layers.items()},
+            "order": [[name, image, depth] for name, (image, depth) in self._order.items()],
+            "per_kind": list(self._per_kind.items()),
+            "kinds": [[layer, kind, n, first] for (layer, kind), (n, first) in self._kinds.items()],
+            "first_nonfinite": [
+                [name, n, first] for name, (n, first) in self._first_nonfinite.items()
+            ],
+            "worst": {kind: [list(entry) for entry in held] for kind, held in self._worst.items()},
+        }
+
+    @classmethod
+    def from_state(cls, data: Mapping[str, Any]) -> RunningStats:
+        """The summary :meth:`to_state` gave, equal to the one it was taken from.
+
+        Raises:
+            KeyError, TypeError, ValueError: If ``data`` is not such a state.
+        """
+        stats = cls()
+        stats._images = int(data["images"])
+        stats._flagged = int(data["flagged"])
+        stats._layers = {str(k): _layer_from_state(v) for k, v in data["layers"].items()}
+        stats._order = {str(name): (str(image), int(depth)) for name, image, depth in data["order"]}
+        stats._per_kind = {str(kind): int(n) for kind, n in data["per_kind"]}
+        stats._kinds = {
+            (str(layer), str(kind)): (int(n), str(first)) for layer, kind, n, first in data["kinds"]
+        }
+        stats._first_nonfinite = {
+            str(name): (int(n), str(first)) for name, n, first in data["first_nonfinite"]
+        }
+        stats._worst = {
+            str(kind): [(float(s), str(i), str(layer), str(m)) for s, i, layer, m in held]
+            for kind, held in data["worst"].items()
+        }
+        return stats
+
     def layer_names(self) -> list[str]:
         """Every layer seen, pooled or not, in run order."""
         return sorted(self._order, key=self._order.__getitem__)
@@ -484,3 +525,42 @@ def _tally(held: dict[Any, tuple[int, str]], key: Any, n: int, first: str) -> No
         held[key] = (count + n, min(earliest, first))
     else:
         held[key] = (n, first)
+
+
+def _layer_to_state(layer: RunningLayer) -> dict[str, Any]:
+    exact = (layer._sum, layer._squares, layer._p01, layer._p99, layer._zero, layer._neg)
+    return {
+        "images": layer.images,
+        "channels": layer.channels,
+        "mixed": layer.mixed,
+        "count": layer.count,
+        "nan": layer.nan,
+        "inf": layer.inf,
+        "finite": layer.finite,
+        "min": layer.min,
+        "max": layer.max,
+        "dead": sorted(layer.dead),
+        "sketches": {name: sketch.to_dict() for name, sketch in layer.sketches.items()},
+        "exact": [[x.n, x.e] for x in exact],
+        "bad": sorted(layer._bad),
+    }
+
+
+def _layer_from_state(data: Mapping[str, Any]) -> RunningLayer:
+    layer = RunningLayer()
+    layer.images = int(data["images"])
+    layer.channels = int(data["channels"])
+    layer.mixed = bool(data["mixed"])
+    layer.count = int(data["count"])
+    layer.nan = int(data["nan"])
+    layer.inf = int(data["inf"])
+    layer.finite = int(data["finite"])
+    layer.min = float(data["min"])
+    layer.max = float(data["max"])
+    layer.dead = {int(i) for i in data["dead"]}
+    layer.sketches = {name: Sketch.from_dict(data["sketches"][name]) for name in ACROSS_IMAGES}
+    exact = (layer._sum, layer._squares, layer._p01, layer._p99, layer._zero, layer._neg)
+    for total, (n, e) in zip(exact, data["exact"], strict=True):
+        total.n, total.e = int(n), int(e)
+    layer._bad = {str(name) for name in data["bad"]}
+    return layer

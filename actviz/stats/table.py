@@ -20,7 +20,7 @@ import functools
 import operator
 import os
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -131,15 +131,25 @@ class StatsTable:
         UsageError: If pyarrow is not installed.
     """
 
-    def __init__(self, out: Path, *, rows_per_group: int = 16384) -> None:
+    def __init__(
+        self,
+        out: Path,
+        *,
+        rows_per_group: int = 16384,
+        resume: Mapping[str, Any] | None = None,
+    ) -> None:
         if rows_per_group < 1:
             raise ValueError(f"rows_per_group must be at least 1, not {rows_per_group}")
-        _, pq = _arrow()
+        _arrow()
         self.out = out
         self.rows_per_group = rows_per_group
-        self.rows = 0
+        self.rows = int(resume["rows"]) if resume else 0
+        # Complete Parquet files holding the rows before the current part's, in order.
+        self._parts: list[str] = list(resume["parts"]) if resume else []
+        self._part_rows = 0
         self._parquet_tmp = output.temp_beside(out / TABLE_FILE)
         self._csv_tmp = output.temp_beside(out / CSV_FILE)
+        self._csv_rows_end = 0
         self._writer: Any = None
         self._fh: Any = None
         self._closed = False  # finished or aborted: no more rows
@@ -148,18 +158,81 @@ class StatsTable:
         try:
             with _naming(out / CSV_FILE):
                 out.mkdir(parents=True, exist_ok=True)
-                _remove_leftovers(out)
+                keep = {*self._parts, resume["csv"]} if resume else set()
+                _remove_leftovers(out, keep)
                 # newline="": the csv module's "\n" goes to disk as is, as to_csv's text does.
                 self._fh = self._csv_tmp.open("w", encoding="utf-8", errors=_UNDECODED, newline="")
                 self._csv = csv.writer(self._fh, lineterminator="\n")
-                self._csv.writerow(CSV_FIELDS)
-            with _naming(out / TABLE_FILE):
-                self._writer = pq.ParquetWriter(
-                    str(self._parquet_tmp), TABLE_SCHEMA(), compression=_COMPRESSION
-                )
+                if resume:
+                    self._fh.flush()
+                    _copy_start(out / resume["csv"], int(resume["csv_bytes"]), self._fh.buffer)
+                else:
+                    self._csv.writerow(CSV_FIELDS)
+            self._open_part()
         except BaseException:
             self.abort()
             raise
+
+    @staticmethod
+    def usable(out: Path, state: Mapping[str, Any]) -> bool:
+        """Whether a :meth:`checkpoint` of ``out`` can be resumed from: its parts are there,
+        complete, with its number of rows, and its CSV is at least as long as it was."""
+        try:
+            names = [*state["parts"], state["csv"]]
+            if not all(isinstance(n, str) and _ours(n) for n in names):
+                return False  # never a file of the checkpoint's choosing outside the table's
+            if (out / state["csv"]).stat().st_size < int(state["csv_bytes"]):
+                return False
+            _, pq = _arrow()
+            rows = sum(pq.ParquetFile(str(out / part)).metadata.num_rows for part in state["parts"])
+            return bool(rows == int(state["rows"]))
+        except Exception:  # missing, torn or of another kind: the caller replays instead
+            return False
+
+    def checkpoint(self) -> dict[str, Any]:
+        """Close the current part (a complete Parquet file) and start another, and sync the
+        CSV: the table so far, as ``StatsTable(out, resume=...)`` takes it up again.
+
+        Raises:
+            OutputError: If a file cannot be written.
+        """
+        self._check_open()
+        if self._layer:
+            self._flush()
+        with _naming(self.out / TABLE_FILE):
+            self._writer.close()
+            self._writer = None
+            self._parts.append(self._parquet_tmp.name)
+            self._parquet_tmp = output.temp_beside(self.out / TABLE_FILE)
+            self._open_part()
+        with _naming(self.out / CSV_FILE):
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            size = os.fstat(self._fh.fileno()).st_size
+        return {
+            "parts": list(self._parts),
+            "csv": self._csv_tmp.name,
+            "csv_bytes": size,
+            "rows": self.rows,
+        }
+
+    def finished_state(self) -> dict[str, Any]:
+        """After :meth:`finish`: the finished files as :meth:`checkpoint` gives a table, the
+        CSV's run rows left out."""
+        return {
+            "parts": [TABLE_FILE],
+            "csv": CSV_FILE,
+            "csv_bytes": self._csv_rows_end,
+            "rows": self.rows,
+        }
+
+    def _open_part(self) -> None:
+        _, pq = _arrow()
+        with _naming(self.out / TABLE_FILE):
+            self._writer = pq.ParquetWriter(
+                str(self._parquet_tmp), TABLE_SCHEMA(), compression=_COMPRESSION
+            )
+        self._part_rows = 0
 
     def __enter__(self) -> StatsTable:
         return self
@@ -233,6 +306,8 @@ class StatsTable:
         self._closed = True
         try:
             with _naming(self.out / CSV_FILE):
+                self._fh.flush()
+                self._csv_rows_end = os.fstat(self._fh.fileno()).st_size
                 if run is not None:
                     kinds = _kinds(run_flags)
                     for name, s in run:
@@ -243,7 +318,8 @@ class StatsTable:
                 self._flush()
             with _naming(self.out / TABLE_FILE):
                 self._writer.close()
-                os.replace(self._parquet_tmp, self.out / TABLE_FILE)
+                self._writer = None
+                self._combine()
             with _naming(self.out / CSV_FILE):
                 os.replace(self._csv_tmp, self.out / CSV_FILE)
         except BaseException:
@@ -251,6 +327,36 @@ class StatsTable:
             raise
         self._finished = True
         self._fh = self._writer = None
+        with contextlib.suppress(OSError):  # the parts now in stats.parquet
+            _remove_leftovers(self.out, set())
+
+    def _combine(self) -> None:
+        """The parts and the current one into ``stats.parquet``: their row groups copied in
+        order, or the one file renamed."""
+        final = self.out / TABLE_FILE
+        parts = [self.out / name for name in self._parts]
+        if self._part_rows or not parts:
+            parts.append(self._parquet_tmp)
+        if parts == [final]:
+            return  # nothing added to a finished table
+        if len(parts) == 1:
+            os.replace(parts[0], final)
+            return
+        _, pq = _arrow()
+        combined = output.temp_beside(final)
+        try:
+            writer = pq.ParquetWriter(str(combined), TABLE_SCHEMA(), compression=_COMPRESSION)
+            try:
+                for part in parts:
+                    parquet = pq.ParquetFile(str(part))
+                    for group in range(parquet.num_row_groups):
+                        rows = parquet.read_row_group(group)
+                        writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
+            finally:
+                writer.close()
+            os.replace(combined, final)
+        finally:
+            combined.unlink(missing_ok=True)
 
     def abort(self) -> None:
         """Close both files and remove the temporaries; the final names are left untouched.
@@ -264,7 +370,8 @@ class StatsTable:
             if closing is not None:
                 with contextlib.suppress(Exception):  # already failing: removing matters more
                     closing.close()
-        for tmp in (self._parquet_tmp, self._csv_tmp):
+        parts = [self.out / name for name in self._parts if output.TMP_MARK in name]
+        for tmp in (self._parquet_tmp, self._csv_tmp, *parts):
             with contextlib.suppress(OSError):
                 tmp.unlink()
         self._clear()
@@ -309,6 +416,7 @@ class StatsTable:
         batch = pa.RecordBatch.from_arrays(columns, schema=schema)
         with _naming(self.out / TABLE_FILE):
             self._writer.write_batch(batch, row_group_size=len(self._layer))
+        self._part_rows += len(self._layer)
         self._clear()
 
 
@@ -355,12 +463,39 @@ def _naming(path: Path) -> Iterator[None]:
         raise output.write_error(path, exc) from None
 
 
-def _remove_leftovers(out: Path) -> None:
-    """Remove the temporaries of a run that was killed before it could (SIGKILL, a power cut):
-    a large folder's would otherwise stay, hidden, beside every later table."""
+def _remove_leftovers(out: Path, keep: set[str]) -> None:
+    """Remove the temporaries of a run that was killed before it could (SIGKILL, a power cut),
+    but those in ``keep`` (a checkpoint's, resumed from): a large folder's would otherwise
+    stay, hidden, beside every later table."""
     for name in (TABLE_FILE, CSV_FILE):
         for leftover in out.glob(f".{name}.*{output.TMP_MARK}"):
-            leftover.unlink(missing_ok=True)
+            if leftover.name not in keep:
+                leftover.unlink(missing_ok=True)
+
+
+def _ours(name: str) -> bool:
+    """A name the table writes: a final file, or a temporary of one, in the output folder."""
+    if name in (TABLE_FILE, CSV_FILE):
+        return True
+    return (
+        "/" not in name
+        and "\\" not in name
+        and name.endswith(output.TMP_MARK)
+        and name.startswith((f".{TABLE_FILE}.", f".{CSV_FILE}."))
+    )
+
+
+def _copy_start(path: Path, size: int, into: Any) -> None:
+    """The first ``size`` bytes of ``path`` into the binary file ``into``."""
+    with path.open("rb") as fh:
+        left = size
+        while left > 0:
+            block = fh.read(min(left, 1 << 20))
+            if not block:
+                raise OSError(f"{path} is shorter than {size} bytes")
+            into.write(block)
+            left -= len(block)
+    into.flush()
 
 
 def _nan_for_none(values: list[Any]) -> list[Any]:
