@@ -358,8 +358,9 @@ class RunRecords:
             earlier = self._earlier_folders()
             for name in RUN_FILES:
                 (out / name).unlink(missing_ok=True)
-            # The parts of a table a killed run left for the next resume.
-            for name in ("stats.parquet", "stats.csv"):
+            # The parts of a table a killed run left for the next resume, and the temporary
+            # of a checkpoint it was writing.
+            for name in ("stats.parquet", "stats.csv", ".actviz-summary.json"):
                 for leftover in out.glob(f".{name}.*{TMP_MARK}"):
                     leftover.unlink()
             shutil.rmtree(out / REPORT_DIR, ignore_errors=True)

@@ -21,7 +21,7 @@ from actviz import output
 from actviz.output import LedgerReader, RunRecords
 from actviz.run.gradients import RunFlow
 from actviz.run.sink import RunSink
-from actviz.stats import LayerStats, RunningStats
+from actviz.stats import LayerStats, RunningStats, aggregate_run, flag_anomalies
 from tests.test_scale import _close, _stats_run, _table, photos, tiny_model
 
 __all__ = ["photos", "tiny_model"]  # fixtures, used by name
@@ -149,6 +149,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_a_clean_runs_outputs(
     state = json.loads((out / SUMMARY).read_text())
     assert state["images"] >= 1 and state["table"]["parts"]
     assert all((out / name).is_file() for name in state["table"]["parts"])
+    # As if the kill came while a checkpoint was written: its temporary goes too.
+    (out / f".{SUMMARY}.0123abcd.actviz-tmp").write_bytes(b"a torn checkpoint")
     replayed: list[int] = []
     original = RunSink._replay
 
@@ -231,6 +233,7 @@ def test_overwrite_removes_the_checkpoint_and_the_parts(
     out = tmp_path / "out"
     _stats_run(tiny_model, photos, out)
     (out / ".stats.parquet.0123abcd.actviz-tmp").write_bytes(b"a part")
+    (out / f".{SUMMARY}.0123abcd.actviz-tmp").write_bytes(b"a torn checkpoint")
     records = RunRecords(out, {"other": 1})
     records.reset([])
     assert not (out / SUMMARY).exists()
@@ -273,3 +276,30 @@ def test_write_state_is_ascii_and_reads_back_non_finite_floats(tmp_path: Path) -
     assert raw.isascii()
     back = json.loads(raw)
     assert back["x"][1] == float("inf") and back["x"][2] == 2**200 and back["name"] == data["name"]
+
+
+def test_a_table_taken_up_from_its_checkpoint_equals_one_written_at_once(tmp_path: Path) -> None:
+    from actviz.stats import StatsTable
+    from actviz.stats.table import CSV_FILE, TABLE_FILE, read_table_rows
+    from tests.test_stats_table import folder, write
+
+    per_image = folder()
+    images = list(per_image.items())
+    write(tmp_path / "once", per_image, rows_per_group=2)
+    out = tmp_path / "parts"
+    table = StatsTable(out, rows_per_group=2)
+    table.add(images[0][0], f"/in/{images[0][0]}.png", images[0][1], flag_anomalies(images[0][1]))
+    state = table.checkpoint()
+    table.add(images[1][0], "/in/lost.png", images[1][1], [])  # lost with the kill
+    del table  # killed: neither finished nor aborted
+    assert StatsTable.usable(out, state)
+    assert not StatsTable.usable(out, {**state, "rows": state["rows"] + 1})
+    assert not StatsTable.usable(out, {**state, "parts": ["../elsewhere.parquet"]})
+    with StatsTable(out, rows_per_group=2, resume=state) as resumed:
+        for image, layers in images[1:]:
+            resumed.add(image, f"/in/{image}.png", layers, flag_anomalies(layers))
+        run = aggregate_run(per_image)
+        resumed.finish(run, flag_anomalies(run))
+    assert read_table_rows(out / TABLE_FILE) == read_table_rows(tmp_path / "once" / TABLE_FILE)
+    assert (out / CSV_FILE).read_bytes() == (tmp_path / "once" / CSV_FILE).read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == [CSV_FILE, TABLE_FILE]

@@ -96,6 +96,7 @@ class RunSink:
         self.folded = 0
         self._offsets = 0
         self._started = self._saved = time.monotonic()
+        self._remove_leftovers()
         state = self._checkpoint_of(resume) if resume is not None else None
         restored = self._parse(state) if state is not None else None
         if restored is None:
@@ -186,6 +187,19 @@ class RunSink:
             "undrawable": list(self.undrawable.items()),
             "table": table,
         }
+
+    def _remove_leftovers(self) -> None:
+        """A checkpoint's temporary left by a run killed while it wrote it."""
+        from actviz import output
+        from actviz.errors import OutputError
+
+        try:
+            for leftover in self.out.glob(f".{self.CHECKPOINT}.*{output.TMP_MARK}"):
+                leftover.unlink(missing_ok=True)
+        except OSError as exc:
+            raise OutputError(
+                f"cannot remove {exc.filename}: {exc.strerror}; choose another --out"
+            ) from None
 
     def _checkpoint_of(self, stubs: Sequence[ImageResult]) -> dict[str, Any] | None:
         """The earlier run's checkpoint, if it was saved with these settings and folded
