@@ -303,3 +303,17 @@ def test_a_table_taken_up_from_its_checkpoint_equals_one_written_at_once(tmp_pat
     assert read_table_rows(out / TABLE_FILE) == read_table_rows(tmp_path / "once" / TABLE_FILE)
     assert (out / CSV_FILE).read_bytes() == (tmp_path / "once" / CSV_FILE).read_bytes()
     assert sorted(p.name for p in out.iterdir()) == [CSV_FILE, TABLE_FILE]
+
+
+def test_gradient_flow_resumes_from_the_checkpoint(
+    photos: Path, tiny_model: str, tmp_path: Path, reads: list[int]
+) -> None:
+    out = tmp_path / "out"
+    _stats_run(tiny_model, photos, out, grads=True, grids=True)
+    before = json.loads((out / "stats.json").read_text())
+    assert before["gradients"]["images"] == 24
+    reads.clear()
+    again = _stats_run(tiny_model, photos, out, grads=True, grids=True, resume=True)
+    assert reads == [] and again.count("reused") == 24
+    assert json.loads((out / "stats.json").read_text()) == before
+    assert again.gradient_flow is not None and again.gradient_flow.is_file()

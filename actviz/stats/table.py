@@ -202,6 +202,8 @@ class StatsTable:
         with _naming(self.out / TABLE_FILE):
             self._writer.close()
             self._writer = None
+            with self._parquet_tmp.open("rb") as part:  # on disk before a checkpoint names it
+                os.fsync(part.fileno())
             self._parts.append(self._parquet_tmp.name)
             self._parquet_tmp = output.temp_beside(self.out / TABLE_FILE)
             self._open_part()
