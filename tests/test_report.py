@@ -1097,47 +1097,6 @@ def test_a_manifest_without_its_images_needs_them_given(tmp_path: Path) -> None:
     assert dict(build_report(manifest, stats, images))["index.html"].startswith(b"<!DOCTYPE")
 
 
-def test_linked_picks_hold_the_images_stats_json_names_whatever_the_order() -> None:
-    """Picked as images finish, in any order: the first LINKED_FIRST drawn, the first LISTED
-    failures, and exactly the worst images RunningStats lists for each kind."""
-    import random as shuffling
-
-    from actviz.report import LinkedPicks
-    from actviz.report.pages import WORST_LINKED
-    from actviz.stats import WORST, LayerStats, RunningStats
-
-    assert WORST_LINKED == WORST
-
-    def layer(dead: int, nan: int) -> LayerStats:
-        return LayerStats(144, 0.5, 1.0, -2.0, 2.0, -1.8, 1.8, 0.0, 0.5, nan, 0, 4, dead, dead / 4)
-
-    count = 3000
-    orders = list(range(count))
-    shuffling.Random(0).shuffle(orders)
-    picks, running = LinkedPicks(), RunningStats()
-    for order in orders:
-        key = f"im{order:05d}"
-        if order % 400 == 399:
-            picks.add(order, {"out_dir": key, "status": "failed", "error": "unreadable"})
-            continue
-        dead = 2 + (order % 3 == 0) if order % 7 == 0 else 0  # ties of severity, by key
-        nan = (order * 37) % 11 if order % 13 == 0 else 0
-        flags = running.add_image(key, [("a", layer(0, nan)), ("b", layer(dead, 0))])
-        record = {"out_dir": key, "status": "ok", "flags": [f.to_dict() for f in flags]}
-        picks.add(order, record, flags)
-    linked = picks.linked()
-    keys = [str(r["out_dir"]) for r in linked]
-    assert keys == sorted(keys)  # image order
-    failed = [k for r, k in zip(linked, keys, strict=True) if r["status"] == "failed"]
-    assert failed == [f"im{n:05d}" for n in range(399, count, 400)][:LISTED]
-    worst = running.to_json()["flags"]["worst"]
-    named = {e["image"] for entries in worst.values() for e in entries}
-    assert {len(worst["dead"]), len(worst["nan"])} == {WORST}
-    first = {f"im{n:05d}" for n in range(LINKED_FIRST)}
-    assert set(keys) == first | named | set(failed)
-    assert len(linked) <= LINKED_FIRST + 2 * WORST + len(failed)
-
-
 # --------------------------------------------------------------------------- templates
 
 

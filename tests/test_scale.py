@@ -231,3 +231,20 @@ def test_stats_on_ray_names_the_images_of_a_batch_that_kills_every_actor(tmp_pat
     assert {r["image"] for r in _table(out)} == {
         f"img{i:02d}" for i in range(13) if i not in (3, 4, 5)
     }
+
+
+def test_the_report_links_the_first_the_worst_and_the_failed_images(
+    photos: Path, tiny_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import actviz.report.pages as pages
+
+    monkeypatch.setattr(pages, "LINKED_FIRST", 2)
+    result = _stats_run(tiny_model, photos, tmp_path / "out", report=True)
+    doc = json.loads((result.out / "stats.json").read_text())
+    worst = {e["image"] for entries in doc["flags"]["worst"].values() for e in entries}
+    ok = [i.out_dir.as_posix() for i in result.images if i.status == "ok"]
+    failed = [i.out_dir.as_posix() for i in result.images if i.status == "failed"]
+    pages_written = {p.stem for p in (result.out / "report" / "images").glob("*.html")}
+    assert pages_written == set(ok[:2]) | worst
+    index = (result.out / "index.html").read_text()
+    assert all(name in index for name in failed)

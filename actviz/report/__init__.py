@@ -80,4 +80,3 @@ from actviz.report.pages import (
 from actviz.report.pages import (
     related_reports as related_reports,
 )
-from actviz.report.picks import LinkedPicks as LinkedPicks
