@@ -218,16 +218,7 @@ class RunRecords:
         """
         done: dict[tuple[str, str], int] = {}
         earlier_settings: dict[str, Any] | None = None
-        for offset, line in self.lines():
-            if not line.endswith(b"\n"):
-                continue  # the last line, cut short by an interruption
-            head, tab, _ = line.partition(b"\t")
-            try:
-                record = json.loads(head if tab else line)
-            except (json.JSONDecodeError, UnicodeDecodeError):  # cut short by an interruption
-                continue
-            if not isinstance(record, dict):
-                continue
+        for offset, record, tab in self.heads():
             if "records" in record and isinstance(record.get("settings"), dict):
                 earlier_settings = record["settings"]  # the file's first line
                 continue
@@ -343,6 +334,21 @@ class RunRecords:
         self._handle = fh
         return fh
 
+    def heads(self) -> Iterator[tuple[int, dict[str, Any], bool]]:
+        """``(offset, head, new)`` of every whole line: its head (``new``: a head, a tab and
+        the full record), or the whole record of an older line; a line cut short by an
+        interruption, and anything not a JSON object, is left out."""
+        for offset, line in self.lines():
+            if not line.endswith(b"\n"):
+                continue  # the last line, cut short by an interruption
+            head, tab, _ = line.partition(b"\t")
+            try:
+                record = json.loads(head if tab else line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue
+            if isinstance(record, dict):
+                yield offset, record, bool(tab)
+
     def lines(self) -> Iterator[tuple[int, bytes]]:
         """``(offset, line)`` of every line, read in large blocks."""
         if not self.path.exists():
@@ -391,11 +397,7 @@ class RunRecords:
 
     def _earlier_folders(self) -> set[PurePosixPath]:
         """Image folders named by the records and the manifest already here."""
-        records: list[Any] = []
-        for _, line in self.lines():
-            head, tab, _ = line.partition(b"\t")
-            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
-                records.append(json.loads(head if tab else line))
+        records: list[Any] = [record for _, record, _ in self.heads()]
         manifest_path = self.path.parent / "manifest.json"
         if manifest_path.exists():
             with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):

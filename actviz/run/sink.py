@@ -439,14 +439,9 @@ def read_images(out: Path | str) -> Iterator[dict[str, Any]]:
 
     records = RunRecords(Path(out), {})
     last: dict[tuple[str, str], int] = {}
-    for offset, line in records.lines():
-        head, tab, _ = line.partition(b"\t")
-        try:
-            record = json.loads(head if tab else line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue
-        if isinstance(record, dict) and "out_dir" in record and "path" in record:
-            last[(record["path"], record["out_dir"])] = offset
+    for offset, head, _ in records.heads():
+        if "out_dir" in head and "path" in head:
+            last[(head["path"], head["out_dir"])] = offset
     with records.reader() as reader:
         for offset in sorted(last.values()):
             yield reader.read(offset)
