@@ -1,0 +1,191 @@
+"""The parameters' numbers of a recorded training step: each gradient's norm before clipping
+(on the parameter's post-accumulate-grad hook), after clipping (on the optimizer's step
+pre-hook), and the weight norm and update-to-weight ratio (on its step post-hook).
+
+Every number is queued in a :class:`~actviz.monitor.scalars.ScalarBatch` as an index and read
+with the rest of the step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from actviz.monitor.scalars import ScalarBatch
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+    from torch.utils.hooks import RemovableHandle
+
+__all__ = ["UPDATE_SAMPLE", "ParamWatch"]
+
+#: Values of a parameter the update ratio is measured on, at most: a copy of every weight at
+#: every recorded step would cost as much memory traffic as the step itself.
+UPDATE_SAMPLE = 16_384
+
+
+class ParamWatch:
+    """The hooks on a model's parameters and its optimizer, and what they queued this step.
+
+    Args:
+        model: The model whose parameters are watched.
+        optimizer: Its optimizer, or None (no norms after clipping, no update ratios).
+        scalars: Where the numbers are queued.
+        recording: Whether the current step is a recorded one.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        scalars: ScalarBatch,
+        recording: Callable[[], bool],
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self._scalars = scalars
+        self._recording = recording
+        self.order: list[str] = []
+        self._pre_clip: dict[str, int] = {}
+        self._post_clip: dict[str, int] = {}
+        self._before: list[torch.Tensor] = []
+        self._update: dict[str, tuple[int, int, int]] = {}
+
+    def hook(
+        self, keep: Callable[[RemovableHandle], None], after_update: Callable[..., None]
+    ) -> None:
+        """Register the hooks, each handle passed to ``keep``; ``after_update`` is the
+        optimizer's step post-hook (which calls :meth:`after_update` in turn)."""
+        self.order = list(self.named())
+        for name, param in self.named().items():
+            if param.requires_grad:
+                hook = self._pre_clip_hook(name)
+                # torch leaves this one unannotated.
+                keep(param.register_post_accumulate_grad_hook(hook))  # type: ignore[no-untyped-call]
+        if self.optimizer is not None:
+            keep(self.optimizer.register_step_pre_hook(self._on_optimizer_pre))
+            keep(self.optimizer.register_step_post_hook(after_update))
+
+    def named(self) -> dict[str, torch.nn.Parameter]:
+        """The model's parameters by name, then any other the optimizer holds."""
+        named = dict(self.model.named_parameters())
+        if self.optimizer is None:
+            return named
+        known = {id(p) for p in named.values()}
+        for g, group in enumerate(self.optimizer.param_groups):
+            for i, param in enumerate(group["params"]):
+                if id(param) not in known:
+                    named[f"(optimizer group {g} #{i})"] = param
+        return named
+
+    def _optimizer_params(self) -> list[tuple[str, torch.Tensor]]:
+        assert self.optimizer is not None
+        names = {id(p): n for n, p in self.named().items()}
+        return [
+            (names[id(p)], p)
+            for group in self.optimizer.param_groups
+            for p in group["params"]
+            if p.grad is not None
+        ]
+
+    def _pre_clip_hook(self, name: str) -> Any:
+        def hook(param: torch.Tensor) -> None:
+            import torch
+
+            if self._recording() and param.grad is not None:
+                with torch.no_grad():
+                    norm = torch.linalg.vector_norm(param.grad.detach(), dtype=torch.float32)
+                self._pre_clip[name] = self._scalars.add(norm)
+
+        return hook
+
+    def _on_optimizer_pre(self, *_: Any) -> None:
+        import torch
+
+        if not self._recording():
+            return
+        pairs = self._optimizer_params()
+        if not pairs:
+            return
+        with torch.no_grad():
+            norms = torch._foreach_norm([p.grad for _, p in pairs])  # type: ignore[misc]
+            self._before = [_sample(p).clone() for _, p in pairs]
+        for (name, _param), norm in zip(pairs, norms, strict=True):
+            self._post_clip[name] = self._scalars.add(norm.float())
+
+    def after_update(self) -> None:
+        """The optimizer stepped: queue each parameter's update and weight norms."""
+        import torch
+
+        if not self._before:
+            return
+        pairs = self._optimizer_params()
+        before, self._before = self._before, []
+        if len(pairs) != len(before):
+            return  # the optimizer's parameters changed inside the step
+        with torch.no_grad():
+            sampled = [_sample(p) for _, p in pairs]
+            deltas = torch._foreach_norm(torch._foreach_sub(sampled, before))
+            old = torch._foreach_norm(before)
+            new = torch._foreach_norm([p.detach() for _, p in pairs])
+        add = self._scalars.add
+        for (name, _param), d, o, n in zip(pairs, deltas, old, new, strict=True):
+            self._update[name] = (add(d.float()), add(o.float()), add(n.float()))
+
+    def weight_norms(self) -> dict[str, int]:
+        """Queue the weight norms of a recorded step without an optimizer (no update, so no
+        post-hook took them)."""
+        import torch
+
+        params = [(n, p) for n, p in self.named().items() if p.requires_grad]
+        if not params:
+            return {}
+        with torch.no_grad():
+            norms = torch._foreach_norm([p.detach() for _, p in params])
+        return {n: self._scalars.add(v.float()) for (n, _), v in zip(params, norms, strict=True)}
+
+    @property
+    def clipped(self) -> bool:
+        """Whether the norms after clipping were taken this step."""
+        return bool(self._post_clip)
+
+    def numbers(
+        self, floats: list[float], weights: dict[str, int]
+    ) -> dict[str, dict[str, float | None]]:
+        """Each parameter's numbers from the step's read values, in the model's order
+        whatever order the hooks fired in."""
+        params: dict[str, dict[str, float | None]] = {
+            name: {} for name in self.order if name in self._pre_clip or name in weights
+        }
+        for name, index in self._pre_clip.items():
+            params.setdefault(name, {})["grad_norm"] = floats[index]
+        for name, index in self._post_clip.items():
+            params.setdefault(name, {})["grad_norm_clipped"] = floats[index]
+        for name, (d, o, n) in self._update.items():
+            row = params.setdefault(name, {})
+            row["weight_norm"] = floats[n]
+            row["update_ratio"] = floats[d] / floats[o] if floats[o] > 0 else None
+        for name, index in weights.items():
+            params.setdefault(name, {})["weight_norm"] = floats[index]
+        return params
+
+    def clear(self) -> None:
+        """Forget the step's queued numbers (and a copy taken before an update)."""
+        self._pre_clip.clear()
+        self._post_clip.clear()
+        self._update.clear()
+        self._before.clear()
+
+
+def _sample(param: torch.Tensor) -> torch.Tensor:
+    """The values the update ratio is measured on: all of a small tensor, every k-th value of
+    a large one, k the smallest prime that brings the count under :data:`UPDATE_SAMPLE` (a
+    prime stride does not keep landing on the same kernel position or channel)."""
+    flat = param.detach().reshape(-1)
+    n = flat.numel()
+    if n <= UPDATE_SAMPLE:
+        return flat
+    stride = -(-n // UPDATE_SAMPLE)
+    while any(stride % d == 0 for d in range(2, int(stride**0.5) + 1)):
+        stride += 1
+    return flat[::stride]

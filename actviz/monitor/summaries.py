@@ -1,0 +1,174 @@
+"""The selected layers' outputs of a recorded training step, and the step's record.
+
+Each floating-point tensor of a selected layer's output is reduced on the device (sum, norm,
+min, max, non-zero count, and the norm of the gradient reaching it) into the step's
+:class:`~actviz.monitor.scalars.ScalarBatch`; :meth:`LayerSummaries.numbers` turns the read
+values into the log's per-layer statistics."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from actviz.hooks import tensor_items
+from actviz.monitor.nonfinite import Origin
+from actviz.monitor.scalars import ScalarBatch
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["LayerSummaries", "step_record"]
+
+
+class LayerSummaries:
+    """The queued statistics of the selected layers' outputs in the current step.
+
+    Args:
+        scalars: Where the numbers are queued.
+        histograms: Also queue each output's histogram (for TensorBoard).
+    """
+
+    def __init__(self, scalars: ScalarBatch, *, histograms: bool) -> None:
+        self._scalars = scalars
+        self._histograms = histograms
+        self.entries: dict[str, dict[str, Any]] = {}
+
+    def add(
+        self,
+        key: str,
+        output: object,
+        sums: list[int],
+        add_tensor_hook: Callable[[torch.Tensor, Callable[[torch.Tensor], None]], None],
+    ) -> None:
+        """Queue the statistics of each floating-point tensor of a selected layer's output:
+        sum (the non-finite watch's, when it has one), norm, min, max, non-zero count; the
+        gradient's norm is queued by a hook registered with ``add_tensor_hook``."""
+        import torch
+
+        add, count = self._scalars.add, self._scalars.add_count
+        tensors = [(s, t) for s, t in tensor_items(output) if t.is_floating_point()]
+        tensors = [(s, t) for s, t in tensors if t.numel() > 0]
+        for position, (suffix, tensor) in enumerate(tensors):
+            with torch.no_grad():
+                x = tensor.detach()
+                entry: dict[str, Any] = {
+                    "n": x.numel(),
+                    "shape": list(x.shape),
+                    "sum": (
+                        sums[position]
+                        if len(sums) == len(tensors)
+                        else add(x.sum(dtype=torch.float32))
+                    ),
+                    "l2": add(torch.linalg.vector_norm(x, dtype=torch.float32)),
+                    "min": add(x.amin()),
+                    "max": add(x.amax()),
+                    "nonzero": count(torch.count_nonzero(x)),
+                    # Counted only when the sum says there is a NaN or Inf (rarely): no pass
+                    # over every output for counts that are almost always zero.
+                    "tensor": x,
+                }
+                if self._histograms:
+                    from actviz.monitor.tensorboard import histogram_counts
+
+                    entry["hist"] = self._scalars.add_counts(histogram_counts(x))
+            self.entries[key + suffix] = entry
+            if tensor.requires_grad:
+                add_tensor_hook(tensor, self._grad_norm_hook(entry))
+
+    def _grad_norm_hook(self, entry: dict[str, Any]) -> Any:
+        def hook(grad: torch.Tensor) -> None:
+            import torch
+
+            with torch.no_grad():
+                entry["grad"] = self._scalars.add(
+                    torch.linalg.vector_norm(grad.detach(), dtype=torch.float32)
+                )
+
+        return hook
+
+    def numbers(
+        self, floats: list[float], ints: list[int]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, list[int]]]:
+        """Each layer's statistics from the step's read values, and its histogram counts."""
+        layers = {key: _layer_numbers(entry, floats, ints) for key, entry in self.entries.items()}
+        histograms = {
+            key: ints[entry["hist"]] for key, entry in self.entries.items() if "hist" in entry
+        }
+        return layers, histograms
+
+    def clear(self) -> None:
+        """Drop the step's entries (and the outputs they hold)."""
+        self.entries = {}
+
+
+def step_record(
+    step: int,
+    loss: float | None,
+    layers: dict[str, dict[str, Any]],
+    params: dict[str, dict[str, float | None]],
+    *,
+    clipped: bool,
+    origins: list[Origin],
+) -> dict[str, Any]:
+    """The log's record of a recorded step; ``clipped`` says whether the norms after
+    clipping were taken."""
+    record: dict[str, Any] = {
+        "kind": "step",
+        "step": step,
+        "time": time.time(),
+        "loss": loss,
+        "grad_norm": _total(p.get("grad_norm") for p in params.values()),
+        "grad_norm_clipped": (
+            _total(p.get("grad_norm_clipped") for p in params.values()) if clipped else None
+        ),
+        "layers": layers,
+        "params": params,
+    }
+    if origins:
+        record["nonfinite"] = [
+            {"phase": o.phase, "module": o.module, "value": o.value} for o in origins
+        ]
+    return record
+
+
+def _total(values: Any) -> float | None:
+    known = [v for v in values if v is not None]
+    if not known:
+        return None
+    return math.sqrt(sum(v * v for v in known))
+
+
+def _layer_numbers(entry: dict[str, Any], floats: list[float], ints: list[int]) -> dict[str, Any]:
+    """A layer's statistics from its read values: over all values when they are finite,
+    None (with the NaN and Inf counts) when they are not."""
+    import torch
+
+    n = int(entry["n"])
+    nan = nonfinite = 0
+    if not math.isfinite(floats[entry["sum"]]):
+        # The output as it is now: an in-place op after the layer (a ReLU) may have changed
+        # it since, which can only turn -inf into 0.
+        x = entry["tensor"]
+        nan = int(torch.isnan(x).sum())
+        nonfinite = int((~torch.isfinite(x)).sum())
+    row: dict[str, Any] = {
+        "mean": None,
+        "std": None,
+        "min": floats[entry["min"]],
+        "max": floats[entry["max"]],
+        "zero_frac": (n - ints[entry["nonzero"]]) / n,
+        "nan": nan,
+        "inf": nonfinite - nan,
+        "grad_norm": floats[entry["grad"]] if "grad" in entry else None,
+        "shape": entry["shape"],
+    }
+    if nonfinite == 0 and math.isfinite(floats[entry["sum"]]):
+        mean = floats[entry["sum"]] / n
+        square = floats[entry["l2"]] ** 2 / n
+        row["mean"] = mean
+        row["std"] = math.sqrt(max(square - mean * mean, 0.0))
+    else:
+        row["min"] = row["max"] = None
+    return row
