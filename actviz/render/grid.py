@@ -41,11 +41,8 @@ from actviz.render.normalize import (
     check_choice,
     check_clip,
     check_value_range,
-    flat_percentiles,
     map_levels,
-    order_scores,
     range_is_signed,
-    row_percentiles,
 )
 from actviz.render.normalize import F32Array as F32Array
 from actviz.render.normalize import F64Array as F64Array
@@ -58,6 +55,13 @@ from actviz.render.palette import (
     palette_for,
 )
 from actviz.render.palette import U8Array as U8Array
+from actviz.render.scales import (
+    channel_ranges,
+    channel_scale,
+    choose_channels,
+    layer_scale,
+    prefix_band_levels,
+)
 from actviz.render.tiling import GAP, body_shape, tile_grid, tile_layout
 
 # The array type aliases (U8Array, F32Array, F64Array) are imported as themselves above so that
@@ -142,149 +146,46 @@ def render_grid(
     drawn in ``NONFINITE`` and ignored when computing ranges and sort keys. Every tile has
     its channel index above it.
     """
-    array = as_float32(act, "act")
-    if array.ndim == 2:
-        array = array[None]
-    if array.ndim != 3:
-        raise ValueError(
-            f"act must be a (C, H, W) or (H, W) array for one image, got shape {array.shape}"
-        )
-    if 0 in array.shape:
-        raise ValueError(f"act must not be empty, got shape {array.shape}")
-    check_choice(order, "order", get_args(Order))
-    check_choice(norm, "norm", get_args(Norm))
-    shared = check_value_range(value_range) if value_range is not None else None
-    percentiles = check_clip(clip) if clip is not None and shared is None else None
-    if min_tile < 0:
-        raise ValueError(f"min_tile must be >= 0, got {min_tile}")
-    if columns is not None and columns < 1:
-        raise ValueError(f"columns must be >= 1 or None, got {columns}")
-    if cmap is not None:
-        colormap_lut(cmap)  # raises ValueError for an unknown name
-
+    array = _feature_maps(act)
+    shared, percentiles = _check_options(order, norm, value_range, clip, min_tile, columns, cmap)
     total, height, width = array.shape
     finite_all = np.isfinite(array)
     finite: BoolArray | None = None if bool(finite_all.all()) else finite_all
+    ranges = channel_ranges(array, finite)
+    chosen = choose_channels(array, finite, ranges, max_channels, order, channels)
 
-    channel_lo, channel_hi = channel_minmax(array, finite)
-    has_finite = channel_lo <= channel_hi
-    layer_lo = float(channel_lo[has_finite].min()) if has_finite.any() else 0.0
-    layer_hi = float(channel_hi[has_finite].max()) if has_finite.any() else 0.0
-
-    shown_count = total if max_channels <= 0 else min(total, max_channels)
-    if channels is not None:
-        ids = np.asarray(channels, dtype=np.intp).reshape(-1)
-        if ids.size == 0 or ids.min() < 0 or ids.max() >= total:
-            raise ValueError(f"channels must be a non-empty list of indices below {total}")
-        shown_count = int(ids.size)
-        shown = array[ids]
-        shown_finite = None if finite is None else finite[ids]
-    elif order == "index":
-        ids = np.arange(shown_count)
-        shown = array[:shown_count]
-        shown_finite = None if finite is None else finite[:shown_count]
-    else:
-        score = order_scores(array, finite, order, channel_hi)
-        ids = np.argsort(-score, kind="stable")[:shown_count]
-        shown = array[ids]
-        shown_finite = None if finite is None else finite[ids]
-    if shown_finite is not None and bool(shown_finite.all()):
-        shown_finite = None
-
-    data_lo, data_hi = shared if shared is not None else (layer_lo, layer_hi)
-    signed_data = range_is_signed(data_lo, data_hi)
-    cmap_name, centred = choose_cmap(cmap, signed_data)
+    data_lo, data_hi = shared if shared is not None else (ranges.layer_lo, ranges.layer_hi)
+    cmap_name, centred = choose_cmap(cmap, range_is_signed(data_lo, data_hi))
     neutral = CENTER_LEVEL if centred else 0
-    clip_text = f", clipped to p{percentiles[0]:g}-p{percentiles[1]:g}" if percentiles else ""
-    how = "symmetric about 0" if centred else "min-max"
-
-    constant = np.zeros(shown_count, dtype=bool)
     if shared is not None or norm == "layer":
-        if shared is not None:
-            lo, hi = shared
-            norm_used, description = "shared", "shared range"
-        else:
-            if percentiles is not None:
-                lo, hi = flat_percentiles(array, finite, percentiles)
-            else:
-                lo, hi = layer_lo, layer_hi
-            norm_used, description = "layer", f"per-layer {how}{clip_text}"
-        if centred:
-            magnitude = max(abs(lo), abs(hi))
-            lo, hi = -magnitude, magnitude
-        row_lo = np.full(shown_count, lo)
-        row_hi = np.full(shown_count, hi)
-        vmin, vmax = lo, hi
-        range_text = f"range [{fmt_value(lo)}, {fmt_value(hi)}]"
-        if centred:
-            labels: tuple[str, ...] = (fmt_value(lo), "0", "+" + fmt_value(hi))
-        else:
-            labels = (fmt_value(lo), fmt_value(hi))
+        scale = layer_scale(array, finite, ranges, chosen.count, shared, percentiles, centred)
     else:
-        shown_has = has_finite[ids]
-        raw_lo = np.where(shown_has, channel_lo[ids], 0.0)
-        raw_hi = np.where(shown_has, channel_hi[ids], 0.0)
-        if percentiles is not None:
-            rows = shown.reshape(shown_count, -1)
-            rows_finite = None if shown_finite is None else shown_finite.reshape(shown_count, -1)
-            row_lo, row_hi = row_percentiles(rows, rows_finite, percentiles)
-        else:
-            row_lo, row_hi = raw_lo, raw_hi
-        if centred:
-            magnitude_c = np.maximum(np.abs(row_lo), np.abs(row_hi))
-            row_lo, row_hi = -magnitude_c, magnitude_c
-        constant = raw_lo == raw_hi
-        if shown_has.any():
-            vmin, vmax = float(row_lo[shown_has].min()), float(row_hi[shown_has].max())
-        else:
-            vmin = vmax = 0.0
-        norm_used, description = "channel", f"per-channel {how}{clip_text}"
-        range_text = f"layer range [{fmt_value(layer_lo)}, {fmt_value(layer_hi)}]"
-        if percentiles is not None:
-            p_lo, p_hi = f"p{percentiles[0]:g}", f"p{percentiles[1]:g}"
-            labels = ("-|p|", "0", "+|p|") if centred else (f"ch {p_lo}", f"ch {p_hi}")
-        else:
-            labels = ("-|max|", "0", "+|max|") if centred else ("ch min", "ch max")
+        scale = channel_scale(ranges, chosen, percentiles, centred)
 
-    levels = map_levels(shown, row_lo, row_hi, constant, neutral, shown_finite)
-    prefix_levels = None
-    if prefix is not None:
-        extra = as_float32(prefix, "prefix")
-        if extra.ndim != 2 or extra.shape[0] != total or extra.shape[1] == 0:
-            raise ValueError(f"prefix must be a ({total}, P) array, got shape {extra.shape}")
-        extra = extra[ids]
-        extra_finite = np.isfinite(extra)
-        prefix_levels = map_levels(
-            extra[:, None, :],
-            row_lo,
-            row_hi,
-            constant,
-            neutral,
-            None if bool(extra_finite.all()) else extra_finite[:, None, :],
-        )[:, 0, :]
+    levels = map_levels(
+        chosen.maps, scale.row_lo, scale.row_hi, scale.constant, neutral, chosen.finite
+    )
+    prefix_levels = (
+        None if prefix is None else prefix_band_levels(prefix, total, chosen.ids, scale, neutral)
+    )
 
     upscale = max(1, math.ceil(min_tile / max(height, width)))
-    columns_used = min(columns, shown_count) if columns else math.ceil(math.sqrt(shown_count))
-    tile_labels = [
-        f"{int(i)} {channel_names[int(i)]}"
-        if channel_names is not None and int(i) < len(channel_names)
-        else str(int(i))
-        for i in ids
-    ]
+    columns_used = min(columns, chosen.count) if columns else math.ceil(math.sqrt(chosen.count))
+    tile_labels = _tile_labels(chosen.ids, channel_names)
     tokens = 0 if prefix_levels is None else int(prefix_levels.shape[1])
     placed = tile_layout(height * upscale, width * upscale, tile_labels, tokens)
-    body_h, body_w = body_shape(shown_count, columns_used, placed)
+    body_h, body_w = body_shape(chosen.count, columns_used, placed)
 
-    count_text = f"{shown_count} of {total} channel{'' if total == 1 else 's'}"
+    count_text = f"{chosen.count} of {total} channel{'' if total == 1 else 's'}"
     if channels is not None:
         count_text += f", {channels_note}" if channels_note else ""
     elif order != "index":
         count_text += f", sorted by {order}"
     header = Header(
         title=title,
-        info=f"{count_text}  |  {description}  |  {range_text}",
-        labels=labels,
-        nonfinite=shown_finite is not None,
+        info=f"{count_text}  |  {scale.description}  |  {scale.range_text}",
+        labels=scale.labels,
+        nonfinite=chosen.finite is not None,
         notes=tuple(notes),
     )
     canvas, header_height = new_canvas(body_h, body_w, header)
@@ -300,21 +201,71 @@ def render_grid(
     return GridImage(
         indices=canvas,
         palette=palette_for(cmap_name),
-        channels_shown=shown_count,
+        channels_shown=chosen.count,
         channels_total=total,
-        channel_ids=tuple(int(i) for i in ids),
-        vmin=float(vmin),
-        vmax=float(vmax),
+        channel_ids=tuple(int(i) for i in chosen.ids),
+        vmin=float(scale.vmin),
+        vmax=float(scale.vmax),
         cmap=cmap_name,
         signed=centred,
-        norm=norm_used,
+        norm=scale.norm,
         header_height=header_height,
         tile_shape=(height * upscale, width * upscale),
-        grid_shape=(-(-shown_count // columns_used), columns_used),
+        grid_shape=(-(-chosen.count // columns_used), columns_used),
         upscale=upscale,
         label_height=placed.label_height,
         pitch=placed.pitch,
     )
+
+
+# ---------------------------------------------------------------------- render_grid's steps
+# (which channels, and on which scale: actviz.render.scales)
+
+
+def _feature_maps(act: npt.ArrayLike) -> F32Array:
+    """``act`` as a non-empty float32 ``(C, H, W)`` array (``(H, W)`` is one channel)."""
+    array = as_float32(act, "act")
+    if array.ndim == 2:
+        array = array[None]
+    if array.ndim != 3:
+        raise ValueError(
+            f"act must be a (C, H, W) or (H, W) array for one image, got shape {array.shape}"
+        )
+    if 0 in array.shape:
+        raise ValueError(f"act must not be empty, got shape {array.shape}")
+    return array
+
+
+def _check_options(
+    order: str,
+    norm: str,
+    value_range: tuple[float, float] | None,
+    clip: tuple[float, float] | None,
+    min_tile: int,
+    columns: int | None,
+    cmap: str | None,
+) -> tuple[tuple[float, float] | None, tuple[float, float] | None]:
+    """Check the options; the fixed range, and the clip percentiles unless a fixed range
+    overrides them."""
+    check_choice(order, "order", get_args(Order))
+    check_choice(norm, "norm", get_args(Norm))
+    shared = check_value_range(value_range) if value_range is not None else None
+    percentiles = check_clip(clip) if clip is not None and shared is None else None
+    if min_tile < 0:
+        raise ValueError(f"min_tile must be >= 0, got {min_tile}")
+    if columns is not None and columns < 1:
+        raise ValueError(f"columns must be >= 1 or None, got {columns}")
+    if cmap is not None:
+        colormap_lut(cmap)  # raises ValueError for an unknown name
+    return shared, percentiles
+
+
+def _tile_labels(ids: npt.NDArray[np.intp], names: Sequence[str] | None) -> list[str]:
+    """Each tile's label: its channel index, and its name when there is one."""
+    return [
+        f"{int(i)} {names[int(i)]}" if names is not None and int(i) < len(names) else str(int(i))
+        for i in ids
+    ]
 
 
 def render_vector(
