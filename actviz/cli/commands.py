@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from actviz.api import RunResult
     from actviz.run.options import RunOptions
 
-#: The execution options of ``run``: decoding workers, no engine (its pictures are drawn here).
+#: The execution options ``run`` offers: --workers decodes only, and there is no --engine.
 RunExecution = Annotated[
     ExecutionFlags,
     Group(without=("engine", "ray_address"), replace={"workers": DecodeWorkersOption}),
