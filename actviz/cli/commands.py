@@ -1,8 +1,8 @@
-"""The ``actviz`` command: parse options, call the library, print with rich.
+"""``actviz run``, ``stats``, ``list-layers`` and ``models``: take the options (declared once, in
+``options``, ``draw`` and the groups of ``groups``), call the library, print with rich.
 
-This is the one error boundary: :class:`~actviz.errors.ActvizError` becomes a one-line message on
-stderr and its exit code (a traceback only with ``--debug``). Torch is imported inside the
-commands, never here, so ``actviz --help`` is instant.
+Errors become a one-line message and their exit code in ``boundary``. Torch is imported inside
+the commands, never here, so ``actviz --help`` is instant.
 """
 
 from __future__ import annotations
