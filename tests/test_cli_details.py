@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
+from typing import Annotated
+
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from actviz.cli import app, main
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped
+from actviz.cli.options import DecodeWorkersOption
 from actviz.errors import UnknownModelError
 
 runner = CliRunner()
@@ -55,3 +61,43 @@ def test_tile_labels_keep_the_folder_and_cut_in_the_middle() -> None:
         assert "…" in short and short.endswith("90.jpg")
         assert text_width(short, LABEL_SIZE) <= 96
     assert short_a.startswith("a_") and short_b.startswith("an")
+
+
+def test_a_group_becomes_one_option_per_field_and_one_object() -> None:
+    """Typer sees each field of a group as an option; the command gets the group built, with
+    the fields it does not offer at their defaults and a replaced field's declaration used.
+    (Its annotations are resolved in the module's globals, as a command's are.)"""
+    seen: dict[str, object] = {}
+
+    @grouped
+    def command(
+        name: str,
+        *,
+        load: LoadFlags,
+        execution: Annotated[
+            ExecutionFlags,
+            Group(without=("engine", "amp"), replace={"workers": DecodeWorkersOption}),
+        ],
+        quiet: bool = False,
+    ) -> None:
+        seen.update(name=name, load=load, execution=execution, quiet=quiet)
+
+    params = inspect.signature(command).parameters
+    assert list(params)[:3] == ["name", "weights", "device"]
+    assert "engine" not in params and "amp" not in params and "load" not in params
+    assert params["workers"].annotation is DecodeWorkersOption
+    assert list(params)[-1] == "quiet"
+
+    tiny = typer.Typer()
+    tiny.command()(command)
+    result = CliRunner().invoke(
+        tiny, ["resnet18", "-w", "none", "-j", "2", "--input-size", "64,96"]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen["name"] == "resnet18" and seen["quiet"] is False
+    load = seen["load"]
+    assert isinstance(load, LoadFlags) and load.weights == "none"
+    assert load.options().input_size == (64, 96)
+    execution = seen["execution"]
+    assert isinstance(execution, ExecutionFlags)
+    assert execution.options().workers == 2 and execution.options().engine == "local"

@@ -1,5 +1,5 @@
 """The CLI's shared frame: the Typer app, its root options, the one error boundary, and the
-parsing helpers every command uses. Commands live in sibling modules and register on ``app``."""
+progress frame of long commands. Commands live in sibling modules and register on ``app``."""
 
 from __future__ import annotations
 
@@ -7,28 +7,21 @@ import contextlib
 import functools
 import signal
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 
 from actviz._version import __version__
 from actviz.cli.console import RichReporter, error
-from actviz.errors import ActvizError, ExitCode, UsageError
-
-if TYPE_CHECKING:
-    from actviz.options import LoadOptions
-    from actviz.stats import Thresholds
+from actviz.errors import ActvizError, ExitCode
 
 __all__ = [
     "Terminated",
     "app",
     "boundary",
-    "load_options",
     "on_sigterm",
-    "pair",
     "reporting",
     "state",
-    "thresholds",
     "usage_error",
 ]
 
@@ -95,54 +88,6 @@ def boundary(command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(int(code)) from None
 
     return wrapper
-
-
-def pair(text: str, option: str, kind: type[float] | type[int]) -> tuple[Any, Any]:
-    """Parse ``A,B`` (or ``AxB``) into two numbers, or fail with the option's name."""
-    parts = text.replace("x", ",").split(",")
-    try:
-        first, second = (kind(p.strip()) for p in parts)
-    except ValueError:
-        raise UsageError(f"{option} takes two numbers like 1,99 or 224,320; got '{text}'") from None
-    return first, second
-
-
-def thresholds(pairs: list[str] | None) -> Thresholds | None:
-    """``--threshold name=value`` options -> ``Thresholds``, or None for the defaults."""
-    if not pairs:
-        return None
-    import dataclasses
-
-    from actviz.stats import Thresholds
-
-    known = {f.name for f in dataclasses.fields(Thresholds)}
-    values: dict[str, float] = {}
-    for pair in pairs:
-        name, _, text = pair.partition("=")
-        name = name.strip()
-        if name not in known:
-            raise UsageError(
-                f"--threshold: unknown name '{name}'; use one of {', '.join(sorted(known))}"
-            )
-        try:
-            values[name] = float(text)
-        except ValueError:
-            raise UsageError(f"--threshold {name} needs a number, e.g. {name}=0.8") from None
-    return Thresholds(**values)
-
-
-def load_options(
-    weights: str, device: str, trust_checkpoint: bool, input_size: str | None, in_chans: int
-) -> LoadOptions:
-    from actviz.options import LoadOptions
-
-    return LoadOptions(
-        weights=weights,
-        device=device,
-        trust_checkpoint=trust_checkpoint,
-        input_size=pair(input_size, "--input-size", int) if input_size else None,
-        in_chans=in_chans,
-    )
 
 
 def usage_error(exc: BaseException) -> int | None:

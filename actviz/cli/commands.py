@@ -1,8 +1,8 @@
-"""The ``actviz`` command: parse options, call the library, print with rich.
+"""``actviz run``, ``stats``, ``list-layers`` and ``models``: take the options (declared once, in
+``options``, ``draw`` and the groups of ``groups``), call the library, print with rich.
 
-This is the one error boundary: :class:`~actviz.errors.ActvizError` becomes a one-line message on
-stderr and its exit code (a traceback only with ``--debug``). Torch is imported inside the
-commands, never here, so ``actviz --help`` is instant.
+Errors become a one-line message and their exit code in ``boundary``. Torch is imported inside
+the commands, never here, so ``actviz --help`` is instant.
 """
 
 from __future__ import annotations
@@ -12,14 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from actviz.cli.boundary import (
-    app,
-    boundary,
-    load_options,
-    pair,
-    reporting,
-    thresholds,
-)
+from actviz.cli.boundary import app, boundary, reporting
 from actviz.cli.console import (
     error,
     listing_json,
@@ -30,49 +23,17 @@ from actviz.cli.console import (
     print_summary,
     warn,
 )
+from actviz.cli.draw import CaptureOption, DrawFlags, GradientFlags, NoImagesOption
+from actviz.cli.groups import CheckFlags, ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
-    AmpOption,
-    BatchSizeOption,
-    CamClassesOption,
-    CamOption,
-    CaptureOption,
-    ChannelsLastOption,
-    ClipOption,
-    CmapOption,
     DecodeWorkersOption,
-    DeviceOption,
-    EngineOption,
-    FailOnOption,
-    GradsOption,
-    InChansOption,
     InputsArg,
-    InputSizeOption,
     JsonOption,
     LayersOption,
-    LayoutOption,
-    MaxChannelsOption,
     ModelArg,
-    NoImagesOption,
     NoReportOption,
-    NormOption,
     OutOption,
-    OverlayChannelOption,
-    OverlayOption,
-    OverwriteOption,
-    PcaMaskOption,
-    PngCompressionOption,
     QuietOption,
-    RayAddressOption,
-    ResumeOption,
-    SaveTensorsOption,
-    SortOption,
-    TargetOption,
-    TensorFormatOption,
-    ThresholdOption,
-    TrustCheckpointOption,
-    ViewOption,
-    WeightsOption,
-    WorkersOption,
 )
 from actviz.errors import ExitCode
 
@@ -80,49 +41,34 @@ if TYPE_CHECKING:
     from actviz.api import RunResult
     from actviz.run.options import RunOptions
 
+#: The execution options ``run`` offers: --workers decodes only, and there is no --engine.
+RunExecution = Annotated[
+    ExecutionFlags,
+    Group(without=("engine", "ray_address"), replace={"workers": DecodeWorkersOption}),
+]
+#: What ``list-layers`` needs of the model: its input, never its weights or device.
+ShapeFlags = Annotated[LoadFlags, Group(without=("weights", "device", "trust_checkpoint"))]
+
 __all__ = ["list_layers", "models", "run", "stats"]
 
 
 @app.command()
 @boundary
+@grouped
 def run(
     model: ModelArg,
     inputs: InputsArg,
+    *,
     layers: LayersOption = None,
     out: OutOption = Path("actviz-out"),
-    weights: WeightsOption = "auto",
-    device: DeviceOption = "auto",
+    load: LoadFlags,
     capture: CaptureOption = "output",
-    layout: LayoutOption = "auto",
-    max_channels: MaxChannelsOption = 64,
-    sort: SortOption = "index",
-    norm: NormOption = "channel",
-    clip: ClipOption = None,
-    cmap: CmapOption = None,
-    overlay: OverlayOption = False,
-    overlay_channel: OverlayChannelOption = None,
-    view: ViewOption = None,
-    pca_mask: PcaMaskOption = False,
-    save_tensors: SaveTensorsOption = False,
-    tensor_format: TensorFormatOption = None,
-    png_compression: PngCompressionOption = 1,
-    batch_size: BatchSizeOption = 8,
-    workers: DecodeWorkersOption = 0,
-    amp: AmpOption = False,
-    channels_last: ChannelsLastOption = False,
-    resume: ResumeOption = False,
-    overwrite: OverwriteOption = False,
-    trust_checkpoint: TrustCheckpointOption = False,
-    input_size: InputSizeOption = None,
-    in_chans: InChansOption = 3,
-    grads: GradsOption = False,
-    target: TargetOption = "top1",
-    cam: CamOption = False,
-    cam_classes: CamClassesOption = 1,
+    draw: DrawFlags,
+    execution: RunExecution,
+    gradients: GradientFlags,
     no_images: NoImagesOption = False,
     no_report: NoReportOption = False,
-    fail_on: FailOnOption = None,
-    threshold: ThresholdOption = None,
+    checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -131,81 +77,38 @@ def run(
     Writes grids to OUT/<image>/<NN>_<layer>.png, and OUT/manifest.json, stats.json,
     stats.csv and the report index.html.
     """
-    from actviz.options import ExecutionOptions
-    from actviz.run.options import DrawOptions, GradientOptions, RunOptions
+    from actviz.run.options import RunOptions
 
     options = RunOptions(
-        layers=",".join(layers) if layers else None,
+        layers=selector(layers),
         out=out,
         capture=capture,
-        thresholds=thresholds(threshold),
+        thresholds=checks.thresholds(),
         report=not no_report,
-        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
-        draw=DrawOptions(
-            max_channels=max_channels,
-            order=sort,
-            norm=norm,
-            clip=pair(clip, "--clip", float) if clip else None,
-            cmap=cmap,
-            layout=layout,
-            overlay=overlay or overlay_channel is not None,
-            overlay_channel=overlay_channel,
-            save_tensors=tensor_format or ("npy" if save_tensors else None),
-            png_compression=png_compression,
-            grids=not no_images,
-            pca=_views(view),
-            pca_mask=pca_mask,
-        ),
-        gradients=GradientOptions(grads=grads, target=target, cam=cam, cam_classes=cam_classes),
-        execution=ExecutionOptions(
-            batch_size=batch_size,
-            workers=workers,
-            amp=amp,
-            channels_last=channels_last,
-            resume=resume,
-            overwrite=overwrite,
-        ),
+        load=load.options(),
+        draw=draw.options(grids=not no_images),
+        gradients=gradients.options(),
+        execution=execution.options(),
     )
-    _execute(model, inputs, options, fail_on=fail_on, as_json=as_json, quiet=quiet)
-
-
-def _views(views: list[str] | None) -> bool:
-    """``--view`` values -> whether the PCA view is drawn."""
-    from actviz.errors import UsageError
-
-    chosen = {v.strip().lower() for view in views or [] for v in view.split(",") if v.strip()}
-    unknown = chosen - {"pca", "grid"}
-    if unknown:
-        raise UsageError(f"--view takes pca (or grid, always drawn), not '{sorted(unknown)[0]}'")
-    return "pca" in chosen
+    _execute(model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
 
 
 @app.command()
 @boundary
+@grouped
 def stats(
     model: ModelArg,
     inputs: InputsArg,
+    *,
     layers: LayersOption = None,
     out: OutOption = Path("actviz-out"),
-    weights: WeightsOption = "auto",
-    device: DeviceOption = "auto",
-    batch_size: BatchSizeOption = 8,
-    workers: WorkersOption = 0,
-    engine: EngineOption = "local",
-    ray_address: RayAddressOption = None,
-    amp: AmpOption = False,
-    channels_last: ChannelsLastOption = False,
-    resume: ResumeOption = False,
-    overwrite: OverwriteOption = False,
-    trust_checkpoint: TrustCheckpointOption = False,
-    input_size: InputSizeOption = None,
-    in_chans: InChansOption = 3,
+    load: LoadFlags,
+    execution: ExecutionFlags,
     report: Annotated[
         bool,
         typer.Option("--report", help="Also write the HTML report.", rich_help_panel="Output"),
     ] = False,
-    fail_on: FailOnOption = None,
-    threshold: ThresholdOption = None,
+    checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -214,28 +117,18 @@ def stats(
     Writes OUT/stats.json, OUT/stats.csv and OUT/manifest.json; flags NaN/Inf, dead,
     constant, exploding and vanishing layers.
     """
-    from actviz.options import ExecutionOptions
     from actviz.run.options import DrawOptions, RunOptions
 
     options = RunOptions(
-        layers=",".join(layers) if layers else None,
+        layers=selector(layers),
         out=out,
-        thresholds=thresholds(threshold),
+        thresholds=checks.thresholds(),
         report=report,
-        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
+        load=load.options(),
         draw=DrawOptions(grids=False),
-        execution=ExecutionOptions(
-            batch_size=batch_size,
-            workers=workers,
-            amp=amp,
-            channels_last=channels_last,
-            resume=resume,
-            overwrite=overwrite,
-            engine=engine,
-            ray_address=ray_address,
-        ),
+        execution=execution.options(),
     )
-    _execute(model, inputs, options, fail_on=fail_on, as_json=as_json, quiet=quiet)
+    _execute(model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
 
 
 def _execute(
@@ -243,15 +136,14 @@ def _execute(
     inputs: list[Path],
     options: RunOptions,
     *,
-    fail_on: str | None,
+    checks: CheckFlags,
     as_json: bool,
     quiet: bool,
 ) -> None:
     """Run the pipeline with a progress bar and a clean stop on SIGTERM, then report."""
     from actviz.api import run as run_pipeline
-    from actviz.stats import parse_kinds
 
-    kinds = parse_kinds(fail_on) if fail_on else frozenset()  # a bad kind fails before work
+    kinds = checks.kinds()  # a bad kind fails before any work
     with reporting(quiet) as reporter:
         result = run_pipeline(model, inputs, options, reporter=reporter)
     _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)
@@ -287,11 +179,12 @@ def _finish(result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozen
 
 @app.command("list-layers")
 @boundary
+@grouped
 def list_layers(
     model: ModelArg,
+    *,
     layers: LayersOption = None,
-    input_size: InputSizeOption = None,
-    in_chans: InChansOption = 3,
+    load: ShapeFlags,
     as_json: JsonOption = False,
 ) -> None:
     """List every module of MODEL with its output shape; mark what --layers selects.
@@ -304,8 +197,8 @@ def list_layers(
     listing = list_model_layers(
         model,
         layers=layers or None,
-        input_size=pair(input_size, "--input-size", int) if input_size else None,
-        in_chans=in_chans,
+        input_size=load.size(),
+        in_chans=load.in_chans,
     )
     if as_json:
         out_console.print_json(data=listing_json(listing))

@@ -8,40 +8,26 @@ on stderr. Torch is imported inside the command, never here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
-from actviz.cli.boundary import app, boundary, load_options, reporting
+from actviz.cli.boundary import app, boundary, reporting
 from actviz.cli.console import RichReporter, err_console, error, out_console
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
-    AgainstModelOption,
-    AgainstOption,
-    AgainstWeightsOption,
-    AmpOption,
-    BatchSizeOption,
-    ChannelsLastOption,
     DecodeWorkersOption,
-    DeviceOption,
-    DiffImagesOption,
-    DiffMetricOption,
-    DiffThresholdOption,
-    InChansOption,
     InputsArg,
-    InputSizeOption,
     JsonOption,
     LayersOption,
     MaxChannelsOption,
     ModelArg,
     NoReportOption,
     OutOption,
-    OverwriteOption,
     PngCompressionOption,
     QuietOption,
-    TrustCheckpointOption,
-    WeightsOption,
 )
 from actviz.errors import ExitCode
 
@@ -51,32 +37,96 @@ if TYPE_CHECKING:
 
 __all__ = ["diff"]
 
+AgainstOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--against",
+        metavar="CHECKPOINT",
+        help="Model B: MODEL (or --against-model) with this checkpoint file.",
+        rich_help_panel="Comparison",
+        show_default=False,
+    ),
+]
+
+AgainstModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--against-model",
+        metavar="NAME_OR_FACTORY",
+        help="Model B: another model with the same layer names (a torchvision name or "
+        "file.py:factory, which runs that code).",
+        rich_help_panel="Comparison",
+        show_default=False,
+    ),
+]
+
+AgainstWeightsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--against-weights",
+        metavar="W",
+        help="Weights of model B, as --weights takes them (default: the same as --weights).",
+        rich_help_panel="Comparison",
+        show_default=False,
+    ),
+]
+
+DiffMetricOption = Annotated[
+    Literal["cosine", "cka"],
+    typer.Option(
+        "--metric",
+        help="Which similarity --threshold applies to: cosine (per image) or cka (over the "
+        "images).",
+        rich_help_panel="Comparison",
+    ),
+]
+
+DiffThresholdOption = Annotated[
+    float,
+    typer.Option(
+        "--threshold",
+        help="The first layer whose --metric is below this is the first divergent layer.",
+        rich_help_panel="Comparison",
+    ),
+]
+
+DiffImagesOption = Annotated[
+    int,
+    typer.Option(
+        "--images",
+        min=0,
+        help="Difference pictures for the first N images only (0: none), so large folders "
+        "stay fast.",
+        rich_help_panel="Output",
+    ),
+]
+
+#: The execution options of ``diff``: decoding workers, no engine, nothing to resume.
+DiffExecution = Annotated[
+    ExecutionFlags,
+    Group(without=("engine", "ray_address", "resume"), replace={"workers": DecodeWorkersOption}),
+]
+
 
 @app.command()
 @boundary
+@grouped
 def diff(
     model: ModelArg,
     inputs: InputsArg,
+    *,
     against: AgainstOption = None,
     against_model: AgainstModelOption = None,
     against_weights: AgainstWeightsOption = None,
     layers: LayersOption = None,
     out: OutOption = Path("actviz-diff"),
-    weights: WeightsOption = "auto",
-    device: DeviceOption = "auto",
+    load: LoadFlags,
     metric: DiffMetricOption = "cosine",
     threshold: DiffThresholdOption = 0.99,
     images: DiffImagesOption = 4,
     max_channels: MaxChannelsOption = 16,
     png_compression: PngCompressionOption = 1,
-    batch_size: BatchSizeOption = 8,
-    workers: DecodeWorkersOption = 0,
-    amp: AmpOption = False,
-    channels_last: ChannelsLastOption = False,
-    overwrite: OverwriteOption = False,
-    trust_checkpoint: TrustCheckpointOption = False,
-    input_size: InputSizeOption = None,
-    in_chans: InChansOption = 3,
+    execution: DiffExecution,
     no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -91,13 +141,12 @@ def diff(
     """
     from actviz.diff import DiffOptions
     from actviz.diff import diff as run_diff
-    from actviz.options import ExecutionOptions
 
     options = DiffOptions(
         against=against,
         against_model=against_model,
         against_weights=against_weights,
-        layers=",".join(layers) if layers else None,
+        layers=selector(layers),
         out=out,
         metric=metric,
         threshold=threshold,
@@ -105,14 +154,8 @@ def diff(
         max_channels=max_channels,
         report=not no_report,
         png_compression=png_compression,
-        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
-        execution=ExecutionOptions(
-            batch_size=batch_size,
-            workers=workers,
-            amp=amp,
-            channels_last=channels_last,
-            overwrite=overwrite,
-        ),
+        load=load.options(),
+        execution=execution.options(),
     )
     with reporting(quiet, _DiffReporter) as reporter:
         result = run_diff(model, inputs, options, reporter=reporter)

@@ -11,27 +11,17 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import typer
 from rich.text import Text
 
-from actviz.cli.boundary import app, boundary, load_options, reporting
+from actviz.cli.boundary import app, boundary, reporting
 from actviz.cli.console import err_console, error, out_console
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
-    BatchSizeOption,
-    DeviceOption,
-    EngineOption,
-    InChansOption,
     InputsArg,
-    InputSizeOption,
     JsonOption,
     LayersOption,
     ModelArg,
     NoReportOption,
     OutOption,
-    OverwriteOption,
     QuietOption,
-    RayAddressOption,
-    ResumeOption,
-    TrustCheckpointOption,
-    WeightsOption,
-    WorkersOption,
 )
 from actviz.errors import ExitCode
 
@@ -69,29 +59,24 @@ OverviewChannelsOption = Annotated[
         rich_help_panel="Output",
     ),
 ]
+#: The execution options ``top-images`` offers: all but --amp and --channels-last.
+ExamplesExecution = Annotated[ExecutionFlags, Group(without=("amp", "channels_last"))]
 
 
 @app.command("top-images")
 @boundary
+@grouped
 def top_images(
     model: ModelArg,
     inputs: InputsArg,
+    *,
     layers: LayersOption = None,
     k: TopKOption = 9,
     score: ScoreOption = "max",
     channels: OverviewChannelsOption = 16,
     out: OutOption = Path("actviz-out"),
-    weights: WeightsOption = "auto",
-    device: DeviceOption = "auto",
-    batch_size: BatchSizeOption = 8,
-    workers: WorkersOption = 0,
-    engine: EngineOption = "local",
-    ray_address: RayAddressOption = None,
-    resume: ResumeOption = False,
-    overwrite: OverwriteOption = False,
-    trust_checkpoint: TrustCheckpointOption = False,
-    input_size: InputSizeOption = None,
-    in_chans: InChansOption = 3,
+    load: LoadFlags,
+    execution: ExamplesExecution,
     no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -105,24 +90,16 @@ def top_images(
     """
     from actviz.examples import ExamplesOptions
     from actviz.examples import top_images as find_top_images
-    from actviz.options import ExecutionOptions
 
     options = ExamplesOptions(
-        layers=",".join(layers) if layers else None,
+        layers=selector(layers),
         out=out,
         k=k,
         score=score,
         channels=channels,
         report=not no_report,
-        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
-        execution=ExecutionOptions(
-            batch_size=batch_size,
-            workers=workers,
-            resume=resume,
-            overwrite=overwrite,
-            engine=engine,
-            ray_address=ray_address,
-        ),
+        load=load.options(),
+        execution=execution.options(),
     )
     with reporting(quiet) as reporter:
         result = find_top_images(model, inputs, options, reporter=reporter)

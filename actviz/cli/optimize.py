@@ -12,12 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from actviz.cli.boundary import app, boundary, load_options, state
+from actviz.cli.boundary import app, boundary, state
 from actviz.cli.console import err_console, out_console, progress_bar, warn
+from actviz.cli.groups import LoadFlags, grouped, selector
 from actviz.cli.options import (
-    DeviceOption,
-    InChansOption,
-    InputSizeOption,
     JsonOption,
     LayersOption,
     ModelArg,
@@ -25,8 +23,6 @@ from actviz.cli.options import (
     OutOption,
     OverwriteOption,
     QuietOption,
-    TrustCheckpointOption,
-    WeightsOption,
 )
 
 if TYPE_CHECKING:
@@ -138,8 +134,10 @@ def _bar(quiet: bool) -> Iterator[_Bar]:
 
 @app.command("optimize")
 @boundary
+@grouped
 def optimize(
     model: ModelArg,
+    *,
     layers: LayersOption = None,
     channels: ChannelsOption = "0-15",
     steps: StepsOption = 512,
@@ -149,12 +147,8 @@ def optimize(
     seed: SeedOption = 0,
     batch_size: BatchOption = 16,
     out: OutOption = Path("actviz-out"),
-    weights: WeightsOption = "auto",
-    device: DeviceOption = "auto",
+    load: LoadFlags,
     overwrite: OverwriteOption = False,
-    trust_checkpoint: TrustCheckpointOption = False,
-    input_size: InputSizeOption = None,
-    in_chans: InChansOption = 3,
     no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -172,7 +166,7 @@ def optimize(
     from actviz.optimize import optimize as run_optimize
 
     options = OptimizeOptions(
-        layers=",".join(layers) if layers else None,
+        layers=selector(layers),
         channels=channels,
         objective=objective,
         neuron=neuron,
@@ -183,7 +177,7 @@ def optimize(
         out=out,
         report=not no_report,
         overwrite=overwrite,
-        load=load_options(weights, device, trust_checkpoint, input_size, in_chans),
+        load=load.options(),
     )
     with _bar(quiet) as bar:
         result = run_optimize(model, options, reporter=bar)

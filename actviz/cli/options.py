@@ -1,4 +1,5 @@
-"""Command-line options shared by several commands, defined once."""
+"""Command-line options shared by several commands, declared once; a command's own options
+live with it (run's pictures in ``draw``), and the groups of them in ``groups``."""
 
 from __future__ import annotations
 
@@ -8,29 +9,10 @@ from typing import Annotated, Literal
 import typer
 
 __all__ = [
-    "CaptureOption",
-    "LayoutOption",
-    "MaxChannelsOption",
-    "SortOption",
-    "NormOption",
-    "ClipOption",
-    "CmapOption",
-    "OverlayOption",
-    "PcaMaskOption",
-    "ViewOption",
-    "OverlayChannelOption",
-    "SaveTensorsOption",
-    "TensorFormatOption",
-    "PngCompressionOption",
-    "GradsOption",
-    "TargetOption",
-    "CamOption",
-    "CamClassesOption",
-    "NoImagesOption",
-    "NoReportOption",
     "AmpOption",
     "BatchSizeOption",
     "ChannelsLastOption",
+    "DecodeWorkersOption",
     "DeviceOption",
     "EngineOption",
     "FailOnOption",
@@ -39,9 +21,12 @@ __all__ = [
     "InputsArg",
     "JsonOption",
     "LayersOption",
+    "MaxChannelsOption",
     "ModelArg",
+    "NoReportOption",
     "OutOption",
     "OverwriteOption",
+    "PngCompressionOption",
     "QuietOption",
     "RayAddressOption",
     "ResumeOption",
@@ -247,29 +232,6 @@ ThresholdOption = Annotated[
     ),
 ]
 
-# Options of `run` only.
-CaptureOption = Annotated[
-    Literal["output", "input", "both", "attn"],
-    typer.Option(
-        "--capture",
-        help=(
-            "Draw each layer's output, its input (forward pre-hook), both, or attn: each "
-            "head's attention from the class token to the patches, for layers that are or "
-            "hold an nn.MultiheadAttention (ViT encoder blocks)."
-        ),
-        rich_help_panel="Layers",
-    ),
-]
-
-LayoutOption = Annotated[
-    Literal["auto", "nchw", "nhwc", "tokens"],
-    typer.Option(
-        "--layout",
-        help="How outputs are read: auto, or force nchw, nhwc (channels-last) or tokens.",
-        rich_help_panel="Layers",
-    ),
-]
-
 MaxChannelsOption = Annotated[
     int,
     typer.Option(
@@ -279,107 +241,6 @@ MaxChannelsOption = Annotated[
         min=0,
         help="Channels drawn per grid at most (0 = all).",
         rich_help_panel="Grid",
-    ),
-]
-
-SortOption = Annotated[
-    Literal["index", "mean", "max", "std"],
-    typer.Option(
-        "--sort",
-        help="Which channels when capped: index order, or the top ones by mean, max or std.",
-        rich_help_panel="Grid",
-    ),
-]
-
-NormOption = Annotated[
-    Literal["channel", "layer", "shared"],
-    typer.Option(
-        "--norm",
-        help=(
-            "Scale per channel, per layer, or shared: one scale per layer across every "
-            "image of the run, so images compare (costs a second pass)."
-        ),
-        rich_help_panel="Grid",
-    ),
-]
-
-ClipOption = Annotated[
-    str | None,
-    typer.Option(
-        "--clip",
-        metavar="LO,HI",
-        help="Clip to these percentiles before scaling, e.g. 1,99.",
-        rich_help_panel="Grid",
-    ),
-]
-
-CmapOption = Annotated[
-    str | None,
-    typer.Option(
-        "--cmap",
-        help="Any matplotlib colormap (default: viridis, or RdBu_r centred on 0 if signed).",
-        rich_help_panel="Grid",
-    ),
-]
-
-ViewOption = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--view",
-        metavar="pca",
-        help=(
-            "Also draw this view of each layer: pca colours each position by the first three "
-            "principal components, fitted once over every image (a first pass): "
-            "<NN>_<layer>_pca.png. Repeatable."
-        ),
-        rich_help_panel="Grid",
-    ),
-]
-
-PcaMaskOption = Annotated[
-    bool,
-    typer.Option(
-        "--pca-mask",
-        help="With --view pca: black out the background, where the first component is negative.",
-        rich_help_panel="Grid",
-    ),
-]
-
-OverlayOption = Annotated[
-    bool,
-    typer.Option(
-        "--overlay",
-        help="Also write each layer's mean map over the input: <NN>_<layer>_overlay.png.",
-        rich_help_panel="Grid",
-    ),
-]
-
-OverlayChannelOption = Annotated[
-    int | None,
-    typer.Option(
-        "--overlay-channel",
-        min=0,
-        help="Overlay this channel instead of the mean.",
-        rich_help_panel="Grid",
-    ),
-]
-
-SaveTensorsOption = Annotated[
-    bool,
-    typer.Option(
-        "--save-tensors",
-        help="Also save each raw activation beside its PNG (.npy unless --tensor-format).",
-        rich_help_panel="Output",
-    ),
-]
-
-TensorFormatOption = Annotated[
-    Literal["npy", "safetensors"] | None,
-    typer.Option(
-        "--tensor-format",
-        help="File format of the saved activations: npy or safetensors (implies --save-tensors).",
-        rich_help_panel="Output",
-        show_default=False,
     ),
 ]
 
@@ -394,126 +255,9 @@ PngCompressionOption = Annotated[
     ),
 ]
 
-GradsOption = Annotated[
-    bool,
-    typer.Option(
-        "--grads",
-        help=(
-            "Also backpropagate from --target: a gradient grid per layer "
-            "(<NN>_<layer>_grad.png) and gradient-flow charts."
-        ),
-        rich_help_panel="Gradients",
-    ),
-]
-
-TargetOption = Annotated[
-    str,
-    typer.Option(
-        "--target",
-        help="What to backpropagate from: top1 (each image its own), a class index or name.",
-        rich_help_panel="Gradients",
-    ),
-]
-
-CamOption = Annotated[
-    bool,
-    typer.Option(
-        "--cam",
-        help=(
-            "Grad-CAM over the input for the selected layers (default: the last spatial "
-            "layer): <NN>_<layer>_cam.png."
-        ),
-        rich_help_panel="Gradients",
-    ),
-]
-
-CamClassesOption = Annotated[
-    int,
-    typer.Option(
-        "--cam-classes",
-        min=1,
-        help="Grad-CAMs of the top K classes side by side (implies --cam).",
-        rich_help_panel="Gradients",
-    ),
-]
-
-NoImagesOption = Annotated[
-    bool,
-    typer.Option(
-        "--no-images",
-        help="Statistics only: no grid PNGs (same as `actviz stats`).",
-        rich_help_panel="Diagnostics",
-    ),
-]
-
 NoReportOption = Annotated[
     bool,
     typer.Option(
         "--no-report", help="Do not write the HTML report.", rich_help_panel="Diagnostics"
-    ),
-]
-
-# Options of `diff` only.
-AgainstOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--against",
-        metavar="CHECKPOINT",
-        help="Model B: MODEL (or --against-model) with this checkpoint file.",
-        rich_help_panel="Comparison",
-        show_default=False,
-    ),
-]
-
-AgainstModelOption = Annotated[
-    str | None,
-    typer.Option(
-        "--against-model",
-        metavar="NAME_OR_FACTORY",
-        help="Model B: another model with the same layer names (a torchvision name or "
-        "file.py:factory, which runs that code).",
-        rich_help_panel="Comparison",
-        show_default=False,
-    ),
-]
-
-AgainstWeightsOption = Annotated[
-    str | None,
-    typer.Option(
-        "--against-weights",
-        metavar="W",
-        help="Weights of model B, as --weights takes them (default: the same as --weights).",
-        rich_help_panel="Comparison",
-        show_default=False,
-    ),
-]
-
-DiffMetricOption = Annotated[
-    Literal["cosine", "cka"],
-    typer.Option(
-        "--metric",
-        help="Which similarity --threshold applies to: cosine (per image) or cka (over the "
-        "images).",
-        rich_help_panel="Comparison",
-    ),
-]
-
-DiffThresholdOption = Annotated[
-    float,
-    typer.Option(
-        "--threshold",
-        help="The first layer whose --metric is below this is the first divergent layer.",
-        rich_help_panel="Comparison",
-    ),
-]
-
-DiffImagesOption = Annotated[
-    int,
-    typer.Option(
-        "--images",
-        min=0,
-        help="Difference pictures for the first N images only (0: none), so large folders "
-        "stay fast.",
-        rich_help_panel="Output",
     ),
 ]

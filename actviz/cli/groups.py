@@ -1,0 +1,226 @@
+"""Option groups: a set of options declared once, as a dataclass, and used by several commands.
+
+A command takes a group as one keyword-only parameter (``load: LoadFlags``); :func:`grouped`
+spreads the dataclass's fields into the signature Typer reads, so each field is an option of
+the command with its declaration, default and help from the dataclass, and hands the command
+one instance. The group builds its library options object (``load.options()``), so no command
+rebuilds it by hand. A command that takes only part of a group, or one field with other help,
+says so with :class:`Group` in ``Annotated``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from actviz.cli.options import (
+    AmpOption,
+    BatchSizeOption,
+    ChannelsLastOption,
+    DeviceOption,
+    EngineOption,
+    FailOnOption,
+    InChansOption,
+    InputSizeOption,
+    OverwriteOption,
+    RayAddressOption,
+    ResumeOption,
+    ThresholdOption,
+    TrustCheckpointOption,
+    WeightsOption,
+    WorkersOption,
+)
+from actviz.errors import UsageError
+
+if TYPE_CHECKING:
+    from actviz.options import ExecutionOptions, LoadOptions
+    from actviz.stats import Thresholds
+
+__all__ = [
+    "CheckFlags",
+    "ExecutionFlags",
+    "Flags",
+    "Group",
+    "LoadFlags",
+    "grouped",
+    "pair",
+    "selector",
+]
+
+R = TypeVar("R")
+
+
+class Flags:
+    """Base of the option groups: a dataclass whose fields are ``Annotated`` Typer options."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """How a command takes a group, in ``Annotated[SomeFlags, Group(...)]``.
+
+    Attributes:
+        without: Fields the command does not offer; they keep the dataclass's default.
+        replace: Field -> the ``Annotated`` option declaration the command uses instead (other
+            help, same name and default).
+    """
+
+    without: tuple[str, ...] = ()
+    replace: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _group_of(hint: Any) -> tuple[type[Flags], Group] | None:
+    """The group class and how it is taken, when ``hint`` names a group; else None."""
+    marker = Group()
+    if typing.get_origin(hint) is typing.Annotated:
+        hint, *extras = typing.get_args(hint)
+        marker = next((e for e in extras if isinstance(e, Group)), marker)
+    if isinstance(hint, type) and issubclass(hint, Flags):
+        return hint, marker
+    return None
+
+
+def grouped(command: Callable[..., R]) -> Callable[..., R]:
+    """Spread the command's group parameters into one option per field, for Typer.
+
+    Every parameter of the signature Typer sees is keyword-only (Typer passes them by name);
+    the groups keep their place, so ``--help`` lists the options in the order written.
+    """
+    hints = typing.get_type_hints(command, include_extras=True)
+    parameters: list[inspect.Parameter] = []
+    spread: dict[str, tuple[type[Flags], list[str]]] = {}
+    for param in inspect.signature(command).parameters.values():
+        found = _group_of(hints[param.name])
+        if found is None:
+            parameters.append(
+                param.replace(annotation=hints[param.name], kind=inspect.Parameter.KEYWORD_ONLY)
+            )
+            continue
+        kind, marker = found
+        field_hints = typing.get_type_hints(kind, include_extras=True)
+        names = []
+        for item in dataclasses.fields(kind):  # type: ignore[arg-type]
+            if item.name in marker.without:
+                continue
+            annotation = marker.replace.get(item.name, field_hints[item.name])
+            parameters.append(
+                inspect.Parameter(
+                    item.name,
+                    inspect.Parameter.KEYWORD_ONLY,
+                    default=item.default,
+                    annotation=annotation,
+                )
+            )
+            names.append(item.name)
+        spread[param.name] = (kind, names)
+
+    @functools.wraps(command)
+    def wrapper(**values: Any) -> R:
+        for name, (kind, names) in spread.items():
+            values[name] = kind(**{n: values.pop(n) for n in names})
+        return command(**values)
+
+    wrapper.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+    return wrapper
+
+
+def pair(text: str, option: str, kind: type[float] | type[int]) -> tuple[Any, Any]:
+    """Parse ``A,B`` (or ``AxB``) into two numbers, or fail with the option's name."""
+    parts = text.replace("x", ",").split(",")
+    try:
+        first, second = (kind(p.strip()) for p in parts)
+    except ValueError:
+        raise UsageError(f"{option} takes two numbers like 1,99 or 224,320; got '{text}'") from None
+    return first, second
+
+
+def selector(layers: list[str] | None) -> str | None:
+    """The ``--layers`` options as one selector, or None for the architecture's default."""
+    return ",".join(layers) if layers else None
+
+
+@dataclass(frozen=True)
+class LoadFlags(Flags):
+    """How the model is loaded: ``--weights``, ``--device`` and what its input is."""
+
+    weights: WeightsOption = "auto"
+    device: DeviceOption = "auto"
+    trust_checkpoint: TrustCheckpointOption = False
+    input_size: InputSizeOption = None
+    in_chans: InChansOption = 3
+
+    def size(self) -> tuple[int, int] | None:
+        """``--input-size`` as (height, width), or None."""
+        return pair(self.input_size, "--input-size", int) if self.input_size else None
+
+    def options(self) -> LoadOptions:
+        """The library's load options."""
+        from actviz.options import LoadOptions
+
+        return LoadOptions(
+            weights=self.weights,
+            device=self.device,
+            trust_checkpoint=self.trust_checkpoint,
+            input_size=self.size(),
+            in_chans=self.in_chans,
+        )
+
+
+@dataclass(frozen=True)
+class ExecutionFlags(Flags):
+    """How the work runs: batches, workers, engine, precision, resume and overwrite."""
+
+    batch_size: BatchSizeOption = 8
+    workers: WorkersOption = 0
+    engine: EngineOption = "local"
+    ray_address: RayAddressOption = None
+    amp: AmpOption = False
+    channels_last: ChannelsLastOption = False
+    resume: ResumeOption = False
+    overwrite: OverwriteOption = False
+
+    def options(self) -> ExecutionOptions:
+        """The library's execution options (the same fields)."""
+        from actviz.options import ExecutionOptions
+
+        return ExecutionOptions(**dataclasses.asdict(self))
+
+
+@dataclass(frozen=True)
+class CheckFlags(Flags):
+    """The anomaly checks of ``run`` and ``stats``: ``--fail-on`` and ``--threshold``."""
+
+    fail_on: FailOnOption = None
+    threshold: ThresholdOption = None
+
+    def kinds(self) -> frozenset[str]:
+        """The flag kinds ``--fail-on`` names (a bad kind fails here, before any work)."""
+        from actviz.stats import parse_kinds
+
+        return parse_kinds(self.fail_on) if self.fail_on else frozenset()
+
+    def thresholds(self) -> Thresholds | None:
+        """``--threshold name=value`` options -> ``Thresholds``, or None for the defaults."""
+        if not self.threshold:
+            return None
+        from actviz.stats import Thresholds
+
+        known = {f.name for f in dataclasses.fields(Thresholds)}
+        values: dict[str, float] = {}
+        for item in self.threshold:
+            name, _, text = item.partition("=")
+            name = name.strip()
+            if name not in known:
+                raise UsageError(
+                    f"--threshold: unknown name '{name}'; use one of {', '.join(sorted(known))}"
+                )
+            try:
+                values[name] = float(text)
+            except ValueError:
+                raise UsageError(f"--threshold {name} needs a number, e.g. {name}=0.8") from None
+        return Thresholds(**values)
