@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from actviz import output
-from actviz.output import LedgerReader, RunRecords
 from actviz.run.gradients import RunFlow
+from actviz.run.records import LedgerReader, RunRecords
 from actviz.run.sink import RunSink
 from actviz.stats import LayerStats, RunningStats, aggregate_run, flag_anomalies
 from tests.test_scale import _close, _stats_run, _table, photos, tiny_model

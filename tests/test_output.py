@@ -15,7 +15,6 @@ from PIL import Image
 from actviz.errors import ExitCode, OutputError
 from actviz.output import (
     TMP_MARK,
-    RunRecords,
     atomic_path,
     image_dirs,
     layer_filename,
@@ -25,6 +24,7 @@ from actviz.output import (
     write_json,
 )
 from actviz.render.png import picture_png
+from actviz.run.records import RunRecords
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from actviz import api
-from actviz.output import RunRecords
+from actviz.run.records import RunRecords
 from actviz.stats import LayerStats, aggregate_run, flag_anomalies
 from tests.conftest import make_image, run_images
 from tests.test_ray_failures import _setup as _ray_setup
