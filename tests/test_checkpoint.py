@@ -280,7 +280,8 @@ def test_write_state_is_ascii_and_reads_back_non_finite_floats(tmp_path: Path) -
 
 def test_a_table_taken_up_from_its_checkpoint_equals_one_written_at_once(tmp_path: Path) -> None:
     from actviz.stats import StatsTable
-    from actviz.stats.table import CSV_FILE, TABLE_FILE, read_table_rows
+    from actviz.stats.table import CSV_FILE, TABLE_FILE
+    from tests.table_oracle import read_table_rows
     from tests.test_stats_table import folder, write
 
     per_image = folder()

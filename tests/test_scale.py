@@ -59,7 +59,7 @@ def _stats_run(model: str, photos: Path, out: Path, **extra: Any) -> api.RunResu
 
 
 def _table(out: Path) -> list[dict[str, Any]]:
-    from actviz.stats.table import read_table_rows
+    from tests.table_oracle import read_table_rows
 
     rows = read_table_rows(out / "stats.parquet")
     return sorted(rows, key=lambda r: (r["image"], r["depth"]))

@@ -470,7 +470,6 @@ class Watch(HookSession):
 
         name = f"nonfinite/step{self.steps:07d}-{origin.phase}-{safe_name(origin.module)}.pt"
         target = self.out / name
-        target.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "step": self.steps,
             "module": origin.module,

@@ -29,6 +29,7 @@ from actviz.output.files import (
 )
 from actviz.output.journal import Journal, whole
 from actviz.output.names import COMMAND_DIRS, REPORT_DIR, image_dirs, layer_filename, safe_name
+from actviz.output.tables import ParquetParts, TextPart, naming
 
 __all__ = [
     "COMMAND_DIRS",
@@ -36,12 +37,15 @@ __all__ = [
     "TMP_MARK",
     "UNDECODED",
     "Journal",
+    "ParquetParts",
+    "TextPart",
     "atomic_file",
     "atomic_path",
     "clear_outputs",
     "dumps_json",
     "image_dirs",
     "layer_filename",
+    "naming",
     "opened",
     "prepare_out_dir",
     "remove_temporaries",

@@ -14,7 +14,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, BinaryIO
 
 from actviz.errors import OutputError
@@ -283,7 +283,7 @@ def clear_outputs(
     files: Sequence[str],
     temporaries: Sequence[str],
     trees: Sequence[str],
-    folders: Iterable[Path],
+    folders: Iterable[PurePath],
 ) -> list[Path]:
     """Remove what earlier runs wrote in ``out``: its ``files``, the temporaries of
     ``temporaries`` (a killed run's, left for a resume), the

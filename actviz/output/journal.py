@@ -76,6 +76,7 @@ class Journal:
         """
         if self._fh is not None:
             return
+        fh: IO[bytes]
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if self.keep is not None:
