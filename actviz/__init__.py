@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from actviz.models import load_model
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
-    from actviz.pca import pca_view
+    from actviz.run.pca import pca_view
     from actviz.run.sink import read_images
     from actviz.selectors import select_layers
 
@@ -56,7 +56,7 @@ _LAZY = {
     "ActvizError": "actviz.errors",
     "list_layers": "actviz.api",
     "load_model": "actviz.models",
-    "pca_view": "actviz.pca",
+    "pca_view": "actviz.run.pca",
     "read_images": "actviz.run.sink",
     "read_log": "actviz.monitor",
     "render_activation": "actviz.api",

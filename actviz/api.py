@@ -10,15 +10,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actviz.models import LayerInfo, LayerListing, list_layers
-from actviz.results import (
-    ImageResult,
-    LayerResult,
-    Prediction,
-    Reporter,
-    RunResult,
-)
+from actviz.results import ImageResult, LayerResult, Prediction, Reporter
 from actviz.run.command import run
 from actviz.run.options import RunOptions
+from actviz.run.result import RunResult
 
 if TYPE_CHECKING:
     import numpy as np

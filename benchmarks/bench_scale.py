@@ -299,7 +299,7 @@ def ledger_read_seconds(out: Path) -> float | None:
     code = (
         "import json, sys, time\n"
         "from pathlib import Path\n"
-        "from actviz.output import RunRecords\n"
+        "from actviz.run.records import RunRecords\n"
         "out = Path(sys.argv[1])\n"
         f"line = (out / {LEDGER!r}).open().readline()\n"
         "records = RunRecords(out, json.loads(line)['settings'])\n"

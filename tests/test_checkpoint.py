@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from actviz import output
-from actviz.output import LedgerReader, RunRecords
 from actviz.run.gradients import RunFlow
+from actviz.run.records import LedgerReader, RunRecords
 from actviz.run.sink import RunSink
 from actviz.stats import LayerStats, RunningStats, aggregate_run, flag_anomalies
 from tests.test_scale import _close, _stats_run, _table, photos, tiny_model
@@ -280,7 +280,8 @@ def test_write_state_is_ascii_and_reads_back_non_finite_floats(tmp_path: Path) -
 
 def test_a_table_taken_up_from_its_checkpoint_equals_one_written_at_once(tmp_path: Path) -> None:
     from actviz.stats import StatsTable
-    from actviz.stats.table import CSV_FILE, TABLE_FILE, read_table_rows
+    from actviz.stats.table import CSV_FILE, TABLE_FILE
+    from tests.table_oracle import read_table_rows
     from tests.test_stats_table import folder, write
 
     per_image = folder()

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from actviz.stats import read_table_rows
 from tests.conftest import make_image, run_images
+from tests.table_oracle import read_table_rows
 from tests.test_report_browser import browse, checked_copy, find_chromium
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""Safe names, folder layout and atomic writes."""
+"""Safe names, folder layout, atomic writes and the journal."""
 
 from __future__ import annotations
 
@@ -15,16 +15,18 @@ from PIL import Image
 from actviz.errors import ExitCode, OutputError
 from actviz.output import (
     TMP_MARK,
-    RunRecords,
+    Journal,
     atomic_path,
     image_dirs,
     layer_filename,
     prepare_out_dir,
     safe_name,
+    whole,
     write_bytes,
     write_json,
 )
 from actviz.render.png import picture_png
+from actviz.run.records import RunRecords
 
 
 @pytest.mark.parametrize(
@@ -239,3 +241,39 @@ def test_prepare_out_dir_errors(tmp_path: Path) -> None:
         locked.mkdir(mode=0o500)
         with pytest.raises(OutputError, match="writable --out"):
             prepare_out_dir(locked / "sub")
+
+
+def test_a_journal_starts_afresh_after_a_line_cut_short(tmp_path: Path) -> None:
+    path = tmp_path / "log.jsonl"
+    journal = Journal(path, first=b'{"head":1}\n')
+    assert journal.append(b"[1]\n") == len(b'{"head":1}\n')
+    journal.close()
+    with path.open("ab") as fh:
+        fh.write(b"[2")  # a process killed mid-write
+    again = Journal(path, first=b"never written\n")
+    offset = again.append(b"[3]\n")
+    assert again.sync() == path.stat().st_size == offset + 4
+    again.close()
+    lines = list(Journal(path).lines())
+    assert [line for _, line in lines] == [b'{"head":1}\n', b"[1]\n", b"[2\n", b"[3]\n"]
+    assert [offset for offset, line in lines if line == b"[3]\n"] == [offset]
+
+
+def test_a_journal_opened_at_a_covered_length_drops_what_follows(tmp_path: Path) -> None:
+    path = tmp_path / "done"
+    path.write_bytes(b"[1]\n[2]\n[3")
+    journal = Journal(path, keep=4)
+    assert journal.covers(4) and journal.covers(10) and not journal.covers(11)
+    assert [line for _, line in journal.lines(end=6)] == [b"[1]\n", b"[2"]
+    assert [whole(line) for _, line in journal.lines()] == [True, True, False]
+    assert journal.size == 4
+    journal.append(b"[4]\n")
+    journal.close()
+    assert path.read_bytes() == b"[1]\n[4]\n"
+    assert not Journal(tmp_path / "missing").covers(0)
+
+
+def test_a_journal_names_the_file_it_cannot_write(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputError, match=r"cannot write .*file.*choose another --out"):
+        Journal(tmp_path / "file" / "log.jsonl").append(b"[]\n")

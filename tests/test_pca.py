@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import actviz
 from actviz.cli import app
 from actviz.errors import UsageError
-from actviz.pca import PcaSampler, fit_pca
+from actviz.run.pca import PcaSampler, fit_pca
 
 from .conftest import make_image, run_images
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from actviz import api
-from actviz.output import RunRecords
+from actviz.run.records import RunRecords
 from actviz.stats import LayerStats, aggregate_run, flag_anomalies
 from tests.conftest import make_image, run_images
 from tests.test_ray_failures import _setup as _ray_setup
@@ -59,7 +59,7 @@ def _stats_run(model: str, photos: Path, out: Path, **extra: Any) -> api.RunResu
 
 
 def _table(out: Path) -> list[dict[str, Any]]:
-    from actviz.stats.table import read_table_rows
+    from tests.table_oracle import read_table_rows
 
     rows = read_table_rows(out / "stats.parquet")
     return sorted(rows, key=lambda r: (r["image"], r["depth"]))

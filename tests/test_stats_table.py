@@ -30,8 +30,8 @@ from actviz.stats.table import (
     TABLE_FILE,
     TABLE_SCHEMA,
     StatsTable,
-    read_table_rows,
 )
+from tests.table_oracle import read_table_rows
 
 NAN = float("nan")
 INF = float("inf")
@@ -299,7 +299,7 @@ def test_a_full_disk_names_the_file_and_the_fix(tmp_path: Path) -> None:
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    table._writer.write_batch = full
+    table._parquet._writer.write_batch = full
     with pytest.raises(OutputError, match=r"stats\.parquet: No space left.*free some space"):
         table.add("a", "a.png", [("l0", layer()), ("l1", layer())], [])
     table.abort()

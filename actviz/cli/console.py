@@ -134,7 +134,7 @@ def print_run(result: RunResult) -> None:
     single, printed = ok == 1, 0
     # Read back from the run's ledger one image at a time, the first PRINTED of them: a
     # folder of any size prints flat, and every image's are in the ledger and the report.
-    from actviz.results import having
+    from actviz.run.result import having
 
     for image in having(result.images, "ok"):
         if not image.predictions:

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
 from actviz.errors import OutputError
 from actviz.examples.topk import ARRAY_FIELDS, LayerTop, TopK
+from actviz.output import Journal, atomic_file
 
 __all__ = [
     "FILE",
@@ -33,7 +33,6 @@ __all__ = [
     "Checkpoint",
     "Ledger",
     "load_checkpoint",
-    "remove_checkpoint",
     "save_checkpoint",
 ]
 
@@ -67,28 +66,17 @@ class Checkpoint:
         if self.done is not None:
             yield from self.done
             return
-        path = out / LEDGER
-        try:
-            size = path.stat().st_size if self.ledger_bytes else 0
-        except OSError:
-            size = -1
-        if size < self.ledger_bytes:
+        journal = Journal(out / LEDGER)
+        if self.ledger_bytes and not journal.covers(self.ledger_bytes):
             raise OutputError(
-                f"cannot resume from {out / FILE}: {path} is missing or shorter than the state "
-                "it belongs to; use --overwrite to start again"
+                f"cannot resume from {out / FILE}: {journal.path} is missing or shorter than "
+                "the state it belongs to; use --overwrite to start again"
             )
-        if not self.ledger_bytes:
-            return
-        with path.open("rb") as fh:
-            left = self.ledger_bytes
-            for raw in fh:
-                line, left = raw[:left], left - len(raw)
-                with contextlib.suppress(ValueError):  # a line cut short: never covered
-                    paths = json.loads(line)
-                    if isinstance(paths, list):
-                        yield from (str(p) for p in paths)
-                if left <= 0:
-                    return
+        for _, line in journal.lines(end=self.ledger_bytes):
+            with contextlib.suppress(ValueError):  # a line cut short: never covered
+                paths = json.loads(line)
+                if isinstance(paths, list):
+                    yield from (str(p) for p in paths)
 
 
 class Ledger:
@@ -99,54 +87,40 @@ class Ledger:
 
     def __init__(self, out: Path, keep: Checkpoint | None) -> None:
         self.path = out / LEDGER
-        self._fh: IO[bytes] | None = None
+        covered = 0 if keep is None or keep.done is not None else keep.ledger_bytes
+        self._journal = Journal(self.path, keep=covered, error=_ledger_error)
         self._keep = keep
-        self.size = 0 if keep is None or keep.done is not None else keep.ledger_bytes
+
+    @property
+    def size(self) -> int:
+        """The ledger's length after the last batch appended."""
+        return self._journal.size
 
     def append(self, paths: list[str]) -> int:
         """Append one batch's paths; the ledger's length after them."""
-        fh = self._file()
-        # ASCII with escapes: any path, undecodable names included, reads back the same.
-        line = json.dumps(paths).encode("ascii") + b"\n"
-        try:
-            fh.write(line)
-        except OSError as exc:
-            raise OutputError(f"cannot write {self.path}: {exc}") from None
-        self.size += len(line)
-        return self.size
+        keep, self._keep = self._keep, None
+        if keep is not None and keep.done:  # a format 1 state: its list moves here
+            self._journal.append(_paths_line(list(keep.done)))
+        self._journal.append(_paths_line(paths))
+        return self._journal.size
 
     def flush(self) -> None:
         """Everything appended so far on disk, before a state that covers it is written."""
-        if self._fh is None:
-            return
-        try:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-        except OSError as exc:
-            raise OutputError(f"cannot write {self.path}: {exc}") from None
+        self._journal.sync()
 
     def close(self) -> None:
-        """Close the file (flushing it)."""
-        if self._fh is not None:
-            with contextlib.suppress(OSError):
-                self._fh.close()
-            self._fh = None
+        """Close the file (syncing it)."""
+        with contextlib.suppress(OutputError):
+            self._journal.close()
 
-    def _file(self) -> IO[bytes]:
-        if self._fh is not None:
-            return self._fh
-        keep = self._keep
-        try:
-            fh = self.path.open("r+b" if self.path.exists() else "w+b")
-            fh.truncate(self.size)  # lines no saved state covers are dropped
-            fh.seek(self.size)
-            if keep is not None and keep.done:  # a format 1 state: its list moves here
-                fh.write(json.dumps(list(keep.done)).encode("ascii") + b"\n")
-                self.size = fh.tell()
-        except OSError as exc:
-            raise OutputError(f"cannot write {self.path}: {exc}") from None
-        self._fh = fh
-        return fh
+
+def _paths_line(paths: list[str]) -> bytes:
+    # ASCII with escapes: any path, undecodable names included, reads back the same.
+    return json.dumps(paths).encode("ascii") + b"\n"
+
+
+def _ledger_error(path: Path, exc: OSError) -> OutputError:
+    return OutputError(f"cannot write {path}: {exc}")
 
 
 def save_checkpoint(
@@ -154,8 +128,6 @@ def save_checkpoint(
 ) -> None:
     """Write the state atomically (``OutputError`` when the folder cannot be written); the
     ledger's first ``ledger_bytes`` (flushed before) list its ``images``."""
-    from actviz.output import atomic_path
-
     keys = list(top.layers)
     meta = {
         "format": _FORMAT,
@@ -176,7 +148,7 @@ def save_checkpoint(
     for i, key in enumerate(keys):
         for name, array in top.layers[key].arrays().items():
             arrays[f"{i}.{name}"] = array
-    with atomic_path(out / FILE) as tmp, tmp.open("wb") as fh:
+    with atomic_file(out / FILE) as fh:
         np.savez(fh, **arrays)
 
 
@@ -213,13 +185,6 @@ def load_checkpoint(out: Path, settings: Mapping[str, Any]) -> Checkpoint | None
             f"cannot resume from {path}: it is damaged ({type(exc).__name__}: {exc}); "
             "use --overwrite to start again"
         ) from None
-
-
-def remove_checkpoint(out: Path) -> None:
-    """Forget the earlier state (``--overwrite``)."""
-    for name in (FILE, LEDGER):
-        with contextlib.suppress(FileNotFoundError):
-            (out / name).unlink()
 
 
 def _check_settings(out: Path, earlier: Mapping[str, Any], now: Mapping[str, Any]) -> None:

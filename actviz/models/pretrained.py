@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 
 from actviz.errors import UnknownWeightsError, WeightsError, first_line
 from actviz.models.checkpoints import unwrap_state_dict
+from actviz.output import atomic_path
 
 if TYPE_CHECKING:
     import torch
@@ -64,20 +65,7 @@ def fetch_pretrained(weights: WeightsEnum) -> dict[str, torch.Tensor]:
 
     path = cached_weights_path(weights)
     if not path.exists():
-        match = _HASH_PREFIX.search(path.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            with _socket_timeout(_DOWNLOAD_TIMEOUT_S):
-                torch.hub.download_url_to_file(
-                    weights.url, str(path), hash_prefix=match.group(1) if match else None
-                )
-        except (OSError, RuntimeError) as exc:  # URLError is an OSError; bad hash is Runtime
-            why = getattr(exc, "reason", None) or exc
-            raise WeightsError(
-                f"pretrained weights {weights_label(weights)} are not cached and could not be "
-                f"downloaded ({why}); on a connected machine download {weights.url} and put it "
-                f"at {path}, or use --weights none for random weights"
-            ) from exc
+        _download(weights, path)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a corrupt cache file
@@ -86,6 +74,26 @@ def fetch_pretrained(weights: WeightsEnum) -> dict[str, torch.Tensor]:
             "and run again to download it afresh"
         ) from exc
     return unwrap_state_dict(state, path)
+
+
+def _download(weights: WeightsEnum, path: Path) -> None:
+    """Download the weights into the cache, checking the hash prefix in their file name."""
+    import torch
+
+    match = _HASH_PREFIX.search(path.name)
+    with atomic_path(path) as tmp:
+        try:
+            with _socket_timeout(_DOWNLOAD_TIMEOUT_S):
+                torch.hub.download_url_to_file(
+                    weights.url, str(tmp), hash_prefix=match.group(1) if match else None
+                )
+        except (OSError, RuntimeError) as exc:  # URLError is an OSError; bad hash is Runtime
+            why = getattr(exc, "reason", None) or exc
+            raise WeightsError(
+                f"pretrained weights {weights_label(weights)} are not cached and could not be "
+                f"downloaded ({why}); on a connected machine download {weights.url} and put it "
+                f"at {path}, or use --weights none for random weights"
+            ) from exc
 
 
 def weights_enum(name: str) -> type[WeightsEnum] | None:

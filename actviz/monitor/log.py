@@ -1,10 +1,10 @@
 """The training log: an append-only JSON Lines file, one object per line.
 
-The writer appends one line per record and flushes it at once, so what was written survives a
-crash or a ``kill -9`` of the training process (the operating system holds it). A process
-killed in the middle of a write leaves a torn last line; the reader ignores it, and the writer
-of a later run starts on a fresh line. Reading costs one pass over the file, so the report can
-be built while training goes on.
+The writer appends one line per record to the output package's :class:`~actviz.output.Journal`
+and flushes it at once, so what was written survives a crash or a ``kill -9`` of the training
+process (the operating system holds it). A process killed in the middle of a write leaves a
+torn last line; the reader ignores it, and the writer of a later run starts on a fresh line.
+Reading costs one pass over the file, so the report can be built while training goes on.
 
 The schema is in docs/training.md: a ``start`` record per run, a ``step`` record per recorded
 step, a ``nonfinite`` record when a NaN or Inf appears somewhere new, an ``end`` record when
@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from actviz.errors import OutputError
+from actviz.output import Journal
 
-__all__ = ["LOG_NAME", "LogWriter", "TrainingLog", "clean", "layer_series", "read_log"]
+__all__ = ["LOG_NAME", "LogWriter", "TrainingLog", "clean", "read_log"]
 
 #: The log's file name inside the ``out`` folder.
 LOG_NAME = "watch.jsonl"
@@ -42,44 +43,31 @@ def clean(value: Any) -> Any:
 
 
 class LogWriter:
-    """Appends records to ``folder/watch.jsonl``, one flushed line each."""
+    """Appends records to ``folder/watch.jsonl``, one line each, handed to the operating
+    system at once."""
 
     def __init__(self, folder: Path) -> None:
         self.path = folder / LOG_NAME
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            torn = self.path.exists() and not _ends_with_newline(self.path)
-            self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")  # noqa: SIM115
-        except OSError as exc:
-            raise OutputError(
-                f"cannot write the training log {self.path}: {exc.strerror or exc}; "
-                "pass another out= folder"
-            ) from exc
-        if torn:
-            # A run killed mid-line: start this one on a line of its own.
-            self._file.write("\n")
+        self._journal: Journal | None = Journal(self.path, error=_log_error)
+        self._journal.open()
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one record and flush it to the operating system."""
-        if self._file is None:
+        if self._journal is None:
             raise ValueError("the log is closed")
         line = json.dumps(clean(record), separators=(",", ":"), allow_nan=False)
-        self._file.write(line + "\n")
-        self._file.flush()
+        self._journal.append(line.encode("utf-8") + b"\n")
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._journal is not None:
+            journal, self._journal = self._journal, None
+            journal.close()
 
 
-def _ends_with_newline(path: Path) -> bool:
-    size = path.stat().st_size
-    if size == 0:
-        return True
-    with open(path, "rb") as f:
-        f.seek(size - 1)
-        return f.read(1) == b"\n"
+def _log_error(path: Path, exc: OSError) -> OutputError:
+    return OutputError(
+        f"cannot write the training log {path}: {exc.strerror or exc}; pass another out= folder"
+    )
 
 
 @dataclass
@@ -125,14 +113,14 @@ def read_log(path: str | os.PathLike[str]) -> TrainingLog:
     if target.is_dir():
         target = target / LOG_NAME
     try:
-        data = target.read_bytes()
+        target.stat()
     except OSError as exc:
         raise OutputError(
             f"no training log at {target} ({exc.strerror or exc}); pass the out= folder of "
             "actviz.watch"
         ) from exc
     log = TrainingLog(target)
-    for line in data.split(b"\n"):
+    for _, line in Journal(target, error=_read_error).lines():
         if not line.strip():
             continue
         try:
@@ -148,6 +136,10 @@ def read_log(path: str | os.PathLike[str]) -> TrainingLog:
     return log
 
 
+def _read_error(path: Path, exc: OSError) -> OutputError:
+    return OutputError(f"cannot read the training log {path}: {exc.strerror or exc}")
+
+
 def _add(log: TrainingLog, record: dict[str, Any]) -> None:
     kind = record.get("kind")
     if kind == "start":
@@ -161,15 +153,3 @@ def _add(log: TrainingLog, record: dict[str, Any]) -> None:
         log.probes.append(record)
     elif kind == "end":
         log.end = record
-
-
-def layer_series(steps: Sequence[Mapping[str, Any]], group: str, key: str) -> dict[str, list[Any]]:
-    """``{name: [value per step record]}`` of one statistic of ``group`` (``layers`` or
-    ``params``), None where a step lacks it, names in first-seen order."""
-    names: dict[str, None] = {}
-    for record in steps:
-        for name in record.get(group) or {}:
-            names.setdefault(name)
-    return {
-        name: [((r.get(group) or {}).get(name) or {}).get(key) for r in steps] for name in names
-    }

@@ -96,7 +96,6 @@ class OriginLog:
 
         name = f"nonfinite/step{step:07d}-{origin.phase}-{safe_name(origin.module)}.pt"
         target = self._out / name
-        target.parent.mkdir(parents=True, exist_ok=True)
         payload = {
             "step": step,
             "module": origin.module,

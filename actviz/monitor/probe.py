@@ -86,7 +86,6 @@ class ProbeSink:
                 self._ranges[name] = (grid.vmin, grid.vmax)
             relative = f"probe/{safe_name(name)}/step{step:07d}.png"
             target = self.folder / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
             write_bytes(target, grid.to_png(1))
             files[name] = relative
             pictures[name] = grid.to_rgb()

@@ -245,8 +245,6 @@ def _relink_examples(out: Path) -> None:
 def _prepare(opts: OptimizeOptions) -> None:
     """The output folder may hold other commands' results (pages link each other), but not
     an earlier optimize unless ``overwrite``."""
-    import shutil
-
     from actviz import output
 
     earlier = [p for p in (opts.out / JSON_FILE, opts.out / FOLDER) if p.exists()]
@@ -257,13 +255,7 @@ def _prepare(opts: OptimizeOptions) -> None:
             usage=True,
         )
     output.prepare_out_dir(opts.out, overwrite=True)
-    try:
-        if (opts.out / FOLDER).is_dir():
-            shutil.rmtree(opts.out / FOLDER)
-        for name in (JSON_FILE, REPORT_FILE):
-            (opts.out / name).unlink(missing_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot remove the earlier results in {opts.out}: {exc}") from None
+    output.remove_written(opts.out, [JSON_FILE, REPORT_FILE], trees=[FOLDER])
 
 
 def _load(model: str, opts: OptimizeOptions, notify: StepReporter) -> tuple[LoadedModel, list[str]]:

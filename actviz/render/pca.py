@@ -1,7 +1,7 @@
 """Principal components as colour: a layer's channel vector at each position projected on
 three components fitted once for the run, shown as RGB beside what the model saw.
 
-Pure arrays: the fit (:class:`PcaFit`, made by :func:`actviz.pca.fit_pca`) and ``(C, H, W)``
+Pure arrays: the fit (:class:`PcaFit`, made by :func:`actviz.run.pca.fit_pca`) and ``(C, H, W)``
 maps in, pictures out; nothing is written here.
 """
 

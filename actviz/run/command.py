@@ -1,6 +1,6 @@
 """``actviz run`` and ``actviz stats`` in named steps: open -> plan -> capture and draw -> write.
 
-The CLI is a thin layer over :func:`run`; it returns a :class:`~actviz.results.RunResult`,
+The CLI is a thin layer over :func:`run`; it returns a :class:`~actviz.run.result.RunResult`,
 reports progress through an optional :class:`~actviz.results.Reporter`, and raises
 :class:`~actviz.errors.ActvizError` subclasses.
 """
@@ -14,17 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from actviz import output, session
 from actviz.errors import UsageError
-from actviz.results import (
-    ImageRecords,
-    ImageResult,
-    Reporter,
-    RunResult,
-    SilentReporter,
-)
+from actviz.results import ImageResult, Reporter, SilentReporter
 from actviz.run.loop import Plan, capture_and_render
 from actviz.run.manifest import manifest
 from actviz.run.on_ray import stats_on_ray
 from actviz.run.options import RunOptions
+from actviz.run.records import RunRecords
+from actviz.run.result import ImageRecords, RunResult
 from actviz.run.sink import RunSink, loader, report_images
 
 if TYPE_CHECKING:
@@ -115,7 +111,7 @@ def run(
         return _write(model, opened, state, found.skipped, warnings, opts, started)
 
 
-def _reuse(records: output.RunRecords, results: list[ImageResult]) -> None:
+def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
     """Mark the images an earlier run completed (same settings, files still there) as
     reused; their records stay in the ledger, where the run reads them when it needs them."""
     done = records.completed()
@@ -181,7 +177,7 @@ def _plan(
         "input_size": list(loaded.input_size),
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
     }
-    records = output.RunRecords(opts.out, settings)
+    records = RunRecords(opts.out, settings)
     kept: list[Path] = []
     if opts.execution.resume:
         _reuse(records, results)

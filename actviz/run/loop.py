@@ -108,7 +108,7 @@ def capture_and_render(
 
     if opts.draw.pca:
         # Components fitted once over every image, so colours mean the same in each.
-        from actviz.pca import fit_run
+        from actviz.run.pca import fit_run
 
         with (
             ActivationRecorder(plan.module, plan.names, mode=opts.capture) as recorder,

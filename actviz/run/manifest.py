@@ -2,7 +2,7 @@
 
 The manifest holds the run's facts and its per-layer summaries; its size depends on the layers,
 not on the images. Each image's record is a line of the run's ledger
-(:class:`actviz.output.RunRecords`), written as the image finishes; its statistics are also a
+(:class:`actviz.run.records.RunRecords`), written as the image finishes; its statistics are also a
 row per layer of ``stats.parquet``.
 """
 
@@ -14,9 +14,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from actviz._version import __version__
-from actviz.output import RunRecords
-from actviz.results import ImageResult, LayerResult, Prediction, RunResult
+from actviz.results import ImageResult, LayerResult, Prediction
 from actviz.run.pictures import PICTURE_KINDS
+from actviz.run.records import RunRecords
+from actviz.run.result import RunResult
 from actviz.session import versions_record, weights_record
 
 __all__ = ["image_from_record", "image_record", "manifest"]

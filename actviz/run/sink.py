@@ -3,7 +3,7 @@
 :meth:`RunSink.add` takes an image as it finishes (on either engine, or read back from the
 ledger for ``--resume``), and:
 
-- appends its record to the ledger (:class:`actviz.output.RunRecords`), the run's per-image
+- appends its record to the ledger (:class:`actviz.run.records.RunRecords`), the run's per-image
   record on disk;
 - folds its layer statistics into the run's running summaries
   (:class:`actviz.stats.RunningStats`) and writes them as rows of ``stats.parquet`` and
@@ -23,12 +23,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.results import ImageResult, Reporter, RunCounts, files_of, notes_of
+from actviz.results import ImageResult, Reporter, notes_of
 from actviz.run.gradients import RunFlow
 from actviz.run.manifest import image_from_record, image_record
+from actviz.run.result import RunCounts, files_of
 
 if TYPE_CHECKING:
-    from actviz.output import RunRecords
+    from actviz.run.records import RunRecords
     from actviz.stats import Thresholds
 
 __all__ = ["RunSink", "load_images", "loader", "read_images", "report_images"]
@@ -162,8 +163,9 @@ class RunSink:
             self._offsets = (self._offsets + _mix(offset)) & _MASK
 
     def checkpoint(self) -> None:
-        """Save the summaries and the table so far beside the ledger, with what they cover,
-        so that ``--resume`` starts from them instead of reading every image back."""
+        """Save the summaries and the table so far beside the ledger, with the ledger's covered
+        length (:meth:`actviz.output.Journal.sync`), so that ``--resume`` starts from them
+        instead of reading every image back."""
         covered = self.records.sync()
         table = self.table.checkpoint() if self.table is not None else None
         self._save(covered, table)
@@ -194,8 +196,7 @@ class RunSink:
         from actviz.errors import OutputError
 
         try:
-            for leftover in self.out.glob(f".{self.CHECKPOINT}.*{output.TMP_MARK}"):
-                leftover.unlink(missing_ok=True)
+            output.remove_temporaries(self.out, [self.CHECKPOINT])
         except OSError as exc:
             raise OutputError(
                 f"cannot remove {exc.filename}: {exc.strerror}; choose another --out"
@@ -212,7 +213,7 @@ class RunSink:
             if state.get("format") != 1 or state.get("key") != self._key:
                 return None
             covered = int(state["ledger_bytes"])
-            if not 0 <= covered <= self.records.path.stat().st_size:
+            if not self.records.journal.covers(covered):
                 return None
             images, digest = 0, 0
             for stub in stubs:
@@ -356,7 +357,7 @@ def load_images(records: RunRecords, stubs: Iterable[ImageResult]) -> Iterator[I
 
 
 def loader(records: RunRecords) -> Any:
-    """:func:`load_images` bound to a ledger, for :class:`actviz.results.ImageRecords`."""
+    """:func:`load_images` bound to a ledger, for :class:`actviz.run.result.ImageRecords`."""
 
     def load(stubs: Iterable[ImageResult]) -> Iterator[ImageResult]:
         return load_images(records, stubs)
@@ -435,7 +436,7 @@ def read_images(out: Path | str) -> Iterator[dict[str, Any]]:
         >>> for image in actviz.read_images("actviz-out"):
         ...     print(image["path"], image["predictions"][0]["label"])
     """
-    from actviz.output import RunRecords
+    from actviz.run.records import RunRecords
 
     records = RunRecords(Path(out), {})
     last: dict[tuple[str, str], int] = {}

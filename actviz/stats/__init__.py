@@ -20,7 +20,7 @@ from actviz.stats.files import CSV_FIELDS, RUN_KEY, stats_rows, to_csv, to_json
 from actviz.stats.layerstats import STAT_FIELDS, LayerStats, aggregate, aggregate_run
 from actviz.stats.running import ACROSS_IMAGES, WORST, RunningLayer, RunningStats
 from actviz.stats.sketch import Sketch
-from actviz.stats.table import TABLE_FILE, StatsTable, read_table_rows
+from actviz.stats.table import TABLE_FILE, StatsTable
 
 __all__ = [
     "ACROSS_IMAGES",
@@ -48,7 +48,6 @@ __all__ = [
     "flag_counts",
     "judges_dead",
     "parse_kinds",
-    "read_table_rows",
     "stats_callback",
     "stats_rows",
     "to_csv",

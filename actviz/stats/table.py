@@ -18,15 +18,15 @@ import contextlib
 import csv
 import functools
 import operator
-import os
 from array import array
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
-from actviz.errors import OutputError, UsageError, first_line
+from actviz.errors import UsageError
+from actviz.output import ParquetParts, TextPart, naming
 from actviz.stats.files import CSV_FIELDS, RUN_KEY
 from actviz.stats.layerstats import STAT_FIELDS, _json_float
 
@@ -42,7 +42,6 @@ __all__ = [
     "TABLE_FORMAT",
     "TABLE_SCHEMA",
     "StatsTable",
-    "read_table_rows",
 ]
 
 TABLE_FILE = "stats.parquet"
@@ -75,26 +74,24 @@ _STAT_TYPES: dict[str, str] = {
 # Zstandard at its default level: measured on 100,000 rows of 50-layer images, 6% smaller than
 # snappy and written as fast (the time goes to building the rows, not to compressing them).
 _COMPRESSION = "zstd"
-_UNDECODED = "backslashreplace"  # as the CSV and JSON files hold a file name that is not UTF-8
 
 
-def _arrow() -> tuple[Any, Any]:
-    """``pyarrow`` and ``pyarrow.parquet``, or the error that says how to install them."""
+def _arrow() -> Any:
+    """``pyarrow``, or the error that says how to install it."""
     try:
         import pyarrow
-        import pyarrow.parquet
     except ImportError:
         raise UsageError(
             "the per-image table stats.parquet needs pyarrow, which is not installed: "
             "pip install pyarrow"
         ) from None
-    return pyarrow, pyarrow.parquet
+    return pyarrow
 
 
 @functools.cache
 def TABLE_SCHEMA() -> pa.Schema:  # a function: pyarrow is imported on first use
     """The Arrow schema of ``stats.parquet``, with its ``actviz.format`` metadata entry."""
-    pa, _ = _arrow()
+    pa = _arrow()
     fields = [
         pa.field("image", pa.string(), nullable=False),
         pa.field("path", pa.string(), nullable=False),
@@ -144,31 +141,27 @@ class StatsTable:
         self.out = out
         self.rows_per_group = rows_per_group
         self.rows = int(resume["rows"]) if resume else 0
-        # Complete Parquet files holding the rows before the current part's, in order.
-        self._parts: list[str] = list(resume["parts"]) if resume else []
-        self._part_rows = 0
-        self._parquet_tmp = output.temp_beside(out / TABLE_FILE)
-        self._csv_tmp = output.temp_beside(out / CSV_FILE)
+        self._csv: TextPart | None = None
+        self._parquet: ParquetParts | None = None
         self._csv_rows_end = 0
-        self._writer: Any = None
-        self._fh: Any = None
         self._closed = False  # finished or aborted: no more rows
         self._finished = False  # both files in place
         self._clear()
         try:
-            with _naming(out / CSV_FILE):
-                out.mkdir(parents=True, exist_ok=True)
-                keep = {*self._parts, resume["csv"]} if resume else set()
-                _remove_leftovers(out, keep)
-                # newline="": the csv module's "\n" goes to disk as is, as to_csv's text does.
-                self._fh = self._csv_tmp.open("w", encoding="utf-8", errors=_UNDECODED, newline="")
-                self._csv = csv.writer(self._fh, lineterminator="\n")
-                if resume:
-                    self._fh.flush()
-                    _copy_start(out / resume["csv"], int(resume["csv_bytes"]), self._fh.buffer)
-                else:
-                    self._csv.writerow(CSV_FIELDS)
-            self._open_part()
+            with naming(out / CSV_FILE):
+                keep = {*resume["parts"], resume["csv"]} if resume else set()
+                output.remove_temporaries(out, (TABLE_FILE, CSV_FILE), keep)
+            start = (resume["csv"], int(resume["csv_bytes"])) if resume else None
+            self._csv = TextPart(out / CSV_FILE, start=start)
+            # The csv module's "\n" goes to disk as is, as to_csv's text does.
+            self._writer = csv.writer(self._csv.file, lineterminator="\n")
+            if not resume:
+                with naming(out / CSV_FILE):
+                    self._writer.writerow(CSV_FIELDS)
+            parts = list(resume["parts"]) if resume else []
+            self._parquet = ParquetParts(
+                out / TABLE_FILE, TABLE_SCHEMA(), compression=_COMPRESSION, parts=parts
+            )
         except BaseException:
             self.abort()
             raise
@@ -183,9 +176,7 @@ class StatsTable:
                 return False  # never a file of the checkpoint's choosing outside the table's
             if (out / state["csv"]).stat().st_size < int(state["csv_bytes"]):
                 return False
-            _, pq = _arrow()
-            rows = sum(pq.ParquetFile(str(out / part)).metadata.num_rows for part in state["parts"])
-            return bool(rows == int(state["rows"]))
+            return ParquetParts.count_rows(out, state["parts"]) == int(state["rows"])
         except Exception:  # missing, torn or of another kind: the caller replays instead
             return False
 
@@ -199,22 +190,12 @@ class StatsTable:
         self._check_open()
         if self._layer:
             self._flush()
-        with _naming(self.out / TABLE_FILE):
-            self._writer.close()
-            self._writer = None
-            with self._parquet_tmp.open("rb") as part:  # on disk before a checkpoint names it
-                os.fsync(part.fileno())
-            self._parts.append(self._parquet_tmp.name)
-            self._parquet_tmp = output.temp_beside(self.out / TABLE_FILE)
-            self._open_part()
-        with _naming(self.out / CSV_FILE):
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            size = os.fstat(self._fh.fileno()).st_size
+        assert self._parquet is not None and self._csv is not None
+        parts = self._parquet.cut()
         return {
-            "parts": list(self._parts),
-            "csv": self._csv_tmp.name,
-            "csv_bytes": size,
+            "parts": parts,
+            "csv": self._csv.tmp.name,
+            "csv_bytes": self._csv.size(sync=True),
             "rows": self.rows,
         }
 
@@ -227,14 +208,6 @@ class StatsTable:
             "csv_bytes": self._csv_rows_end,
             "rows": self.rows,
         }
-
-    def _open_part(self) -> None:
-        _, pq = _arrow()
-        with _naming(self.out / TABLE_FILE):
-            self._writer = pq.ParquetWriter(
-                str(self._parquet_tmp), TABLE_SCHEMA(), compression=_COMPRESSION
-            )
-        self._part_rows = 0
 
     def __enter__(self) -> StatsTable:
         return self
@@ -272,11 +245,11 @@ class StatsTable:
         self._check_open()
         kinds = _kinds(flags)
         image_text, path_text = _utf8(image), _utf8(path)
-        with _naming(self.out / CSV_FILE):  # the Parquet file's errors say so in _flush
+        with naming(self.out / CSV_FILE):  # the Parquet file's errors say so in _flush
             for depth, (name, s) in enumerate(layers):
                 values = _values(s)
                 layer_kinds = kinds.get(name, ())
-                self._csv.writerow([image, name, *values, ";".join(layer_kinds)])
+                self._writer.writerow([image, name, *values, ";".join(layer_kinds)])
                 self._image.append(image_text)
                 self._path.append(path_text)
                 self._layer.append(_utf8(name))
@@ -306,59 +279,25 @@ class StatsTable:
         """
         self._check_open()
         self._closed = True
+        assert self._parquet is not None and self._csv is not None
         try:
-            with _naming(self.out / CSV_FILE):
-                self._fh.flush()
-                self._csv_rows_end = os.fstat(self._fh.fileno()).st_size
-                if run is not None:
-                    kinds = _kinds(run_flags)
+            self._csv_rows_end = self._csv.size()
+            if run is not None:
+                kinds = _kinds(run_flags)
+                with naming(self.out / CSV_FILE):
                     for name, s in run:
                         flags = ";".join(kinds.get(name, ()))
-                        self._csv.writerow([RUN_KEY, name, *_values(s), flags])
-                self._fh.close()
+                        self._writer.writerow([RUN_KEY, name, *_values(s), flags])
             if self._layer:
                 self._flush()
-            with _naming(self.out / TABLE_FILE):
-                self._writer.close()
-                self._writer = None
-                self._combine()
-            with _naming(self.out / CSV_FILE):
-                os.replace(self._csv_tmp, self.out / CSV_FILE)
+            self._parquet.finish()
+            self._csv.commit()
         except BaseException:
             self.abort()
             raise
         self._finished = True
-        self._fh = self._writer = None
         with contextlib.suppress(OSError):  # the parts now in stats.parquet
-            _remove_leftovers(self.out, set())
-
-    def _combine(self) -> None:
-        """The parts and the current one into ``stats.parquet``: their row groups copied in
-        order, or the one file renamed."""
-        final = self.out / TABLE_FILE
-        parts = [self.out / name for name in self._parts]
-        if self._part_rows or not parts:
-            parts.append(self._parquet_tmp)
-        if parts == [final]:
-            return  # nothing added to a finished table
-        if len(parts) == 1:
-            os.replace(parts[0], final)
-            return
-        _, pq = _arrow()
-        combined = output.temp_beside(final)
-        try:
-            writer = pq.ParquetWriter(str(combined), TABLE_SCHEMA(), compression=_COMPRESSION)
-            try:
-                for part in parts:
-                    parquet = pq.ParquetFile(str(part))
-                    for group in range(parquet.num_row_groups):
-                        rows = parquet.read_row_group(group)
-                        writer.write_table(rows, row_group_size=max(rows.num_rows, 1))
-            finally:
-                writer.close()
-            os.replace(combined, final)
-        finally:
-            combined.unlink(missing_ok=True)
+            output.remove_temporaries(self.out, (TABLE_FILE, CSV_FILE))
 
     def abort(self) -> None:
         """Close both files and remove the temporaries; the final names are left untouched.
@@ -366,16 +305,12 @@ class StatsTable:
         if self._finished:
             return
         self._closed = True
-        fh, writer = self._fh, self._writer
-        self._fh = self._writer = None
-        for closing in (fh, writer):
-            if closing is not None:
-                with contextlib.suppress(Exception):  # already failing: removing matters more
-                    closing.close()
-        parts = [self.out / name for name in self._parts if output.TMP_MARK in name]
-        for tmp in (self._parquet_tmp, self._csv_tmp, *parts):
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        csv_file, parquet = self._csv, self._parquet
+        self._csv = self._parquet = None
+        if csv_file is not None:
+            csv_file.discard()
+        if parquet is not None:
+            parquet.abort()
         self._clear()
 
     def _check_open(self) -> None:
@@ -398,7 +333,7 @@ class StatsTable:
         """Write the buffered rows as one row group, and empty the buffers."""
         import numpy as np
 
-        pa, _ = _arrow()
+        pa = _arrow()
         schema = TABLE_SCHEMA()
         columns = [
             pa.array(self._image, pa.string()),
@@ -415,34 +350,9 @@ class StatsTable:
         dead = pa.array(np.frombuffer(self._dead, np.int32))
         columns.append(_list_array(pa, np, self._dead_ends, dead))
         columns.append(_list_array(pa, np, self._flag_ends, pa.array(self._flags, pa.string())))
-        batch = pa.RecordBatch.from_arrays(columns, schema=schema)
-        with _naming(self.out / TABLE_FILE):
-            self._writer.write_batch(batch, row_group_size=len(self._layer))
-        self._part_rows += len(self._layer)
+        assert self._parquet is not None
+        self._parquet.write(pa.RecordBatch.from_arrays(columns, schema=schema))
         self._clear()
-
-
-def read_table_rows(path: Path) -> list[dict[str, Any]]:
-    """Every row of a ``stats.parquet`` as a dict (null -> None): for tests and small tables.
-
-    Raises:
-        OutputError: If the file cannot be read or was not written by this format.
-    """
-    pa, pq = _arrow()
-    try:
-        table = pq.read_table(str(path))
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise OutputError(
-            f"cannot read {path}: {first_line(exc)}; run the command again to write it"
-        ) from None
-    found = (table.schema.metadata or {}).get(b"actviz.format")
-    if found != TABLE_FORMAT.encode():
-        raise OutputError(
-            f"{path} is not an actviz statistics table of format {TABLE_FORMAT} "
-            f"(found {found!r}); run the command again to write it"
-        )
-    rows: list[dict[str, Any]] = table.to_pylist()
-    return rows
 
 
 _NAN = float("nan")
@@ -455,26 +365,6 @@ def _values(s: LayerStats) -> list[Any]:
     return [_json_float(v) if v.__class__ is float else v for v in _STATS_OF(s)]
 
 
-@contextlib.contextmanager
-def _naming(path: Path) -> Iterator[None]:
-    """Turn an OS error in the block into the :class:`OutputError` that names ``path`` and
-    the fix."""
-    try:
-        yield
-    except OSError as exc:
-        raise output.write_error(path, exc) from None
-
-
-def _remove_leftovers(out: Path, keep: set[str]) -> None:
-    """Remove the temporaries of a run that was killed before it could (SIGKILL, a power cut),
-    but those in ``keep`` (a checkpoint's, resumed from): a large folder's would otherwise
-    stay, hidden, beside every later table."""
-    for name in (TABLE_FILE, CSV_FILE):
-        for leftover in out.glob(f".{name}.*{output.TMP_MARK}"):
-            if leftover.name not in keep:
-                leftover.unlink(missing_ok=True)
-
-
 def _ours(name: str) -> bool:
     """A name the table writes: a final file, or a temporary of one, in the output folder."""
     if name in (TABLE_FILE, CSV_FILE):
@@ -485,19 +375,6 @@ def _ours(name: str) -> bool:
         and name.endswith(output.TMP_MARK)
         and name.startswith((f".{TABLE_FILE}.", f".{CSV_FILE}."))
     )
-
-
-def _copy_start(path: Path, size: int, into: Any) -> None:
-    """The first ``size`` bytes of ``path`` into the binary file ``into``."""
-    with path.open("rb") as fh:
-        left = size
-        while left > 0:
-            block = fh.read(min(left, 1 << 20))
-            if not block:
-                raise OSError(f"{path} is shorter than {size} bytes")
-            into.write(block)
-            left -= len(block)
-    into.flush()
 
 
 def _nan_for_none(values: list[Any]) -> list[Any]:
@@ -516,7 +393,7 @@ def _utf8(text: str) -> str:
     the CSV holds."""
     if text.isascii():
         return text
-    return text.encode("utf-8", _UNDECODED).decode("utf-8")
+    return text.encode("utf-8", output.UNDECODED).decode("utf-8")
 
 
 def _list_array(pa: Any, np: Any, ends: array[int], values: Any) -> Any:
