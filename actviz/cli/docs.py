@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from actviz.output import write_bytes
+
 __all__ = ["COMMAND", "DOCS", "StaleDocs", "reference", "regenerate"]
 
 #: The command that rewrites the file; named by the staleness check's message.
@@ -170,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     if fresh != current:
-        DOCS.write_text(fresh, encoding="utf-8")
+        write_bytes(DOCS, fresh.encode("utf-8"))
         print(f"wrote {DOCS}")
     return 0
 
