@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 from PIL import Image
+
+if TYPE_CHECKING:
+    from actviz.stats import LayerStats
 
 
 @pytest.fixture
@@ -77,6 +81,88 @@ def make_image(path: Path, size: tuple[int, int] = (64, 48), seed: int = 0) -> P
 @pytest.fixture
 def image_file(tmp_path: Path) -> Path:
     return make_image(tmp_path / "in" / "dog.png")
+
+
+PhotoName = str | Callable[[int], str]
+"""A photo's path in its folder: a format string of ``i`` or a function of ``i``."""
+
+
+def write_photos(
+    folder: Path,
+    count: int | Sequence[tuple[int, int]],
+    *,
+    size: tuple[int, int] = (48, 40),
+    name: PhotoName = "p{i}.png",
+) -> Path:
+    """Write ``count`` pictures of ``make_image`` (or one per ``(width, height)`` of a sequence)
+    into ``folder``, picture ``i`` with seed ``i``, and return the folder."""
+    sizes = [size] * count if isinstance(count, int) else list(count)
+    for i, each in enumerate(sizes):
+        relative = name(i) if callable(name) else name.format(i=i)
+        make_image(folder / relative, size=each, seed=i)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def make_photos(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``make_photos(count or sizes, *, size, name, folder)``: a folder of generated photos
+    (:func:`write_photos`), a new one for each call unless ``folder`` names it. Session-scoped,
+    so module-scoped fixtures can use it too."""
+
+    def make(
+        count: int | Sequence[tuple[int, int]],
+        *,
+        size: tuple[int, int] = (48, 40),
+        name: PhotoName = "p{i}.png",
+        folder: Path | None = None,
+    ) -> Path:
+        root = folder if folder is not None else tmp_path_factory.mktemp("photos")
+        return write_photos(root, count, size=size, name=name)
+
+    return make
+
+
+def layer_stats(
+    *,
+    mean: float = 0.0,
+    std: float = 1.0,
+    channels: int = 4,
+    per_channel: int = 25,
+    count: int | None = None,
+    dead: tuple[int, ...] = (),
+    nan: int = 0,
+    inf: int = 0,
+    lo: float | None = None,
+    hi: float | None = None,
+    spread: float = 2.0,
+    tails: float | None = None,
+    zero_frac: float = 0.0,
+    neg_frac: float = 0.5,
+) -> LayerStats:
+    """A hand-made :class:`~actviz.stats.LayerStats`: ``count`` (``channels * per_channel``
+    unless given) values of ``mean`` and ``std``, min and max ``spread`` standard deviations
+    away (unless ``lo`` / ``hi``), p01 and p99 ``tails`` away (``spread`` unless given), the
+    ``dead`` channels by index."""
+    from actviz.stats import LayerStats
+
+    tails = spread if tails is None else tails
+    return LayerStats(
+        count=channels * per_channel if count is None else count,
+        mean=mean,
+        std=std,
+        min=mean - spread * std if lo is None else lo,
+        max=mean + spread * std if hi is None else hi,
+        p01=mean - tails * std,
+        p99=mean + tails * std,
+        zero_frac=zero_frac,
+        neg_frac=neg_frac,
+        nan=nan,
+        inf=inf,
+        channels=channels,
+        dead_channels=len(dead),
+        dead_frac=len(dead) / channels,
+        dead_indices=dead,
+    )
 
 
 def run_images(out: Path) -> list[dict[str, Any]]:

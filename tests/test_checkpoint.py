@@ -21,7 +21,8 @@ from actviz import output
 from actviz.output import LedgerReader, RunRecords
 from actviz.run.gradients import RunFlow
 from actviz.run.sink import RunSink
-from actviz.stats import LayerStats, RunningStats, aggregate_run, flag_anomalies
+from actviz.stats import LayerStats, RunningStats, flag_anomalies
+from tests.oracles import aggregate_run
 from tests.test_scale import _close, _stats_run, _table, photos, tiny_model
 
 __all__ = ["photos", "tiny_model"]  # fixtures, used by name

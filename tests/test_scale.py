@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ import pytest
 
 from actviz import api
 from actviz.output import RunRecords
-from actviz.stats import LayerStats, aggregate_run, flag_anomalies
-from tests.conftest import make_image, run_images
+from actviz.stats import LayerStats, flag_anomalies
+from tests.conftest import run_images
+from tests.oracles import aggregate_run
 from tests.test_ray_failures import _setup as _ray_setup
 from tests.test_ray_failures import local_ray  # noqa: F401  (a fixture)
 
@@ -37,10 +39,9 @@ def make() -> nn.Module:
 
 
 @pytest.fixture
-def photos(tmp_path: Path) -> Path:
-    folder = tmp_path / "photos"
-    for i in range(24):
-        make_image(folder / f"img{i:03d}.png", size=(24 + i % 5, 20), seed=i)
+def photos(tmp_path: Path, make_photos: Callable[..., Path]) -> Path:
+    sizes = [(24 + i % 5, 20) for i in range(24)]
+    folder = make_photos(sizes, folder=tmp_path / "photos", name="img{i:03d}.png")
     (folder / "broken.png").write_bytes(b"not a picture")
     return folder
 

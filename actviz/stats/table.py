@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from actviz import output
 from actviz.errors import OutputError, UsageError, first_line
-from actviz.stats.files import CSV_FIELDS, RUN_KEY
-from actviz.stats.layerstats import STAT_FIELDS, _json_float
+from actviz.stats.layerstats import CSV_FIELDS, RUN_KEY, STAT_FIELDS, _json_float
 
 if TYPE_CHECKING:
     import pyarrow as pa
