@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -171,3 +172,53 @@ def run_images(out: Path) -> list[dict[str, Any]]:
     import actviz
 
     return list(actviz.read_images(out))
+
+
+# A value computed in float32 for another batch (another kernel, another order of the sums)
+# moves by a few roundings (2**-23 each) of the magnitudes summed into it, and those are about
+# the layer's RMS: 128 roundings of it cover a convolution's accumulation and the statistics'
+# own float32 sums with room, and stay far below any difference a wrong result would make.
+REBATCH_SCALE = 2.0**-16
+# Fractions of a count: an element within that rounding of 0 may land on either side of it.
+COUNTED_FRACTIONS = ("zero_frac", "neg_frac")
+
+
+def same_up_to_batching(a: Any, b: Any, *, scale: float = 0.0) -> bool:
+    """Whether two JSON documents or statistics rows (``stats.json``, Parquet rows) of runs
+    that saw the images in batches of different sizes agree within what float32 arithmetic
+    lets batch composition change, and exactly elsewhere.
+
+    In a layer's statistics (a dict with ``count``, ``mean`` and ``std``): a counted fraction
+    within one element per image (``1 / count``, times ``images`` for a run's pooled layer),
+    other floats within ``REBATCH_SCALE`` of the layer's RMS or 1e-6 relative (the files keep 7
+    significant digits); a nested dict (across-images percentiles) inherits the layer's RMS.
+    Everything else (counts, names, flags, dead channels) must be equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return False
+        layer = "count" in a and "mean" in a and "std" in a
+        if layer:
+            mean, std = (_number(b[k]) for k in ("mean", "std"))
+            rms = math.hypot(mean, std)
+            scale = rms if math.isfinite(rms) else 0.0
+        for key in a:
+            if layer and key in COUNTED_FRACTIONS and a[key] is not None and b[key] is not None:
+                one = b.get("images", 1) / max(b["count"], 1)
+                if not math.isclose(a[key], b[key], rel_tol=0.0, abs_tol=one * (1 + 1e-6)):
+                    return False
+            elif not same_up_to_batching(a[key], b[key], scale=scale):
+                return False
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(
+            same_up_to_batching(x, y, scale=scale) for x, y in zip(a, b, strict=True)
+        )
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=max(REBATCH_SCALE * scale, 1e-12))
+    return bool(a == b)
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else math.nan

@@ -22,8 +22,9 @@ from actviz.output import LedgerReader, RunRecords
 from actviz.run.gradients import RunFlow
 from actviz.run.sink import RunSink
 from actviz.stats import LayerStats, RunningStats, flag_anomalies
+from tests.conftest import same_up_to_batching
 from tests.oracles import aggregate_run
-from tests.test_scale import _close, _stats_run, _table, photos, tiny_model
+from tests.test_scale import _stats_run, _table, photos, tiny_model
 
 __all__ = ["photos", "tiny_model"]  # fixtures, used by name
 
@@ -70,7 +71,7 @@ def _csv_rows(out: Path) -> list[str]:
 def _same_outputs(out: Path, clean: Path, *, exact: bool = False) -> None:
     """The table, CSV and stats.json of ``out`` equal ``clean``'s: exactly, or to float noise
     where an image was done again in a batch of other images."""
-    same = (lambda a, b: a == b) if exact else _close
+    same = (lambda a, b: a == b) if exact else same_up_to_batching
     assert same(_table(out), _table(clean))
     got, want = _csv_rows(out), _csv_rows(clean)
     assert len(got) == len(want)
