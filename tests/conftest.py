@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 from PIL import Image
+
+if TYPE_CHECKING:
+    from actviz.stats import LayerStats
 
 
 @pytest.fixture
@@ -79,9 +84,141 @@ def image_file(tmp_path: Path) -> Path:
     return make_image(tmp_path / "in" / "dog.png")
 
 
+PhotoName = str | Callable[[int], str]
+"""A photo's path in its folder: a format string of ``i`` or a function of ``i``."""
+
+
+def write_photos(
+    folder: Path,
+    count: int | Sequence[tuple[int, int]],
+    *,
+    size: tuple[int, int] = (48, 40),
+    name: PhotoName = "p{i}.png",
+) -> Path:
+    """Write ``count`` pictures of ``make_image`` (or one per ``(width, height)`` of a sequence)
+    into ``folder``, picture ``i`` with seed ``i``, and return the folder."""
+    sizes = [size] * count if isinstance(count, int) else list(count)
+    for i, each in enumerate(sizes):
+        relative = name(i) if callable(name) else name.format(i=i)
+        make_image(folder / relative, size=each, seed=i)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def make_photos(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``make_photos(count or sizes, *, size, name, folder)``: a folder of generated photos
+    (:func:`write_photos`), a new one for each call unless ``folder`` names it. Session-scoped,
+    so module-scoped fixtures can use it too."""
+
+    def make(
+        count: int | Sequence[tuple[int, int]],
+        *,
+        size: tuple[int, int] = (48, 40),
+        name: PhotoName = "p{i}.png",
+        folder: Path | None = None,
+    ) -> Path:
+        root = folder if folder is not None else tmp_path_factory.mktemp("photos")
+        return write_photos(root, count, size=size, name=name)
+
+    return make
+
+
+def layer_stats(
+    *,
+    mean: float = 0.0,
+    std: float = 1.0,
+    channels: int = 4,
+    per_channel: int = 25,
+    count: int | None = None,
+    dead: tuple[int, ...] = (),
+    nan: int = 0,
+    inf: int = 0,
+    lo: float | None = None,
+    hi: float | None = None,
+    spread: float = 2.0,
+    tails: float | None = None,
+    zero_frac: float = 0.0,
+    neg_frac: float = 0.5,
+) -> LayerStats:
+    """A hand-made :class:`~actviz.stats.LayerStats`: ``count`` (``channels * per_channel``
+    unless given) values of ``mean`` and ``std``, min and max ``spread`` standard deviations
+    away (unless ``lo`` / ``hi``), p01 and p99 ``tails`` away (``spread`` unless given), the
+    ``dead`` channels by index."""
+    from actviz.stats import LayerStats
+
+    tails = spread if tails is None else tails
+    return LayerStats(
+        count=channels * per_channel if count is None else count,
+        mean=mean,
+        std=std,
+        min=mean - spread * std if lo is None else lo,
+        max=mean + spread * std if hi is None else hi,
+        p01=mean - tails * std,
+        p99=mean + tails * std,
+        zero_frac=zero_frac,
+        neg_frac=neg_frac,
+        nan=nan,
+        inf=inf,
+        channels=channels,
+        dead_channels=len(dead),
+        dead_frac=len(dead) / channels,
+        dead_indices=dead,
+    )
+
+
 def run_images(out: Path) -> list[dict[str, Any]]:
     """Every image record of the run in ``out``, in order, read back from its ledger (what
     ``manifest.json`` listed under ``"images"`` before it pointed at the ledger)."""
     import actviz
 
     return list(actviz.read_images(out))
+
+
+# A value computed in float32 for another batch (another kernel, another order of the sums)
+# moves by a few roundings (2**-23 each) of the magnitudes summed into it, and those are about
+# the layer's RMS: 128 roundings of it cover a convolution's accumulation and the statistics'
+# own float32 sums with room, and stay far below any difference a wrong result would make.
+REBATCH_SCALE = 2.0**-16
+# Fractions of a count: an element within that rounding of 0 may land on either side of it.
+COUNTED_FRACTIONS = ("zero_frac", "neg_frac")
+
+
+def same_up_to_batching(a: Any, b: Any, *, scale: float = 0.0) -> bool:
+    """Whether two JSON documents or statistics rows (``stats.json``, Parquet rows) of runs
+    that saw the images in batches of different sizes agree within what float32 arithmetic
+    lets batch composition change, and exactly elsewhere.
+
+    In a layer's statistics (a dict with ``count``, ``mean`` and ``std``): a counted fraction
+    within one element per image (``1 / count``, times ``images`` for a run's pooled layer),
+    other floats within ``REBATCH_SCALE`` of the layer's RMS or 1e-6 relative (the files keep 7
+    significant digits); a nested dict (across-images percentiles) inherits the layer's RMS.
+    Everything else (counts, names, flags, dead channels) must be equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return False
+        layer = "count" in a and "mean" in a and "std" in a
+        if layer:
+            mean, std = (_number(b[k]) for k in ("mean", "std"))
+            rms = math.hypot(mean, std)
+            scale = rms if math.isfinite(rms) else 0.0
+        for key in a:
+            if layer and key in COUNTED_FRACTIONS and a[key] is not None and b[key] is not None:
+                one = b.get("images", 1) / max(b["count"], 1)
+                if not math.isclose(a[key], b[key], rel_tol=0.0, abs_tol=one * (1 + 1e-6)):
+                    return False
+            elif not same_up_to_batching(a[key], b[key], scale=scale):
+                return False
+        return True
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(
+            same_up_to_batching(x, y, scale=scale) for x, y in zip(a, b, strict=True)
+        )
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return math.isclose(a, b, rel_tol=1e-6, abs_tol=max(REBATCH_SCALE * scale, 1e-12))
+    return bool(a == b)
+
+
+def _number(value: Any) -> float:
+    return float(value) if isinstance(value, int | float) else math.nan

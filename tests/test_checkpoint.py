@@ -21,8 +21,10 @@ from actviz import output
 from actviz.run.gradients import RunFlow
 from actviz.run.records import LedgerReader, RunRecords
 from actviz.run.sink import RunSink
-from actviz.stats import LayerStats, RunningStats, aggregate_run, flag_anomalies
-from tests.test_scale import _close, _stats_run, _table, photos, tiny_model
+from actviz.stats import LayerStats, RunningStats, flag_anomalies
+from tests.conftest import same_up_to_batching
+from tests.oracles import aggregate_run
+from tests.test_scale import _stats_run, _table, photos, tiny_model
 
 __all__ = ["photos", "tiny_model"]  # fixtures, used by name
 
@@ -69,7 +71,7 @@ def _csv_rows(out: Path) -> list[str]:
 def _same_outputs(out: Path, clean: Path, *, exact: bool = False) -> None:
     """The table, CSV and stats.json of ``out`` equal ``clean``'s: exactly, or to float noise
     where an image was done again in a batch of other images."""
-    same = (lambda a, b: a == b) if exact else _close
+    same = (lambda a, b: a == b) if exact else same_up_to_batching
     assert same(_table(out), _table(clean))
     got, want = _csv_rows(out), _csv_rows(clean)
     assert len(got) == len(want)
@@ -281,7 +283,7 @@ def test_write_state_is_ascii_and_reads_back_non_finite_floats(tmp_path: Path) -
 def test_a_table_taken_up_from_its_checkpoint_equals_one_written_at_once(tmp_path: Path) -> None:
     from actviz.stats import StatsTable
     from actviz.stats.table import CSV_FILE, TABLE_FILE
-    from tests.table_oracle import read_table_rows
+    from tests.oracles import read_table_rows
     from tests.test_stats_table import folder, write
 
     per_image = folder()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from actviz.cli import app
 from tests.conftest import make_image, run_images
-from tests.table_oracle import read_table_rows
+from tests.oracles import read_table_rows
 from tests.test_report_browser import browse, checked_copy, find_chromium
 
 pytestmark = pytest.mark.slow

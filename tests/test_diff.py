@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,10 +18,10 @@ from actviz.diff.metrics import (
     biased_hsic,
     cosine_similarity,
     hold_back,
-    linear_cka,
     relative_l2,
     unbiased_hsic,
 )
+from tests.oracles import linear_cka
 
 # --------------------------------------------------------------------------- the estimator
 
@@ -251,12 +252,8 @@ def checkpoints(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.conftest import make_image
-
-    root = tmp_path_factory.mktemp("photos")
-    for i in range(6):
-        make_image(root / f"img{i}.png", size=(48 + 8 * i, 40 + 4 * i), seed=i)
+def photos(make_photos: Callable[..., Path]) -> Path:
+    root = make_photos([(48 + 8 * i, 40 + 4 * i) for i in range(6)], name="img{i}.png")
     (root / "notes.txt").write_text("not an image")
     return root
 

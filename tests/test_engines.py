@@ -13,16 +13,15 @@ import pytest
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from tests.conftest import make_image, run_images
-from tests.table_oracle import read_table_rows
+from tests.conftest import run_images, write_photos
+from tests.oracles import read_table_rows
 
 runner = CliRunner()
 
 
 def _folder(root: Path, count: int) -> Path:
-    for i in range(count):
-        make_image(root / f"set{i % 3}" / f"img{i:02d}.png", size=(48 + i % 5, 40), seed=i)
-    return root
+    sizes = [(48 + i % 5, 40) for i in range(count)]
+    return write_photos(root, sizes, name=lambda i: f"set{i % 3}/img{i:02d}.png")
 
 
 def _close(a: Any, b: Any, path: str = "") -> None:

@@ -27,12 +27,11 @@ from actviz.examples import (
     LayerTop,
     ReceptiveField,
     TopK,
-    contact_sheet,
     plan_layers,
     top_images,
 )
 from actviz.examples.fields import field_from_boxes
-from actviz.examples.sheets import SheetTile, contact_sheet_png
+from actviz.examples.sheets import SheetTile, contact_sheet, contact_sheet_png
 from actviz.examples.topk import layer_candidates
 from actviz.render.legend import Header
 from actviz.render.png import encode_png

@@ -153,12 +153,6 @@ def test_norms_are_per_image_l2_norms(twins: tuple[nn.Module, nn.Module]) -> Non
     capture = result.captures["block.conv"]
     expected = [float(capture.gradient[i].double().norm()) for i in range(3)]
     assert capture.norms == pytest.approx(expected, rel=1e-12)
-    assert result.norms() == {"block.conv": list(capture.norms)}
-    assert result.flow_series(["a", "b", "c"]) == {
-        "a": [expected[0]],
-        "b": [expected[1]],
-        "c": [expected[2]],
-    }
 
 
 def test_each_image_gets_its_own_target_and_images_do_not_mix(

@@ -7,13 +7,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import make_image, run_images
+from tests.conftest import run_images
 
 pytestmark = pytest.mark.slow
 
@@ -43,13 +44,11 @@ def _files(root: Path) -> dict[str, np.ndarray]:
 
 @pytest.fixture(scope="module")
 def photos_and_clean(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, make_photos: Callable[..., Path]
 ) -> tuple[Path, dict[str, np.ndarray]]:
     """A folder of photos and the grids of one uninterrupted run over it."""
     root = tmp_path_factory.mktemp("interrupt")
-    photos = root / "photos"
-    for i in range(N):
-        make_image(photos / f"s{i % 3}" / f"{i:02d}.png", size=(48, 40), seed=i)
+    photos = make_photos(N, folder=root / "photos", name=lambda i: f"s{i % 3}/{i:02d}.png")
     clean = root / "clean"
     fresh = _actviz(str(photos), "-o", str(clean), *ARGS)
     _, stderr = fresh.communicate(timeout=300)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +16,6 @@ from torch import nn
 import actviz
 from actviz.errors import UsageError
 from actviz.models import Preprocessing
-
-from .conftest import make_image
 
 
 def _tiny() -> nn.Module:
@@ -32,10 +31,8 @@ def _tiny() -> nn.Module:
 
 
 @pytest.fixture
-def photos(tmp_path: Path) -> Path:
-    for i in range(3):
-        make_image(tmp_path / "photos" / f"p{i}.png", size=(40, 32), seed=i)
-    return tmp_path / "photos"
+def photos(tmp_path: Path, make_photos: Callable[..., Path]) -> Path:
+    return make_photos(3, size=(40, 32), folder=tmp_path / "photos")
 
 
 SMALL: dict[str, Any] = {"input_size": (32, 32), "device": "cpu", "report": False}

@@ -19,7 +19,8 @@ from actviz.errors import (
     WeightsError,
 )
 from actviz.models import cached_weights_path, resolve_device
-from actviz.models.registry import list_model_names, load_model
+from actviz.models.registry import load_model
+from tests.oracles import list_model_names
 
 
 @pytest.fixture(autouse=True)

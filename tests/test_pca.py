@@ -4,6 +4,7 @@ the whole run (stable across runs and batch sizes), NCHW, channels-last and toke
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from actviz.cli import app
 from actviz.errors import UsageError
 from actviz.run.pca import PcaSampler, fit_pca
 
-from .conftest import make_image, run_images
+from .conftest import run_images
 
 
 def _two_regions(seed: int, images: int = 3) -> np.ndarray:
@@ -96,11 +97,8 @@ def test_fewer_than_three_channels_and_vectors_refused() -> None:
 
 
 @pytest.fixture(scope="module")
-def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("photos")
-    for i in range(3):
-        make_image(root / f"p{i}.png", size=(48, 40), seed=i)
-    return root
+def photos(make_photos: Callable[..., Path]) -> Path:
+    return make_photos(3)
 
 
 def _run(photos: Path, out: Path, *extra: str) -> Any:

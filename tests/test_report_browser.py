@@ -17,7 +17,8 @@ import pytest
 from PIL import Image
 
 from actviz.report.pages import build_report
-from tests.test_report import make_large_run, make_run, write, write_pages
+from tests.scale_run import make_large_run
+from tests.test_report import make_run, write, write_pages
 
 # Counts the images that failed to load once the page (with every image made eager) is done,
 # and writes the result where --dump-dom shows it.

@@ -24,14 +24,13 @@ from actviz.stats import (
     RunningStats,
     Sketch,
     Thresholds,
-    aggregate,
-    aggregate_run,
     find_flags,
     first_bad_layer,
     flag_anomalies,
     flag_counts,
-    to_json,
 )
+from tests.conftest import layer_stats
+from tests.oracles import aggregate, aggregate_run, to_json
 
 NAN = math.nan
 Layers = list[tuple[str, LayerStats]]
@@ -48,46 +47,33 @@ def make_stats(
     inf: int = 0,
     dead: tuple[int, ...] = (),
 ) -> LayerStats:
-    count = channels * per_channel
-    finite = count - nan - inf
+    finite = channels * per_channel - nan - inf
     if finite == 0:
         mean = std = NAN
-    return LayerStats(
-        count=count,
+    return layer_stats(
         mean=mean,
         std=std,
-        min=mean - 3 * std,
-        max=mean + 3 * std,
-        p01=mean - 2.3 * std,
-        p99=mean + 2.3 * std,
-        zero_frac=float(rng.uniform(0, 0.5)) if finite else 0.0,
-        neg_frac=float(rng.uniform(0, 1)) if finite else 0.0,
+        channels=channels,
+        per_channel=per_channel,
+        dead=dead,
         nan=nan,
         inf=inf,
-        channels=channels,
-        dead_channels=len(dead),
-        dead_frac=len(dead) / channels,
-        dead_indices=dead,
+        spread=3.0,
+        tails=2.3,
+        zero_frac=float(rng.uniform(0, 0.5)) if finite else 0.0,
+        neg_frac=float(rng.uniform(0, 1)) if finite else 0.0,
     )
 
 
 def all_zero(channels: int) -> LayerStats:
-    return LayerStats(
-        count=channels * 16,
+    return layer_stats(
         mean=0.0,
         std=0.0,
-        min=0.0,
-        max=0.0,
-        p01=0.0,
-        p99=0.0,
+        channels=channels,
+        per_channel=16,
+        dead=tuple(range(channels)),
         zero_frac=1.0,
         neg_frac=0.0,
-        nan=0,
-        inf=0,
-        channels=channels,
-        dead_channels=channels,
-        dead_frac=1.0,
-        dead_indices=tuple(range(channels)),
     )
 
 

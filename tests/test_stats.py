@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import math
@@ -19,52 +20,21 @@ from actviz.stats import (
     Flag,
     LayerStats,
     Thresholds,
-    aggregate,
-    aggregate_run,
     find_flags,
     first_bad_layer,
     flag_anomalies,
     parse_kinds,
-    stats_rows,
-    to_csv,
-    to_json,
 )
 from actviz.stats.compute import PERCENTILE_EXACT_LIMIT, compute_stats, default_channel_dim
+from tests.conftest import layer_stats
+from tests.oracles import aggregate, aggregate_run, stats_rows, to_csv, to_json
 
 NAN = float("nan")
 INF = float("inf")
 
 
-def stats_of(
-    *,
-    mean: float = 0.0,
-    std: float = 1.0,
-    count: int = 100,
-    channels: int = 4,
-    dead: tuple[int, ...] = (),
-    nan: int = 0,
-    inf: int = 0,
-    lo: float | None = None,
-    hi: float | None = None,
-) -> LayerStats:
-    """A hand-made LayerStats for the rule tests."""
-    return LayerStats(
-        count=count,
-        mean=mean,
-        std=std,
-        min=mean - 2 * std if lo is None else lo,
-        max=mean + 2 * std if hi is None else hi,
-        p01=mean - 2 * std,
-        p99=mean + 2 * std,
-        zero_frac=0.0,
-        neg_frac=0.5,
-        nan=nan,
-        inf=inf,
-        channels=channels,
-        dead_channels=len(dead),
-        dead_frac=len(dead) / channels,
-        dead_indices=dead,
-    )
+# A hand-made LayerStats for the rule tests: 100 values, min and max 2 std from the mean.
+stats_of = functools.partial(layer_stats, count=100)
 
 
 def kinds(flags: list[Flag]) -> list[tuple[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import functools
 import gc
 import math
 import sys
@@ -15,56 +16,24 @@ import pyarrow.parquet as pq
 import pytest
 
 from actviz.errors import OutputError, UsageError
-from actviz.stats import (
-    RUN_KEY,
-    STAT_FIELDS,
-    Flag,
-    LayerStats,
-    aggregate_run,
-    flag_anomalies,
-    stats_rows,
-    to_csv,
-)
+from actviz.stats import RUN_KEY, STAT_FIELDS, Flag, LayerStats, flag_anomalies
 from actviz.stats.table import (
     CSV_FILE,
     TABLE_FILE,
     TABLE_SCHEMA,
     StatsTable,
 )
-from tests.table_oracle import read_table_rows
+from tests.conftest import layer_stats
+from tests.oracles import aggregate_run, read_table_rows, stats_rows, to_csv
 
 NAN = float("nan")
 INF = float("inf")
 
 
-def layer(
-    *,
-    mean: float = 0.123456789,
-    std: float = 1.0,
-    channels: int = 4,
-    per_channel: int = 9,
-    dead: tuple[int, ...] = (),
-    nan: int = 0,
-    inf: int = 0,
-) -> LayerStats:
-    """A hand-made summary; its default mean needs rounding to 7 significant digits."""
-    return LayerStats(
-        count=channels * per_channel,
-        mean=mean,
-        std=std,
-        min=mean - 2 * std,
-        max=mean + 2 * std,
-        p01=mean - 1.9 * std,
-        p99=mean + 1.9 * std,
-        zero_frac=1 / 3,
-        neg_frac=0.25,
-        nan=nan,
-        inf=inf,
-        channels=channels,
-        dead_channels=len(dead),
-        dead_frac=len(dead) / channels,
-        dead_indices=dead,
-    )
+# A hand-made summary; its default mean needs rounding to 7 significant digits.
+layer = functools.partial(
+    layer_stats, mean=0.123456789, per_channel=9, tails=1.9, zero_frac=1 / 3, neg_frac=0.25
+)
 
 
 def folder() -> dict[str, list[tuple[str, LayerStats]]]:

@@ -13,8 +13,8 @@ from PIL import Image
 from actviz.errors import UnknownModelError, UsageError, WeightsError
 from actviz.layouts import layer_contexts, to_drawable
 from actviz.models import list_layers, load_model
-from actviz.models.registry import list_model_names
 from tests.conftest import run_images
+from tests.oracles import list_model_names
 
 timm = pytest.importorskip("timm")
 

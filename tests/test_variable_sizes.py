@@ -4,6 +4,7 @@ segmentation presets do): every command uses every image, and says how."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,9 @@ OPTS: dict[str, Any] = {"device": "cpu", "report": False, "preprocess": NO_CROP}
 
 
 @pytest.fixture
-def photos(tmp_path: Path) -> Path:
-    for i, size in enumerate([(48, 32), (32, 32), (32, 48), (40, 32), (32, 32)]):
-        make_image(tmp_path / "photos" / f"p{i}.png", size=size, seed=i)
-    return tmp_path / "photos"
+def photos(tmp_path: Path, make_photos: Callable[..., Path]) -> Path:
+    sizes = [(48, 32), (32, 32), (32, 48), (40, 32), (32, 32)]
+    return make_photos(sizes, folder=tmp_path / "photos")
 
 
 def test_diff_over_mixed_aspect_ratios_compares_at_one_map_size(

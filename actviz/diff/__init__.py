@@ -21,7 +21,6 @@ from actviz.diff.metrics import (
     LayerComparison,
     biased_hsic,
     cosine_similarity,
-    linear_cka,
     relative_l2,
     unbiased_hsic,
 )
@@ -45,7 +44,6 @@ __all__ = [
     "cosine_similarity",
     "diff",
     "diff_record",
-    "linear_cka",
     "relative_l2",
     "render_diff",
     "unbiased_hsic",

@@ -38,7 +38,6 @@ __all__ = [
     "biased_hsic",
     "cosine_similarity",
     "hold_back",
-    "linear_cka",
     "relative_l2",
     "unbiased_hsic",
 ]
@@ -77,20 +76,6 @@ def biased_hsic(k: F64, lm: F64) -> float:
     n = int(k.shape[0])
     h = np.eye(n) - 1.0 / n
     return float(np.einsum("ij,ji->", h @ k @ h, h @ lm @ h)) / max(n - 1, 1) ** 2
-
-
-def linear_cka(x: npt.ArrayLike, y: npt.ArrayLike, *, unbiased: bool = True) -> float:
-    """Linear CKA of two feature matrices ``(n, dx)`` and ``(n, dy)`` in one group, in float64.
-
-    A direct reference computation (no streaming, no special cases): NaN when a side has no
-    variation. :class:`LayerComparison` is what a diff uses.
-    """
-    a = np.asarray(x, dtype=np.float64).reshape(np.shape(x)[0], -1)
-    b = np.asarray(y, dtype=np.float64).reshape(np.shape(y)[0], -1)
-    k, lm = a @ a.T, b @ b.T
-    hsic = unbiased_hsic if unbiased else biased_hsic
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return hsic(k, lm) / math.sqrt(hsic(k, k) * hsic(lm, lm))
 
 
 def cosine_similarity(a: F64, b: F64) -> F64:

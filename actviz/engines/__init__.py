@@ -5,10 +5,9 @@ own loop and needs nothing here. Importing this package never imports ray."""
 
 from __future__ import annotations
 
-from actviz.engines.ray_data import INSTALL_HINT, RayOptions, WorkerSpec, ray_batches, require_ray
+from actviz.engines.ray_data import RayOptions, WorkerSpec, ray_batches, require_ray
 
 __all__ = [
-    "INSTALL_HINT",
     "RayOptions",
     "WorkerSpec",
     "ray_batches",

@@ -34,9 +34,8 @@ from actviz.errors import ActvizError, UsageError, import_extra
 if TYPE_CHECKING:
     from actviz.options import LoadOptions
 
-__all__ = ["INSTALL_HINT", "RETRIES", "RayOptions", "WorkerSpec", "ray_batches", "require_ray"]
+__all__ = ["RETRIES", "RayOptions", "WorkerSpec", "ray_batches", "require_ray"]
 
-INSTALL_HINT = "pip install 'actviz[ray]'"
 #: Times a batch is tried again after the actor running it died, each time on a fresh actor.
 RETRIES = 2
 #: Batches queued on each actor: one running, the next waiting.

@@ -5,8 +5,8 @@ The pieces, each usable on its own: :func:`top_images` (the whole pipeline), the
 accumulator (:class:`TopK`, :class:`Candidates`, :class:`LayerTop`), the per-batch step run in
 the forward hooks (:class:`ScoreRecorder`, :func:`score_batch_candidates`), receptive fields
 measured from the model (:class:`ReceptiveField`, :func:`plan_layers`), and the pictures
-(:func:`cut_tile`, :func:`contact_sheet`, :func:`overview`). Importing this package imports no
-torch.
+(``actviz.examples.sheets``: tiles, contact sheets, :func:`overview`). Importing this package
+imports no torch.
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ from actviz.examples.results import TopImagesResult as TopImagesResult
 from actviz.examples.scoring import ScoreRecorder as ScoreRecorder
 from actviz.examples.scoring import batch_candidates as batch_candidates
 from actviz.examples.scoring import score_batch_candidates as score_batch_candidates
-from actviz.examples.sheets import contact_sheet as contact_sheet
-from actviz.examples.sheets import cut_tile as cut_tile
 from actviz.examples.sheets import overview as overview
 from actviz.examples.topk import Candidates as Candidates
 from actviz.examples.topk import LayerTop as LayerTop
@@ -45,8 +43,6 @@ __all__ = [
     "TopImagesResult",
     "TopK",
     "batch_candidates",
-    "contact_sheet",
-    "cut_tile",
     "overview",
     "plan_layers",
     "score_batch_candidates",

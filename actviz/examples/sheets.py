@@ -45,7 +45,6 @@ __all__ = [
     "contact_sheet",
     "contact_sheet_png",
     "crop_view",
-    "cut_tile",
     "cut_tiles",
     "heat_scales",
     "max_overview_rows",
@@ -158,40 +157,6 @@ def cut_tiles(
     oy, ox = (tile - th) // 2, (tile - tw) // 2
     out[:, oy : oy + th, ox : ox + tw] = pixels
     return out
-
-
-def cut_tile(
-    view: Image.Image,
-    plan: LayerPlan,
-    y: int,
-    x: int,
-    window: F32,
-    origin: tuple[int, int],
-    scale: float,
-    *,
-    tile: int,
-    cmap: str,
-) -> U8:
-    """One crop with its heat map, ``(tile, tile, 3)`` uint8, letterboxed on the background.
-
-    Args:
-        view: The model input as the model saw it (RGB, the model's input size).
-        plan: The layer's plan (receptive field, map grid).
-        y: Row of the channel's maximum in the map grid.
-        x: Column of it.
-        window: ``(wh, ww)`` the map around the maximum, from the top-left cell ``origin``.
-        origin: ``(row, column)`` of the window's top-left cell.
-        scale: The value that gets the full colour (0: no colour).
-        tile: Side of the tile in pixels.
-        cmap: The heat map's colormap.
-    """
-    box = plan.receptive.box(y, x)
-    crop = crop_view(view, box, tile)
-    windows = np.asarray(window, np.float32)[None]
-    scales = np.array([scale], np.float32)
-    tiles = cut_tiles(crop, plan, box, origin, [(y, x)], windows, scales, tile=tile, cmap=cmap)
-    one: U8 = tiles[0]
-    return one
 
 
 def _weights(positions: npt.NDArray[np.float64], cells: int) -> F32:
@@ -344,33 +309,6 @@ def contact_sheet(
     The header is the layer's (drawn once, then copied), so the channel is named in the
     subtitle.
     """
-    return _compose(tiles, header, subtitle, tile, cmap, columns)
-
-
-def contact_sheet_png(
-    tiles: Sequence[SheetTile],
-    header: Header,
-    *,
-    subtitle: Sequence[str] = (),
-    tile: int,
-    cmap: str,
-    columns: int = 10,
-    level: int = 1,
-) -> bytes:
-    """:func:`contact_sheet` as PNG bytes."""
-    rgb = _compose(tiles, header, subtitle, tile, cmap, columns)
-    return encode_png(rgb, level=level, row_filter="up")
-
-
-def _compose(
-    tiles: Sequence[SheetTile],
-    header: Header,
-    subtitle: Sequence[str],
-    tile: int,
-    cmap: str,
-    columns: int,
-) -> U8:
-    """The sheet: header band, subtitle, tiles with their labels."""
     count = max(1, len(tiles))
     columns = max(1, min(columns, count))
     rows = -(-count // columns)
@@ -398,6 +336,21 @@ def _compose(
     for (top, left), item in zip(spots, tiles, strict=True):
         rgb[top : top + tile, left : left + tile] = item.pixels
     return rgb
+
+
+def contact_sheet_png(
+    tiles: Sequence[SheetTile],
+    header: Header,
+    *,
+    subtitle: Sequence[str] = (),
+    tile: int,
+    cmap: str,
+    columns: int = 10,
+    level: int = 1,
+) -> bytes:
+    """:func:`contact_sheet` as PNG bytes."""
+    rgb = contact_sheet(tiles, header, subtitle=subtitle, tile=tile, cmap=cmap, columns=columns)
+    return encode_png(rgb, level=level, row_filter="up")
 
 
 @dataclass(frozen=True)

@@ -73,26 +73,6 @@ class GradientResult:
         """``(B, K)`` softmax of the logits."""
         return self.logits.softmax(dim=1)
 
-    def norms(self) -> dict[str, list[float]]:
-        """Capture key -> gradient norm of each image, in depth order."""
-        return {key: list(c.norms) for key, c in self.captures.items()}
-
-    def flow_series(self, labels: Sequence[str]) -> dict[str, list[float]]:
-        """Per image, the gradient norm of each layer in depth order: the input of
-        :func:`gradient_flow_png`.
-
-        Args:
-            labels: One label per image (e.g. file names), in batch order.
-
-        Raises:
-            ValueError: If the number of labels is not the batch size.
-        """
-        if len(labels) != len(self.targets):
-            raise ValueError(f"expected {len(self.targets)} labels, got {len(labels)}")
-        return {
-            label: [c.norms[i] for c in self.captures.values()] for i, label in enumerate(labels)
-        }
-
 
 def resolve_targets(
     logits: torch.Tensor, target: str | int, categories: Sequence[str] | None

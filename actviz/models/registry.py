@@ -39,7 +39,6 @@ __all__ = [
     "architecture_kwargs",
     "build_architecture",
     "check_model_name",
-    "list_model_names",
     "list_models",
     "load_model",
     "load_with",
@@ -98,13 +97,6 @@ def list_models(
         UsageError: If ``source`` names no source.
     """
     return source_named(source).list_models(pattern, include_all=include_all)
-
-
-def list_model_names(
-    pattern: str | None = None, *, include_all: bool = False, source: str = "torchvision"
-) -> list[str]:
-    """The names of :func:`list_models`."""
-    return [e.name for e in list_models(pattern, include_all=include_all, source=source)]
 
 
 def check_model_name(name: str) -> None:

@@ -16,8 +16,7 @@ from actviz.stats.anomalies import (
 )
 from actviz.stats.collect import stats_callback
 from actviz.stats.compute import PERCENTILE_EXACT_LIMIT, compute_stats, default_channel_dim
-from actviz.stats.files import CSV_FIELDS, RUN_KEY, stats_rows, to_csv, to_json
-from actviz.stats.layerstats import STAT_FIELDS, LayerStats, aggregate, aggregate_run
+from actviz.stats.layerstats import CSV_FIELDS, RUN_KEY, STAT_FIELDS, LayerStats
 from actviz.stats.running import ACROSS_IMAGES, WORST, RunningLayer, RunningStats
 from actviz.stats.sketch import Sketch
 from actviz.stats.table import TABLE_FILE, StatsTable
@@ -38,8 +37,6 @@ __all__ = [
     "StatsTable",
     "Thresholds",
     "WORST",
-    "aggregate",
-    "aggregate_run",
     "compute_stats",
     "default_channel_dim",
     "find_flags",
@@ -49,7 +46,4 @@ __all__ = [
     "judges_dead",
     "parse_kinds",
     "stats_callback",
-    "stats_rows",
-    "to_csv",
-    "to_json",
 ]

@@ -4,8 +4,8 @@ One row per image and layer, in the order the images finished. :class:`StatsTabl
 image's rows as it comes, to temporary names in the output folder, holding at most one Parquet
 row group in memory, and renames both files into place when the run ends; the CSV's ``(all)``
 rows for the run come last. The Parquet columns are :func:`TABLE_SCHEMA`; the CSV's are
-:data:`~actviz.stats.files.CSV_FIELDS`, byte for byte what :func:`~actviz.stats.files.to_csv`
-writes for the same rows.
+:data:`~actviz.stats.layerstats.CSV_FIELDS`, byte for byte what the plain CSV writer in the
+tests writes for the same rows.
 
 Numbers are those of :meth:`LayerStats.to_dict` (7 significant digits, non-finite as null): the
 same in both files and in the run's records, so a table rebuilt from those records on resume
@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.errors import UsageError
 from actviz.output import ParquetParts, TextPart, naming
-from actviz.stats.files import CSV_FIELDS, RUN_KEY
-from actviz.stats.layerstats import STAT_FIELDS, _json_float
+from actviz.stats.layerstats import CSV_FIELDS, RUN_KEY, STAT_FIELDS, _json_float
 
 if TYPE_CHECKING:
     import pyarrow as pa
