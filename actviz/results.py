@@ -1,13 +1,12 @@
 """What a command produced, as data: per image and layer (a run keeps its images' records on disk,
-in its ledger, and reads them back when asked: :class:`ImageRecords`), and the reporter it tells
-its progress to."""
+in its ledger, and reads them back when asked: :class:`ImageRecords`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, overload
 
 if TYPE_CHECKING:
     from actviz.models.registry import WeightsInfo
@@ -17,41 +16,12 @@ __all__ = [
     "ImageResult",
     "LayerResult",
     "Prediction",
-    "Reporter",
     "RunCounts",
     "RunResult",
-    "SilentReporter",
     "files_of",
     "layer_notes",
     "notes_of",
 ]
-
-
-class Reporter(Protocol):
-    """Receives what a run wants a person to know while it works. Every method is optional
-    in spirit: :class:`SilentReporter` ignores everything."""
-
-    def warn(self, message: str) -> None:
-        """A problem that does not stop the run (random weights, a layer that never ran)."""
-
-    def start(self, total: int) -> None:
-        """The run is about to process ``total`` images."""
-
-    def advance(self, result: ImageResult) -> None:
-        """One image is done (or failed)."""
-
-
-class SilentReporter:
-    """A reporter that ignores everything: the default for library use."""
-
-    def warn(self, message: str) -> None:
-        """Ignore."""
-
-    def start(self, total: int) -> None:
-        """Ignore."""
-
-    def advance(self, result: ImageResult) -> None:
-        """Ignore."""
 
 
 @dataclass(frozen=True)

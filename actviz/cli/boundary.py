@@ -16,7 +16,7 @@ from actviz.cli.console import RichReporter, error
 from actviz.errors import ActvizError, ExitCode, UsageError
 
 if TYPE_CHECKING:
-    from actviz.options import LoadOptions
+    from actviz.command.options import LoadOptions
     from actviz.stats import Thresholds
 
 __all__ = [
@@ -134,7 +134,7 @@ def thresholds(pairs: list[str] | None) -> Thresholds | None:
 def load_options(
     weights: str, device: str, trust_checkpoint: bool, input_size: str | None, in_chans: int
 ) -> LoadOptions:
-    from actviz.options import LoadOptions
+    from actviz.command.options import LoadOptions
 
     return LoadOptions(
         weights=weights,

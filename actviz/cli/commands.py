@@ -131,7 +131,7 @@ def run(
     Writes grids to OUT/<image>/<NN>_<layer>.png, and OUT/manifest.json, stats.json,
     stats.csv and the report index.html.
     """
-    from actviz.options import ExecutionOptions
+    from actviz.command.options import ExecutionOptions
     from actviz.run.options import DrawOptions, GradientOptions, RunOptions
 
     options = RunOptions(
@@ -214,7 +214,7 @@ def stats(
     Writes OUT/stats.json, OUT/stats.csv and OUT/manifest.json; flags NaN/Inf, dead,
     constant, exploding and vanishing layers.
     """
-    from actviz.options import ExecutionOptions
+    from actviz.command.options import ExecutionOptions
     from actviz.run.options import DrawOptions, RunOptions
 
     options = RunOptions(

@@ -89,9 +89,9 @@ def diff(
 
     Writes OUT/diff.json, OUT/similarity.png, OUT/diff.html, and A | B | B - A pictures.
     """
+    from actviz.command.options import ExecutionOptions
     from actviz.diff import DiffOptions
     from actviz.diff import diff as run_diff
-    from actviz.options import ExecutionOptions
 
     options = DiffOptions(
         against=against,

@@ -103,9 +103,9 @@ def top_images(
     the report OUT/top-images.html. Without --layers: the deepest layer of the architecture's
     default selection.
     """
+    from actviz.command.options import ExecutionOptions
     from actviz.examples import ExamplesOptions
     from actviz.examples import top_images as find_top_images
-    from actviz.options import ExecutionOptions
 
     options = ExamplesOptions(
         layers=",".join(layers) if layers else None,

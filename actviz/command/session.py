@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from actviz.images import Discovery
     from actviz.models import LoadedModel, WeightsInfo
-    from actviz.options import LoadOptions
+    from actviz.models.options import LoadOptions
 
 __all__ = [
     "RANDOM_NOTE",
