@@ -1,6 +1,7 @@
-"""The opening every command shares: find the inputs, open the output folder, load the model
-(random weights carried as data), select the layers, put the model in its memory format; and
-the weights and versions records every command's JSON file holds.
+"""The pieces of the opening every command shares (:mod:`actviz.command.opening` puts them
+together): find the inputs, load the model (random weights carried as data), select the
+layers, put the model in its memory format; and the weights and versions records every
+command's JSON file holds.
 
 The model a command is given is a name (built by its source) or an ``nn.Module`` object
 (taken as it is), with its preprocessing.
@@ -35,7 +36,6 @@ __all__ = [
     "check_engine",
     "find_inputs",
     "in_memory_format",
-    "load",
     "model_label",
     "open_model",
     "restoring",
@@ -243,28 +243,12 @@ class Loaded:
     """The warning given about ``random``, as it appears among the command's warnings."""
 
 
-def load(
-    model: str | nn.Module,
-    options: LoadOptions,
-    notify: _Warns,
-    warnings: list[str],
-    *,
-    shows: str,
-    weights: str | None = None,
-    flag: str = "--weights",
-) -> Loaded:
-    """Open the model (:func:`open_model`); when its weights are random by accident, warn once
-    (``shows``: what the command's pictures show, ``"The grids show"``) through ``notify`` and
-    ``warnings``, and carry it as data."""
-    return warn_if_random(
-        open_model(model, options, weights=weights), notify, warnings, shows=shows, flag=flag
-    )
-
-
 def warn_if_random(
     loaded: LoadedModel, notify: _Warns, warnings: list[str], *, shows: str, flag: str = "--weights"
 ) -> Loaded:
-    """The second half of :func:`load`, for a command that checks the model in between."""
+    """A loaded model with its random weights as data: when they are random by accident,
+    warn once (``shows``: what the command's pictures show, ``"The grids show"``; ``flag``:
+    the option that asks for random weights) through ``notify`` and ``warnings``."""
     info = loaded.weights
     if not info.random or info.spec.strip().lower() == "none":
         return Loaded(loaded, None, None)
