@@ -363,6 +363,7 @@ def _document(
         infos=[info], device=str(loaded.device), model=model, created=False, tool=False
     )
     return {
+        "model": cmd.model,  # first, where optimize.json has always had it
         **head,
         "complete": complete,
         "settings": {
