@@ -30,7 +30,7 @@ from actviz.examples.topk import TopK
 if TYPE_CHECKING:
     from torch import nn
 
-    from actviz.command import Command
+    from actviz.command import Command, Loaded
     from actviz.images import Discovery
     from actviz.models import LoadedModel
 
@@ -75,7 +75,6 @@ def top_images(
             with nothing to rank, a resume with other settings, ...).
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz import output
     from actviz.command import open_command
 
     if options is not None and keywords:
@@ -103,7 +102,6 @@ def top_images(
         channels_last=ex.channels_last,
     ) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
-        found, warnings = cmd.found, cmd.warnings
         opened = cmd.load(opts.load, shows="The top images show")
         loaded = opened.model
         selector, names = cmd.deepest(loaded, opts.layers)
@@ -121,7 +119,8 @@ def top_images(
         if ex.overwrite:
             _remove_outputs(opts.out)
         earlier = load_checkpoint(opts.out, settings) if ex.resume else None
-        todo = still_to_score([item.path for item in found.images], earlier, opts.out, cmd.notify)
+        paths = [item.path for item in cmd.found.images]
+        todo = still_to_score(paths, earlier, opts.out, cmd.notify)
         progress = Progress(opts.out, settings, opts.k, earlier)
         views = ViewCache(loaded)
         try:
@@ -136,37 +135,9 @@ def top_images(
 
         def write_documents() -> None:
             # While the last pictures are encoded: their names are known already.
-            doc = document(
-                model=cmd.model,
-                weights=weights_record(loaded.weights, opened.warning),
-                model_info=loaded.record(),
-                device=str(loaded.device),
-                selector=selector,
-                k=opts.k,
-                score=opts.score,
-                input_size=loaded.input_size,
-                images=top.images,
-                failed=progress.failed.shown(),
-                failed_count=progress.failed.count,
-                skipped=found.skipped,
-                plans=plans,
-                tops=top.layers,
-                files=layer_files(plans, top.layers),
-                categories=loaded.categories,
-                unranked=planned.skipped,
-                warnings=warnings,
-                report=REPORT_FILE if report is not None else None,
+            written["doc"] = _write_documents(
+                cmd, opened, selector, plans, planned, progress, opts, report
             )
-            output.write_json(opts.out / JSON_FILE, doc)
-            if report is not None:
-                from actviz.report import build_examples_report, rebuild_run_report
-
-                for rel, data in build_examples_report(doc, opts.out).items():
-                    output.write_bytes(opts.out / rel, data)
-                # A run's report in the same folder now links these pages.
-                for rel, data in rebuild_run_report(opts.out).items():
-                    output.write_bytes(opts.out / rel, data)
-            written["doc"] = doc
 
         files = _draw(opts, plans, top, loaded, cmd, views, write_documents)
         return TopImagesResult(
@@ -183,13 +154,62 @@ def top_images(
             reused=progress.reused,
             failed=progress.failed.shown(),
             failed_count=progress.failed.count,
-            skipped=list(found.skipped),
+            skipped=list(cmd.found.skipped),
             layers=_summaries(plans, top, files, loaded.categories),
             unranked=list(planned.skipped),
-            warnings=warnings,
+            warnings=cmd.warnings,
             seconds=cmd.seconds(),
             document=written["doc"],
         )
+
+
+def _write_documents(
+    cmd: Command,
+    opened: Loaded,
+    selector: str,
+    plans: list[LayerPlan],
+    planned: Planned,
+    progress: Progress,
+    opts: ExamplesOptions,
+    report: Path | None,
+) -> dict[str, Any]:
+    """``top-images.json`` and, with ``report``, the pages (and the run's report in the same
+    folder, which now links them); the document written."""
+    from actviz import output
+
+    assert cmd.found is not None  # open_command walked the inputs
+    loaded, top = opened.model, progress.top
+    doc = document(
+        model=cmd.model,
+        weights=weights_record(loaded.weights, opened.warning),
+        model_info=loaded.record(),
+        device=str(loaded.device),
+        selector=selector,
+        k=opts.k,
+        score=opts.score,
+        input_size=loaded.input_size,
+        images=top.images,
+        failed=progress.failed.shown(),
+        failed_count=progress.failed.count,
+        skipped=cmd.found.skipped,
+        plans=plans,
+        tops=top.layers,
+        files=layer_files(plans, top.layers),
+        categories=loaded.categories,
+        unranked=planned.skipped,
+        warnings=cmd.warnings,
+        report=REPORT_FILE if report is not None else None,
+    )
+    output.write_json(opts.out / JSON_FILE, doc)
+    if report is not None:
+        from actviz.report import build_examples_report, rebuild_run_report
+
+        for rel, data in build_examples_report(doc, opts.out).items():
+            output.write_bytes(opts.out / rel, data)
+        # A run's report in the same folder now links these pages.
+        for rel, data in rebuild_run_report(opts.out).items():
+            output.write_bytes(opts.out / rel, data)
+    return doc
 
 
 def _plan(model: str, loaded: LoadedModel, names: list[str], opts: ExamplesOptions) -> Planned:
