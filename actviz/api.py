@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.progress import Reporter
 from actviz.models import LayerInfo, LayerListing, list_layers
-from actviz.results import ImageResult, LayerResult, Prediction, Reporter
+from actviz.results import ImageResult, LayerResult, Prediction
 from actviz.run.command import run
 from actviz.run.options import RunOptions
 from actviz.run.result import RunResult

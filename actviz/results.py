@@ -1,49 +1,20 @@
-"""What a command produced, as data: per image and layer, and the reporter it tells its progress
-to."""
+"""What a command produced, as data: per image and layer (a run keeps its images' records on
+disk, in its ledger: :class:`~actviz.run.result.ImageRecords` reads them back)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Any
 
 __all__ = [
     "ImageResult",
     "LayerResult",
     "Prediction",
-    "Reporter",
-    "SilentReporter",
     "layer_notes",
     "notes_of",
 ]
-
-
-class Reporter(Protocol):
-    """Receives what a run wants a person to know while it works. Every method is optional
-    in spirit: :class:`SilentReporter` ignores everything."""
-
-    def warn(self, message: str) -> None:
-        """A problem that does not stop the run (random weights, a layer that never ran)."""
-
-    def start(self, total: int) -> None:
-        """The run is about to process ``total`` images."""
-
-    def advance(self, result: ImageResult) -> None:
-        """One image is done (or failed)."""
-
-
-class SilentReporter:
-    """A reporter that ignores everything: the default for library use."""
-
-    def warn(self, message: str) -> None:
-        """Ignore."""
-
-    def start(self, total: int) -> None:
-        """Ignore."""
-
-    def advance(self, result: ImageResult) -> None:
-        """Ignore."""
 
 
 @dataclass(frozen=True)

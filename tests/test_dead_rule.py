@@ -107,7 +107,7 @@ def test_gradient_flow_charts_of_random_weights_say_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import actviz.gradients.flowchart as flowchart
-    from actviz.session import RANDOM_NOTE
+    from actviz.command.session import RANDOM_NOTE
 
     titles: list[str] = []
     chart = flowchart.gradient_flow_png

@@ -677,8 +677,8 @@ def _feed(out: Path, n: int, batch: int = 50) -> int:
     import gc
     import tracemalloc
 
-    from actviz.examples.pipeline import _Progress
-    from actviz.results import SilentReporter
+    from actviz.command import SilentReporter
+    from actviz.examples.progress import Progress as _Progress
 
     rng = np.random.default_rng(0)
     zeros = np.zeros

@@ -195,7 +195,7 @@ class _StopAfter(StepReporter):
     def __init__(self, steps: int) -> None:
         self.steps = steps
 
-    def step(self) -> None:
+    def advance(self, result: object = None) -> None:
         self.steps -= 1
         if self.steps == 0:
             raise KeyboardInterrupt

@@ -38,7 +38,7 @@ from actviz.cli.options import (
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
-    from actviz.options import ExecutionOptions, LoadOptions
+    from actviz.command.options import ExecutionOptions, LoadOptions
     from actviz.stats import Thresholds
 
 __all__ = [
@@ -160,7 +160,7 @@ class LoadFlags(Flags):
 
     def options(self) -> LoadOptions:
         """The library's load options."""
-        from actviz.options import LoadOptions
+        from actviz.command.options import LoadOptions
 
         return LoadOptions(
             weights=self.weights,
@@ -186,7 +186,7 @@ class ExecutionFlags(Flags):
 
     def options(self) -> ExecutionOptions:
         """The library's execution options (the same fields)."""
-        from actviz.options import ExecutionOptions
+        from actviz.command.options import ExecutionOptions
 
         return ExecutionOptions(**dataclasses.asdict(self))
 

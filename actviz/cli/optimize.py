@@ -101,7 +101,7 @@ class _Bar:
             return
         self._progress, self._task = progress_bar("steps", total)
 
-    def step(self) -> None:
+    def advance(self, result: Any = None) -> None:
         self.done += 1
         state["progress"] = (
             f" after {self.done} of {self.total} steps; the finished channels are kept"

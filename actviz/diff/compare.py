@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command.progress import Reporter, start_progress
 from actviz.diff.options import DiffOptions
 from actviz.diff.result import (
     CKA_BATCHES,
@@ -30,13 +30,14 @@ from actviz.diff.result import (
 )
 from actviz.diff.stream import PICTURES_DIR, Stream, stream
 from actviz.errors import ImageLoadError, OutputError, UsageError
-from actviz.results import ImageResult, Reporter, SilentReporter
+from actviz.results import ImageResult
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from actviz.command import Command
+    from actviz.images import Discovery
     from actviz.models import LoadedModel
-    from actviz.session import Loaded
 
 __all__ = ["diff"]
 
@@ -77,44 +78,57 @@ def diff(
             for a diff that cannot be set up as asked.
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz import session
+    from actviz.command import open_command
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or DiffOptions.from_keywords(**keywords)
-    given, model = model, session.model_label(model)
-    given_b = opts.against_model if opts.against_model is not None else given
-    started = time.perf_counter()
-    notify = reporter or SilentReporter()
+    given_b = opts.against_model if opts.against_model is not None else model
     paths = [Path(p) for p in inputs]
     _check_inputs(paths, opts)
-    found = session.find_inputs(paths)
-    if not opts.compares_models and len(found.images) != 2:
-        raise UsageError(f"{paths[0]} and {paths[1]} are the same file; give two images")
+
+    def two_images(found: Discovery) -> None:
+        if not opts.compares_models and len(found.images) != 2:
+            raise UsageError(f"{paths[0]} and {paths[1]} are the same file; give two images")
+
     out = opts.out
-    with (
-        output.opened(out, overwrite=opts.execution.overwrite, hint=_NOT_EMPTY),
-        session.restoring(given),
-        session.restoring(given_b),
-    ):
+    with open_command(
+        model,
+        out,
+        reporter=reporter,
+        inputs=paths,
+        check_inputs=two_images,
+        overwrite=opts.execution.overwrite,
+        hint=_NOT_EMPTY,
+        channels_last=opts.execution.channels_last,
+        restore=[given_b],
+    ) as cmd:
+        assert cmd.found is not None  # open_command walked the inputs
+        found, notify = cmd.found, cmd.notify
         if opts.execution.overwrite:
             _remove_earlier(out)
-        warnings: list[str] = []
-        opened_a = _load(given, opts.load.weights, "--weights", opts, notify, warnings)
+        # Both built exactly as ``run`` builds them (checkpoints safe unless trusted; random
+        # weights from the same seed).
+        opened_a = cmd.load(opts.load, shows=_SHOWS)
         opened_b = (
-            _load(given_b, opts.weights_b, "--against-weights", opts, notify, warnings)
+            cmd.load(
+                opts.load,
+                shows=_SHOWS,
+                given=given_b,
+                weights=opts.weights_b,
+                flag="--against-weights",
+            )
             if opts.compares_models
             else opened_a
         )
         loaded_a, loaded_b = opened_a.model, opened_b.model
         if loaded_b is not loaded_a and loaded_b.preprocess != loaded_a.preprocess:
-            warnings.append(
+            cmd.warn(
                 f"{loaded_b.name} is fed with {loaded_a.name}'s preprocessing "
                 f"({loaded_a.preprocess.crop_size[0]} x {loaded_a.preprocess.crop_size[1]}), "
                 "not its own"
             )
-            notify.warn(warnings[-1])
-        selector, names = _select(model, loaded_a, loaded_b, opts)
+        selector, names = _select(cmd, loaded_a, loaded_b, opts)
         results = [
             ImageResult(path=item.path, out_dir=folder)
             for item, folder in zip(
@@ -122,24 +136,22 @@ def diff(
             )
         ]
         state = Stream(opts=opts, a=loaded_a, b=loaded_b, names=names, results=results)
-        notify.start(len(results))
+        start_progress(notify, len(results))
         with _nothing_half_done(state):
             stream(state, notify)
         for name in sorted(state.never_ran):
-            warnings.append(f"layer {name} was selected but never ran in the forward pass")
-            notify.warn(warnings[-1])
+            cmd.warn(f"layer {name} was selected but never ran in the forward pass")
         if not opts.compares_models and state.failed:
             bad = state.failed[0]
             raise ImageLoadError(str(bad.path), bad.error or "unreadable")
         if state.resized:
-            warnings.append(_resized_warning(state))
-            notify.warn(warnings[-1])
+            cmd.warn(_resized_warning(state))
         _check_compared(state, names)
         sides = (
             ModelSide(loaded_a.name, loaded_a.weights, opened_a.warning, loaded_a.record()),
             ModelSide(loaded_b.name, loaded_b.weights, opened_b.warning, loaded_b.record()),
         )
-        return _write(state, sides, selector, found.skipped, warnings, started)
+        return _write(state, sides, selector, found.skipped, cmd)
 
 
 @contextlib.contextmanager
@@ -199,6 +211,8 @@ def _check_inputs(paths: list[Path], opts: DiffOptions) -> None:
         )
 
 
+#: What the pictures of a model with random weights show, in the loud warning.
+_SHOWS = "The pictures show"
 _NOT_EMPTY = "add --overwrite to replace an earlier diff there, or choose another --out"
 
 
@@ -215,34 +229,15 @@ def _remove_earlier(out: Path) -> None:
         output.remove_written(out, [f for f in [*files, *DIFF_FILES] if isinstance(f, str)])
 
 
-def _load(
-    model: str | nn.Module,
-    weights: str,
-    flag: str,
-    opts: DiffOptions,
-    notify: Reporter,
-    warnings: list[str],
-) -> Loaded:
-    """Build one model exactly as ``run`` does (checkpoints safe unless trusted; random
-    weights from the same seed), warning loudly about weights that are random by accident."""
-    from actviz import session
-
-    opened = session.load(
-        model, opts.load, notify, warnings, shows="The pictures show", weights=weights, flag=flag
-    )
-    # In place: model B may be model A itself.
-    session.in_memory_format(opened.model.module, opts.execution.channels_last)
-    return opened
-
-
-def _select(model: str, a: LoadedModel, b: LoadedModel, opts: DiffOptions) -> tuple[str, list[str]]:
+def _select(
+    cmd: Command, a: LoadedModel, b: LoadedModel, opts: DiffOptions
+) -> tuple[str, list[str]]:
     """The selector and A's layers it names; B must have the same names."""
     from actviz.hooks import layer_refs
-    from actviz.layouts import default_selector
     from actviz.selectors import select_layers
 
-    selector = opts.layers if opts.layers is not None else default_selector(a.module)
-    names = select_layers(layer_refs(a.module), selector, model=model)
+    model = cmd.model
+    selector, names = cmd.select(a, opts.layers)
     if b is a:
         return selector, names
     names_b = select_layers(layer_refs(b.module), selector, model=b.name)
@@ -306,8 +301,7 @@ def _write(
     sides: tuple[ModelSide, ModelSide],
     selector: str,
     skipped: list[tuple[Path, str]],
-    warnings: list[str],
-    started: float,
+    cmd: Command,
 ) -> DiffResult:
     """``diff.json``, the similarity chart and the page."""
     from actviz.diff.chart import similarity_png
@@ -351,7 +345,7 @@ def _write(
         skipped=skipped,
         pictures=state.pictures,
         pictured=len(state.pictured) if ok else 0,
-        warnings=warnings,
+        warnings=cmd.warnings,
         cka=cka,
         first_changed=first_changed(layers),
     )
@@ -378,7 +372,7 @@ def _write(
         output.write_bytes(result.chart, png)
     if opts.report:
         result.report = out / "diff.html"
-    result.seconds = time.perf_counter() - started
+    result.seconds = cmd.seconds()
     record = diff_record(result)
     if opts.report:
         from actviz.report import diff_page, rebuild_run_report

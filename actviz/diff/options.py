@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from actviz.command.options import ExecutionOptions, LoadOptions, from_flat
 from actviz.errors import UsageError
-from actviz.options import ExecutionOptions, LoadOptions, from_flat
 
 if TYPE_CHECKING:
     from torch import nn
@@ -87,8 +87,8 @@ class DiffOptions:
     @classmethod
     def from_keywords(cls, **keywords: Any) -> DiffOptions:
         """Build the options from flat keywords, as ``actviz.diff(..., weights="none")`` takes
-        them: every field here, of :class:`~actviz.options.LoadOptions` and of
-        :class:`~actviz.options.ExecutionOptions`.
+        them: every field here, of :class:`~actviz.command.LoadOptions` and of
+        :class:`~actviz.command.ExecutionOptions`.
 
         Raises:
             TypeError: For a keyword nothing has, naming the closest one.

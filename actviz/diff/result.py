@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from actviz._version import __version__
-from actviz.session import versions_record, weights_record
+from actviz.command.head import json_head
+from actviz.command.session import weights_record
 
 if TYPE_CHECKING:
     from actviz.models.registry import WeightsInfo
@@ -200,16 +199,9 @@ def first_changed(layers: list[LayerDiff], threshold: float = REL_L2_CHANGED) ->
 def diff_record(result: DiffResult) -> dict[str, Any]:
     """``diff.json``: JSON-ready, layers in depth order."""
     out = result.out
+    sides = {"mode": result.mode, "a": result.a.describe(), "b": result.b.describe()}
     return {
-        "actviz": __version__,
-        "versions": versions_record(
-            {**result.a.info.get("versions", {}), **result.b.info.get("versions", {})}
-        ),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "mode": result.mode,
-        "a": result.a.describe(),
-        "b": result.b.describe(),
-        "device": result.device,
+        **json_head(infos=[result.a.info, result.b.info], device=result.device, model=sides),
         "selector": result.selector,
         "metric": result.metric,
         "threshold": result.threshold,

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.progress import Reporter
 from actviz.diff.metrics import LayerComparison, cosine_similarity, hold_back, relative_l2
 from actviz.diff.options import DiffOptions
 from actviz.diff.pictures import PictureScale
 from actviz.diff.result import DiffPicture, ModelSide
-from actviz.errors import ActvizError, UsageError
-from actviz.results import ImageResult, Reporter
+from actviz.errors import UsageError
+from actviz.results import ImageResult
 
 if TYPE_CHECKING:
     import torch
@@ -116,16 +117,17 @@ def stream(state: Stream, notify: Reporter) -> None:
 
 def _batches(state: Stream, paths: list[Path], notify: Reporter | None) -> Iterator[_Batch]:
     """Decode, batch, run A (and B on the same input); yield each batch's pairs."""
-    import torch
-
-    from actviz.forward import BatchForward, model_failure
+    from actviz.command.forward import BatchForward
     from actviz.hooks import ActivationRecorder, eval_mode
 
     opts, a, b = state.opts, state.a, state.b
     ex = opts.execution
     batch_size = max(2, ex.batch_size) if state.two_images else ex.batch_size
-    forward = BatchForward(a, a.module, batch_size, ex.workers, ex.amp, ex.channels_last)
-    autocast_dtype = torch.float16 if a.device.type == "cuda" else torch.bfloat16
+    # Model B, when there is one, runs on each batch right after A, on the same input.
+    model_b = b if b is not a else None
+    forward = BatchForward(
+        a, a.module, batch_size, ex.workers, ex.amp, ex.channels_last, second=model_b
+    )
 
     def failed(index: int, error: str | None) -> None:
         result = state.results[index]
@@ -141,23 +143,13 @@ def _batches(state: Stream, paths: list[Path], notify: Reporter | None) -> Itera
         rec_a = stack.enter_context(ActivationRecorder(a.module, state.names))
         stack.enter_context(eval_mode(a.module))
         rec_b = None
-        if b is not a:
-            rec_b = stack.enter_context(ActivationRecorder(b.module, state.names))
-            stack.enter_context(eval_mode(b.module))
-        for good, _logits, x in forward.batches(paths, stack, failed):
+        if model_b is not None:
+            rec_b = stack.enter_context(ActivationRecorder(model_b.module, state.names))
+            stack.enter_context(eval_mode(model_b.module))
+        for good, _logits, _x in forward.batches(paths, stack, failed):
             state.never_ran.update(rec_a.never_called())
             caps_b: dict[str, torch.Tensor] = {}
             if rec_b is not None:
-                with (
-                    torch.inference_mode(),
-                    torch.autocast(a.device.type, dtype=autocast_dtype, enabled=ex.amp),
-                ):
-                    try:
-                        b.module(x)
-                    except ActvizError:
-                        raise
-                    except Exception as exc:  # the model's own code: any type, one line
-                        raise model_failure(b.name, paths[good[0][0]], exc, x) from exc
                 state.never_ran.update(rec_b.never_called())
                 caps_b = {key: rec_b[key] for key in rec_b}
             rows = [index for index, _, _ in good]

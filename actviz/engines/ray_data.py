@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from actviz.errors import ActvizError, UsageError, import_extra
 
 if TYPE_CHECKING:
-    from actviz.options import LoadOptions
+    from actviz.models.options import LoadOptions
 
 __all__ = ["RETRIES", "RayOptions", "WorkerSpec", "ray_batches", "require_ray"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from actviz._version import __version__
+from actviz.command.head import json_head, model_fields
 from actviz.examples.plan import LayerPlan
 from actviz.examples.topk import LayerTop
 
@@ -106,15 +106,15 @@ def document(
 ) -> dict[str, Any]:
     """The whole ``top-images.json`` (schema in docs/outputs.md): its size depends on layers,
     channels and k, not on the number of images."""
-    from actviz.session import versions_record
-
+    # No date in the head: a resumed run writes the very same file as an uninterrupted one.
+    head = json_head(
+        infos=[model_info],
+        device=device,
+        model=model_fields(model, dict(model_info or {}), weights),
+        created=False,
+    )
     return {
-        "actviz": __version__,
-        "versions": versions_record((model_info or {}).get("versions")),
-        "model": model,
-        "model_info": dict(model_info or {}),
-        "weights": dict(weights),
-        "device": device,
+        **head,
         "selector": selector,
         "k": k,
         "score": score,

@@ -314,7 +314,7 @@ def _submit_layer(
 ) -> list[Future[None]]:
     """Compose and write one contact sheet per channel and the overview, in the pool."""
     from actviz import output
-    from actviz.session import RANDOM_NOTE
+    from actviz.command.session import RANDOM_NOTE
 
     notes = (RANDOM_NOTE,) if random else ()  # every picture of an untrained model says so
 

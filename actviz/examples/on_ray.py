@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 from actviz.engines import RayOptions, WorkerSpec, ray_batches
 
 if TYPE_CHECKING:
+    from actviz.command.options import ExecutionOptions, LoadOptions
     from actviz.examples.plan import LayerPlan
     from actviz.examples.topk import Candidates
     from actviz.models import LoadedModel
-    from actviz.options import ExecutionOptions, LoadOptions
 
 __all__ = ["BatchCandidates", "candidates_on_ray", "example_candidates"]
 

@@ -1,7 +1,7 @@
 """The options of ``actviz top-images``: one frozen dataclass built once and passed typed.
 
-The model and execution groups are the ones ``run`` uses (:class:`~actviz.options.LoadOptions`,
-:class:`~actviz.options.ExecutionOptions`); what is particular to dataset examples (how many
+The model and execution groups are the ones ``run`` uses (:class:`~actviz.command.LoadOptions`,
+:class:`~actviz.command.ExecutionOptions`); what is particular to dataset examples (how many
 images per channel, how they are scored, what is drawn) lives here. Importing this module
 imports no torch.
 """
@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from actviz.command.options import ExecutionOptions, LoadOptions, from_flat
 from actviz.errors import UsageError
-from actviz.options import ExecutionOptions, LoadOptions, from_flat
 
 __all__ = ["SCORES", "ExamplesOptions", "Score"]
 

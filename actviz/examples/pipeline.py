@@ -11,33 +11,33 @@ chose are read once more for the pictures (:mod:`actviz.examples.draw`).
 from __future__ import annotations
 
 import contextlib
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.progress import Reporter
+from actviz.command.session import weights_record
 from actviz.errors import UsageError
-from actviz.examples.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
-from actviz.examples.document import SHOWN, LayerFiles, document, selectivity
+from actviz.examples.checkpoint import load_checkpoint
+from actviz.examples.document import LayerFiles, document, selectivity
 from actviz.examples.draw import ViewCache, draw_layers, layer_files
 from actviz.examples.options import ExamplesOptions
 from actviz.examples.plan import LayerPlan, Planned, plan_layers
+from actviz.examples.progress import Progress, still_to_score
 from actviz.examples.results import LayerSummary, TopImagesResult
-from actviz.examples.topk import Candidates, TopK
-from actviz.results import ImageResult, Reporter, SilentReporter
+from actviz.examples.topk import TopK
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from actviz.command import Command, Loaded
+    from actviz.images import Discovery
     from actviz.models import LoadedModel
 
 __all__ = ["JSON_FILE", "REPORT_FILE", "top_images"]
 
 JSON_FILE = "top-images.json"
 REPORT_FILE = "top-images.html"
-#: Seconds between two saves of the state during the pass (and always on interruption).
-CHECKPOINT_SECONDS = 5.0
 
 
 def top_images(
@@ -75,39 +75,42 @@ def top_images(
             with nothing to rank, a resume with other settings, ...).
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz import output, session
+    from actviz.command import open_command
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or ExamplesOptions.from_keywords(**keywords)
-    session.check_engine(model, opts.execution.engine)
-    given, model = model, session.model_label(model)
-    started = time.perf_counter()
-    notify = reporter or SilentReporter()
-    found = session.find_inputs(inputs)
-    if not found.images:
-        named = ", ".join(str(p) for p in inputs) or "(none)"
-        raise UsageError(
-            f"no images found in {named}; give image files or folders that hold some "
-            f"({len(found.skipped)} other file(s) skipped)"
-        )
     ex = opts.execution
-    with (
-        output.opened(opts.out, resume=ex.resume, overwrite=ex.overwrite),
-        session.restoring(given),
-    ):
-        warnings: list[str] = []
-        opened = session.load(given, opts.load, notify, warnings, shows="The top images show")
+
+    def some_images(found: Discovery) -> None:
+        if not found.images:
+            named = ", ".join(str(p) for p in inputs) or "(none)"
+            raise UsageError(
+                f"no images found in {named}; give image files or folders that hold some "
+                f"({len(found.skipped)} other file(s) skipped)"
+            )
+
+    with open_command(
+        model,
+        opts.out,
+        reporter=reporter,
+        inputs=inputs,
+        check_inputs=some_images,
+        resume=ex.resume,
+        overwrite=ex.overwrite,
+        engine=ex.engine,
+        channels_last=ex.channels_last,
+    ) as cmd:
+        assert cmd.found is not None  # open_command walked the inputs
+        opened = cmd.load(opts.load, shows="The top images show")
         loaded = opened.model
-        selector, names = _select(model, loaded, opts)
-        module = session.in_memory_format(loaded.module, ex.channels_last)
-        planned = _plan(model, loaded, module, names, opts)
+        selector, names = cmd.deepest(loaded, opts.layers)
+        planned = _plan(cmd.model, loaded, names, opts)
         for name in planned.never_ran:
-            warnings.append(f"layer {name} was selected but never ran in the forward pass")
-            notify.warn(warnings[-1])
+            cmd.warn(f"layer {name} was selected but never ran in the forward pass")
         plans = list(planned.plans.values())
         settings = {
-            "model": model,
+            "model": cmd.model,
             "weights": loaded.weights.name or loaded.weights.source,
             "layers": [plan.key for plan in plans],
             "input_size": list(loaded.input_size),
@@ -116,58 +119,29 @@ def top_images(
         if ex.overwrite:
             _remove_outputs(opts.out)
         earlier = load_checkpoint(opts.out, settings) if ex.resume else None
-        todo = _todo([item.path for item in found.images], earlier, opts.out, notify)
-        progress = _Progress(opts.out, settings, opts.k, earlier)
+        paths = [item.path for item in cmd.found.images]
+        todo = still_to_score(paths, earlier, opts.out, cmd.notify)
+        progress = Progress(opts.out, settings, opts.k, earlier)
         views = ViewCache(loaded)
         try:
-            _stream(model, loaded, module, names, planned, todo, progress, views, opts, notify)
+            _stream(cmd.model, loaded, names, planned, todo, progress, views, opts, cmd.notify)
         finally:
             progress.ledger.close()
         if progress.resized:
-            warnings.append(_resized_warning(loaded, progress))
-            notify.warn(warnings[-1])
+            cmd.warn(_resized_warning(loaded, progress))
         top = progress.top
         report = opts.out / REPORT_FILE if opts.report else None
         written: dict[str, Any] = {}
 
         def write_documents() -> None:
             # While the last pictures are encoded: their names are known already.
-            doc = document(
-                model=model,
-                weights=session.weights_record(loaded.weights, opened.warning),
-                model_info=loaded.record(),
-                device=str(loaded.device),
-                selector=selector,
-                k=opts.k,
-                score=opts.score,
-                input_size=loaded.input_size,
-                images=top.images,
-                failed=progress.failed.shown(),
-                failed_count=progress.failed.count,
-                skipped=found.skipped,
-                plans=plans,
-                tops=top.layers,
-                files=layer_files(plans, top.layers),
-                categories=loaded.categories,
-                unranked=planned.skipped,
-                warnings=warnings,
-                report=REPORT_FILE if report is not None else None,
+            written["doc"] = _write_documents(
+                cmd, opened, selector, plans, planned, progress, opts, report
             )
-            output.write_json(opts.out / JSON_FILE, doc)
-            if report is not None:
-                from actviz.report import build_examples_report, rebuild_run_report
 
-                for rel, data in build_examples_report(doc, opts.out).items():
-                    output.write_bytes(opts.out / rel, data)
-                # A run's report in the same folder now links these pages.
-                for rel, data in rebuild_run_report(opts.out).items():
-                    output.write_bytes(opts.out / rel, data)
-            written["doc"] = doc
-
-        files = _draw(opts, plans, top, loaded, warnings, notify, views, write_documents)
-        doc = written["doc"]
+        files = _draw(opts, plans, top, loaded, cmd, views, write_documents)
         return TopImagesResult(
-            model=model,
+            model=cmd.model,
             weights=loaded.weights,
             device=str(loaded.device),
             selector=selector,
@@ -180,31 +154,68 @@ def top_images(
             reused=progress.reused,
             failed=progress.failed.shown(),
             failed_count=progress.failed.count,
-            skipped=list(found.skipped),
+            skipped=list(cmd.found.skipped),
             layers=_summaries(plans, top, files, loaded.categories),
             unranked=list(planned.skipped),
-            warnings=warnings,
-            seconds=time.perf_counter() - started,
-            document=doc,
+            warnings=cmd.warnings,
+            seconds=cmd.seconds(),
+            document=written["doc"],
         )
 
 
-def _select(model: str, loaded: LoadedModel, opts: ExamplesOptions) -> tuple[str, list[str]]:
-    """The selector and the modules it names; without one, the deepest layer of the
-    architecture's default selection (the last convolution, encoder block or stage)."""
-    from actviz import session
+def _write_documents(
+    cmd: Command,
+    opened: Loaded,
+    selector: str,
+    plans: list[LayerPlan],
+    planned: Planned,
+    progress: Progress,
+    opts: ExamplesOptions,
+    report: Path | None,
+) -> dict[str, Any]:
+    """``top-images.json`` and, with ``report``, the pages (and the run's report in the same
+    folder, which now links them); the document written."""
+    from actviz import output
 
-    selector, names = session.select(model, loaded, opts.layers)
-    if opts.layers is not None:
-        return selector, names
-    return names[-1], names[-1:]
+    assert cmd.found is not None  # open_command walked the inputs
+    loaded, top = opened.model, progress.top
+    doc = document(
+        model=cmd.model,
+        weights=weights_record(loaded.weights, opened.warning),
+        model_info=loaded.record(),
+        device=str(loaded.device),
+        selector=selector,
+        k=opts.k,
+        score=opts.score,
+        input_size=loaded.input_size,
+        images=top.images,
+        failed=progress.failed.shown(),
+        failed_count=progress.failed.count,
+        skipped=cmd.found.skipped,
+        plans=plans,
+        tops=top.layers,
+        files=layer_files(plans, top.layers),
+        categories=loaded.categories,
+        unranked=planned.skipped,
+        warnings=cmd.warnings,
+        report=REPORT_FILE if report is not None else None,
+    )
+    output.write_json(opts.out / JSON_FILE, doc)
+    if report is not None:
+        from actviz.report import build_examples_report, rebuild_run_report
+
+        for rel, data in build_examples_report(doc, opts.out).items():
+            output.write_bytes(opts.out / rel, data)
+        # A run's report in the same folder now links these pages.
+        for rel, data in rebuild_run_report(opts.out).items():
+            output.write_bytes(opts.out / rel, data)
+    return doc
 
 
-def _plan(
-    model: str, loaded: LoadedModel, module: Any, names: list[str], opts: ExamplesOptions
-) -> Planned:
+def _plan(model: str, loaded: LoadedModel, names: list[str], opts: ExamplesOptions) -> Planned:
     from actviz.layouts import layer_contexts
 
+    module = loaded.module
     planned = plan_layers(
         module,
         names,
@@ -225,157 +236,24 @@ def _plan(
     return planned
 
 
-def _todo(paths: list[Path], earlier: Checkpoint | None, out: Path, notify: Reporter) -> list[Path]:
-    """The images still to score, the earlier run's reported as reused.
-
-    The done images are streamed from the ledger twice (to count, then to report) and matched
-    by 64-bit string hash, so resuming holds 8 bytes per image, never a set of paths. Two
-    different paths hashing alike is about one chance in 10**7 at a million images.
-    """
-    import numpy as np
-
-    if earlier is None:
-        notify.start(len(paths))
-        return paths
-    done = np.unique(np.fromiter((hash(p) for p in earlier.paths(out)), np.int64))
-    mine = np.fromiter((hash(str(p)) for p in paths), np.int64, len(paths))
-    left = ~np.isin(mine, done)
-    del mine, done
-    todo = [p for p, keep in zip(paths, left.tolist(), strict=True) if keep]
-    notify.start(len(todo) + earlier.images)
-    for path in earlier.paths(out):
-        notify.advance(ImageResult(path=Path(path), out_dir=PurePosixPath("."), status="reused"))
-    return todo
-
-
-@dataclass(frozen=True)
-class _State:
-    top: TopK
-    images: int  # images merged into ``top``, the earlier run's included
-    ledger_bytes: int  # the length of the ledger that lists them
-
-
-class _Failures:
-    """Images that could not be scored: a count, and the first ``SHOWN`` by path
-    (each one is also reported as it fails), so a folder of broken files costs no memory."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._kept: list[tuple[Path, str]] = []
-
-    def add(self, path: Path, reason: str) -> None:
-        import bisect
-
-        self.count += 1
-        bisect.insort(self._kept, (path, reason))
-        del self._kept[SHOWN:]
-
-    def shown(self) -> list[tuple[Path, str]]:
-        """The first ``SHOWN`` failures by path."""
-        return list(self._kept)
-
-
-class _Progress:
-    """The accumulator and the ledger of the images it holds, saved together.
-
-    A batch's paths are appended to the ledger first; then one assignment makes the state that
-    includes them current. An interruption between the two leaves the extra line out of what
-    is saved (the state records the ledger's length), so a saved state and its list of done
-    images always agree.
-    """
-
-    def __init__(
-        self, out: Path, settings: dict[str, Any], k: int, earlier: Checkpoint | None
-    ) -> None:
-        from actviz.examples.checkpoint import Ledger
-
-        self.out = out
-        self.settings = settings
-        self.ledger = Ledger(out, earlier)
-        self.reused = earlier.images if earlier is not None else 0
-        top = earlier.top if earlier is not None else TopK(k)
-        self.state = _State(top, self.reused, self.ledger.size)
-        self.saved: _State | None = None
-        self.failed = _Failures()
-        self.last_save = time.monotonic()
-        self.resized = 0  # images scored on maps pooled to the planned size
-        self.resized_layers: dict[str, tuple[int, ...]] = {}
-
-    @property
-    def top(self) -> TopK:
-        return self.state.top
-
-    def add(self, paths: list[str], top: TopK) -> None:
-        end = self.ledger.append(paths)
-        self.state = _State(top, self.state.images + len(paths), end)
-
-    def fail(self, path: Path, error: str | None, notify: Reporter) -> None:
-        """An image that could not be scored: named, counted, skipped."""
-        reason = error or "unreadable"
-        self.failed.add(path, reason)
-        notify.advance(ImageResult(path, PurePosixPath("."), status="failed", error=reason))
-
-    def merge(
-        self,
-        paths: list[Path],
-        sizes: Sequence[tuple[int, int] | None],
-        candidates: Candidates,
-        notify: Reporter,
-    ) -> None:
-        """One batch's candidates into the top-k; saved every few seconds."""
-        self.add([str(p) for p in paths], self.top.updated(candidates))
-        for path, size in zip(paths, sizes, strict=True):
-            notify.advance(ImageResult(path, PurePosixPath("."), size=size))
-        if time.monotonic() - self.last_save >= CHECKPOINT_SECONDS:
-            self.save()
-
-    @contextlib.contextmanager
-    def saving(self) -> Iterator[None]:
-        """Save at the end of the pass, and when it stops early: --resume continues there."""
-        try:
-            yield
-        except BaseException:
-            # A failing save must not hide the first error.
-            with contextlib.suppress(Exception):
-                self.save()
-            raise
-        self.save()
-
-    def save(self) -> None:
-        state = self.state
-        if state is self.saved or state.images == self.reused:
-            return  # nothing new; and a run that scored nothing leaves no state behind
-        self.ledger.flush()  # the lines the state covers are on disk before it
-        save_checkpoint(
-            self.out,
-            self.settings,
-            state.top,
-            images=state.images,
-            ledger_bytes=state.ledger_bytes,
-        )
-        self.saved = state
-        self.last_save = time.monotonic()
-
-
 def _stream(
     model: str,
     loaded: LoadedModel,
-    module: Any,
     names: list[str],
     planned: Planned,
     todo: list[Path],
-    progress: _Progress,
+    progress: Progress,
     views: ViewCache,
     opts: ExamplesOptions,
     notify: Reporter,
 ) -> None:
     """The one pass over the images still to score; the views of images that made some
     top-k are kept for the pictures while they fit."""
+    from actviz.command.forward import BatchForward
     from actviz.examples.scoring import ScoreRecorder, batch_candidates, predicted_classes
-    from actviz.forward import BatchForward
     from actviz.hooks import eval_mode
 
-    ex = opts.execution
+    ex, module = opts.execution, loaded.module
     if ex.engine == "ray":
         _stream_on_ray(model, names, planned, todo, progress, opts, notify)
         return
@@ -417,7 +295,7 @@ def _stream(
             )
 
 
-def _resized_warning(loaded: LoadedModel, progress: _Progress) -> str:
+def _resized_warning(loaded: LoadedModel, progress: Progress) -> str:
     """Which images were scored at the planned map size, how, and how to avoid it."""
     height, width = loaded.input_size
     keys = sorted(progress.resized_layers)
@@ -437,7 +315,7 @@ def _stream_on_ray(
     names: list[str],
     planned: Planned,
     todo: list[Path],
-    progress: _Progress,
+    progress: Progress,
     opts: ExamplesOptions,
     notify: Reporter,
 ) -> None:
@@ -469,15 +347,10 @@ def _draw(
     plans: list[LayerPlan],
     top: TopK,
     loaded: LoadedModel,
-    warnings: list[str],
-    notify: Reporter,
+    cmd: Command,
     views: ViewCache,
     meanwhile: Callable[[], None],
 ) -> dict[str, LayerFiles]:
-    def warn(message: str) -> None:
-        warnings.append(message)
-        notify.warn(message)
-
     return draw_layers(
         opts.out,
         plans,
@@ -485,7 +358,7 @@ def _draw(
         loaded,
         opts,
         categories=loaded.categories,
-        warn=warn,
+        warn=cmd.warn,
         views=views.views,
         meanwhile=meanwhile,
     )

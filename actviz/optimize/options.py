@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actviz.command.options import LoadOptions, from_flat
 from actviz.errors import UsageError
 from actviz.optimize.objective import parse_channels
-from actviz.options import LoadOptions, from_flat
 
 __all__ = ["OptimizeOptions"]
 

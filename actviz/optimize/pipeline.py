@@ -7,16 +7,17 @@ and when the run stops early, so Ctrl-C keeps every finished channel readable.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from actviz.command.progress import Reporter
 from actviz.errors import OutputError, UsageError
 from actviz.optimize.options import OptimizeOptions
 
 if TYPE_CHECKING:
+    from actviz.command import Command
     from actviz.models import LoadedModel, WeightsInfo
     from actviz.optimize.loop import BatchResult
 
@@ -28,7 +29,6 @@ __all__ = [
     "ChannelImage",
     "LayerImages",
     "OptimizeResult",
-    "SilentSteps",
     "StepReporter",
     "optimize",
 ]
@@ -45,30 +45,8 @@ RANDOM_NOTE = (
 LOGITS = "logits"
 
 
-class StepReporter(Protocol):
-    """Receives progress (the CLI draws a bar); :class:`SilentSteps` ignores it."""
-
-    def warn(self, message: str) -> None:
-        """A problem that does not stop the run."""
-
-    def start(self, total: int) -> None:
-        """``total`` optimization steps (all batches together) are about to run."""
-
-    def step(self) -> None:
-        """One step of one batch is done."""
-
-
-class SilentSteps:
-    """A reporter that ignores everything: the default for library use."""
-
-    def warn(self, message: str) -> None:
-        """Ignore."""
-
-    def start(self, total: int) -> None:
-        """Ignore."""
-
-    def step(self) -> None:
-        """Ignore."""
+#: What ``optimize`` reports progress to: the kit's one protocol, one ``advance()`` per step.
+StepReporter = Reporter
 
 
 @dataclass(frozen=True)
@@ -137,7 +115,7 @@ def optimize(
     model: str,
     options: OptimizeOptions | None = None,
     *,
-    reporter: StepReporter | None = None,
+    reporter: Reporter | None = None,
     **keywords: Any,
 ) -> OptimizeResult:
     """Optimize one image per selected channel (feature visualization), and draw them.
@@ -161,22 +139,30 @@ def optimize(
         ActvizError: For every expected failure.
         KeyboardInterrupt: After writing what was finished.
     """
-    from actviz import output
+    from actviz.command import open_command
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or OptimizeOptions.from_keywords(**keywords)
-    notify: StepReporter = reporter or SilentSteps()
-    started = time.perf_counter()
-    _prepare(opts)
-    loaded, warnings = _load(model, opts, notify)
-    targets = _targets(model, loaded, opts)
+    # Other commands' results may share the folder (pages link each other), so optimize
+    # guards only its own files.
+    with open_command(model, opts.out, reporter=reporter, guard=lambda _: _prepare(opts)) as cmd:
+        opened = cmd.load(opts.load, shows="These images are noise with structure, optimized for")
+        return _run(cmd, opened.model, opts)
+
+
+def _run(cmd: Command, loaded: LoadedModel, opts: OptimizeOptions) -> OptimizeResult:
+    """Every selected layer's channels optimized, batch by batch; the record and the page
+    written after each batch and when the run stops early."""
+    from actviz import output
+
+    targets = _targets(cmd, loaded, opts)
     channels = opts.channel_list()
     layers = [LayerImages(key, i) for i, key in enumerate(targets)]
     state: dict[str, Any] = {"complete": False}
 
     def finish() -> OptimizeResult:
-        doc = _document(model, loaded, opts, layers, warnings, state["complete"])
+        doc = _document(cmd, loaded, opts, layers, state["complete"])
         output.write_json(opts.out / JSON_FILE, doc)
         report = None
         if opts.report:
@@ -187,7 +173,7 @@ def optimize(
             report = opts.out / REPORT_FILE
             _relink_examples(opts.out)
         return OptimizeResult(
-            model=model,
+            model=cmd.model,
             weights=loaded.weights,
             device=str(loaded.device),
             out=opts.out,
@@ -196,24 +182,27 @@ def optimize(
             layers=layers,
             steps=opts.steps,
             size=opts.size,
-            seconds=time.perf_counter() - started,
-            warnings=warnings,
+            seconds=cmd.seconds(),
+            warnings=cmd.warnings,
             complete=state["complete"],
             document=doc,
         )
 
     batches = -(-len(channels) // opts.batch_size)
-    notify.start(len(layers) * batches * opts.steps)
+    cmd.notify.start(len(layers) * batches * opts.steps)
+
+    def step() -> None:
+        cmd.notify.advance(None)  # a step has no result of its own
+
     try:
 
         def record() -> None:
             # After each batch: what finished is readable even if the run stops hard.
-            output.write_json(
-                opts.out / JSON_FILE, _document(model, loaded, opts, layers, warnings, False)
-            )
+            output.write_json(opts.out / JSON_FILE, _document(cmd, loaded, opts, layers, False))
 
         for layer in layers:
-            _optimize_layer(loaded, targets[layer.key], layer, channels, opts, notify.step, record)
+            target = targets[layer.key]
+            _optimize_layer(loaded, target, layer, channels, opts, step, record)
             _write_sheet(layer, loaded, opts)
             record()
         state["complete"] = True
@@ -258,35 +247,13 @@ def _prepare(opts: OptimizeOptions) -> None:
     output.remove_written(opts.out, [JSON_FILE, REPORT_FILE], trees=[FOLDER])
 
 
-def _load(model: str, opts: OptimizeOptions, notify: StepReporter) -> tuple[LoadedModel, list[str]]:
-    from actviz import session
-
-    warnings: list[str] = []
-    opened = session.load(
-        model,
-        opts.load,
-        notify,
-        warnings,
-        shows="These images are noise with structure, optimized for",
-    )
-    return opened.model, warnings
-
-
-def _targets(model: str, loaded: LoadedModel, opts: OptimizeOptions) -> dict[str, str | None]:
+def _targets(cmd: Command, loaded: LoadedModel, opts: OptimizeOptions) -> dict[str, str | None]:
     """Layer key -> module name (None for the model's output), in the model's order."""
-    from actviz.hooks import layer_refs
-    from actviz.layouts import default_selector
-    from actviz.selectors import select_layers
-
     if opts.objective is not None:
         return {LOGITS: None}
-    refs = layer_refs(loaded.module)
-    if opts.layers is not None:
-        names = select_layers(refs, opts.layers, model=model)
-    else:
-        names = select_layers(refs, default_selector(loaded.module), model=model)[-1:]
+    _, names = cmd.deepest(loaded, opts.layers)
     if not names:
-        raise UsageError(f"no layer selected; see actviz list-layers {model}")
+        raise UsageError(f"no layer selected; see actviz list-layers {cmd.model}")
     return {name: name for name in names}
 
 
@@ -370,24 +337,26 @@ def _write_sheet(layer: LayerImages, loaded: LoadedModel, opts: OptimizeOptions)
 
 
 def _document(
-    model: str,
+    cmd: Command,
     loaded: LoadedModel,
     opts: OptimizeOptions,
     layers: list[LayerImages],
-    warnings: list[str],
     complete: bool,
 ) -> dict[str, Any]:
-    from actviz import session
+    """``optimize.json``: its head (without the tool's version or a date), the settings and
+    every finished channel."""
+    from actviz.command import json_head, model_fields
 
-    weights = loaded.weights
-    info = loaded.record()
+    weights, info = loaded.weights, loaded.record()
+    # The only warning before the images is the one about random weights, if any.
+    model = model_fields(cmd.model, info, weights, next(iter(cmd.warnings), None))
+    model["random_weights_note"] = RANDOM_NOTE if weights.random else None
+    head = json_head(
+        infos=[info], device=str(loaded.device), model=model, created=False, tool=False
+    )
     return {
-        "model": model,
-        "versions": session.versions_record(info.get("versions")),
-        "model_info": info,
-        "weights": session.weights_record(weights, next(iter(warnings), None)),
-        "random_weights_note": RANDOM_NOTE if weights.random else None,
-        "device": str(loaded.device),
+        "model": cmd.model,  # first, where optimize.json has always had it
+        **head,
         "complete": complete,
         "settings": {
             "layers": opts.layers,
@@ -424,6 +393,6 @@ def _document(
             for layer in layers
             if layer.channels
         ],
-        "warnings": warnings,
+        "warnings": cmd.warnings,
         "report": REPORT_FILE if opts.report else None,
     }

@@ -1,20 +1,20 @@
 """``actviz run`` and ``actviz stats`` in named steps: open -> plan -> capture and draw -> write.
 
 The CLI is a thin layer over :func:`run`; it returns a :class:`~actviz.run.result.RunResult`,
-reports progress through an optional :class:`~actviz.results.Reporter`, and raises
+reports progress through an optional :class:`~actviz.command.Reporter`, and raises
 :class:`~actviz.errors.ActvizError` subclasses.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz import output, session
+from actviz import output
+from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
-from actviz.results import ImageResult, Reporter, SilentReporter
+from actviz.results import ImageResult
 from actviz.run.loop import Plan, capture_and_render
 from actviz.run.manifest import manifest
 from actviz.run.on_ray import stats_on_ray
@@ -26,8 +26,8 @@ from actviz.run.sink import RunSink, loader, report_images
 if TYPE_CHECKING:
     from torch import nn
 
+    from actviz.command import Command, Loaded
     from actviz.models import LoadedModel
-    from actviz.session import Loaded
 
 __all__ = ["run"]
 
@@ -61,44 +61,48 @@ def run(
         ActvizError: For every expected failure (unknown model, empty selection, ...).
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
+    from actviz.command import open_command
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
     opts = options or RunOptions.from_keywords(**keywords)
-    session.check_engine(model, opts.execution.engine)
-    given, model = model, session.model_label(model)
-    started = time.perf_counter()
-    notify = reporter or SilentReporter()
-    found = session.find_inputs(inputs)
     ex = opts.execution
     # A run that fails before writing anything leaves no empty folder behind.
-    with (
-        output.opened(opts.out, resume=ex.resume, overwrite=ex.overwrite),
-        session.restoring(given),
-    ):
-        loaded = session.open_model(given, opts.load)
-        warnings = _check_classifier(loaded, opts, notify)
-        opened = session.warn_if_random(loaded, notify, warnings, shows="The grids show")
+    with open_command(
+        model,
+        opts.out,
+        reporter=reporter,
+        inputs=inputs,
+        resume=ex.resume,
+        overwrite=ex.overwrite,
+        engine=ex.engine,
+        channels_last=ex.channels_last,
+    ) as cmd:
+        assert cmd.found is not None  # open_command walked the inputs
+        opened = cmd.load(
+            opts.load, shows="The grids show", check=lambda m: _check_classifier(m, opts, cmd)
+        )
+        loaded = opened.model
         if opts.report:
             from actviz.report import warm_up
 
             warm_up()  # the report's templates, compiled while the images run
-        selector, names = _select(model, loaded, opts)
-        state = _plan(model, loaded, selector, names, found, opts, notify)
+        selector, names = _select(cmd, loaded, opts)
+        state = _plan(cmd.model, loaded, selector, names, cmd.found, opts, cmd.notify)
         if state.kept:
             shown = ", ".join(state.kept[:5]) + (", ..." if len(state.kept) > 5 else "")
-            warnings.append(f"--overwrite kept {len(state.kept)} file(s) no run wrote: {shown}")
-            notify.warn(warnings[-1])
+            cmd.warn(f"--overwrite kept {len(state.kept)} file(s) no run wrote: {shown}")
         try:
-            state.start_progress(notify)
-            if opts.execution.engine == "ray":
+            reused = (r for r in state.results if r.status == "reused")
+            start_progress(cmd.notify, len(state.results), reused)
+            if ex.engine == "ray":
                 if opts.draw.pca:
                     raise UsageError("--view pca runs on the local engine; leave out --engine ray")
-                never_ran = stats_on_ray(model, state.names, state.todo, state.sink, opts)
+                never_ran = stats_on_ray(cmd.model, state.names, state.todo, state.sink, opts)
             else:
-                never_ran = capture_and_render(model, loaded, state, opts, notify)
+                never_ran = capture_and_render(cmd.model, loaded, state, opts, cmd.notify)
         except BaseException:
             state.sink.abort()
             raise
@@ -106,9 +110,8 @@ def run(
         refs = layer_refs(loaded.module)
         state.names, idle = fold_never_ran(refs, selector, state.names, never_ran)
         for message in idle:
-            warnings.append(message)
-            notify.warn(message)
-        return _write(model, opened, state, found.skipped, warnings, opts, started)
+            cmd.warn(message)
+        return _write(cmd, opened, state, cmd.found.skipped, opts)
 
 
 def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
@@ -121,10 +124,10 @@ def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
             result.status, result.record = "reused", offset
 
 
-def _check_classifier(loaded: LoadedModel, opts: RunOptions, notify: Reporter) -> list[str]:
+def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> None:
     """A backbone without a classifier: no gradients to take, no predictions to record."""
     if loaded.classifier:
-        return []
+        return
     if opts.gradients.backward:
         flag = "--cam" if opts.gradients.cam else "--grads"
         raise UsageError(
@@ -132,22 +135,20 @@ def _check_classifier(loaded: LoadedModel, opts: RunOptions, notify: Reporter) -
             f"for {flag} to explain; drop {flag} (grids and statistics work), or load a "
             "classifier"
         )
-    warning = (
+    cmd.warn(
         f"{loaded.name} is a backbone without a classifier: top-{opts.top_k} predictions "
         "are left out"
     )
-    notify.warn(warning)
-    return [warning]
 
 
-def _select(model: str, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
+def _select(cmd: Command, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
     """The selector (the architecture's default when none was given) and the modules it names."""
     default = None
     if opts.layers is None and opts.capture == "attn":  # from the attention modules
         from actviz.attention import attention_selector
 
         default = attention_selector(loaded.module)
-    return session.select(model, loaded, opts.layers, default=default)
+    return cmd.select(loaded, opts.layers, default=default)
 
 
 def _plan(
@@ -183,7 +184,7 @@ def _plan(
         _reuse(records, results)
     elif opts.execution.overwrite:
         kept = records.reset([r.out_dir for r in results])
-    module = session.in_memory_format(loaded.module, opts.execution.channels_last)
+    module = loaded.module  # in the run's memory format already
     return Plan(
         selector=selector,
         names=names,
@@ -205,13 +206,11 @@ def _plan(
 
 
 def _write(
-    model: str,
+    cmd: Command,
     opened: Loaded,
     plan: Plan,
     skipped: list[tuple[Path, str]],
-    warnings: list[str],
     opts: RunOptions,
-    started: float,
 ) -> RunResult:
     """Statistics, flow chart, manifest and report: the files about the whole run."""
 
@@ -228,7 +227,7 @@ def _write(
         raise
     manifest_path = out_dir / "manifest.json"
     result = RunResult(
-        model=model,
+        model=cmd.model,
         weights=loaded.weights,
         model_info=loaded.record(),
         device=str(loaded.device),
@@ -237,9 +236,9 @@ def _write(
         out=out_dir,
         images=ImageRecords(plan.results, loader(sink.records)),
         skipped=skipped,
-        seconds=time.perf_counter() - started,
+        seconds=cmd.seconds(),
         manifest=manifest_path,
-        warnings=warnings,
+        warnings=cmd.warnings,
         options={
             "capture": opts.capture,
             "input_size": list(loaded.input_size),

@@ -272,6 +272,6 @@ class RunFlow:
 
 
 def _titled(title: str, random: bool) -> str:
-    from actviz.session import RANDOM_NOTE
+    from actviz.command.session import RANDOM_NOTE
 
     return f"{title}\n{RANDOM_NOTE}" if random else title

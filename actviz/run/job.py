@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.session import RANDOM_NOTE
+from actviz.results import Prediction
 from actviz.run.options import DrawOptions
-from actviz.session import RANDOM_NOTE
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,6 +30,7 @@ __all__ = [
     "header_notes",
     "model_view",
     "thumbnail_path",
+    "top_k_predictions",
 ]
 
 
@@ -124,3 +126,24 @@ def headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
     rgb = palette_for(cmap)[canvas]
     rgb[top:, :width] = pixels
     return Image.fromarray(rgb)
+
+
+def top_k_predictions(
+    logits: object, row: int, categories: list[str] | None, k: int
+) -> list[Prediction]:
+    """The ``k`` most probable classes of row ``row`` of a classifier's ``logits`` (none for
+    an output that is not one row of class scores per image)."""
+    import torch
+
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or k <= 0:
+        return []
+    probs = logits[row].float().softmax(dim=0)
+    values, indices = probs.topk(min(k, probs.numel()))
+    return [
+        Prediction(
+            index=int(i),
+            label=categories[int(i)] if categories and int(i) < len(categories) else None,
+            probability=float(v),
+        )
+        for v, i in zip(values, indices, strict=True)
+    ]

@@ -16,13 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.forward import BatchForward, model_failure
+from actviz.command.progress import Reporter
 from actviz.errors import ActvizError
-from actviz.forward import BatchForward, model_failure, top_k_predictions
 from actviz.gradients import backward, choose_cam_keys
-from actviz.results import ImageResult, LayerResult, Reporter
+from actviz.results import ImageResult, LayerResult
 from actviz.run.draw import draw_image, summaries
 from actviz.run.gradients import write_flow_chart
-from actviz.run.job import ImageJob, thumbnail_path
+from actviz.run.job import ImageJob, thumbnail_path, top_k_predictions
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.stats import stats_callback
 
@@ -61,13 +62,6 @@ class Plan:
     """With ``--view pca``: capture key -> its components, fitted by the first pass."""
     pca_notes: dict[str, str] = field(default_factory=dict)
     """Capture key -> why it has no components (no spatial positions, ...)."""
-
-    def start_progress(self, notify: Reporter) -> None:
-        """Tell the reporter how many images there are, and which an earlier run did."""
-        notify.start(len(self.results))
-        for result in self.results:
-            if result.status == "reused":
-                notify.advance(result)
 
 
 def capture_and_render(

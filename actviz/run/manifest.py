@@ -10,29 +10,24 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from typing import Any
 
-from actviz._version import __version__
+from actviz.command.head import json_head, model_fields
 from actviz.results import ImageResult, LayerResult, Prediction
 from actviz.run.pictures import PICTURE_KINDS
 from actviz.run.records import RunRecords
 from actviz.run.result import RunResult
-from actviz.session import versions_record, weights_record
 
 __all__ = ["image_from_record", "image_record", "manifest"]
 
 
 def manifest(result: RunResult) -> dict[str, Any]:
     """The run as JSON-ready data: what ``manifest.json`` holds."""
+    # The libraries' versions are in the head; model_info holds the rest of the record.
+    info = {k: v for k, v in result.model_info.items() if k != "versions"} or None
+    model = model_fields(result.model, info, result.weights, result.weights_warning)
     return {
-        "actviz": __version__,
-        "versions": versions_record(result.model_info.get("versions")),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": result.model,
-        "model_info": {k: v for k, v in result.model_info.items() if k != "versions"} or None,
-        "weights": weights_record(result.weights, result.weights_warning),
-        "device": result.device,
+        **json_head(infos=[result.model_info], device=result.device, model=model),
         "selector": result.selector,
         "layers": result.layers,
         "render": result.render,

@@ -42,12 +42,11 @@ def stats_summaries(
     """One batch: decode, forward with the hooks, per image its layers' statistics."""
     import torch
 
-    from actviz.forward import top_k_predictions
     from actviz.hooks import ActivationRecorder, eval_mode
     from actviz.layouts import layer_contexts
     from actviz.loader import decode_batches
     from actviz.run.draw import layer_records
-    from actviz.run.job import ImageJob
+    from actviz.run.job import ImageJob, top_k_predictions
     from actviz.run.options import DrawOptions
     from actviz.stats import stats_callback
 

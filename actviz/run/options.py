@@ -3,7 +3,7 @@ CLI, or from ``run``'s keywords), checked when built, and passed typed to every 
 
 Each group says one thing about a run: how grids are drawn, which gradients are taken; the
 groups every command shares (how the model is loaded, how the work is executed) are in
-:mod:`actviz.options`. :class:`RunOptions` holds the groups and the few options that belong
+:mod:`actviz.command.options`. :class:`RunOptions` holds the groups and the few options that belong
 to the run as a whole. Importing this module imports no torch.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from actviz.command.options import ExecutionOptions, LoadOptions, from_flat
 from actviz.errors import UsageError
-from actviz.options import ExecutionOptions, LoadOptions, from_flat
 from actviz.render.grid import Order
 
 if TYPE_CHECKING:

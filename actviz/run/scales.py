@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actviz.forward import BatchForward
+from actviz.command.forward import BatchForward
 
 __all__ = ["SharedScales", "shared_ranges"]
 

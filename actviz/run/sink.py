@@ -23,7 +23,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.results import ImageResult, Reporter, notes_of
+from actviz.command.progress import Reporter
+from actviz.results import ImageResult, notes_of
 from actviz.run.gradients import RunFlow
 from actviz.run.manifest import image_from_record, image_record
 from actviz.run.result import RunCounts, files_of

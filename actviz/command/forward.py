@@ -1,5 +1,5 @@
-"""Decode, batch and run the model: the batched forward every command streams through, and the
-top predictions of a classifier."""
+"""Decode, batch and run the model (or two models on the same input): the batched forward
+every image command streams through."""
 
 from __future__ import annotations
 
@@ -9,16 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ActvizError, ModelError, first_line
-from actviz.results import Prediction
 
 if TYPE_CHECKING:
     from actviz.models.registry import LoadedModel
 
-__all__ = [
-    "BatchForward",
-    "model_failure",
-    "top_k_predictions",
-]
+__all__ = ["BatchForward", "model_failure"]
 
 
 def model_failure(name: str, first: Path, exc: BaseException, x: Any) -> ModelError:
@@ -36,7 +31,10 @@ def model_failure(name: str, first: Path, exc: BaseException, x: Any) -> ModelEr
 
 
 class BatchForward:
-    """Decode, batch and run the model: the loop a run and its measuring pass share."""
+    """Decode, batch and run the model: the loop every image command and a run's measuring
+    pass share. With ``second``, a second model runs on each batch right after the first, on
+    the same input on the first model's device (a diff's model B): the recorders registered
+    on each hold that batch's captures."""
 
     def __init__(
         self,
@@ -46,6 +44,8 @@ class BatchForward:
         workers: int,
         amp: bool,
         channels_last: bool,
+        *,
+        second: LoadedModel | None = None,
     ) -> None:
         self.loaded = loaded
         self.module = module
@@ -53,6 +53,7 @@ class BatchForward:
         self.workers = workers
         self.amp = amp
         self.channels_last = channels_last
+        self.second = second
 
     def batches(
         self,
@@ -91,33 +92,22 @@ class BatchForward:
             x = torch.stack([t for _, _, t in good]).to(device, non_blocking=True)
             if self.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
+            first = paths[good[0][0]]
             with (
                 torch.inference_mode(),
                 torch.autocast(device.type, dtype=autocast_dtype, enabled=self.amp),
             ):
-                try:
-                    logits = self.module(x)
-                except ActvizError:
-                    raise
-                except Exception as exc:  # the model's own code: any type, one line
-                    raise model_failure(loaded.name, paths[good[0][0]], exc, x) from exc
+                logits = _call(loaded.name, self.module, x, first)
+                if self.second is not None:
+                    _call(self.second.name, self.second.module, x, first)
             yield good, logits, x
 
 
-def top_k_predictions(
-    logits: object, row: int, categories: list[str] | None, k: int
-) -> list[Prediction]:
-    import torch
-
-    if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or k <= 0:
-        return []
-    probs = logits[row].float().softmax(dim=0)
-    values, indices = probs.topk(min(k, probs.numel()))
-    return [
-        Prediction(
-            index=int(i),
-            label=categories[int(i)] if categories and int(i) < len(categories) else None,
-            probability=float(v),
-        )
-        for v, i in zip(values, indices, strict=True)
-    ]
+def _call(name: str, module: Any, x: Any, first: Path) -> Any:
+    """One model on one batch; its own code's failure, of any type, as one line."""
+    try:
+        return module(x)
+    except ActvizError:
+        raise
+    except Exception as exc:
+        raise model_failure(name, first, exc, x) from exc

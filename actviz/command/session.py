@@ -1,6 +1,6 @@
-"""The opening every command shares: find the inputs, open the output folder, load the model
-(random weights carried as data), select the layers, put the model in its memory format; and
-the weights and versions records every command's JSON file holds.
+"""The model a command opens (:mod:`actviz.command.opening` puts it to use): built from a name
+or taken as a module object, given back as it came; and the weights and versions records
+every command's JSON file holds.
 
 The model a command is given is a name (built by its source) or an ``nn.Module`` object
 (taken as it is), with its preprocessing.
@@ -14,34 +14,23 @@ preprocessing unless ``preprocess`` is given, as for the user's own factory, and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ModelError, UsageError
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from actviz.images import Discovery
     from actviz.models import LoadedModel, WeightsInfo
-    from actviz.options import LoadOptions
+    from actviz.models.options import LoadOptions
 
 __all__ = [
     "RANDOM_NOTE",
-    "Loaded",
-    "RandomWeights",
-    "check_engine",
-    "find_inputs",
-    "in_memory_format",
-    "load",
     "model_label",
     "open_model",
     "restoring",
-    "select",
     "versions_record",
-    "warn_if_random",
     "weights_record",
 ]
 
@@ -54,20 +43,6 @@ def model_label(model: str | nn.Module) -> str:
     if isinstance(model, str):
         return model
     return type(model).__name__
-
-
-def check_engine(model: str | nn.Module, engine: str) -> None:
-    """A usage error for a model object with an engine that rebuilds the model by name.
-
-    Raises:
-        UsageError: If ``model`` is not a name and ``engine`` is ``ray``.
-    """
-    if engine == "ray" and not isinstance(model, str):
-        raise UsageError(
-            "engine='ray' builds the model again in each worker from its name; pass a "
-            "model name or 'path/to/file.py:factory' instead of the model object, or use "
-            "engine='local'"
-        )
 
 
 def open_model(
@@ -196,105 +171,6 @@ def restoring(model: Any) -> Iterator[None]:
             module.training = training
         if device is not None:
             model.to(device)
-
-
-class _Warns(Protocol):
-    def warn(self, message: str) -> None: ...
-
-
-def find_inputs(inputs: Sequence[Path | str]) -> Discovery:
-    """The images among ``inputs`` (files, and folders walked recursively), and what was
-    skipped."""
-    from actviz import images
-
-    return images.discover([Path(p) for p in inputs])
-
-
-@dataclass(frozen=True)
-class RandomWeights:
-    """A model whose weights came out random without being asked for (``--weights none`` asks).
-
-    Attributes:
-        model: The model's name.
-        reason: Why its weights are random (no network, no pretrained weights, ...).
-        flag: The option that asks for random weights on purpose.
-    """
-
-    model: str
-    reason: str
-    flag: str = "--weights"
-
-    def warning(self, shows: str) -> str:
-        """The loud warning, saying what ``shows`` (``"The grids show"``) an untrained model."""
-        return (
-            f"RANDOM WEIGHTS: {self.reason}. {shows} an untrained {self.model}; "
-            f"pass {self.flag} none to say that is what you want."
-        )
-
-
-@dataclass(frozen=True)
-class Loaded:
-    """A model opened for a command, and its random weights as data (None when it has
-    trained weights, or random ones were asked for)."""
-
-    model: LoadedModel
-    random: RandomWeights | None
-    warning: str | None
-    """The warning given about ``random``, as it appears among the command's warnings."""
-
-
-def load(
-    model: str | nn.Module,
-    options: LoadOptions,
-    notify: _Warns,
-    warnings: list[str],
-    *,
-    shows: str,
-    weights: str | None = None,
-    flag: str = "--weights",
-) -> Loaded:
-    """Open the model (:func:`open_model`); when its weights are random by accident, warn once
-    (``shows``: what the command's pictures show, ``"The grids show"``) through ``notify`` and
-    ``warnings``, and carry it as data."""
-    return warn_if_random(
-        open_model(model, options, weights=weights), notify, warnings, shows=shows, flag=flag
-    )
-
-
-def warn_if_random(
-    loaded: LoadedModel, notify: _Warns, warnings: list[str], *, shows: str, flag: str = "--weights"
-) -> Loaded:
-    """The second half of :func:`load`, for a command that checks the model in between."""
-    info = loaded.weights
-    if not info.random or info.spec.strip().lower() == "none":
-        return Loaded(loaded, None, None)
-    random = RandomWeights(loaded.name, info.reason or "no pretrained weights", flag)
-    message = random.warning(shows)
-    warnings.append(message)
-    notify.warn(message)
-    return Loaded(loaded, random, message)
-
-
-def select(
-    model: str, loaded: LoadedModel, layers: str | None, *, default: str | None = None
-) -> tuple[str, list[str]]:
-    """The selector (``layers``, else ``default``, else the architecture's default) and the
-    modules it names."""
-    from actviz.hooks import layer_refs
-    from actviz.layouts import default_selector
-    from actviz.selectors import select_layers
-
-    selector = layers if layers is not None else default or default_selector(loaded.module)
-    return selector, select_layers(layer_refs(loaded.module), selector, model=model)
-
-
-def in_memory_format(module: Any, channels_last: bool) -> Any:
-    """The module in the memory format the command runs it in."""
-    if not channels_last:
-        return module
-    import torch
-
-    return module.to(memory_format=torch.channels_last)
 
 
 def weights_record(weights: WeightsInfo, warning: str | None = None) -> dict[str, Any]:

@@ -1,0 +1,202 @@
+"""The one opening every image command starts with, as a context manager:
+:func:`open_command` checks the engine, starts the clock, finds the inputs, guards the output
+folder (removed again when the command fails before writing into it) and gives module
+objects back as they came; the :class:`Command` it yields loads a model (weights, random
+weights as data with their loud warning, device and memory format), selects layers and
+collects the command's warnings."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from actviz.command.progress import Reporter, SilentReporter
+from actviz.command.session import model_label, open_model, restoring
+from actviz.errors import UsageError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from actviz.images import Discovery
+    from actviz.models import LoadedModel
+    from actviz.models.options import LoadOptions
+
+__all__ = ["Command", "Loaded", "RandomWeights", "open_command"]
+
+
+@dataclass(frozen=True)
+class RandomWeights:
+    """A model whose weights came out random without being asked for (``--weights none`` asks).
+
+    Attributes:
+        model: The model's name.
+        reason: Why its weights are random (no network, no pretrained weights, ...).
+        flag: The option that asks for random weights on purpose.
+    """
+
+    model: str
+    reason: str
+    flag: str = "--weights"
+
+    def warning(self, shows: str) -> str:
+        """The loud warning, saying what ``shows`` (``"The grids show"``) an untrained model."""
+        return (
+            f"RANDOM WEIGHTS: {self.reason}. {shows} an untrained {self.model}; "
+            f"pass {self.flag} none to say that is what you want."
+        )
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A model opened for a command, and its random weights as data (None when it has
+    trained weights, or random ones were asked for)."""
+
+    model: LoadedModel
+    random: RandomWeights | None
+    warning: str | None
+    """The warning given about ``random``, as it appears among the command's warnings."""
+
+
+@dataclass
+class Command:
+    """An image command while it runs: its model (``given``, named ``model``), its reporter,
+    its clock, the inputs it found and the warnings it gave.
+
+    Attributes:
+        model: How the model is named in messages and files (its name, or its class name).
+        given: The model as the caller gave it: a name or an ``nn.Module``.
+        notify: The reporter (a :class:`~actviz.command.progress.SilentReporter` by default).
+        started: ``time.perf_counter()`` when the command started.
+        found: The images among the inputs, when the command takes inputs.
+        warnings: Every warning given, in order, as the command's JSON file lists them.
+        channels_last: Whether the models run in channels-last memory format.
+    """
+
+    model: str
+    given: Any
+    notify: Reporter
+    started: float
+    found: Discovery | None = None
+    warnings: list[str] = field(default_factory=list)
+    channels_last: bool = False
+
+    def warn(self, message: str) -> None:
+        """Give a warning that does not stop the command, and list it."""
+        self.warnings.append(message)
+        self.notify.warn(message)
+
+    def seconds(self) -> float:
+        """Seconds since the command started."""
+        return time.perf_counter() - self.started
+
+    def load(
+        self,
+        options: LoadOptions,
+        *,
+        shows: str,
+        given: Any = None,
+        weights: str | None = None,
+        flag: str = "--weights",
+        check: Callable[[LoadedModel], None] | None = None,
+    ) -> Loaded:
+        """Load the model (``given``: another one than the command's, e.g. a diff's model B;
+        ``weights`` overrides ``options.weights``), let ``check`` refuse it or warn about it,
+        warn loudly once when its weights are random by accident (``shows``: what the
+        pictures show, ``"The grids show"``; ``flag``: the option that asks for random
+        weights), and put it in the command's memory format (in place)."""
+        loaded = open_model(self.given if given is None else given, options, weights=weights)
+        if check is not None:
+            check(loaded)
+        if self.channels_last:
+            import torch
+
+            loaded.module.to(memory_format=torch.channels_last)
+        info = loaded.weights
+        if not info.random or info.spec.strip().lower() == "none":
+            return Loaded(loaded, None, None)
+        random = RandomWeights(loaded.name, info.reason or "no pretrained weights", flag)
+        self.warn(random.warning(shows))
+        return Loaded(loaded, random, self.warnings[-1])
+
+    def select(
+        self, loaded: LoadedModel, layers: str | None, *, default: str | None = None
+    ) -> tuple[str, list[str]]:
+        """The selector (``layers``, else ``default``, else the architecture's default) and
+        the modules it names."""
+        from actviz.hooks import layer_refs
+        from actviz.layouts import default_selector
+        from actviz.selectors import select_layers
+
+        selector = layers if layers is not None else default or default_selector(loaded.module)
+        return selector, select_layers(layer_refs(loaded.module), selector, model=self.model)
+
+    def deepest(self, loaded: LoadedModel, layers: str | None) -> tuple[str, list[str]]:
+        """:meth:`select`, but without ``layers`` only the deepest layer of the
+        architecture's default selection (the last convolution, encoder block or stage)."""
+        selector, names = self.select(loaded, layers)
+        if layers is not None:
+            return selector, names
+        return names[-1], names[-1:]
+
+
+@contextlib.contextmanager
+def open_command(
+    model: str | nn.Module,
+    out: Path,
+    *,
+    reporter: Reporter | None = None,
+    inputs: Sequence[Path | str] | None = None,
+    check_inputs: Callable[[Discovery], None] | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    hint: str | None = None,
+    engine: str = "local",
+    channels_last: bool = False,
+    guard: Callable[[Path], None] | None = None,
+    restore: Sequence[Any] = (),
+) -> Iterator[Command]:
+    """Open an image command on ``model`` writing into ``out``, for the block.
+
+    In order: the engine is checked against the model (a module object cannot travel to Ray
+    workers), the clock starts, ``inputs`` are walked for images (folders recursively) and
+    ``check_inputs`` may refuse them, then the output folder is prepared (``resume``,
+    ``overwrite``; ``hint``: the fix named when it is not empty; ``guard`` replaces that
+    whole step for a command with its own rule) and removed again if the block fails before
+    writing into it. ``model`` and every module of ``restore`` are given back in their
+    training mode and device.
+
+    Raises:
+        UsageError: For a module object with ``engine='ray'``, or what ``check_inputs`` raises.
+        OutputError: For an output folder that cannot be used.
+    """
+    from actviz import images, output
+
+    if engine == "ray" and not isinstance(model, str):
+        raise UsageError(
+            "engine='ray' builds the model again in each worker from its name; pass a "
+            "model name or 'path/to/file.py:factory' instead of the model object, or use "
+            "engine='local'"
+        )
+    command = Command(
+        model=model_label(model),
+        given=model,
+        notify=reporter or SilentReporter(),
+        started=time.perf_counter(),
+        channels_last=channels_last,
+    )
+    if inputs is not None:
+        command.found = images.discover([Path(p) for p in inputs])
+        if check_inputs is not None:
+            check_inputs(command.found)
+    with contextlib.ExitStack() as stack:
+        if guard is None:
+            stack.enter_context(output.opened(out, resume=resume, overwrite=overwrite, hint=hint))
+        else:
+            guard(out)
+        for given in (model, *restore):
+            stack.enter_context(restoring(given))
+        yield command

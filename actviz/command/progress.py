@@ -1,0 +1,46 @@
+"""The one progress protocol every command reports through: warnings, a total, and one
+``advance`` per finished unit (an image for ``run``, ``top-images`` and ``diff``, a step for
+``optimize``). The CLI supplies the implementation that draws a bar; the library's default,
+:class:`SilentReporter`, ignores everything."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+__all__ = ["Reporter", "SilentReporter", "start_progress"]
+
+
+class Reporter(Protocol):
+    """Receives what a command wants a person to know while it works. Every method is
+    optional in spirit: :class:`SilentReporter` ignores everything."""
+
+    def warn(self, message: str) -> None:
+        """A problem that does not stop the command (random weights, a layer that never ran)."""
+
+    def start(self, total: int) -> None:
+        """The command is about to process ``total`` units (images, or optimization steps)."""
+
+    def advance(self, result: Any) -> None:
+        """One unit is done (or failed): the image's result, or None for a step."""
+
+
+class SilentReporter:
+    """A reporter that ignores everything: the default for library use."""
+
+    def warn(self, message: str) -> None:
+        """Ignore."""
+
+    def start(self, total: int) -> None:
+        """Ignore."""
+
+    def advance(self, result: Any) -> None:
+        """Ignore."""
+
+
+def start_progress(notify: Reporter, total: int, done: Iterable[Any] = ()) -> None:
+    """Tell ``notify`` how many units there are, then advance it past the ones an earlier run
+    did (``done``), so a resumed command's bar starts where the last one stopped."""
+    notify.start(total)
+    for result in done:
+        notify.advance(result)
