@@ -24,7 +24,6 @@ from actviz.models.factories import (
     is_factory_spec,
     load_factory,
     parse_factory_spec,
-    split_factory_spec,
 )
 from actviz.selectors import select_layers
 from tests.conftest import run_images
@@ -114,8 +113,10 @@ def test_is_factory_spec(model: str, expected: bool) -> None:
 
 
 def test_split_uses_the_last_colon_so_windows_paths_work() -> None:
-    assert split_factory_spec(r"C:\nets\tiny.py:Net.build") == (r"C:\nets\tiny.py", "Net.build")
-    assert split_factory_spec(" pkg.models:build ") == ("pkg.models", "build")
+    windows = parse_factory_spec(r"C:\nets\tiny.py:Net.build")
+    assert (windows.target, windows.attribute) == (r"C:\nets\tiny.py", "Net.build")
+    spaced = parse_factory_spec(" pkg.models:build ")
+    assert (spaced.target, spaced.attribute) == ("pkg.models", "build")
 
 
 @pytest.mark.parametrize(
@@ -161,7 +162,6 @@ def test_malformed_specs_are_usage_errors(spec: str, words: str) -> None:
 def test_factory_arguments_are_literals(spec: str, parsed: tuple[object, ...]) -> None:
     got = parse_factory_spec(spec)
     assert (got.target, got.attribute, got.args, got.kwargs) == parsed
-    assert split_factory_spec(spec) == parsed[:2]
 
 
 def test_a_non_literal_argument_is_never_evaluated(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ def _decode(data: bytes) -> Image.Image:
 def deflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     if request.param == "zlib":
         monkeypatch.setattr(png, "_ISAL", None)  # as on a platform without the isal wheel
-    elif not png.fast_deflate():
+    elif png._ISAL is None:
         pytest.skip("isal is not installed")
     return str(request.param)
 

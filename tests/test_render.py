@@ -28,9 +28,9 @@ from actviz.render import (
     GridImage,
     colormap_lut,
     digit_rows,
-    is_signed,
     line_height,
     paste_text,
+    range_is_signed,
 )
 from actviz.render.grid import render_grid, render_vector
 
@@ -557,16 +557,13 @@ def test_unknown_cmap_error_names_alternatives() -> None:
         colormap_lut("zzzzqqq")
 
 
-def test_is_signed() -> None:
-    assert is_signed(np.array([-1.0, 2.0]))
-    assert not is_signed(np.array([0.0, 2.0]))
-    assert not is_signed(np.array([-3.0, -1.0, 0.0]))
-    assert not is_signed(np.array([-1e-9, 5.0]))  # float noise below zero
-    assert is_signed(np.array([np.nan, -1.0, np.inf, 1.0]))
-    assert not is_signed(np.array([np.nan, np.nan]))
-    assert not is_signed(np.zeros((2, 3, 3)))
-    assert not is_signed(np.zeros(0))
-    assert is_signed(np.array([-1, 1], dtype=np.int8))
+def test_a_range_is_signed_only_past_float_noise() -> None:
+    assert range_is_signed(-1.0, 2.0)
+    assert not range_is_signed(0.0, 2.0)
+    assert not range_is_signed(-3.0, 0.0)
+    assert not range_is_signed(-1e-9, 5.0)  # float noise below zero
+    assert not range_is_signed(0.0, 0.0)
+    assert not range_is_signed(np.inf, -np.inf)  # the range of no finite value
 
 
 # --------------------------------------------------------------------------- input checks

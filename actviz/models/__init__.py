@@ -14,7 +14,6 @@ from actviz.models.factories import (
     is_factory_spec,
     load_factory,
     parse_factory_spec,
-    split_factory_spec,
 )
 from actviz.models.listing import LayerInfo, LayerListing, fold_never_ran, list_layers
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, MAX_ASPECT, Fit, Preprocessing
@@ -67,5 +66,4 @@ __all__ = [
     "resolve_device",
     "segmentation_logits",
     "source_for",
-    "split_factory_spec",
 ]

@@ -41,7 +41,6 @@ from actviz.models.factory_spec import (
     FactorySpec,
     is_factory_spec,
     parse_factory_spec,
-    split_factory_spec,
 )
 
 if TYPE_CHECKING:
@@ -54,7 +53,6 @@ __all__ = [
     "is_factory_spec",
     "load_factory",
     "parse_factory_spec",
-    "split_factory_spec",
 ]
 
 #: A dotted module path, as ``import`` takes it (``pkg.models``).

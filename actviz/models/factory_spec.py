@@ -11,7 +11,7 @@ from typing import Any
 
 from actviz.errors import UsageError
 
-__all__ = ["FactorySpec", "is_factory_spec", "parse_factory_spec", "split_factory_spec"]
+__all__ = ["FactorySpec", "is_factory_spec", "parse_factory_spec"]
 
 _ATTRIBUTE_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 #: ``TARGET:FACTORY(ARGS)``: the target is as long as it can be, so the split is at the last
@@ -49,19 +49,6 @@ def is_factory_spec(model: str) -> bool:
     """
     text = model.strip()
     return ":" in text or text.endswith(".py")
-
-
-def split_factory_spec(spec: str) -> tuple[str, str]:
-    """Split a factory spec into its module or file part and its attribute path.
-
-    The split is at the last ``:`` before the factory name, so a Windows path
-    (``C:\\nets\\tiny.py:build``) works; arguments (``build(width=32)``) are left out.
-
-    Raises:
-        UsageError: If the factory part is missing or is not a dotted Python name.
-    """
-    parsed = parse_factory_spec(spec)
-    return parsed.target, parsed.attribute
 
 
 def parse_factory_spec(spec: str) -> FactorySpec:

@@ -27,7 +27,6 @@ __all__ = [
     "check_clip",
     "check_value_range",
     "flat_percentiles",
-    "is_signed",
     "map_levels",
     "order_scores",
     "range_is_signed",
@@ -65,27 +64,6 @@ def range_is_signed(lo: float, hi: float) -> bool:
         return False
     tolerance = 1e-6 * max(abs(lo), abs(hi))
     return lo < -tolerance and hi > tolerance
-
-
-def is_signed(act: npt.ArrayLike) -> bool:
-    """Tell whether data has meaningful negative and positive values.
-
-    Only finite values count. Data is signed when its minimum is below ``-1e-6 * max|x|``
-    and its maximum above ``+1e-6 * max|x|``, so float noise around 0 does not count.
-
-    Args:
-        act: Any real-valued array (NaN and infinities are ignored).
-
-    Returns:
-        True for signed data; False for non-negative, non-positive, empty or all-NaN data.
-    """
-    array = as_float32(act, "act")
-    if array.size == 0:
-        return False
-    finite = np.isfinite(array)
-    lo = float(np.min(array, where=finite, initial=np.inf))
-    hi = float(np.max(array, where=finite, initial=-np.inf))
-    return range_is_signed(lo, hi)
 
 
 def _check_pair(value: object, name: str) -> tuple[float, float]:

@@ -22,7 +22,7 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["deflate", "encode_png", "fast_deflate", "picture_png"]
+__all__ = ["deflate", "encode_png", "picture_png"]
 
 U8 = npt.NDArray[np.uint8]
 Filter = Literal["none", "up"]
@@ -40,11 +40,6 @@ def _isal() -> Callable[[bytes, int], bytes] | None:
 
 
 _ISAL = _isal()
-
-
-def fast_deflate() -> bool:
-    """Whether levels 1-3 are deflated by ISA-L here."""
-    return _ISAL is not None
 
 
 def deflate(data: bytes, level: int) -> bytes:

@@ -38,11 +38,10 @@ class RunningStats:
     """A run's statistics and flags, folded image by image, in memory bounded by the number
     of layers times the kinds of flags, never by the number of images.
 
-    "First" always means the smallest image key, and layers are ordered as
-    :func:`~actviz.stats.layerstats.aggregate_run` orders them over the images in key order,
-    so the summary (and :meth:`to_json`) is the same whatever order the images arrive in or
-    however they are split between summaries merged with :meth:`merge`; those must hold
-    different images.
+    "First" always means the smallest image key, and layers are ordered by their first
+    appearance over the images in key order, so the summary (and :meth:`to_json`) is the same
+    whatever order the images arrive in or however they are split between summaries merged
+    with :meth:`merge`; those must hold different images.
     """
 
     __slots__ = (
@@ -191,7 +190,7 @@ class RunningStats:
         return sorted(self._order, key=self._order.__getitem__)
 
     def pooled(self) -> list[tuple[str, LayerStats]]:
-        """``(layer, pooled stats)`` in run order, as ``aggregate_run`` over the same images
+        """``(layer, pooled stats)`` in run order, as pooling the same images in one go
         gives them: a layer whose channel count differed between images is left out."""
         results = ((name, self._layers[name].result()) for name in self.layer_names())
         return [(name, s) for name, s in results if s is not None]
@@ -214,8 +213,8 @@ class RunningStats:
         table: str = "stats.parquet",
         csv: str | None = "stats.csv",
     ) -> dict[str, Any]:
-        """``stats.json`` format 2 (see docs/outputs.md), the run's section pooled as
-        :func:`~actviz.stats.files.to_json` pools it and ``None`` when no image had statistics.
+        """``stats.json`` format 2 (see docs/outputs.md), the run's section pooled over
+        every image at once (exactly) and ``None`` when no image had statistics.
 
         Args:
             thresholds: For the run's flags, and recorded.
