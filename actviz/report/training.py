@@ -153,6 +153,10 @@ def training_page(
         "training.html",
         start=start,
         first=nonfinite[0] if nonfinite else None,
+        bad_loss=next(
+            (r["loss_nonfinite"] for r in steps if isinstance(r.get("loss_nonfinite"), Mapping)),
+            None,
+        ),
         nonfinite=list(nonfinite),
         flags=list(flags),
         meta=_meta(start, steps, end, runs, torn, source),
