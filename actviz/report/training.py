@@ -144,7 +144,8 @@ def training_page(
     for key, title, log in LAYER_STATS:
         series = _series(steps, "layers", key)
         if any(v is not None for line in series.values() for v in line):
-            chart = line_chart(numbers, series, title=title, log=log, marks=marks)
+            limits = (0.0, 1.0) if key == "zero_frac" else None
+            chart = line_chart(numbers, series, title=title, log=log, marks=marks, limits=limits)
             layer_charts.append((title, _svg(chart)))
     last = steps[-1] if steps else {}
     layer_rows = [{"name": name, **row} for name, row in (last.get("layers") or {}).items()]
