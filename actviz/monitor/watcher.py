@@ -280,7 +280,16 @@ class Watch(HookSession):
         self._probe_drawn = step
         files, pictures = probe.draw(step)
         if self._writer is not None and files:
-            self._writer.write({"kind": "probe", "step": step, "time": time.time(), "files": files})
+            ranges = {name: probe.ranges[name] for name in files if name in probe.ranges}
+            self._writer.write(
+                {
+                    "kind": "probe",
+                    "step": step,
+                    "time": time.time(),
+                    "files": files,
+                    "ranges": ranges,
+                }
+            )
         if self._tensorboard is not None:
             for name, rgb in pictures.items():
                 self._tensorboard.add_image(f"probe/{name}", rgb, step)
