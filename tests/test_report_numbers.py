@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import re
 
+import pytest
+
 from actviz.report.charts import tick_labels
 from actviz.report.timeline import line_chart
 from actviz.report.training import training_page
@@ -82,3 +84,16 @@ def test_tick_labels_are_distinct_and_clean() -> None:
     assert tick_labels([1.2001, 1.2002, 1.2003]) == ["1.2001", "1.2002", "1.2003"]
     assert tick_labels([-1e-17, 0.5, 1.0]) == ["0", "0.5", "1"]
     assert not any(math.isnan(float(v)) for v in tick_labels([0.0, 1e-9]))
+
+
+def test_percentiles_of_an_earlier_summary_interpolate_below_101_images() -> None:
+    import numpy as np
+
+    from actviz.report.earlier import _quantiles
+
+    values = [4.0, 1.0, 10.0, 2.0, 3.0]
+    got = _quantiles(values)
+    for key, q in (("p01", 0.01), ("p50", 0.5), ("p99", 0.99)):
+        assert got[key] == pytest.approx(float(np.quantile(values, q)), rel=1e-12)
+    assert got["p01"] > min(values) and got["p99"] > sorted(values)[-2]
+    assert _quantiles([7.0]) == {"p01": 7.0, "p50": 7.0, "p99": 7.0}
