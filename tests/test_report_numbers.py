@@ -97,3 +97,17 @@ def test_percentiles_of_an_earlier_summary_interpolate_below_101_images() -> Non
         assert got[key] == pytest.approx(float(np.quantile(values, q)), rel=1e-12)
     assert got["p01"] > min(values) and got["p99"] > sorted(values)[-2]
     assert _quantiles([7.0]) == {"p01": 7.0, "p50": 7.0, "p99": 7.0}
+
+
+def test_a_tied_head_predicts_no_class() -> None:
+    import torch
+
+    from actviz.examples.scoring import predicted_classes
+
+    # A head that outputs all zeros ties every class: argmax's class 0 is no prediction.
+    assert predicted_classes(torch.zeros(3, 1000), 3).tolist() == [-1, -1, -1]
+    assert predicted_classes(torch.tensor([[0.0, 2.0, 1.0], [3.0, 3.0, 0.0]]), 2).tolist() == [
+        1,
+        -1,
+    ]
+    assert predicted_classes(torch.tensor([[0.5], [-2.0]]), 2).tolist() == [0, 0]
