@@ -208,11 +208,18 @@ def fit_to_plan(tensor: torch.Tensor, plan: LayerPlan) -> tuple[torch.Tensor, to
 
 def predicted_classes(logits: object, count: int) -> npt.NDArray[np.int32]:
     """Each image's top-1 class from a classifier's ``(B, classes)`` logits; -1 for models
-    that do not output one score per class."""
+    that do not output one score per class, and for an image whose highest score is shared
+    by several classes (a head that outputs all zeros): argmax would name the first of them,
+    a prediction the model did not make."""
     import torch
 
     if isinstance(logits, torch.Tensor) and logits.ndim == 2 and logits.shape[0] == count:
-        return np.asarray(logits.float().argmax(dim=1).cpu().numpy(), dtype=np.int32)
+        scores = logits.float()
+        classes = scores.argmax(dim=1)
+        if scores.shape[1] > 1:
+            best = scores.topk(2, dim=1).values
+            classes = torch.where(best[:, 0] == best[:, 1], -1, classes)
+        return np.asarray(classes.cpu().numpy(), dtype=np.int32)
     return np.full(count, -1, dtype=np.int32)
 
 

@@ -21,7 +21,8 @@ The kinds, and why these thresholds:
   ``|update| / |weight|`` more than 10x away from about 1e-3, the usual healthy value: the
   learning rate is too high (weights churn) or too low (nothing moves).
 - ``loss_spike``: a loss 3x above the median of the recorded steps before it.
-- ``nonfinite``: a layer whose output held NaN or Inf.
+- ``nonfinite``: a layer whose output held NaN or Inf, or (target ``loss``) a loss that was
+  NaN or Inf, with what made it.
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ class FlagTracker:
         self._total(_finite(record.get("grad_norm")), holding)
         self._ratios(record.get("params") or {}, holding)
         self._loss(_finite(record.get("loss")), holding)
+        note = record.get("loss_nonfinite")
+        if isinstance(note, Mapping):
+            holding[("nonfinite", "loss")] = str(note.get("message") or "the loss was not finite")
         new = [
             Flag(kind, target, step, message)
             for (kind, target), message in holding.items()

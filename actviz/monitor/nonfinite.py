@@ -52,6 +52,9 @@ class Origin:
         module_type: The module's class name (empty outside modules).
         value: ``NaN`` or ``Inf``.
         call: Index of the call in the step, to find its inputs.
+        step: The first step it appeared at (-1 until the watch logs it).
+        count: The steps it appeared at: a NaN in the weights shows at every step after it,
+            from the same place, and stays one origin.
     """
 
     phase: str
@@ -59,6 +62,8 @@ class Origin:
     module_type: str
     value: str
     call: int = -1
+    step: int = -1
+    count: int = 1
 
 
 @dataclass

@@ -3,15 +3,17 @@ inputs saved for reproducing it, and one warning."""
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from actviz.monitor.log import LogWriter
-from actviz.monitor.nonfinite import Origin, OriginTracker
+from actviz.monitor.nonfinite import LOSS_NAME, Origin, OriginTracker
 
-__all__ = ["OriginLog"]
+__all__ = ["OriginLog", "loss_message", "nonfinite_kind"]
 
 
 class OriginLog:
@@ -31,40 +33,53 @@ class OriginLog:
         self._out = out
         self._on_nonfinite = on_nonfinite
         self._log_path = log_path
-        self.origins: list[Origin] = []
+        self.origins: list[Origin] = []  # one per (phase, module), by first step
+        self._seen: dict[tuple[str, str], Origin] = {}
         self._last: dict[str, str] = {}
         self._warned = False
 
-    def note(self, origin: Origin, step: int, writer: LogWriter | None) -> str | None:
+    def note(
+        self, origin: Origin, step: int, writer: LogWriter | None, message: str | None = None
+    ) -> str | None:
         """Log an origin the first time it shows (a NaN in the weights shows every step after
-        it, from the same place), save the inputs of its module, warn once. Returns the file
-        of the inputs.
+        it, from the same place: one entry of :attr:`origins`, its count raised), save the
+        inputs of its module, warn once. ``message`` says it in a sentence of its own (a
+        non-finite loss). Returns the file of the inputs.
 
         Called from the watch's end of a step, itself called from ``w.step()``: the warning
         names the caller of ``w.step()``."""
-        self.origins.append(origin)
+        known = self._seen.get((origin.phase, origin.module))
+        if known is None:
+            known = replace(origin, step=step, count=0)
+            self._seen[(origin.phase, origin.module)] = known
+            self.origins.append(known)
+        known.count += 1
         if self._last.get(origin.phase) == origin.module:
             return None
         self._last[origin.phase] = origin.module
         saved = self._save_inputs(origin, step)
         assert writer is not None
-        writer.write(
-            {
-                "kind": "nonfinite",
-                "step": step,
-                "time": time.time(),
-                "phase": origin.phase,
-                "module": origin.module,
-                "module_type": origin.module_type,
-                "value": origin.value,
-                "inputs_file": saved,
-            }
-        )
+        record: dict[str, Any] = {
+            "kind": "nonfinite",
+            "step": step,
+            "time": time.time(),
+            "phase": origin.phase,
+            "module": origin.module,
+            "module_type": origin.module_type,
+            "value": origin.value,
+            "inputs_file": saved,
+        }
+        if message is not None:
+            record["message"] = message
+        writer.write(record)
         if not self._warned and self._on_nonfinite == "record":
             self._warned = True
+            said = message or (
+                f"step {step}: {origin.module} produced the first {origin.value} in the "
+                f"{origin.phase} pass"
+            )
             warnings.warn(
-                f"actviz.watch: step {step}: {origin.module} produced the first "
-                f"{origin.value} in the {origin.phase} pass; see {self._log_path}",
+                f"actviz.watch: {said}; see {self._log_path}",
                 RuntimeWarning,
                 stacklevel=4,
             )
@@ -106,3 +121,25 @@ class OriginLog:
         with atomic_path(target) as tmp:
             torch.save(payload, tmp)
         return name
+
+
+def nonfinite_kind(value: float | None) -> str | None:
+    """``NaN``, ``Inf`` or ``-Inf`` for a non-finite number; None for a finite one or None."""
+    if value is None or math.isfinite(value):
+        return None
+    if math.isnan(value):
+        return "NaN"
+    return "Inf" if value > 0 else "-Inf"
+
+
+def loss_message(kind: str, step: int, origins: list[Origin], *, watched: bool) -> str:
+    """One sentence on a non-finite loss: which module's output made it, or, every module's
+    output being finite, the loss computation itself."""
+    head = f"the loss was {kind} at step {step}"
+    made = next((o for o in origins if o.phase == "forward" and o.module != LOSS_NAME), None)
+    if made is not None:
+        where = f" ({made.module_type})" if made.module_type else ""
+        return f"{head}; {made.module}{where} made the first {made.value} in the forward pass"
+    if not watched:
+        return f"{head}; the non-finite watch was off, so where it came from is not known"
+    return f"{head}; every module's output was finite, so the loss computation made it"

@@ -41,8 +41,10 @@ def build_training_report(logdir: str | Path, out: str | Path | None = None) -> 
     flags = [flag.as_dict() for flag in replay(log.steps)]
     strips: dict[str, list[dict[str, object]]] = {}
     for record in log.probes:
+        ranges = record.get("ranges") or {}
         for layer, file in (record.get("files") or {}).items():
-            strips.setdefault(str(layer), []).append({"step": record.get("step"), "file": file})
+            frame = {"step": record.get("step"), "file": file, "range": ranges.get(layer)}
+            strips.setdefault(str(layer), []).append(frame)
     page = training_page(
         log.start,
         log.steps,

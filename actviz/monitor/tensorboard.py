@@ -4,7 +4,9 @@ fixed edges, and the probe pictures, under ``out/tensorboard``.
 Histograms are counted on the device in the layer hook (:func:`histogram_counts`) with the same
 edges at every step and for every layer, so TensorBoard's views compare across steps; NaN and
 Inf never enter them (TensorBoard's own ``add_histogram`` fails on them): they are the
-``nan`` and ``inf`` scalars beside. TensorBoard is an optional extra, imported only here.
+``nan`` and ``inf`` scalars beside. A NaN or Inf loss or total gradient norm, which TensorBoard
+would drop, is marked by ``train/<key>/nonfinite`` = 1 at its step. TensorBoard is an
+optional extra, imported only here.
 """
 
 from __future__ import annotations
@@ -78,6 +80,10 @@ class TensorBoardSink:
             value = record.get(key)
             if _is_number(value):
                 scalar(f"train/{key}", value, step)
+            elif isinstance(value, float):
+                # TensorBoard drops a NaN or Inf scalar without a trace: the marker beside it
+                # (1 where the value was not finite) keeps the step from looking healthy.
+                scalar(f"train/{key}/nonfinite", 1.0, step)
         for group in ("layers", "params"):
             for name, row in (record.get(group) or {}).items():
                 for key, value in row.items():

@@ -19,8 +19,8 @@ from actviz._version import __version__
 from actviz.errors import NonFiniteError
 from actviz.hooks import HookSession, call_key
 from actviz.monitor.log import LogWriter
-from actviz.monitor.nonfinite import ROOT_NAME, Origin, OriginTracker
-from actviz.monitor.origins import OriginLog
+from actviz.monitor.nonfinite import LOSS_NAME, ROOT_NAME, Origin, OriginTracker
+from actviz.monitor.origins import OriginLog, loss_message, nonfinite_kind
 from actviz.monitor.params import ParamWatch
 from actviz.monitor.scalars import ScalarBatch
 from actviz.monitor.summaries import LayerSummaries, step_record
@@ -42,7 +42,8 @@ class Watch(HookSession):
 
     Attributes:
         steps: Steps finished so far.
-        origins: Every non-finite origin recorded, earliest first.
+        origins: Every non-finite origin, earliest first: one per place, with the first step
+            it appeared at and the number of steps it appeared at.
         flags: Every flag raised so far (each with the step it began).
         log_path: The JSON Lines log.
     """
@@ -99,7 +100,8 @@ class Watch(HookSession):
 
     @property
     def origins(self) -> list[Origin]:
-        """Every non-finite origin recorded, earliest first."""
+        """Every non-finite origin, earliest first: one per place (phase and module), with the
+        first step it appeared at and the number of steps it appeared at."""
         return self._origins.origins
 
     # Entering and leaving.
@@ -227,19 +229,22 @@ class Watch(HookSession):
         if recording and self.optimizer is None:
             weights = self._params.weight_norms()
         floats, ints = self._scalars.read()
-        origins = self._tracker.blame(floats) if self._tracker is not None else []
+        loss_value = floats[loss_index] if isinstance(loss_index, int) else loss_index
+        step = self.steps
+        origins, loss_note = self._blame(floats, loss_value, step)
         events = []
         for origin in origins:  # a loop, not a comprehension: the warning's stack level
-            events.append(self._origins.note(origin, self.steps, self._writer))
-        step = self.steps
+            message = loss_note["message"] if loss_note and origin.module == LOSS_NAME else None
+            events.append(self._origins.note(origin, step, self._writer, message))
         try:
             if recording:
-                loss_value = floats[loss_index] if isinstance(loss_index, int) else loss_index
                 layers, self._histograms = self._summaries.numbers(floats, ints)
                 params = self._params.numbers(floats, weights)
                 record = step_record(
                     step, loss_value, layers, params, clipped=self._params.clipped, origins=origins
                 )
+                if loss_note is not None:
+                    record["loss_nonfinite"] = loss_note
                 self._write(record)
         finally:
             self._reset_step()
@@ -250,6 +255,23 @@ class Watch(HookSession):
             first, event = origins[0], events[0]
             raise NonFiniteError(step, first.module, first.phase, first.value, event)
 
+    def _blame(
+        self, floats: list[float], loss: float | None, step: int
+    ) -> tuple[list[Origin], dict[str, str] | None]:
+        """The step's non-finite origins, and a note on its loss when that is not finite.
+
+        A loss that is NaN or Inf while every module's output was finite was made by the loss
+        computation (a log of a negative number): it is the step's origin, named ``(loss)``,
+        ahead of any gradient it spoiled."""
+        origins = self._tracker.blame(floats) if self._tracker is not None else []
+        kind = nonfinite_kind(loss)
+        if kind is None:
+            return origins, None
+        if self._tracker is not None and not any(o.phase == "forward" for o in origins):
+            origins = [Origin("forward", LOSS_NAME, "", "NaN" if kind == "NaN" else "Inf")]
+        message = loss_message(kind, step, origins, watched=self._tracker is not None)
+        return origins, {"value": kind, "message": message}
+
     def _draw_probe(self) -> None:
         """Draw the probe batch when this step is one of its steps (once a step)."""
         probe, step = self._probe, self.steps
@@ -258,7 +280,16 @@ class Watch(HookSession):
         self._probe_drawn = step
         files, pictures = probe.draw(step)
         if self._writer is not None and files:
-            self._writer.write({"kind": "probe", "step": step, "time": time.time(), "files": files})
+            ranges = {name: probe.ranges[name] for name in files if name in probe.ranges}
+            self._writer.write(
+                {
+                    "kind": "probe",
+                    "step": step,
+                    "time": time.time(),
+                    "files": files,
+                    "ranges": ranges,
+                }
+            )
         if self._tensorboard is not None:
             for name, rgb in pictures.items():
                 self._tensorboard.add_image(f"probe/{name}", rgb, step)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-__all__ = ["CHART_SIZE", "depth_chart", "symlog"]
+__all__ = ["CHART_SIZE", "depth_chart", "symlog", "tick_labels"]
 
 #: Width and height of a chart in CSS pixels.
 CHART_SIZE = (1000, 420)
@@ -97,7 +97,7 @@ def depth_chart(
         return bottom - (scale(v) - lo) / (hi - lo) * (bottom - top)
 
     ticks = _symlog_ticks(linthresh, lo, hi) if linthresh > 0 else _linear_ticks(lo, hi)
-    _axis(add, ticks, y_upper, [f"{v:g}" for v in ticks])
+    _axis(add, ticks, y_upper, tick_labels(ticks))
     add(
         f'<line x1="{_LEFT}" x2="{_RIGHT}" y1="{y_upper(0.0):.1f}" y2="{y_upper(0.0):.1f}" '
         'stroke="#9aa3ab" stroke-width="0.8"/>'
@@ -311,3 +311,16 @@ def _linear_ticks(lo: float, hi: float) -> list[float]:
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
     first = math.ceil(lo / step)
     return [i * step for i in range(first, math.floor(hi / step) + 1)]
+
+
+def tick_labels(values: list[float]) -> list[str]:
+    """Labels for axis ticks, with as few significant digits as keep them apart: ``1.2001``
+    and ``1.2002`` must not both read ``1.2``. Rounding noise (``0.30000000000000004``) and
+    ``-0`` never show."""
+    big = max((abs(v) for v in values), default=0.0)
+    cleaned = [0.0 if abs(v) <= 1e-12 * big else v for v in values]
+    for digits in range(3, 16):
+        labels = [f"{v:.{digits}g}" for v in cleaned]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [repr(v) for v in cleaned]

@@ -174,10 +174,15 @@ def _row_values(row: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
+    """p1, p50 and p99 interpolated between the two nearest values, as ``numpy.quantile``
+    (and as the sketches of later versions' ``stats.json``)."""
     ordered = sorted(values)
     n = len(ordered)
 
     def rank(q: float) -> float:
-        return ordered[min(n - 1, max(0, math.ceil(q * n) - 1))]
+        position = q * (n - 1)
+        low = math.floor(position)
+        high = min(low + 1, n - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
     return {"p01": rank(0.01), "p50": rank(0.5), "p99": rank(0.99)}

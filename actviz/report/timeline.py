@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
-from actviz.report.charts import _xml
+from actviz.report.charts import _xml, tick_labels
 
 __all__ = ["heatmap", "line_chart", "series_colour"]
 
@@ -52,6 +52,7 @@ def line_chart(
     band: tuple[float, float] | None = None,
     colours: Mapping[str, str] | None = None,
     marks: Sequence[tuple[int, str]] = (),
+    limits: tuple[float, float] | None = None,
 ) -> str:
     """One line per series over the steps.
 
@@ -65,6 +66,8 @@ def line_chart(
         band: A shaded y range ``(low, high)`` (the healthy range).
         colours: A colour per series (by depth order otherwise).
         marks: Vertical lines ``(step, label)``, e.g. where a NaN appeared.
+        limits: The bounds of the quantity (``(0, 1)`` for a fraction): the y axis stays
+            within them.
     """
     w, h = size
     left, right, top, bottom = 58.0, w - 12.0, 26.0, h - 28.0
@@ -78,13 +81,18 @@ def line_chart(
         lo, hi = min(scale(v) for v in values), max(scale(v) for v in values)
     else:
         lo, hi = 0.0, 1.0
-    if hi - lo < 1e-12:
+    if hi - lo < 1e-12 and limits is not None:
+        lo, hi = scale(limits[0]), scale(limits[1])
+    elif hi - lo < 1e-12:
         lo, hi = (
             lo - (0.5 if log else abs(lo) * 0.1 + 1.0),
             hi + (0.5 if log else abs(hi) * 0.1 + 1.0),
         )
     pad = (hi - lo) * 0.06
     lo, hi = lo - pad, hi + pad
+    if limits is not None:
+        # A quantity with bounds (a fraction): the axis never runs past them.
+        lo, hi = max(lo, scale(limits[0])), min(hi, scale(limits[1]))
     first, last = (steps[0], steps[-1]) if steps else (0, 1)
     span = max(last - first, 1)
 
@@ -102,9 +110,8 @@ def line_chart(
         f'<text x="{left}" y="15" fill="#1f2328" font-size="12">{_xml(title)}</text>',
     ]
     add = parts.append
-    for tick in _ticks(lo, hi, log):
+    for tick, label in _ticks(lo, hi, log):
         y = bottom - (tick - lo) / (hi - lo) * (bottom - top)
-        label = f"1e{tick:g}" if log else f"{tick:.3g}"
         add(
             f'<line x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e5e8eb"/>'
             f'<text x="{left - 4}" y="{y + 3:.1f}" text-anchor="end" fill="#59636e">{label}</text>'
@@ -245,13 +252,40 @@ def heatmap(
     return "".join(parts)
 
 
-def _ticks(lo: float, hi: float, log: bool) -> list[float]:
-    if log:
-        first, last = math.ceil(lo), math.floor(hi)
-        ticks = [float(k) for k in range(first, last + 1)]
-        while len(ticks) > 7:
-            ticks = ticks[::2]
-        return ticks
+def _ticks(lo: float, hi: float, log: bool) -> list[tuple[float, str]]:
+    """The y ticks ``(position on the axis' scale, label)``: at least two where the range
+    allows, labels told apart by their digits.
+
+    A log axis ticks the powers of ten; one spanning less than a decade or two ticks 1, 2 and
+    5 times them (or every digit times them), and one narrower still ticks like a linear axis
+    of its values."""
+    if not log:
+        linear = _linear_ticks(lo, hi)
+        return list(zip(linear, tick_labels(linear), strict=True))
+    decades = [float(k) for k in range(math.ceil(lo), math.floor(hi) + 1)]
+    while len(decades) > 7:
+        decades = decades[::2]
+    if len(decades) >= 2:
+        return [(k, f"1e{k:g}") for k in decades]
+    values: list[float] = []
+    for mantissas in ((1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):
+        values = [
+            m * 10.0**k
+            for k in range(math.floor(lo), math.ceil(hi) + 1)
+            for m in mantissas
+            if lo <= math.log10(m * 10.0**k) <= hi
+        ]
+        if len(values) >= 3:
+            break
+    if len(values) > 7:
+        values = values[::2]
+    if len(values) < 2:
+        values = [v for v in _linear_ticks(10**lo, 10**hi) if v > 0]
+    return [(math.log10(v), label) for v, label in zip(values, tick_labels(values), strict=True)]
+
+
+def _linear_ticks(lo: float, hi: float) -> list[float]:
+    """About five round values from ``lo`` to ``hi``."""
     raw = (hi - lo) / 5
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)

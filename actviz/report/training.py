@@ -144,7 +144,8 @@ def training_page(
     for key, title, log in LAYER_STATS:
         series = _series(steps, "layers", key)
         if any(v is not None for line in series.values() for v in line):
-            chart = line_chart(numbers, series, title=title, log=log, marks=marks)
+            limits = (0.0, 1.0) if key == "zero_frac" else None
+            chart = line_chart(numbers, series, title=title, log=log, marks=marks, limits=limits)
             layer_charts.append((title, _svg(chart)))
     last = steps[-1] if steps else {}
     layer_rows = [{"name": name, **row} for name, row in (last.get("layers") or {}).items()]
@@ -153,6 +154,10 @@ def training_page(
         "training.html",
         start=start,
         first=nonfinite[0] if nonfinite else None,
+        bad_loss=next(
+            (r["loss_nonfinite"] for r in steps if isinstance(r.get("loss_nonfinite"), Mapping)),
+            None,
+        ),
         nonfinite=list(nonfinite),
         flags=list(flags),
         meta=_meta(start, steps, end, runs, torn, source),

@@ -236,9 +236,12 @@ class RunningLayer:
         )
 
     def across_images(self) -> dict[str, dict[str, float | None]]:
-        """``{value: {"p01", "p50", "p99"}}`` over the images, JSON-safe (None when none)."""
+        """``{value: {"p01", "p50", "p99"}}`` over the images, JSON-safe (None when none).
+
+        Interpolated between the two nearest images' values, as ``numpy.quantile``: with
+        fewer than 101 images the 1st percentile is not simply the smallest value."""
         return {
-            name: {key: _json_float(sketch.quantile(q)) for key, q in _QUANTILES}
+            name: {key: _json_float(sketch.quantile(q, interpolate=True)) for key, q in _QUANTILES}
             for name, sketch in self.sketches.items()
         }
 

@@ -104,11 +104,14 @@ class Sketch:
             for index, n in sorted(theirs.counts.items(), reverse=True):
                 mine.add(index, n)
 
-    def quantile(self, q: float) -> float:
+    def quantile(self, q: float, *, interpolate: bool = False) -> float:
         """The ``q``-quantile (0 <= q <= 1) within ``alpha`` relative, NaN when empty.
 
         The value of rank ``floor(q * (count - 1))`` in sorted order, as
-        ``numpy.quantile(values, q, method="lower")``.
+        ``numpy.quantile(values, q, method="lower")``; with ``interpolate``, the linear
+        interpolation between the values of ranks ``floor`` and ``ceil`` of ``q * (count - 1)``,
+        as ``numpy.quantile(values, q)``: over 24 values the 1st percentile is then not simply
+        the smallest value, nor the 99th the second largest.
         """
         if not 0.0 <= q <= 1.0:
             raise ValueError(f"a quantile is between 0 and 1, not {q}")
@@ -116,6 +119,14 @@ class Sketch:
         if not total:
             return math.nan
         rank = q * (total - 1)
+        low = self._ranked(math.floor(rank))
+        fraction = rank - math.floor(rank)
+        if not interpolate or fraction == 0.0:
+            return low
+        return low + (self._ranked(math.floor(rank) + 1) - low) * fraction
+
+    def _ranked(self, rank: int) -> float:
+        """The value of 0-based ``rank`` in sorted order (``0 <= rank < count``)."""
         seen = 0
         for index in sorted(self._negative.counts, reverse=True):
             seen += self._negative.counts[index]
