@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from tests.conftest import run_images, write_photos
+from tests.conftest import run_images, same_up_to_batching, write_photos
 from tests.oracles import read_table_rows
 
 runner = CliRunner()
@@ -92,14 +92,16 @@ def test_ray_stats_equal_the_local_engines(tmp_path: Path) -> None:
     assert "broken.png" in ray.stderr and "Traceback" not in ray.output
     stats = [json.loads((tmp_path / n / "stats.json").read_text()) for n in ("local", "ray")]
     assert stats[0]["images"]["count"] == 40 and stats[0]["run"]["layers"]
-    _close(stats[0], stats[1])
+    # Ray's actors run their own thread counts: a value near zero may round to the other sign,
+    # so counted fractions may differ by one element (as between batch sizes).
+    assert same_up_to_batching(stats[0], stats[1])
     # Every image's statistics, as the table holds them (rows in whatever order they finished).
     tables = [
         {(r["image"], r["layer"]): r for r in read_table_rows(tmp_path / n / "stats.parquet")}
         for n in ("local", "ray")
     ]
     assert len({image for image, _ in tables[0]}) == 40
-    _close(tables[0], tables[1])
+    assert same_up_to_batching(tables[0], tables[1])
     manifests = [json.loads((tmp_path / n / "manifest.json").read_text()) for n in ("local", "ray")]
     for key in ("layers", "selector", "weights"):
         assert manifests[0][key] == manifests[1][key]

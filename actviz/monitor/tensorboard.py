@@ -23,9 +23,8 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["HIST_EDGES", "INSTALL_HINT", "TensorBoardSink", "histogram_counts"]
+__all__ = ["HIST_EDGES", "TensorBoardSink", "histogram_counts"]
 
-INSTALL_HINT = "pip install 'actviz[tensorboard]'"
 _BIG = 3.4e38  # about float32's largest: every finite value lies within +-_BIG
 
 #: The histogram bucket edges: 0, and +-10**k for k from -4 to 4 in quarter decades, closed by
