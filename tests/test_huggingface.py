@@ -15,6 +15,7 @@ from actviz.errors import CheckpointError, UnknownModelError, UsageError
 from actviz.hooks import layer_refs
 from actviz.layouts import layer_contexts, to_drawable
 from actviz.models import list_layers, load_model
+from actviz.models.preprocessing import PreprocessingWarning
 from actviz.selectors import select_layers
 from tests.conftest import run_images
 
@@ -103,7 +104,8 @@ def test_vit_tokens_are_laid_out_from_the_model(vit_folder: Path) -> None:
 
 def test_a_folder_without_a_processor_says_which_defaults(tmp_path: Path) -> None:
     _vit(tmp_path / "bare", processor=False)
-    loaded = load_model(f"hf:{tmp_path / 'bare'}", device="cpu")
+    with pytest.warns(PreprocessingWarning, match="has no preprocessor_config.json"):
+        loaded = load_model(f"hf:{tmp_path / 'bare'}", device="cpu")
     assert loaded.input_size == (32, 32)
     origin = loaded.preprocess.record()["from"]
     assert "no preprocessor_config.json" in origin and "ImageNet mean and std" in origin
