@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from actviz.errors import ImageLoadError
+from actviz.errors import ImageLoadError, UsageError
 
 __all__ = [
     "ALLOWED_FORMATS",
@@ -100,6 +100,18 @@ class Discovery:
 
     images: list[ImageInput]
     skipped: list[tuple[Path, str]]
+
+    def require(self, inputs: Sequence[Path | str]) -> Discovery:
+        """This discovery, or a usage error naming ``inputs`` and the extensions looked for
+        when it found no image: a run over nothing would succeed with nothing written."""
+        if self.images:
+            return self
+        named = ", ".join(str(p) for p in inputs) or "(none)"
+        looked = " ".join(sorted(IMAGE_SUFFIXES))
+        raise UsageError(
+            f"no images found in {named} (looked for {looked}; {len(self.skipped)} other "
+            "file(s) skipped); give image files or folders that hold some"
+        )
 
 
 def discover(inputs: Sequence[Path]) -> Discovery:

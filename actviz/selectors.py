@@ -94,7 +94,15 @@ TYPE_ALIASES: dict[str, frozenset[str]] = {
             "AdaptiveMaxPool3d",
         }
     ),
-    "attn": frozenset({"MultiheadAttention", "ShiftedWindowAttention", "ShiftedWindowAttentionV2"}),
+    "attn": frozenset(
+        {
+            "MultiheadAttention",
+            "ShiftedWindowAttention",
+            "ShiftedWindowAttentionV2",
+            "Attention2d",  # timm MaxViT's
+            "AttentionCl",
+        }
+    ),
     "dropout": frozenset({"Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "StochasticDepth"}),
 }
 
@@ -296,8 +304,20 @@ def _by_type(term: str, layers: Sequence[LayerRef]) -> set[str]:
     if alias is not None:
         # Containers too: torchvision's MultiheadAttention holds an out_proj Linear, and a
         # user's attention block may subclass it; `all` is the selector that means leaves.
-        return {r.name for r in layers if r.name and alias.intersection(r.types)}
+        found = {r.name for r in layers if r.name and alias.intersection(r.types)}
+        if term.lower() == "attn":
+            found |= _innermost_attention(layers)
+        return found
     return {r.name for r in layers if r.name and term in r.types}
+
+
+def _innermost_attention(layers: Sequence[LayerRef]) -> set[str]:
+    """timm's and Hugging Face's attention layers (``Attention``, ``WindowAttention``,
+    ``ViTSelfAttention``, ...): a class named ``*Attention`` that holds no other one, so
+    Hugging Face's ``ViTAttention`` wrapper gives way to the ``ViTSelfAttention`` inside, as
+    ``--capture attn`` draws it."""
+    named = [r.name for r in layers if r.name and r.type_name.endswith("Attention")]
+    return {name for name in named if not any(other.startswith(f"{name}.") for other in named)}
 
 
 def _no_match_message(term: _Term, layers: Sequence[LayerRef], model: str) -> str:

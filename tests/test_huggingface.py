@@ -12,8 +12,11 @@ import torch
 from PIL import Image
 
 from actviz.errors import CheckpointError, UnknownModelError, UsageError
+from actviz.hooks import layer_refs
 from actviz.layouts import layer_contexts, to_drawable
 from actviz.models import list_layers, load_model
+from actviz.models.preprocessing import PreprocessingWarning
+from actviz.selectors import select_layers
 from tests.conftest import run_images
 
 transformers = pytest.importorskip("transformers")
@@ -101,7 +104,8 @@ def test_vit_tokens_are_laid_out_from_the_model(vit_folder: Path) -> None:
 
 def test_a_folder_without_a_processor_says_which_defaults(tmp_path: Path) -> None:
     _vit(tmp_path / "bare", processor=False)
-    loaded = load_model(f"hf:{tmp_path / 'bare'}", device="cpu")
+    with pytest.warns(PreprocessingWarning, match="has no preprocessor_config.json"):
+        loaded = load_model(f"hf:{tmp_path / 'bare'}", device="cpu")
     assert loaded.input_size == (32, 32)
     origin = loaded.preprocess.record()["from"]
     assert "no preprocessor_config.json" in origin and "ImageNet mean and std" in origin
@@ -262,3 +266,37 @@ def test_swin_stages_follow_the_merged_patch_grid(tmp_path: Path) -> None:
     stage = to_drawable(rec[f"{names[1]}[0]"][0], contexts[names[1]])
     assert stage.drawn_shape == (16, 4, 4)
     assert stage.note == "16 patch tokens as 4 x 4 (patches merged 2x)"
+
+
+def _attention_taps(model: torch.nn.Module) -> list[str]:
+    """The modules ``--capture attn`` draws: timm's and Hugging Face's attention layers."""
+    from actviz.attention import find_weights_tap
+
+    return [
+        name
+        for name, module in model.named_modules()
+        if (tap := find_weights_tap(module)) is not None and tap.attention is module
+    ]
+
+
+def test_attn_alias_selects_hugging_faces_self_attention_not_its_wrapper() -> None:
+    config = transformers.ViTConfig(
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        image_size=32,
+        patch_size=8,
+    )
+    model = transformers.ViTForImageClassification(config)
+    chosen = select_layers(layer_refs(model), "attn", model="hf:vit")
+    assert len(chosen) == 2 and chosen == _attention_taps(model)
+    # The attention module drawn, not a wrapper around it.
+    modules = dict(model.named_modules())
+    inner = [
+        child
+        for name in chosen
+        for child in modules[name].modules()
+        if child is not modules[name] and type(child).__name__.endswith("Attention")
+    ]
+    assert inner == []

@@ -11,8 +11,10 @@ import torch
 from PIL import Image
 
 from actviz.errors import UnknownModelError, UsageError, WeightsError
+from actviz.hooks import layer_refs
 from actviz.layouts import layer_contexts, to_drawable
 from actviz.models import list_layers, load_model
+from actviz.selectors import select_layers
 from tests.conftest import run_images
 from tests.oracles import list_model_names
 
@@ -294,3 +296,22 @@ def test_squash_crop_mode_is_timms_own_transform(photo: Image.Image) -> None:
     )
     assert torch.allclose(squash(photo), theirs(photo), atol=1e-6)
     assert squash.fit(photo.size).crop == (64, 64)
+
+
+def _attention_taps(model: torch.nn.Module) -> list[str]:
+    """The modules ``--capture attn`` draws: timm's and Hugging Face's attention layers."""
+    from actviz.attention import find_weights_tap
+
+    return [
+        name
+        for name, module in model.named_modules()
+        if (tap := find_weights_tap(module)) is not None and tap.attention is module
+    ]
+
+
+def test_attn_alias_selects_timms_attention_layers() -> None:
+    model = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, depth=2, img_size=32, num_classes=3
+    )
+    chosen = select_layers(layer_refs(model), "attn", model="timm/vit_tiny_patch16_224")
+    assert chosen == ["blocks.0.attn", "blocks.1.attn"] == _attention_taps(model)

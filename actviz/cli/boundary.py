@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import signal
+import warnings
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TextIO, TypeVar
 
 import typer
 
 from actviz._version import __version__
-from actviz.cli.console import RichReporter, error
+from actviz.cli.console import RichReporter, error, warn
 from actviz.errors import ActvizError, ExitCode
 
 __all__ = [
@@ -73,7 +74,8 @@ def boundary(command: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
-            return command(*args, **kwargs)
+            with _library_warnings():
+                return command(*args, **kwargs)
         except ActvizError as exc:
             if state["debug"]:
                 raise
@@ -88,6 +90,32 @@ def boundary(command: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(int(code)) from None
 
     return wrapper
+
+
+@contextlib.contextmanager
+def _library_warnings() -> Iterator[None]:
+    """actviz's own warnings (``warnings.warn`` with one of its categories, such as
+    preprocessing defaults) as one ``warning:`` line each on stderr, each message once;
+    other libraries' warnings are shown as Python shows them."""
+    shown = warnings.showwarning
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        if category.__module__.startswith("actviz."):
+            warn(str(message))
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("once", module=r"actviz\.")
+        warnings.showwarning = show
+        yield
 
 
 def usage_error(exc: BaseException) -> int | None:

@@ -23,7 +23,13 @@ from actviz.cli.console import (
     print_summary,
     warn,
 )
-from actviz.cli.draw import CaptureOption, DrawFlags, GradientFlags, NoImagesOption
+from actviz.cli.draw import (
+    CaptureOption,
+    DrawFlags,
+    GradientFlags,
+    NoImagesOption,
+    check_no_images,
+)
 from actviz.cli.groups import CheckFlags, ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
     DecodeWorkersOption,
@@ -79,6 +85,8 @@ def run(
     """
     from actviz.run.options import RunOptions
 
+    if no_images:
+        check_no_images(draw, gradients)
     options = RunOptions(
         layers=selector(layers),
         out=out,
@@ -142,8 +150,12 @@ def _execute(
 ) -> None:
     """Run the pipeline with a progress bar and a clean stop on SIGTERM, then report."""
     from actviz.api import run as run_pipeline
+    from actviz.images import discover
 
     kinds = checks.kinds()  # a bad kind fails before any work
+    # Inputs that hold no image fail before any work, as top-images does, rather than
+    # "succeed" (and pass --fail-on) with nothing written.
+    discover(inputs).require(inputs)
     with reporting(quiet) as reporter:
         result = run_pipeline(model, inputs, options, reporter=reporter)
     _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)
@@ -217,11 +229,23 @@ def models(
         typer.Option("--all", help="Also list detection, video and other model families."),
     ] = False,
     source: Annotated[
-        str, typer.Option("--source", help="The model source to list: torchvision.")
+        str,
+        typer.Option(
+            "--source",
+            help=(
+                "The model source to list: torchvision (plain names), timm (timm/NAME) or hf "
+                "(hf:ID, the models in the local Hugging Face cache; a save_pretrained folder "
+                "runs as hf:FOLDER without being listed). Your own file.py:factory models "
+                "are not listed."
+            ),
+        ),
     ] = "torchvision",
     as_json: JsonOption = False,
 ) -> None:
-    """List the model names of a source (torchvision by default) that actviz can run."""
+    """List the model names of a source (torchvision by default) that actviz can run.
+
+    MODEL is a torchvision name (resnet34), timm/NAME, hf:FOLDER_OR_ID, or file.py:factory.
+    """
     from actviz.models.registry import list_models
 
     entries = list_models(pattern, include_all=include_all, source=source)
@@ -231,7 +255,7 @@ def models(
         )
         return
     if not entries:
-        warn(f"no model name matches '{pattern}'")
+        warn(_nothing_listed(source, pattern))
         raise typer.Exit(int(ExitCode.ERROR))
     if not include_all:  # every one of these runs: names only, one per line
         for entry in entries:
@@ -245,3 +269,20 @@ def models(
         out_console.print(
             f"{entry.name:<{width}}  {entry.family:<{family_width}}  {runs}", markup=False
         )
+
+
+def _nothing_listed(source: str, pattern: str | None) -> str:
+    """Why ``actviz models`` lists nothing, and what to do about it."""
+    if pattern is not None:
+        return f"no {source} model name matches '{pattern}'"
+    if source == "hf":
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        return (
+            f"the local Hugging Face cache ({HF_HUB_CACHE}) holds no models; on a connected "
+            "machine run `hf download ORG/NAME` and copy the cache here, or run a folder "
+            "that save_pretrained wrote as hf:FOLDER"
+        )
+    if source == "factory":
+        return "your own file.py:factory models are not listed: name one as MODEL"
+    return f"the {source} source lists no models"

@@ -53,8 +53,8 @@ AgainstModelOption = Annotated[
     typer.Option(
         "--against-model",
         metavar="NAME_OR_FACTORY",
-        help="Model B: another model with the same layer names (a torchvision name or "
-        "file.py:factory, which runs that code).",
+        help="Model B: another model with the same layer names (a torchvision name, "
+        "timm/NAME, hf:FOLDER_OR_ID, or file.py:factory, which runs that code).",
         rich_help_panel="Comparison",
         show_default=False,
     ),

@@ -16,7 +16,13 @@ from actviz.errors import UsageError
 if TYPE_CHECKING:
     from actviz.run.options import DrawOptions, GradientOptions
 
-__all__ = ["CaptureOption", "DrawFlags", "GradientFlags", "NoImagesOption"]
+__all__ = [
+    "CaptureOption",
+    "DrawFlags",
+    "GradientFlags",
+    "NoImagesOption",
+    "check_no_images",
+]
 
 CaptureOption = Annotated[
     Literal["output", "input", "both", "attn"],
@@ -117,7 +123,7 @@ OverlayChannelOption = Annotated[
     typer.Option(
         "--overlay-channel",
         min=0,
-        help="Overlay this channel instead of the mean.",
+        help="Overlay this channel instead of the mean (implies --overlay).",
         rich_help_panel="Grid",
     ),
 ]
@@ -259,4 +265,22 @@ class GradientFlags(Flags):
 
         return GradientOptions(
             grads=self.grads, target=self.target, cam=self.cam, cam_classes=self.cam_classes
+        )
+
+
+def check_no_images(draw: DrawFlags, gradients: GradientFlags) -> None:
+    """Refuse ``--no-images`` beside an option whose pictures are drawn with the grids: they
+    would be asked for and never written."""
+    asked = [
+        ("--overlay", draw.overlay),
+        ("--overlay-channel", draw.overlay_channel is not None),
+        ("--grads", gradients.grads),
+        ("--cam", gradients.cam),
+        ("--cam-classes", gradients.cam_classes > 1),
+    ]
+    named = [flag for flag, given in asked if given]
+    if named:
+        raise UsageError(
+            f"{named[0]} draws pictures beside each grid, and --no-images writes none: drop "
+            f"--no-images (or {named[0]})"
         )

@@ -55,8 +55,9 @@ JsonOption = Annotated[
 ModelArg = Annotated[
     str,
     typer.Argument(
-        help="A torchvision model name (resnet34), or your own: package.module:factory or "
-        "path/to/file.py:factory (runs that code)."
+        help="A torchvision name (resnet34), timm/NAME (timm/convnext_tiny), hf:FOLDER_OR_ID "
+        "(a save_pretrained folder or a model in the local Hugging Face cache), or your own "
+        "package.module:factory or path/to/file.py:factory (runs that code)."
     ),
 ]
 

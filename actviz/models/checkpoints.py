@@ -101,15 +101,32 @@ def _is_safetensors(head: bytes) -> bool:
     return len(head) >= 9 and head[8:9] == b"{"
 
 
+#: Keys a training script keeps its model's state_dict under, tried in this order.
+_WRAPPER_KEYS = (
+    "state_dict",
+    "model_state_dict",
+    "model_state",
+    "model",
+    "module",
+    "net",
+    "network",
+)
+
+
 def unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a state_dict, unwrapped from a training checkpoint: under a common key
+    (``state_dict``, ``model_state``, ``model``, ``net``, ...; one level or two), or the one
+    nested dict that holds tensors; DataParallel's ``module.`` prefix is removed.
+
+    Raises:
+        CheckpointError: If no state_dict is found; the message names the keys there are.
+    """
     import torch
     from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
     state = loaded
-    for key in ("state_dict", "model_state_dict", "model"):
-        if isinstance(state, Mapping) and isinstance(state.get(key), Mapping):
-            state = state[key]
-            break
+    for _ in range(2):  # {"model": {"state_dict": sd}} is two levels down
+        state = _inner(state)
     if not isinstance(state, Mapping) or not state:
         raise CheckpointError(
             f"{path} holds no state_dict (found {type(loaded).__name__}); save one with "
@@ -117,9 +134,34 @@ def unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
         )
     tensors = {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
     if not tensors:
-        raise CheckpointError(f"{path} holds no tensors; is it a state_dict?")
+        keys = ", ".join(repr(str(k)) for k in list(state)[:8])
+        more = f" (+{len(state) - 8} more)" if len(state) > 8 else ""
+        raise CheckpointError(
+            f"{path} holds no tensors, only the keys {keys}{more}; save the model's own "
+            "state_dict with torch.save(model.state_dict(), path)"
+        )
     consume_prefix_in_state_dict_if_present(tensors, "module.")
     return tensors
+
+
+def _inner(state: object) -> object:
+    """The state_dict one level inside ``state``, or ``state`` when it holds its own."""
+    import torch
+
+    if not isinstance(state, Mapping):
+        return state
+    for key in _WRAPPER_KEYS:
+        if isinstance(state.get(key), Mapping):
+            return state[key]
+    if any(isinstance(v, torch.Tensor) for v in state.values()):
+        return state
+    # Any other single key whose value holds tensors ({"weights_ema": sd, "epoch": 3}).
+    nested = [
+        v
+        for v in state.values()
+        if isinstance(v, Mapping) and any(isinstance(t, torch.Tensor) for t in v.values())
+    ]
+    return nested[0] if len(nested) == 1 else state
 
 
 def _checkpoint_failure(path: Path, exc: Exception) -> str:

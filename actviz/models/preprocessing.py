@@ -18,7 +18,14 @@ if TYPE_CHECKING:
     import torch
     from PIL import Image
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "MAX_ASPECT", "Fit", "Preprocessing"]
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "MAX_ASPECT",
+    "Fit",
+    "Preprocessing",
+    "PreprocessingWarning",
+]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -29,6 +36,11 @@ MAX_ASPECT = 4.0
 _SEEN_NOTE_BELOW = 0.3
 #: A note when an image is enlarged this many times or more.
 _UPSAMPLED_NOTE_FROM = 8.0
+
+
+class PreprocessingWarning(UserWarning):
+    """A model's inputs are prepared with defaults rather than what it was trained with (a
+    Hugging Face folder without its image processor); the CLI prints it as a warning line."""
 
 
 @dataclass(frozen=True)

@@ -120,9 +120,10 @@ def load_model(
     """Build a model with the requested weights, in eval mode, on the device.
 
     Args:
-        name: A torchvision model name (``actviz models`` lists them), or the user's own
-            model as ``package.module:factory`` or ``path/to/file.py:factory`` (this imports
-            and runs that code).
+        name: A torchvision model name (``actviz models`` lists them), ``timm/NAME``,
+            ``hf:FOLDER_OR_ID`` (a save_pretrained folder or a cached Hub id), or the user's
+            own model as ``package.module:factory`` or ``path/to/file.py:factory`` (this
+            imports and runs that code).
         weights: ``auto`` (pretrained when cached or downloadable, else random with a reason),
             ``default`` or an enum name (required), ``none`` (random), or a checkpoint path.
             For the user's own model, ``auto`` and ``none`` keep what the factory built.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actviz.errors import ActvizError, ModelError
+from actviz.errors import ActvizError, ModelError, UnknownModelError
 from actviz.models.checkpoints import load_checkpoint, load_state_dict_into
 from actviz.models.factories import (
     build_user_model,
@@ -19,6 +19,7 @@ from actviz.models.factories import (
 )
 from actviz.models.preprocessing import Preprocessing
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry
+from actviz.models.sources.hints import other_source_hint
 from actviz.models.weights import WeightsInfo, existing_checkpoint, seeded
 
 if TYPE_CHECKING:
@@ -41,7 +42,9 @@ class FactorySource:
         return []
 
     def check_name(self, model: str) -> None:
-        """Nothing to check before importing: :func:`load_factory` says what is wrong."""
+        """Only a timm or Hugging Face name spelled with a colon (``timm:convnext_tiny``) is
+        refused before importing; :func:`load_factory` says what else is wrong."""
+        _refuse_other_source(model)
 
     def load(
         self,
@@ -52,6 +55,7 @@ class FactorySource:
         input_size: tuple[int, int] | None = None,
     ) -> Built:
         """Build with the factory (seeded); ``auto`` and ``none`` keep its weights."""
+        _refuse_other_source(model)
         module = seeded(lambda: build_user_model(model))
         if weights.lower() in ("auto", "none"):
             return Built(module, WeightsInfo(spec=weights, source="factory", name=model))
@@ -67,6 +71,7 @@ class FactorySource:
         way to build it on the CPU (the factory is imported once for both)."""
         import torch
 
+        _refuse_other_source(model)
         factory = load_factory(model)  # imports once; UsageError for a bad spec or path
 
         def on_cpu() -> nn.Module:
@@ -98,3 +103,20 @@ class FactorySource:
     def versions(self) -> dict[str, str]:
         """Nothing beyond torch's own version."""
         return {}
+
+
+#: Module parts of a factory spec that are another source's prefix written with a colon.
+_OTHER_PREFIXES = ("timm", "hf", "huggingface", "hf_hub")
+
+
+def _refuse_other_source(model: str) -> None:
+    """``timm:convnext_tiny`` reads as module ``timm``, factory ``convnext_tiny``; when the
+    name is another source's, say how that source spells it."""
+    module, _, rest = model.strip().partition(":")
+    if module.lower() not in _OTHER_PREFIXES or not rest:
+        return
+    hint = other_source_hint(model)
+    if hint is not None and hint != model:
+        raise UnknownModelError(
+            f"'{model}' reads as the factory {rest} of module {module}; did you mean {hint}?"
+        )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,7 +27,12 @@ from actviz.errors import (
     import_extra,
 )
 from actviz.models.checkpoints import load_checkpoint, load_state_dict_into
-from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
+from actviz.models.preprocessing import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Preprocessing,
+    PreprocessingWarning,
+)
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry, matching
 from actviz.models.weights import WeightsInfo, existing_checkpoint, seeded
 
@@ -136,13 +142,20 @@ class HuggingFaceSource:
         size = _config_size(config)
         if processor is None:
             side = max(size)
+            defaults = (
+                f"ImageNet mean and std, bilinear resize to {round(side * 256 / 224)} and "
+                f"centre crop to {side} (the config's image_size)"
+            )
+            warnings.warn(
+                f"{ref} has no preprocessor_config.json, so its inputs are prepared with "
+                f"{defaults}; save the model's image processor there "
+                "(processor.save_pretrained(FOLDER)) if it was trained otherwise",
+                PreprocessingWarning,
+                stacklevel=2,
+            )
             return Preprocessing.fitted(
                 resize=round(side * 256 / 224), crop=side, input_size=input_size, in_chans=in_chans
-            ).described(
-                f"defaults: {ref} has no preprocessor_config.json, so ImageNet mean and std, "
-                f"bilinear resize to {round(side * 256 / 224)} and centre crop to {side} "
-                "(the config's image_size)"
-            )
+            ).described(f"defaults: {ref} has no preprocessor_config.json, so {defaults}")
         return _from_processor(processor, ref, size, input_size, in_chans)
 
     def class_names(self, module: nn.Module, preset: object) -> list[str] | None:

@@ -31,6 +31,7 @@ from actviz.models.pretrained import (
 )
 from actviz.models.segmentation import output_classes
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry, matching
+from actviz.models.sources.hints import MODEL_SPELLINGS, other_source_hint
 from actviz.models.weights import (
     CHECKPOINT_SUFFIXES,
     WeightsInfo,
@@ -258,8 +259,14 @@ def check_model_name(name: str) -> None:
     close = difflib.get_close_matches(name, every, n=3, cutoff=0.6) or difflib.get_close_matches(
         name.lower().replace("-", "_"), every, n=3, cutoff=0.6
     )
+    elsewhere = other_source_hint(name)
+    if elsewhere is not None:
+        close = [elsewhere]
     hint = f"; did you mean {' or '.join(close)}?" if close else ""
-    raise UnknownModelError(f"unknown model '{name}'{hint} (`actviz models` lists every name)")
+    raise UnknownModelError(
+        f"unknown model '{name}'{hint} (`actviz models` lists torchvision's names; MODEL is "
+        f"{MODEL_SPELLINGS})"
+    )
 
 
 def build_architecture(name: str, **kwargs: Any) -> nn.Module:
