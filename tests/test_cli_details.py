@@ -101,3 +101,40 @@ def test_a_group_becomes_one_option_per_field_and_one_object() -> None:
     execution = seen["execution"]
     assert isinstance(execution, ExecutionFlags)
     assert execution.options().workers == 2 and execution.options().engine == "local"
+
+
+def test_a_folder_run_prints_each_images_top_classes_unambiguously(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import io
+    from pathlib import Path, PurePosixPath
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from actviz.cli import console
+    from actviz.results import ImageResult, Prediction
+
+    def image(name: str, labels: list[str]) -> ImageResult:
+        predictions = [Prediction(i, label, 0.5 - 0.1 * i) for i, label in enumerate(labels)]
+        return ImageResult(Path(name), PurePosixPath(name), predictions=predictions)
+
+    images = [image("a.png", ["crane, bird", "crane, machine"]), image("b.png", ["tench", "x"])]
+    result = SimpleNamespace(
+        weights=SimpleNamespace(random=False),
+        count=lambda status: 2,
+        images=images,
+        render={"grids": True},
+        grids_written=2,
+        files_written=3,
+        manifest="out/manifest.json",
+        report=None,
+        out="out",
+    )
+    buffer = io.StringIO()
+    monkeypatch.setattr(console, "out_console", Console(file=buffer, width=200, soft_wrap=True))
+    console.print_run(result)  # type: ignore[arg-type]
+    lines = buffer.getvalue().splitlines()
+    # Labels that hold commas stay whole: percent first, a bar between classes.
+    assert lines[0] == "a.png: 50% crane, bird | 40% crane, machine"
+    assert lines[1] == "b.png: 50% tench | 40% x"

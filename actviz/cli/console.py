@@ -155,8 +155,9 @@ def print_run(result: RunResult) -> None:
             for p, label in zip(image.predictions, labels, strict=True):
                 out_console.print(f"  {_percent(p.probability):>6}  {label}", markup=False)
         else:  # one line per image keeps a folder run readable
-            top = ", ".join(
-                f"{label} {_percent(p.probability, 0)}"
+            # Percent first and a bar between: labels may hold commas ("crane, bird").
+            top = " | ".join(
+                f"{_percent(p.probability, 0)} {label}"
                 for p, label in zip(image.predictions, labels, strict=True)
             )
             out_console.print(Text.assemble((str(image.path), "bold"), f": {top}"))
