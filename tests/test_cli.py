@@ -470,3 +470,27 @@ def test_save_tensors_is_a_flag(
         from safetensors.numpy import load_file
 
         assert next(iter(load_file(saved[0]).values())).shape == (512, 7, 7)
+
+
+def test_runs_in_a_row_without_out_each_get_a_folder_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tiny.py").write_text(_FACTORY)
+    make_image(tmp_path / "a.png", (20, 16))
+    make_image(tmp_path / "b.png", (20, 16))
+    monkeypatch.chdir(tmp_path)
+    first = runner.invoke(app, ["run", "tiny.py:build", "a.png", "--no-report"])
+    assert first.exit_code == 0, first.output
+    assert "writing to" not in first.stderr
+    second = runner.invoke(app, ["run", "tiny.py:build", "b.png", "--no-report"])
+    assert second.exit_code == 0, second.output
+    assert "actviz-out holds an earlier run's files; writing to actviz-out-2" in second.stderr
+    # Neither run lost the other's files.
+    assert [p.name for p in (tmp_path / "actviz-out").iterdir() if p.is_dir()] == ["a"]
+    assert [p.name for p in (tmp_path / "actviz-out-2").iterdir() if p.is_dir()] == ["b"]
+    assert (tmp_path / "actviz-out" / "a" / "00_conv.png").is_file()
+    # --resume (or --overwrite) without --out goes on in actviz-out itself.
+    again = runner.invoke(app, ["run", "tiny.py:build", "a.png", "--no-report", "--resume"])
+    assert again.exit_code == 0, again.output
+    assert "writing to" not in again.stderr
+    assert not (tmp_path / "actviz-out-3").exists()

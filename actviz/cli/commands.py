@@ -33,13 +33,14 @@ from actviz.cli.draw import (
 from actviz.cli.groups import CheckFlags, ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
     DecodeWorkersOption,
+    FreshOutOption,
     InputsArg,
     JsonOption,
     LayersOption,
     ModelArg,
     NoReportOption,
-    OutOption,
     QuietOption,
+    fresh_out,
 )
 from actviz.errors import ExitCode
 
@@ -66,7 +67,7 @@ def run(
     inputs: InputsArg,
     *,
     layers: LayersOption = None,
-    out: OutOption = Path("actviz-out"),
+    out: FreshOutOption = None,
     load: LoadFlags,
     capture: CaptureOption = "output",
     draw: DrawFlags,
@@ -89,7 +90,7 @@ def run(
         check_no_images(draw, gradients)
     options = RunOptions(
         layers=selector(layers),
-        out=out,
+        out=fresh_out(out, reuse=execution.resume or execution.overwrite),
         capture=capture,
         thresholds=checks.thresholds(),
         report=not no_report,
@@ -109,7 +110,7 @@ def stats(
     inputs: InputsArg,
     *,
     layers: LayersOption = None,
-    out: OutOption = Path("actviz-out"),
+    out: FreshOutOption = None,
     load: LoadFlags,
     execution: ExecutionFlags,
     report: Annotated[
@@ -129,7 +130,7 @@ def stats(
 
     options = RunOptions(
         layers=selector(layers),
-        out=out,
+        out=fresh_out(out, reuse=execution.resume or execution.overwrite),
         thresholds=checks.thresholds(),
         report=report,
         load=load.options(),

@@ -25,9 +25,9 @@ from actviz.cli.options import (
     MaxChannelsOption,
     ModelArg,
     NoReportOption,
-    OutOption,
     PngCompressionOption,
     QuietOption,
+    fresh_out,
 )
 from actviz.errors import ExitCode
 
@@ -101,6 +101,21 @@ DiffImagesOption = Annotated[
     ),
 ]
 
+#: ``--out`` of ``diff``: left out, the first free one of actviz-diff, actviz-diff-2, ...
+DiffOutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help=(
+            "Output folder. [default: actviz-diff, or the first free actviz-diff-2, -3, ... "
+            "when it holds an earlier comparison's files and --overwrite is not given]"
+        ),
+        show_default=False,
+        rich_help_panel="Output",
+    ),
+]
+
 #: The execution options of ``diff``: decoding workers, no engine, nothing to resume.
 DiffExecution = Annotated[
     ExecutionFlags,
@@ -119,7 +134,7 @@ def diff(
     against_model: AgainstModelOption = None,
     against_weights: AgainstWeightsOption = None,
     layers: LayersOption = None,
-    out: OutOption = Path("actviz-diff"),
+    out: DiffOutOption = None,
     load: LoadFlags,
     metric: DiffMetricOption = "cosine",
     threshold: DiffThresholdOption = 0.99,
@@ -147,7 +162,7 @@ def diff(
         against_model=against_model,
         against_weights=against_weights,
         layers=selector(layers),
-        out=out,
+        out=fresh_out(out, base="actviz-diff", reuse=execution.overwrite),
         metric=metric,
         threshold=threshold,
         images=images,

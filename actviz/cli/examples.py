@@ -5,7 +5,6 @@ Torch is imported inside the command, never here, so ``actviz --help`` stays ins
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
@@ -15,13 +14,14 @@ from actviz.cli.boundary import app, boundary, reporting
 from actviz.cli.console import err_console, error, out_console
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
+    FreshOutOption,
     InputsArg,
     JsonOption,
     LayersOption,
     ModelArg,
     NoReportOption,
-    OutOption,
     QuietOption,
+    fresh_out,
 )
 from actviz.errors import ExitCode
 
@@ -74,7 +74,7 @@ def top_images(
     k: TopKOption = 9,
     score: ScoreOption = "max",
     channels: OverviewChannelsOption = 16,
-    out: OutOption = Path("actviz-out"),
+    out: FreshOutOption = None,
     load: LoadFlags,
     execution: ExamplesExecution,
     no_report: NoReportOption = False,
@@ -93,7 +93,7 @@ def top_images(
 
     options = ExamplesOptions(
         layers=selector(layers),
-        out=out,
+        out=fresh_out(out, reuse=execution.resume or execution.overwrite),
         k=k,
         score=score,
         channels=channels,

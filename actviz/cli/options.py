@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 import typer
 
 __all__ = [
+    "fresh_out",
     "AmpOption",
     "BatchSizeOption",
     "ChannelsLastOption",
@@ -24,6 +25,7 @@ __all__ = [
     "MaxChannelsOption",
     "ModelArg",
     "NoReportOption",
+    "FreshOutOption",
     "OutOption",
     "OverwriteOption",
     "PngCompressionOption",
@@ -68,6 +70,42 @@ InputsArg = Annotated[
 OutOption = Annotated[
     Path, typer.Option("--out", "-o", help="Output folder.", rich_help_panel="Output")
 ]
+
+#: ``--out`` of a command that refuses a folder holding an earlier run's files: left out, it
+#: is the first free one of actviz-out, actviz-out-2, ... so runs in a row never collide.
+FreshOutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help=(
+            "Output folder. [default: actviz-out, or the first free actviz-out-2, -3, ... "
+            "when it holds an earlier run's files and neither --resume nor --overwrite is given]"
+        ),
+        show_default=False,
+        rich_help_panel="Output",
+    ),
+]
+
+
+def fresh_out(out: Path | None, *, base: str = "actviz-out", reuse: bool = False) -> Path:
+    """``--out`` as given; left out, ``base`` when it is free or the run reuses it (``reuse``:
+    --resume or --overwrite), else the first free ``base-2``, ``base-3``, ... said on stderr."""
+    if out is not None:
+        return out
+    chosen, n = Path(base), 1
+    while not reuse and chosen.is_dir() and any(chosen.iterdir()):
+        n += 1
+        chosen = Path(f"{base}-{n}")
+    if n > 1:
+        from actviz.cli.console import warn
+
+        warn(
+            f"{base} holds an earlier run's files; writing to {chosen} "
+            f"(--out chooses the folder; add --out {chosen} --resume to go on with this run later)"
+        )
+    return chosen
+
 
 WeightsOption = Annotated[
     str,
