@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from actviz.errors import ModelError
 from actviz.hooks import HookSession, tensor_items
-from actviz.optimize.objective import Objective, channel_axis
+from actviz.optimize.objective import Objective, objective_for
 
 if TYPE_CHECKING:
     import torch
@@ -164,7 +164,8 @@ def optimize_batch(
         The images, their curves and final values.
 
     Raises:
-        ModelError: If the layer does not run, returns no tensor, or has fewer channels.
+        ModelError: If the layer does not run or returns no tensor.
+        UsageError: If it has fewer channels, or its first dimension is not the batch.
     """
     import torch
 
@@ -226,13 +227,14 @@ def _objective(
     ctx: LayerContext | None,
     layer: str | None,
 ) -> Objective:
-    axis = channel_axis(tuple(output.shape), ctx)
-    count = output.shape[axis]
-    too_high = [c for c in channels if c >= count]
-    if too_high:
-        where = f"layer {layer}" if layer is not None else "the model's output"
-        raise ModelError(
-            f"{where} has {count} channels (0-{count - 1}); channel {too_high[0]} does not "
-            "exist: pick --channels within that range"
+    if layer is None:
+        return objective_for(
+            output,
+            channels,
+            neuron=neuron,
+            ctx=ctx,
+            where="the model's output",
+            flag="--objective",
+            unit="outputs",
         )
-    return Objective(tuple(channels), neuron, axis)
+    return objective_for(output, channels, neuron=neuron, ctx=ctx, where=f"layer {layer}")
