@@ -121,9 +121,14 @@ def test_mean_and_neuron_of_a_vit_layer_against_the_captured_tokens(vit: Any) ->
         torch.testing.assert_close(got_mean[i], patches.mean(), rtol=1e-5, atol=1e-6)
         # With the class token the mean is another number: the test can tell them apart.
         assert abs(float(out[i, :, c].detach().mean() - patches.mean())) > 1e-4
-        assert float(got_neuron[i]) == float(out[i, 11, c])
-    # Gradients reach the images' tokens through the gather.
-    mean(out).sum().backward()
+        assert float(got_neuron[i]) == float(out[i, 11, c].detach())
+    # The gradient the images get: 1/16 on each patch token of their channel, none on the
+    # class token or on other channels.
+    (grad,) = torch.autograd.grad(mean(out).sum(), out)
+    for i, c in enumerate(channels):
+        assert float(grad[i, 0].abs().sum()) == 0.0
+        torch.testing.assert_close(grad[i, 1:, c], torch.full((16,), 1 / 16))
+        assert float(grad[i].abs().sum()) == pytest.approx(1.0)
 
 
 def test_timm_register_tokens_are_left_out() -> None:
@@ -147,7 +152,7 @@ def test_timm_register_tokens_are_left_out() -> None:
         torch.testing.assert_close(
             mean(out)[i].detach(), out[i, 5:, c].detach().mean(), rtol=1e-5, atol=1e-6
         )
-        assert float(neuron(out)[i]) == float(out[i, 5 + 2 * 4 + 2, c])
+        assert float(neuron(out)[i].detach()) == float(out[i, 5 + 2 * 4 + 2, c].detach())
 
 
 def test_a_first_dimension_that_is_not_the_batch_is_refused() -> None:

@@ -153,7 +153,9 @@ def optimize_batch(
         seed: Seeds the initial images and the transforms.
         neuron: Maximize the centre unit of the channel instead of its mean.
         lr: Adam's learning rate.
-        ctx: What the model's structure says about the layer (for its layout).
+        ctx: What the model's structure says about the layer: its layout, so the objective
+            reads the positions ``run`` draws (a token layer's patch grid without its class
+            and register tokens).
         grey: Feed the mean of the three colours (a model that takes one input channel).
         model_size: Resize each transformed batch to this ``(height, width)`` before the
             model: for models that take one input size only (vision transformers). None
