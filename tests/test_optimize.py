@@ -14,7 +14,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from actviz.errors import ModelError, UsageError
+from actviz.errors import UsageError
 from actviz.optimize import StepReporter, optimize, optimize_batch, parse_channels
 
 KNOWN = """
@@ -166,7 +166,7 @@ def test_neuron_and_logit_objectives(net: Any) -> None:
     assert logit.output_shape == (1, 3)
     blue = logit.images[0].astype(float)
     assert blue[..., 2].mean() > blue[..., :2].mean() + 30
-    with pytest.raises(ModelError, match="has 4 channels"):
+    with pytest.raises(UsageError, match=r"layer conv has 4 channels \(0-3\)"):
         optimize_batch(net, "conv", [9], steps=1, size=32, mean=MEAN, std=STD, device="cpu")
 
 

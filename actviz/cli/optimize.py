@@ -5,6 +5,7 @@ Torch is imported inside the command, never here, so ``actviz --help`` stays ins
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -82,20 +83,28 @@ BatchOption = Annotated[
 
 
 class _Bar:
-    """The steps of every batch as one bar, with steps/s and the time left."""
+    """The steps of every batch as one bar, with steps/s and the time left; the cost said
+    after the second step, and where stderr is not a terminal, a plain line every tenth of the
+    steps or every ``every`` seconds instead of the bar."""
 
-    def __init__(self, quiet: bool) -> None:
+    def __init__(self, quiet: bool, *, every: float = 30.0) -> None:
         self.quiet = quiet
+        self.every = every
         self.total = 0
         self.done = 0
         self._progress: Any = None
         self._task: Any = None
+        self._started = 0.0
+        self._first = 0.0  # when the first step ended: the pace after it leaves out warm-up
+        self._said = 0.0
+        self._tenths = 0
 
     def warn(self, message: str) -> None:
         warn(message)
 
     def start(self, total: int) -> None:
         self.total = total
+        self._started = self._said = time.monotonic()
         state["progress"] = "; the finished channels are kept"
         if self.quiet or not err_console.is_terminal:
             return
@@ -111,11 +120,55 @@ class _Bar:
             speed = self._progress.tasks[0].speed
             if speed:
                 self._progress.update(self._task, rate=f"{speed:.1f} steps/s")
+        if self.quiet or self.done >= self.total:
+            return
+        now = time.monotonic()
+        if self.done == 1:
+            # The first step carries one-time costs (imports, allocations): the pace is the
+            # second's.
+            self._first = now
+        elif self.done == 2:
+            pace = now - self._first
+            left = pace * (self.total - self.done)
+            self._say(
+                f"optimize: {self.total} steps at {_pace(pace)} a step: about "
+                f"{_duration(now - self._started + left)} in all; --steps and --size lower it",
+                now,
+            )
+        elif self._progress is None:
+            tenths = self.done * 10 // self.total
+            if tenths > self._tenths or now - self._said >= self.every:
+                self._tenths = tenths
+                pace = (now - self._first) / (self.done - 1)
+                self._say(
+                    f"optimize: {self.done} of {self.total} steps ({self.done / self.total:.0%}), "
+                    f"{_pace(pace)} a step, about {_duration(pace * (self.total - self.done))} "
+                    "left",
+                    now,
+                )
+
+    def _say(self, line: str, now: float) -> None:
+        self._said = now
+        err_console.print(line, markup=False, highlight=False)
 
     def stop(self) -> None:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def _pace(seconds: float) -> str:
+    """``0.031 s``, ``2.5 s``, ``140 s``."""
+    return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def _duration(seconds: float) -> str:
+    """``40 s``, ``12 min``, ``1.6 h``."""
+    if seconds < 90:
+        return f"{max(seconds, 1):.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 @contextmanager
@@ -187,6 +240,10 @@ def optimize(
         _print_result(result)
 
 
+#: A layer's channels in words: channels, a classifier's classes, or output dimensions.
+_PLURAL = {"channel": "channels", "class": "classes", "dimension": "output dimensions"}
+
+
 def _print_result(result: OptimizeResult) -> None:
     note = (
         " (RANDOM WEIGHTS: an untrained network; these images are noise with structure)"
@@ -201,7 +258,8 @@ def _print_result(result: OptimizeResult) -> None:
         if not layer.channels:
             continue
         best = max(layer.channels, key=lambda c: c.final)
-        line = f"  {layer.key}: {len(layer.channels)} channels; highest: channel {best.channel}"
+        count = f"{len(layer.channels)} {_PLURAL.get(layer.unit, layer.unit)}"
+        line = f"  {layer.key}: {count}; highest: {layer.unit} {best.channel}"
         line += f" ({best.final:.3g})"
         if layer.sheet is not None:
             line += f"; sheet: {result.out / layer.sheet}"

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from actviz.errors import ModelError
 from actviz.hooks import HookSession, tensor_items
-from actviz.optimize.objective import Objective, channel_axis
+from actviz.optimize.objective import Objective, objective_for
 
 if TYPE_CHECKING:
     import torch
@@ -153,7 +153,9 @@ def optimize_batch(
         seed: Seeds the initial images and the transforms.
         neuron: Maximize the centre unit of the channel instead of its mean.
         lr: Adam's learning rate.
-        ctx: What the model's structure says about the layer (for its layout).
+        ctx: What the model's structure says about the layer: its layout, so the objective
+            reads the positions ``run`` draws (a token layer's patch grid without its class
+            and register tokens).
         grey: Feed the mean of the three colours (a model that takes one input channel).
         model_size: Resize each transformed batch to this ``(height, width)`` before the
             model: for models that take one input size only (vision transformers). None
@@ -164,7 +166,8 @@ def optimize_batch(
         The images, their curves and final values.
 
     Raises:
-        ModelError: If the layer does not run, returns no tensor, or has fewer channels.
+        ModelError: If the layer does not run or returns no tensor.
+        UsageError: If it has fewer channels, or its first dimension is not the batch.
     """
     import torch
 
@@ -226,13 +229,14 @@ def _objective(
     ctx: LayerContext | None,
     layer: str | None,
 ) -> Objective:
-    axis = channel_axis(tuple(output.shape), ctx)
-    count = output.shape[axis]
-    too_high = [c for c in channels if c >= count]
-    if too_high:
-        where = f"layer {layer}" if layer is not None else "the model's output"
-        raise ModelError(
-            f"{where} has {count} channels (0-{count - 1}); channel {too_high[0]} does not "
-            "exist: pick --channels within that range"
+    if layer is None:
+        return objective_for(
+            output,
+            channels,
+            neuron=neuron,
+            ctx=ctx,
+            where="the model's output",
+            flag="--objective",
+            unit="outputs",
         )
-    return Objective(tuple(channels), neuron, axis)
+    return objective_for(output, channels, neuron=neuron, ctx=ctx, where=f"layer {layer}")

@@ -25,7 +25,8 @@ class OptimizeOptions:
             default selection. Ignored with ``objective``.
         channels: The channels of each layer, as ``0-15`` or ``3,7,9-11``.
         objective: Class logits to maximize instead (``207`` or ``1,5-7``): channels of the
-            model's output.
+            model's output; its output dimensions when the model gives features, not class
+            scores (see :func:`actviz.optimize.probe.reads_classes`).
         neuron: Maximize each channel's centre unit instead of its spatial mean.
         steps: Adam steps per image.
         size: Side of the square images in pixels.

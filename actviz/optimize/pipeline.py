@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.command.progress import Reporter
-from actviz.errors import OutputError, UsageError
+from actviz.errors import OutputError
 from actviz.optimize.options import OptimizeOptions
 
 if TYPE_CHECKING:
     from actviz.command import Command
     from actviz.models import LoadedModel, WeightsInfo
     from actviz.optimize.loop import BatchResult
+    from actviz.optimize.targets import Targets
 
 __all__ = [
     "FOLDER",
@@ -41,8 +42,13 @@ RANDOM_NOTE = (
     "RANDOM WEIGHTS: an optimized image of an untrained network is noise with structure, "
     "not a feature"
 )
-#: The pseudo-layer name of the model's output (class logits).
-LOGITS = "logits"
+#: What each objective maximizes, in words, and the unit its channels are named by.
+WORDS = {
+    "channel": ("channel mean", "channel"),
+    "neuron": ("centre unit", "channel"),
+    "logit": ("class logit", "class"),
+    "output": ("output dimension", "dimension"),
+}
 
 
 #: What ``optimize`` reports progress to: the kit's one protocol, one ``advance()`` per step.
@@ -71,7 +77,8 @@ class LayerImages:
     """One layer's optimized channels.
 
     Attributes:
-        key: The layer's name (``logits`` for the model's output).
+        key: The layer's name (``logits`` for a classifier's output, ``output`` for the
+            output of a model that gives features).
         index: Its position in the run (the ``NN`` of its file names).
         sheet: The sheet's path relative to the output folder, once written.
         output_shape: The layer's output shape for one batch.
@@ -80,6 +87,10 @@ class LayerImages:
 
     key: str
     index: int
+    module: str | None = None
+    """The module's qualified name; None for the model's output."""
+    unit: str = "channel"
+    """What its channels are called: ``channel``, ``class`` or ``dimension``."""
     sheet: str | None = None
     output_shape: tuple[int, ...] = ()
     channels: list[ChannelImage] = field(default_factory=list)
@@ -148,21 +159,30 @@ def optimize(
     # guards only its own files.
     with open_command(model, opts.out, reporter=reporter, guard=lambda _: _prepare(opts)) as cmd:
         opened = cmd.load(opts.load, shows="These images are noise with structure, optimized for")
-        return _run(cmd, opened.model, opts)
+        return _run(cmd, opened.model, opts, opened.warning)
 
 
-def _run(cmd: Command, loaded: LoadedModel, opts: OptimizeOptions) -> OptimizeResult:
+def _run(
+    cmd: Command, loaded: LoadedModel, opts: OptimizeOptions, warning: str | None
+) -> OptimizeResult:
     """Every selected layer's channels optimized, batch by batch; the record and the page
     written after each batch and when the run stops early."""
     from actviz import output
+    from actviz.optimize.targets import plan_targets
 
-    targets = _targets(cmd, loaded, opts)
+    plan = plan_targets(cmd, loaded, opts)
     channels = opts.channel_list()
-    layers = [LayerImages(key, i) for i, key in enumerate(targets)]
+    layers = [
+        LayerImages(key, i, module, WORDS[plan.objective][1])
+        for i, (key, module) in enumerate(plan.modules.items())
+    ]
     state: dict[str, Any] = {"complete": False}
 
+    def document(complete: bool) -> dict[str, Any]:
+        return _document(cmd, loaded, opts, layers, complete, plan.objective, warning)
+
     def finish() -> OptimizeResult:
-        doc = _document(cmd, loaded, opts, layers, state["complete"])
+        doc = document(state["complete"])
         output.write_json(opts.out / JSON_FILE, doc)
         report = None
         if opts.report:
@@ -198,19 +218,18 @@ def _run(cmd: Command, loaded: LoadedModel, opts: OptimizeOptions) -> OptimizeRe
 
         def record() -> None:
             # After each batch: what finished is readable even if the run stops hard.
-            output.write_json(opts.out / JSON_FILE, _document(cmd, loaded, opts, layers, False))
+            output.write_json(opts.out / JSON_FILE, document(False))
 
         for layer in layers:
-            target = targets[layer.key]
-            _optimize_layer(loaded, target, layer, channels, opts, step, record)
-            _write_sheet(layer, loaded, opts)
+            _optimize_layer(loaded, plan, layer, channels, opts, step, record)
+            _write_sheet(layer, loaded, opts, plan.objective)
             record()
         state["complete"] = True
     except KeyboardInterrupt:
         # Keep what finished: its pictures are on disk; the record and the page say so.
         for layer in layers:
             if layer.channels and layer.sheet is None:
-                _write_sheet(layer, loaded, opts)
+                _write_sheet(layer, loaded, opts, plan.objective)
         finish()
         raise
     return finish()
@@ -247,19 +266,9 @@ def _prepare(opts: OptimizeOptions) -> None:
     output.remove_written(opts.out, [JSON_FILE, REPORT_FILE], trees=[FOLDER])
 
 
-def _targets(cmd: Command, loaded: LoadedModel, opts: OptimizeOptions) -> dict[str, str | None]:
-    """Layer key -> module name (None for the model's output), in the model's order."""
-    if opts.objective is not None:
-        return {LOGITS: None}
-    _, names = cmd.deepest(loaded, opts.layers)
-    if not names:
-        raise UsageError(f"no layer selected; see actviz list-layers {cmd.model}")
-    return {name: name for name in names}
-
-
 def _optimize_layer(
     loaded: LoadedModel,
-    module_name: str | None,
+    plan: Targets,
     layer: LayerImages,
     channels: Sequence[int],
     opts: OptimizeOptions,
@@ -267,19 +276,14 @@ def _optimize_layer(
     on_batch: Callable[[], None],
 ) -> None:
     from actviz import output
-    from actviz.layouts import layer_contexts
     from actviz.optimize.loop import optimize_batch
     from actviz.render.png import encode_png
 
-    contexts = layer_contexts(loaded.module, loaded.input_size)
-    ctx = contexts.get(module_name) if module_name is not None else None
-    # Patch grids and attention windows hold for one input size only.
-    fixed = any(c.token_grid is not None or c.windows is not None for c in contexts.values())
     for start in range(0, len(channels), opts.batch_size):
         chunk = list(channels[start : start + opts.batch_size])
         result: BatchResult = optimize_batch(
             loaded.module,
-            module_name,
+            layer.module,
             chunk,
             steps=opts.steps,
             size=opts.size,
@@ -289,9 +293,9 @@ def _optimize_layer(
             seed=opts.seed,
             neuron=opts.neuron,
             lr=opts.lr,
-            ctx=ctx,
+            ctx=plan.contexts.get(layer.module if layer.module is not None else ""),
             grey=loaded.preprocess.channels == 1,
-            model_size=loaded.input_size if fixed else None,
+            model_size=plan.model_size,
             on_step=on_step,
         )
         layer.output_shape = result.output_shape
@@ -317,7 +321,9 @@ def _layer_folder(layer: LayerImages) -> str:
     return f"{FOLDER}/{layer_filename(layer.index, layer.key)[: -len('.png')]}"
 
 
-def _write_sheet(layer: LayerImages, loaded: LoadedModel, opts: OptimizeOptions) -> None:
+def _write_sheet(
+    layer: LayerImages, loaded: LoadedModel, opts: OptimizeOptions, objective: str
+) -> None:
     from actviz import output
     from actviz.optimize.sheet import layer_sheet
     from actviz.render.png import encode_png
@@ -329,7 +335,7 @@ def _write_sheet(layer: LayerImages, loaded: LoadedModel, opts: OptimizeOptions)
         [(c.channel, c.final) for c in layer.channels],
         layer.pixels,
         steps=opts.steps,
-        objective="logit" if opts.objective is not None else "neuron" if opts.neuron else "mean",
+        objective=objective,
         random_weights=loaded.weights.random,
     )
     output.write_bytes(opts.out / rel, encode_png(pixels, row_filter="up"))
@@ -342,14 +348,15 @@ def _document(
     opts: OptimizeOptions,
     layers: list[LayerImages],
     complete: bool,
+    objective: str,
+    warning: str | None,
 ) -> dict[str, Any]:
     """``optimize.json``: its head (without the tool's version or a date), the settings and
-    every finished channel."""
+    every finished channel; ``warning``: the one given about random weights, if any."""
     from actviz.command import json_head, model_fields
 
     weights, info = loaded.weights, loaded.record()
-    # The only warning before the images is the one about random weights, if any.
-    model = model_fields(cmd.model, info, weights, next(iter(cmd.warnings), None))
+    model = model_fields(cmd.model, info, weights, warning)
     model["random_weights_note"] = RANDOM_NOTE if weights.random else None
     head = json_head(
         infos=[info], device=str(loaded.device), model=model, created=False, tool=False
@@ -361,10 +368,10 @@ def _document(
         "settings": {
             "layers": opts.layers,
             "channels": opts.channels if opts.objective is None else None,
-            "objective": "logit"
-            if opts.objective is not None
-            else ("neuron" if opts.neuron else "channel"),
-            "classes": opts.objective,
+            "objective": objective,
+            "maximizes": WORDS[objective][0],
+            "classes": opts.objective if objective == "logit" else None,
+            "dimensions": opts.objective if objective == "output" else None,
             "steps": opts.steps,
             "size": opts.size,
             "seed": opts.seed,
@@ -377,11 +384,13 @@ def _document(
             {
                 "name": layer.key,
                 "index": layer.index,
+                "unit": layer.unit,
                 "sheet": layer.sheet,
                 "output_shape": list(layer.output_shape),
                 "channels": [
                     {
                         "channel": c.channel,
+                        "label": _label(loaded, layer, c.channel),
                         "png": c.png,
                         "final": c.final,
                         "initial": c.curve[0] if c.curve else None,
@@ -396,3 +405,11 @@ def _document(
         "warnings": cmd.warnings,
         "report": REPORT_FILE if opts.report else None,
     }
+
+
+def _label(loaded: LoadedModel, layer: LayerImages, channel: int) -> str | None:
+    """A class logit's class name, when the weights name their classes."""
+    names = loaded.categories
+    if layer.unit != "class" or names is None or not 0 <= channel < len(names):
+        return None
+    return names[channel]

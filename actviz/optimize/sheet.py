@@ -14,6 +14,13 @@ __all__ = ["TILE", "layer_sheet"]
 
 #: The largest side of an image on a sheet; bigger images are shrunk (the PNGs keep them whole).
 TILE = 128
+#: Each objective in words, and the label of its images.
+_WORDS = {
+    "channel": ("channel mean", "c"),
+    "neuron": ("centre unit", "c"),
+    "logit": ("class logit", "class"),
+    "output": ("output dimension", "dim"),
+}
 
 
 def _shrunk(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
@@ -43,11 +50,11 @@ def layer_sheet(
         finals: ``(channel, final objective)`` per image, in order.
         images: The images, ``(size, size, 3)`` uint8 each.
         steps: How many steps made them.
-        objective: ``mean`` (channel), ``neuron`` or ``logit``.
+        objective: ``channel`` (its mean), ``neuron``, ``logit`` (a class logit) or
+            ``output`` (a dimension of the output of a model that gives features).
         random_weights: Say that the network is untrained.
     """
-    what = {"mean": "channel mean", "neuron": "centre unit", "logit": "class logit"}[objective]
-    unit = "class" if objective == "logit" else "c"
+    what, unit = _WORDS[objective]
     lines = [
         f"output {' x '.join(str(n) for n in shape[1:])}; {len(images)} images optimized for "
         f"{steps} steps each to maximize the {what}; value under each: the {what} the final "
@@ -59,4 +66,7 @@ def layer_sheet(
         Panel(_shrunk(pixels), f"{unit} {channel}: {fmt_value(value)}")
         for (channel, value), pixels in zip(finals, images, strict=True)
     ]
-    return panel_sheet(f"{key}: what each channel wants", lines, panels, columns=8)
+    wants = {"logit": "each class", "output": "each output dimension"}.get(
+        objective, "each channel"
+    )
+    return panel_sheet(f"{key}: what {wants} wants", lines, panels, columns=8)

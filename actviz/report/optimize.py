@@ -80,6 +80,7 @@ def build_optimize_report(doc: Mapping[str, Any], out: Path | None = None) -> di
         "channel": "channel's mean",
         "neuron": "channel's centre unit",
         "logit": "class logit",
+        "output": "output dimension",
     }.get(str(settings.get("objective")), "objective")
     weights = doc.get("weights") or {}
     meta = [
