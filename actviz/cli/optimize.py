@@ -62,8 +62,8 @@ ObjectiveOption = Annotated[
     typer.Option(
         "--objective",
         metavar="CLASS",
-        help="Maximize class logits of the model's output instead (207, or 1,5-7); "
-        "--layers and --channels are then ignored.",
+        help="Maximize the model's output instead: class logits (207, or 1,5-7), or output "
+        "dimensions of a model that gives features; --layers and --channels are then ignored.",
         rich_help_panel=_PANEL,
     ),
 ]
