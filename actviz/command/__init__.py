@@ -17,20 +17,16 @@ from __future__ import annotations
 
 from actviz.command.forward import BatchForward
 from actviz.command.head import json_head, model_fields
-from actviz.command.opening import Command, Loaded, RandomWeights, open_command
-from actviz.command.options import Engine, ExecutionOptions, LoadOptions, from_flat
+from actviz.command.opening import Command, Loaded, open_command
+from actviz.command.options import ExecutionOptions, LoadOptions, from_flat
 from actviz.command.progress import Reporter, SilentReporter, start_progress
-from actviz.command.session import RANDOM_NOTE
 
 __all__ = [
-    "RANDOM_NOTE",
     "BatchForward",
     "Command",
-    "Engine",
     "ExecutionOptions",
     "LoadOptions",
     "Loaded",
-    "RandomWeights",
     "Reporter",
     "SilentReporter",
     "from_flat",

@@ -16,37 +16,14 @@ import types
 from typing import Any
 
 from actviz.diff.compare import diff
-from actviz.diff.metrics import (
-    CkaResult,
-    LayerComparison,
-    biased_hsic,
-    cosine_similarity,
-    relative_l2,
-    unbiased_hsic,
-)
-from actviz.diff.options import DEFAULT_THRESHOLD, DiffOptions
-from actviz.diff.pictures import DiffPanels, PictureScale, compose, render_diff
-from actviz.diff.result import DiffPicture, DiffResult, LayerDiff, ModelSide, diff_record
+from actviz.diff.options import DiffOptions
+from actviz.diff.result import DiffResult, LayerDiff
 
 __all__ = [
-    "DEFAULT_THRESHOLD",
-    "CkaResult",
     "DiffOptions",
-    "DiffPanels",
-    "DiffPicture",
     "DiffResult",
-    "LayerComparison",
     "LayerDiff",
-    "ModelSide",
-    "PictureScale",
-    "biased_hsic",
-    "compose",
-    "cosine_similarity",
     "diff",
-    "diff_record",
-    "relative_l2",
-    "render_diff",
-    "unbiased_hsic",
 ]
 
 

@@ -5,34 +5,24 @@
 - :mod:`actviz.hooks.recorders`: the activation recorder (outputs, inputs, attention maps)
   and :func:`capture`.
 - :mod:`actviz.hooks.refs`: the selector's view of a model's modules, the tensors inside a
-  hook's output, and :func:`check_hookable`.
+  hook's output, and the check that hooks will fire.
 
 Nothing here imports torch at module level.
 """
 
 from __future__ import annotations
 
-from actviz.hooks.recorders import (
-    ATTN_SUFFIX,
-    INPUT_SUFFIX,
-    ActivationRecorder,
-    CaptureMode,
-    capture,
-)
-from actviz.hooks.refs import check_hookable, layer_refs, tensor_items
+from actviz.hooks.recorders import ActivationRecorder, capture
+from actviz.hooks.refs import layer_refs, tensor_items
 from actviz.hooks.session import Capture, HookSession, Skipped, call_key, eval_mode
 
 __all__ = [
-    "ATTN_SUFFIX",
-    "INPUT_SUFFIX",
     "ActivationRecorder",
     "Capture",
-    "CaptureMode",
     "HookSession",
     "Skipped",
     "call_key",
     "capture",
-    "check_hookable",
     "eval_mode",
     "layer_refs",
     "tensor_items",

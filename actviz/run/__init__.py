@@ -17,18 +17,14 @@ import types
 from typing import Any
 
 from actviz.run.command import run
-from actviz.run.draw import draw_image
-from actviz.run.job import ImageJob
 from actviz.run.options import DrawOptions, GradientOptions, RunOptions
 from actviz.run.result import RunResult
 
 __all__ = [
     "DrawOptions",
     "GradientOptions",
-    "ImageJob",
     "RunOptions",
     "RunResult",
-    "draw_image",
     "run",
 ]
 

@@ -18,14 +18,13 @@ from actviz.errors import UsageError
 from actviz.render.grid import Order
 
 if TYPE_CHECKING:
-    from actviz.hooks import CaptureMode
+    from actviz.hooks.recorders import CaptureMode
     from actviz.layouts import Layout
     from actviz.stats import Thresholds
 
 __all__ = [
     "DrawOptions",
     "GradientOptions",
-    "Order",
     "RunNorm",
     "RunOptions",
     "TensorFormat",
