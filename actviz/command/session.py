@@ -1,14 +1,7 @@
-"""The model a command opens (:mod:`actviz.command.opening` puts it to use): built from a name
-or taken as a module object, given back as it came; and the weights and versions records
-every command's JSON file holds.
-
-The model a command is given is a name (built by its source) or an ``nn.Module`` object
-(taken as it is), with its preprocessing.
-
-Notebook users hold a model object, not a name: :func:`open_model` takes either. A module is
-used with the weights it carries (or a checkpoint loaded into a copy of it), ImageNet's standard
-preprocessing unless ``preprocess`` is given, as for the user's own factory, and no class names.
-:func:`restoring` gives the module back as it came (training mode, device).
+"""The model a command opens (:mod:`actviz.command.opening` puts it to use): a name its source
+builds, or an ``nn.Module`` object (notebook users hold one) used with the weights it carries,
+ImageNet's preprocessing unless ``preprocess`` is given, and no class names; given back as it
+came (:func:`restoring`). And the weights and versions records every command's JSON file holds.
 """
 
 from __future__ import annotations
