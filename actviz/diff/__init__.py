@@ -11,10 +11,7 @@ function share the name the API gives them. Importing it does not import torch.
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
-
+from actviz.command.package import callable_package
 from actviz.diff.compare import diff
 from actviz.diff.options import DiffOptions
 from actviz.diff.result import DiffResult, LayerDiff
@@ -26,13 +23,4 @@ __all__ = [
     "diff",
 ]
 
-
-class _CallablePackage(types.ModuleType):
-    """``actviz.diff`` is both this package and the function: importing the package makes
-    Python bind ``actviz.diff`` to it, so calling the package calls :func:`diff`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> DiffResult:
-        return diff(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallablePackage
+callable_package(__name__, diff)

@@ -12,10 +12,7 @@ function share the name the API gives them. Importing it does not import torch.
 
 from __future__ import annotations
 
-import sys
-import types
-from typing import Any
-
+from actviz.command.package import callable_package
 from actviz.run.command import run
 from actviz.run.options import DrawOptions, GradientOptions, RunOptions
 from actviz.run.result import RunResult
@@ -28,13 +25,4 @@ __all__ = [
     "run",
 ]
 
-
-class _CallablePackage(types.ModuleType):
-    """``actviz.run`` is both this package and the function: importing the package makes
-    Python bind ``actviz.run`` to it, so calling the package calls :func:`run`."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> RunResult:
-        return run(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallablePackage
+callable_package(__name__, run)
