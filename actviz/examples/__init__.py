@@ -2,11 +2,9 @@
 excite it most, as data (``top-images.json``), contact sheets and an HTML report.
 
 The pieces, each usable on its own: :func:`top_images` (the whole pipeline), the mergeable
-accumulator (:class:`TopK`, :class:`Candidates`, :class:`LayerTop`), the per-batch step run in
-the forward hooks (:func:`score_batch_candidates`), receptive fields
-measured from the model (:class:`ReceptiveField`, :func:`plan_layers`), and the pictures
-(``actviz.examples.sheets``: tiles, contact sheets, :func:`overview`). Importing this package
-imports no torch.
+accumulator (:class:`TopK`), the per-batch step run in the forward hooks
+(:func:`score_batch_candidates`), receptive fields (:func:`plan_layers`) and the pictures
+(:mod:`actviz.examples.sheets`). Importing this package imports no torch.
 """
 
 from __future__ import annotations

@@ -1,14 +1,6 @@
-"""Hooks on named modules, registered in one context manager that always removes them.
-
-- :mod:`actviz.hooks.session`: the hook core every recorder builds on (:class:`HookSession`),
-  the capture records, and :func:`eval_mode`.
-- :mod:`actviz.hooks.recorders`: the activation recorder (outputs, inputs, attention maps)
-  and :func:`capture`.
-- :mod:`actviz.hooks.refs`: the selector's view of a model's modules, the tensors inside a
-  hook's output, and the check that hooks will fire.
-
-Nothing here imports torch at module level.
-"""
+"""Hooks on named modules, registered in one context manager that always removes them: the
+hook core (:mod:`~actviz.hooks.session`), the activation recorder (:mod:`~actviz.hooks.recorders`)
+and the modules and tensors hooks see (:mod:`~actviz.hooks.refs`). Imports no torch."""
 
 from __future__ import annotations
 
