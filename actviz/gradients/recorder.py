@@ -76,15 +76,8 @@ class _Entry:
 
 
 class GradientRecorder(HookSession):
-    """Record selected outputs during a forward, and their gradients during a backward.
-
-    On enter the model is put in eval mode and forward hooks are registered; on exit every
-    hook (forward and tensor) is removed and each module's training flag restored, even when
-    the forward or the backward raised. Each forward of the root model starts a fresh record.
-
-    Args:
-        model: The model to hook.
-        layers: Qualified names of the modules whose outputs to record.
+    """Record selected outputs during a forward, and their gradients during a backward: a
+    :class:`~actviz.hooks.session.HookSession` in eval mode, tensor hooks included.
 
     Example:
         >>> with GradientRecorder(model, ["layer4"]) as rec:
