@@ -36,10 +36,7 @@ class GradientCapture:
     """One output of one call of one module, and the gradient of the loss with respect to it.
 
     Attributes:
-        key: ``module`` for the first call, ``module:N`` for the N-th.
-        module: The module's qualified name.
-        module_type: The module's class name.
-        call: 1 for the first call in the forward, 2 for the second, ...
+        key, module, module_type, call: As for :class:`~actviz.hooks.session.Capture`.
         activation: ``(B, ...)`` CPU float32 copy of the output, taken before any later
             in-place op could change it.
         gradient: ``(B, ...)`` CPU float32 gradient of the loss with respect to that output.
