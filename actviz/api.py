@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from actviz.command.progress import Reporter
-from actviz.models import LayerInfo, LayerListing, list_layers
-from actviz.results import ImageResult, LayerResult, Prediction
+from actviz.models import LayerListing, list_layers
+from actviz.results import ImageResult
 from actviz.run.command import run
-from actviz.run.options import RunOptions
 from actviz.run.result import RunResult
 
 if TYPE_CHECKING:
@@ -25,12 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ImageResult",
-    "LayerInfo",
     "LayerListing",
-    "LayerResult",
-    "Prediction",
-    "Reporter",
-    "RunOptions",
     "RunResult",
     "list_layers",
     "render_activation",

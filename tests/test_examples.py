@@ -21,6 +21,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from actviz.cli import app
+from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.examples import (
     Candidates,
     ExamplesOptions,
@@ -31,7 +32,7 @@ from actviz.examples import (
     top_images,
 )
 from actviz.examples.fields import field_from_boxes
-from actviz.examples.sheets import SheetTile, contact_sheet, contact_sheet_png
+from actviz.examples.sheets import SheetTile, contact_sheet
 from actviz.examples.topk import layer_candidates
 from actviz.render.legend import Header
 from actviz.render.png import encode_png
@@ -440,7 +441,7 @@ def test_contact_sheet_has_its_tiles_labels_and_header() -> None:
     assert np.array_equal(back, sheet)
     for subtitle in (("channel 1",), ("channel 2", "dead")):
         kw: dict[str, Any] = {"subtitle": subtitle, "tile": 32, "cmap": "turbo"}
-        data = contact_sheet_png(tiles, header, **kw)
+        data = encode_png(contact_sheet(tiles, header, **kw), row_filter="up")
         back = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
         assert np.array_equal(back, contact_sheet(tiles, header, **kw))
 
@@ -615,9 +616,9 @@ def test_option_errors_name_the_fix(keywords: dict[str, Any], message: str) -> N
     from actviz.errors import UsageError
 
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        ExamplesOptions.from_keywords(**keywords)
+        from_flat(ExamplesOptions, COMMON_GROUPS, keywords, caller="top_images")
     with pytest.raises(TypeError, match="did you mean k"):
-        ExamplesOptions.from_keywords(kk=3)
+        from_flat(ExamplesOptions, COMMON_GROUPS, {"kk": 3}, caller="top_images")
 
 
 # ------------------------------------------------------------------ any folder size

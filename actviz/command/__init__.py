@@ -1,36 +1,23 @@
-"""The kit every image command plugs into (``run``, ``top-images``, ``diff``, ``optimize``).
-
-- :func:`open_command`: the one opening, a context manager yielding a :class:`Command` that
-  loads (weights, the random-weights warning as data, device, memory format), selects and
-  collects warnings (:mod:`actviz.command.opening`; the pieces in
-  :mod:`actviz.command.session`);
-- :func:`json_head` and :func:`model_fields`: the head of every command's JSON document;
-- :class:`Reporter`: the one progress protocol (:class:`SilentReporter` by default);
-- :class:`BatchForward`: decode, batch and run one model, or two on the same input;
-- the option groups every command shares (:class:`LoadOptions`, :class:`ExecutionOptions`)
-  and :func:`from_flat`, which builds a command's options from flat keywords.
-
-Importing this package imports no torch.
+"""The kit every image command plugs into (``run``, ``top-images``, ``diff``, ``optimize``):
+the one opening (:func:`open_command`), the head of every JSON document (:func:`json_head`),
+the progress protocol (:class:`Reporter`), the batched forward (:class:`BatchForward`) and the
+option groups every command shares (:mod:`actviz.command.options`). Imports no torch.
 """
 
 from __future__ import annotations
 
 from actviz.command.forward import BatchForward
 from actviz.command.head import json_head, model_fields
-from actviz.command.opening import Command, Loaded, RandomWeights, open_command
-from actviz.command.options import Engine, ExecutionOptions, LoadOptions, from_flat
+from actviz.command.opening import Command, Loaded, open_command
+from actviz.command.options import ExecutionOptions, LoadOptions, from_flat
 from actviz.command.progress import Reporter, SilentReporter, start_progress
-from actviz.command.session import RANDOM_NOTE
 
 __all__ = [
-    "RANDOM_NOTE",
     "BatchForward",
     "Command",
-    "Engine",
     "ExecutionOptions",
     "LoadOptions",
     "Loaded",
-    "RandomWeights",
     "Reporter",
     "SilentReporter",
     "from_flat",

@@ -21,6 +21,7 @@ from actviz.models.options import LoadOptions
 
 __all__ = [
     "Engine",
+    "COMMON_GROUPS",
     "ExecutionOptions",
     "LoadOptions",
     "from_flat",
@@ -74,19 +75,29 @@ class ExecutionOptions:
         return dataclasses.asdict(self)
 
 
+COMMON_GROUPS: dict[str, type[Any]] = {"load": LoadOptions, "execution": ExecutionOptions}
+"""The groups of :func:`from_flat` every command with a folder of inputs has."""
+
+
 def from_flat(
     cls: type[_Options],
     groups: Mapping[str, type[Any]],
     keywords: Mapping[str, Any],
     *,
     caller: str,
+    given: _Options | None = None,
 ) -> _Options:
-    """Options of a command from flat keywords: each keyword goes to the group that has a
-    field of its name (``groups``: field of ``cls`` -> its dataclass), or to ``cls`` itself.
+    """Options of a command: ``given`` as they are, or built from flat keywords, each going to
+    the group that has a field of its name (``groups``: field of ``cls`` -> its dataclass), or
+    to ``cls`` itself.
 
     Raises:
-        TypeError: For a keyword no group has, naming the closest one.
+        TypeError: For keywords with ``given``, or one no group has (naming the closest one).
     """
+    if given is not None:
+        if keywords:
+            raise TypeError("pass either options or keywords, not both")
+        return given
     group_of = {f.name: name for name, kind in groups.items() for f in dataclasses.fields(kind)}
     top_fields = {f.name for f in dataclasses.fields(cls)} - set(groups)  # type: ignore[arg-type]
     values: dict[str, dict[str, Any]] = {name: {} for name in groups}

@@ -1,14 +1,7 @@
-"""The model a command opens (:mod:`actviz.command.opening` puts it to use): built from a name
-or taken as a module object, given back as it came; and the weights and versions records
-every command's JSON file holds.
-
-The model a command is given is a name (built by its source) or an ``nn.Module`` object
-(taken as it is), with its preprocessing.
-
-Notebook users hold a model object, not a name: :func:`open_model` takes either. A module is
-used with the weights it carries (or a checkpoint loaded into a copy of it), ImageNet's standard
-preprocessing unless ``preprocess`` is given, as for the user's own factory, and no class names.
-:func:`restoring` gives the module back as it came (training mode, device).
+"""The model a command opens (:mod:`actviz.command.opening` puts it to use): a name its source
+builds, or an ``nn.Module`` object (notebook users hold one) used with the weights it carries,
+ImageNet's preprocessing unless ``preprocess`` is given, and no class names; given back as it
+came (:func:`restoring`). And the weights and versions records every command's JSON file holds.
 """
 
 from __future__ import annotations
@@ -17,7 +10,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ModelError, UsageError
+from actviz.errors import UsageError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -86,9 +79,9 @@ def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedMod
     """A module object as a loaded model, with ImageNet's preprocessing (as a factory's)."""
     import copy
 
-    import torch
     from torch import nn
 
+    from actviz.hooks.refs import check_hookable
     from actviz.models import (
         LoadedModel,
         Preprocessing,
@@ -107,16 +100,7 @@ def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedMod
             f"torch.nn.Module, not {type(model).__name__}"
         )
     label = model_label(model)
-    if isinstance(model, torch.jit.ScriptModule):
-        raise ModelError(
-            f"{label} is a TorchScript module, whose forward hooks do not fire reliably; "
-            "pass the eager nn.Module instead"
-        )
-    if hasattr(model, "_orig_mod"):
-        raise ModelError(
-            f"{label} is a torch.compile'd module, which may skip forward hooks; pass the "
-            "module before compiling it (its ._orig_mod)"
-        )
+    check_hookable(model, label)
     if options.in_chans not in (1, 3):
         raise UsageError(f"--in-chans must be 1 or 3, not {options.in_chans}")
     device = resolve_device(options.device)

@@ -1,10 +1,8 @@
 """The similarity chart: CKA and cosine similarity against depth, the threshold, and the first
-divergent layer marked. Drawn on a matplotlib ``Figure`` with the Agg canvas directly (no
-pyplot state, no GUI backend); matplotlib is imported when a chart is drawn."""
+divergent layer marked (a chart of :func:`actviz.gradients.flowchart.depth_axes`)."""
 
 from __future__ import annotations
 
-import io
 import math
 from collections.abc import Sequence
 
@@ -22,7 +20,7 @@ def similarity_png(
     size: tuple[int, int] = (1000, 460),
 ) -> bytes:
     """Similarity against depth: one line per series (``cka``, ``cosine``), the threshold of
-    ``metric`` as a dashed line, and the first divergent layer as a red band and label.
+    ``metric`` as a dashed line, and the first divergent layer as a red band and label; PNG.
 
     Args:
         layers: Layer names in depth order (the x axis).
@@ -33,25 +31,16 @@ def similarity_png(
         title: The chart's title.
         size: ``(width, height)`` in pixels.
 
-    Returns:
-        The PNG file's bytes.
-
     Raises:
         ValueError: If there are no layers, or a series has the wrong length.
     """
     import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+
+    from actviz.gradients.flowchart import depth_axes, depth_png
 
     if not layers:
         raise ValueError("need at least one layer")
-    for name, values in series.items():
-        if len(values) != len(layers):
-            raise ValueError(f"series {name!r} has {len(values)} values for {len(layers)} layers")
-    fig = Figure(figsize=(size[0] / 100, size[1] / 100), dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    depth = np.arange(len(layers))
+    fig, ax, depth = depth_axes(layers, series, size, "values")
     styles = {
         "cka": ("linear CKA", "#0a58ca", "o"),
         "cosine": ("mean cosine similarity", "#2e7d32", "s"),
@@ -100,17 +89,8 @@ def similarity_png(
             fontweight="bold",
             ha="left" if where < len(layers) * 0.6 else "right",
         )
-    step = max(1, math.ceil(len(layers) / 40))  # about 40 names fit across 1000 px
-    ticks = depth[::step]
-    ax.set_xticks(ticks, [layers[i] for i in ticks], rotation=60, ha="right", fontsize=7)
-    ax.set_xlim(-0.5, len(layers) - 0.5)
-    ax.set_xlabel("layer (input side left, output side right)")
-    ax.set_ylabel("similarity of B to A")
-    ax.set_title(title, fontsize=11)
     ax.grid(True, axis="y", alpha=0.3)
     handles, _ = ax.get_legend_handles_labels()
     if handles:
         ax.legend(fontsize=8, loc="best")
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
+    return depth_png(fig, ax, layers, ylabel="similarity of B to A", title=title)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.diff.options import DiffOptions
 from actviz.diff.result import (
@@ -58,31 +59,20 @@ def diff(
     difference pictures, ``diff.json``, a similarity chart and ``diff.html``.
 
     Args:
-        model: Model A: a torchvision name, ``package.module:factory`` /
-            ``path/to/file.py:factory`` (runs that code), or an ``nn.Module`` object, used
-            with its own weights and ImageNet's preprocessing unless ``preprocess`` says
-            otherwise (given back in its training mode and device); ``against`` then loads
-            a checkpoint into a copy of it.
+        model: Model A, as :func:`actviz.run` takes it; ``against`` loads a checkpoint into
+            a copy of a module object.
         inputs: Image files and/or folders. Without ``against``/``against_model``: exactly
             two image files, compared through ``model``.
-        options: The diff's options (:class:`~actviz.diff.options.DiffOptions`).
-        reporter: Receives warnings and progress.
-        **keywords: Instead of ``options``, any option by its flat name (``against``,
-            ``against_model``, ``weights``, ``layers``, ``out``, ``threshold``, ...).
-
-    Returns:
-        What was compared and written.
+        options, reporter, **keywords: As :func:`actviz.run` takes them, for
+            :class:`~actviz.diff.options.DiffOptions`.
 
     Raises:
-        ActvizError: For every expected failure; :class:`~actviz.errors.UsageError` (exit 2)
-            for a diff that cannot be set up as asked.
-        TypeError: For an unknown keyword, or keywords given together with ``options``.
+        ActvizError: For every expected failure (exit 2 for a diff that cannot be set up as
+            asked); TypeError for an unknown keyword, or keywords with ``options``.
     """
     from actviz.command import open_command
 
-    if options is not None and keywords:
-        raise TypeError("pass either options or keywords, not both")
-    opts = options or DiffOptions.from_keywords(**keywords)
+    opts = from_flat(DiffOptions, COMMON_GROUPS, keywords, caller="diff", given=options)
     given_b = opts.against_model if opts.against_model is not None else model
     paths = [Path(p) for p in inputs]
     _check_inputs(paths, opts)

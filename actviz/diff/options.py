@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from actviz.command.options import ExecutionOptions, LoadOptions, from_flat
+from actviz.command.options import ExecutionOptions, LoadOptions
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -83,15 +83,3 @@ class DiffOptions:
         if self.against is not None:
             return str(self.against)
         return self.against_weights if self.against_weights is not None else self.load.weights
-
-    @classmethod
-    def from_keywords(cls, **keywords: Any) -> DiffOptions:
-        """Build the options from flat keywords, as ``actviz.diff(..., weights="none")`` takes
-        them: every field here, of :class:`~actviz.command.LoadOptions` and of
-        :class:`~actviz.command.ExecutionOptions`.
-
-        Raises:
-            TypeError: For a keyword nothing has, naming the closest one.
-        """
-        groups = {"load": LoadOptions, "execution": ExecutionOptions}
-        return from_flat(cls, groups, keywords, caller="diff")

@@ -5,11 +5,10 @@ own loop and needs nothing here. Importing this package never imports ray."""
 
 from __future__ import annotations
 
-from actviz.engines.ray_data import RayOptions, WorkerSpec, ray_batches, require_ray
+from actviz.engines.ray_data import RayOptions, WorkerSpec, ray_batches
 
 __all__ = [
     "RayOptions",
     "WorkerSpec",
     "ray_batches",
-    "require_ray",
 ]

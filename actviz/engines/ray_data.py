@@ -304,15 +304,13 @@ def _quiet_ray_logs() -> Iterator[None]:
     still come through. The levels are restored for whoever else uses Ray in this process."""
     import ray  # noqa: F401  # importing it configures its logger, so first
 
-    loggers = [logging.getLogger("ray")]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
+    logger = logging.getLogger("ray")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
     try:
         yield
     finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
+        logger.setLevel(level)
 
 
 def _connect(ray: Any, options: RayOptions) -> bool:

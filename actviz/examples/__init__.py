@@ -2,27 +2,18 @@
 excite it most, as data (``top-images.json``), contact sheets and an HTML report.
 
 The pieces, each usable on its own: :func:`top_images` (the whole pipeline), the mergeable
-accumulator (:class:`TopK`, :class:`Candidates`, :class:`LayerTop`), the per-batch step run in
-the forward hooks (:class:`ScoreRecorder`, :func:`score_batch_candidates`), receptive fields
-measured from the model (:class:`ReceptiveField`, :func:`plan_layers`), and the pictures
-(``actviz.examples.sheets``: tiles, contact sheets, :func:`overview`). Importing this package
-imports no torch.
+accumulator (:class:`TopK`), the per-batch step run in the forward hooks
+(:func:`score_batch_candidates`), receptive fields (:func:`plan_layers`) and the pictures
+(:mod:`actviz.examples.sheets`). Importing this package imports no torch.
 """
 
 from __future__ import annotations
 
 from actviz.examples.fields import ReceptiveField as ReceptiveField
 from actviz.examples.options import ExamplesOptions as ExamplesOptions
-from actviz.examples.options import Score as Score
-from actviz.examples.pipeline import JSON_FILE as JSON_FILE
-from actviz.examples.pipeline import REPORT_FILE as REPORT_FILE
 from actviz.examples.pipeline import top_images as top_images
-from actviz.examples.plan import LayerPlan as LayerPlan
 from actviz.examples.plan import plan_layers as plan_layers
-from actviz.examples.results import LayerSummary as LayerSummary
 from actviz.examples.results import TopImagesResult as TopImagesResult
-from actviz.examples.scoring import ScoreRecorder as ScoreRecorder
-from actviz.examples.scoring import batch_candidates as batch_candidates
 from actviz.examples.scoring import score_batch_candidates as score_batch_candidates
 from actviz.examples.sheets import overview as overview
 from actviz.examples.topk import Candidates as Candidates
@@ -30,19 +21,12 @@ from actviz.examples.topk import LayerTop as LayerTop
 from actviz.examples.topk import TopK as TopK
 
 __all__ = [
-    "JSON_FILE",
-    "REPORT_FILE",
     "Candidates",
     "ExamplesOptions",
-    "LayerPlan",
-    "LayerSummary",
     "LayerTop",
     "ReceptiveField",
-    "Score",
-    "ScoreRecorder",
     "TopImagesResult",
     "TopK",
-    "batch_candidates",
     "overview",
     "plan_layers",
     "score_batch_candidates",

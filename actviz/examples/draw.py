@@ -30,7 +30,7 @@ from actviz.examples.plan import LayerPlan
 from actviz.examples.sheets import (
     Row,
     SheetTile,
-    contact_sheet_png,
+    contact_sheet,
     crop_view,
     cut_tiles,
     heat_scales,
@@ -353,15 +353,10 @@ def _submit_layer(
             for slot in range(count)
         ]
         subtitle = (f"channel {c}", f"heat 0 to {fmt_value(float(scales[c]))}", *status)
-        data = contact_sheet_png(
-            items,
-            header,
-            subtitle=subtitle,
-            tile=options.tile,
-            cmap=options.cmap,
-            level=options.png_compression,
+        write(
+            files.sheets[c],
+            contact_sheet(items, header, subtitle=subtitle, tile=options.tile, cmap=options.cmap),
         )
-        output.write_bytes(out / files.sheets[c], data)
 
     judged = plan.judges_dead
     futures = [

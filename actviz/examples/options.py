@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from actviz.command.options import ExecutionOptions, LoadOptions, from_flat
+from actviz.command.options import ExecutionOptions, LoadOptions
 from actviz.errors import UsageError
 
 __all__ = ["SCORES", "ExamplesOptions", "Score"]
@@ -84,13 +84,3 @@ class ExamplesOptions:
             "score": self.score,
             "in_chans": self.load.in_chans,
         }
-
-    @classmethod
-    def from_keywords(cls, **keywords: Any) -> ExamplesOptions:
-        """Build the options from flat keywords, as ``actviz.top_images(..., k=5)`` takes them.
-
-        Raises:
-            TypeError: For a keyword no group has, naming the closest one.
-        """
-        groups = {"load": LoadOptions, "execution": ExecutionOptions}
-        return from_flat(cls, groups, keywords, caller="top_images")

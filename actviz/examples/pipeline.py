@@ -11,10 +11,11 @@ chose are read once more for the pictures (:mod:`actviz.examples.draw`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.command.session import weights_record
 from actviz.errors import UsageError
@@ -56,19 +57,8 @@ def top_images(
     order. Writes ``top-images.json``, a contact sheet per channel and an overview per layer
     under ``top-images/``, and the HTML pages.
 
-    Args:
-        model: A torchvision model name, ``package.module:factory`` /
-            ``path/to/file.py:factory`` for the user's own model (runs that code), or an
-            ``nn.Module`` object, used with its own weights and ImageNet's preprocessing
-            unless ``preprocess`` says otherwise (given back in its training mode and device).
-        inputs: Image files and/or folders (walked recursively).
-        options: The options (:class:`~actviz.examples.options.ExamplesOptions`).
-        reporter: Receives warnings and progress.
-        **keywords: Instead of ``options``, any option by its flat name (``layers``, ``out``,
-            ``k``, ``score``, ``channels``, ``weights``, ``batch_size``, ``resume``, ...).
-
-    Returns:
-        What was found and written.
+    Takes ``model``, ``inputs``, ``reporter`` and flat keywords as :func:`actviz.run` does,
+    and :class:`~actviz.examples.options.ExamplesOptions`.
 
     Raises:
         ActvizError: For every expected failure (unknown model, empty selection, a selection
@@ -77,9 +67,7 @@ def top_images(
     """
     from actviz.command import open_command
 
-    if options is not None and keywords:
-        raise TypeError("pass either options or keywords, not both")
-    opts = options or ExamplesOptions.from_keywords(**keywords)
+    opts = from_flat(ExamplesOptions, COMMON_GROUPS, keywords, caller="top_images", given=options)
     ex = opts.execution
 
     def some_images(found: Discovery) -> None:
@@ -139,7 +127,17 @@ def top_images(
                 cmd, opened, selector, plans, planned, progress, opts, report
             )
 
-        files = _draw(opts, plans, top, loaded, cmd, views, write_documents)
+        files = draw_layers(
+            opts.out,
+            plans,
+            top.layers,
+            loaded,
+            opts,
+            categories=loaded.categories,
+            warn=cmd.warn,
+            views=views.views,
+            meanwhile=write_documents,
+        )
         return TopImagesResult(
             model=cmd.model,
             weights=loaded.weights,
@@ -204,10 +202,9 @@ def _write_documents(
     if report is not None:
         from actviz.report import build_examples_report, rebuild_run_report
 
-        for rel, data in build_examples_report(doc, opts.out).items():
-            output.write_bytes(opts.out / rel, data)
         # A run's report in the same folder now links these pages.
-        for rel, data in rebuild_run_report(opts.out).items():
+        pages = {**build_examples_report(doc, opts.out), **rebuild_run_report(opts.out)}
+        for rel, data in pages.items():
             output.write_bytes(opts.out / rel, data)
     return doc
 
@@ -340,28 +337,6 @@ def _stream_on_ray(
             else:
                 paths = [todo[i] for i in indices]
                 progress.merge(paths, back.sizes, back.candidates, notify)
-
-
-def _draw(
-    opts: ExamplesOptions,
-    plans: list[LayerPlan],
-    top: TopK,
-    loaded: LoadedModel,
-    cmd: Command,
-    views: ViewCache,
-    meanwhile: Callable[[], None],
-) -> dict[str, LayerFiles]:
-    return draw_layers(
-        opts.out,
-        plans,
-        top.layers,
-        loaded,
-        opts,
-        categories=loaded.categories,
-        warn=cmd.warn,
-        views=views.views,
-        meanwhile=meanwhile,
-    )
 
 
 def _summaries(

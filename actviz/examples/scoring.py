@@ -8,10 +8,6 @@ the small window of the map around that maximum that the heat map over the crop 
 those ``(B, C)`` numbers and windows are copied to the CPU: a layer of 512 maps of 56 x 56
 costs 512 numbers per image, never a copy of the maps. The hook runs before any later
 in-place op (ResNet's ``relu(inplace=True)`` after ``bn1``) can change the output.
-
-:func:`batch_candidates` turns one batch's scores into :class:`~actviz.examples.topk.
-Candidates`; :func:`score_batch_candidates` is the whole per-batch step (forward with the
-hooks, then candidates) for an engine that runs batches elsewhere.
 """
 
 from __future__ import annotations

@@ -35,7 +35,6 @@ from actviz.render import (
     paste_text,
     text_width,
 )
-from actviz.render.png import encode_png
 
 __all__ = [
     "GAP",
@@ -43,7 +42,6 @@ __all__ = [
     "Row",
     "SheetTile",
     "contact_sheet",
-    "contact_sheet_png",
     "crop_view",
     "cut_tiles",
     "heat_scales",
@@ -336,21 +334,6 @@ def contact_sheet(
     for (top, left), item in zip(spots, tiles, strict=True):
         rgb[top : top + tile, left : left + tile] = item.pixels
     return rgb
-
-
-def contact_sheet_png(
-    tiles: Sequence[SheetTile],
-    header: Header,
-    *,
-    subtitle: Sequence[str] = (),
-    tile: int,
-    cmap: str,
-    columns: int = 10,
-    level: int = 1,
-) -> bytes:
-    """:func:`contact_sheet` as PNG bytes."""
-    rgb = contact_sheet(tiles, header, subtitle=subtitle, tile=tile, cmap=cmap, columns=columns)
-    return encode_png(rgb, level=level, row_filter="up")
 
 
 @dataclass(frozen=True)

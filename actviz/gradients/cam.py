@@ -1,10 +1,6 @@
-"""Grad-CAM: where in the image a layer found the evidence for a class.
-
-:func:`grad_cam` turns a layer output and the gradient of a class score with respect to it into
-maps in ``[0, 1]``; :func:`class_cams` computes them for each image's most likely classes from
-a single forward. :func:`to_nchw` lays ViT tokens and channels-last (Swin) blocks out like a
-convolution's output, so every architecture goes through the same formula.
-"""
+"""Grad-CAM: where in the image a layer found the evidence for a class. ViT tokens and
+channels-last (Swin) blocks are laid out like a convolution's output (:func:`to_nchw`), so every
+architecture goes through the same formula."""
 
 from __future__ import annotations
 
@@ -77,9 +73,7 @@ def class_cams(
         layer: The module whose output the maps are computed from (e.g. ``layer4``).
         k: Classes per image.
         categories: Class names for the labels.
-        layout: How the layer's output is laid out; see :func:`to_nchw`.
-        grid: For ``tokens``: the ``(h, w)`` patch grid.
-        prefix_tokens: For ``tokens``: class/register tokens before the patches.
+        layout, grid, prefix_tokens: How the layer's output is laid out (:func:`to_nchw`).
 
     Returns:
         Per image, ``k`` maps from the most likely class down, each ``(h, w)`` in ``[0, 1]``.
@@ -190,9 +184,7 @@ def grad_cam(
         activation: A layer output, ``(C, H, W)`` or ``(B, C, H, W)`` in ``nchw`` layout; see
             :func:`to_nchw` for the others. A tensor or a numpy array.
         gradient: The gradient of the class score with respect to it, same shape.
-        layout: ``nchw``, ``nhwc`` or ``tokens``.
-        grid: For ``tokens``: the patch grid.
-        prefix_tokens: For ``tokens``: class/register tokens to drop.
+        layout, grid, prefix_tokens: How they are laid out (:func:`to_nchw`).
 
     Returns:
         ``(H, W)`` or ``(B, H, W)`` float32 maps in ``[0, 1]``, on the inputs' device.

@@ -1,8 +1,6 @@
-"""Gradients of a class score with respect to layer outputs, Grad-CAM, and gradient flow.
-
-:func:`compute_gradients` runs one batch forward and backward and returns each selected output
-with its gradient; :func:`resolve_targets` chooses the class to explain. The hooks that take
-the gradients, and why they are taken the way they are, are in :mod:`actviz.gradients.recorder`.
+"""Gradients of a class score with respect to layer outputs (the hooks that take them, and
+why they are taken the way they are, are in :mod:`actviz.gradients.recorder`), and why some
+are zero.
 
 The loss is the sum over images of each image's own target logit. In eval mode images do not
 interact, so each image's gradient is that of its own target alone.

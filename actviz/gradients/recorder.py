@@ -36,10 +36,7 @@ class GradientCapture:
     """One output of one call of one module, and the gradient of the loss with respect to it.
 
     Attributes:
-        key: ``module`` for the first call, ``module:N`` for the N-th.
-        module: The module's qualified name.
-        module_type: The module's class name.
-        call: 1 for the first call in the forward, 2 for the second, ...
+        key, module, module_type, call: As for :class:`~actviz.hooks.session.Capture`.
         activation: ``(B, ...)`` CPU float32 copy of the output, taken before any later
             in-place op could change it.
         gradient: ``(B, ...)`` CPU float32 gradient of the loss with respect to that output.
@@ -76,15 +73,8 @@ class _Entry:
 
 
 class GradientRecorder(HookSession):
-    """Record selected outputs during a forward, and their gradients during a backward.
-
-    On enter the model is put in eval mode and forward hooks are registered; on exit every
-    hook (forward and tensor) is removed and each module's training flag restored, even when
-    the forward or the backward raised. Each forward of the root model starts a fresh record.
-
-    Args:
-        model: The model to hook.
-        layers: Qualified names of the modules whose outputs to record.
+    """Record selected outputs during a forward, and their gradients during a backward: a
+    :class:`~actviz.hooks.session.HookSession` in eval mode, tensor hooks included.
 
     Example:
         >>> with GradientRecorder(model, ["layer4"]) as rec:

@@ -41,17 +41,12 @@ ATTN_SUFFIX = "<attn>"
 
 
 class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
-    """Record copies of the outputs of named submodules while the model runs.
-
-    Hooks are registered on enter and removed on exit, even when the forward raises. Each new
-    forward of the root model starts a fresh record, so after ``model(x)`` the recorder holds
-    exactly that forward's outputs, in the order they were produced. As a mapping it gives
-    capture key -> tensor. The modules' ``training`` flags are left alone; wrap the block in
-    :func:`eval_mode` where eval mode is wanted.
+    """Record copies of the outputs of named submodules while the model runs (a
+    :class:`~actviz.hooks.session.HookSession`): after ``model(x)`` it maps each capture key
+    of that forward, in the order produced, to its tensor. The modules' ``training`` flags
+    are left alone; wrap the block in :func:`eval_mode` where eval mode is wanted.
 
     Args:
-        model: The model to hook.
-        layers: Qualified names of the modules to record.
         keep_tensors: Copy the outputs (True) or record only shapes and calls (False; this
             works on the ``meta`` device).
         mode: Record each module's ``output``, its ``input`` (through a forward pre-hook,
@@ -265,15 +260,8 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
 
 
 def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> ActivationRecorder:
-    """Hook the layers a selector matches; use as ``with capture(model, "conv") as acts:``.
-
-    Args:
-        model: Any ``nn.Module``.
-        layers: A selector (``conv``, ``layer4.*``, ``re:...``, ``!term``; see
-            ``actviz.selectors``).
-
-    Returns:
-        An :class:`ActivationRecorder` to use as a context manager.
+    """An :class:`ActivationRecorder` on the layers a selector (``conv``, ``layer4.*``,
+    ``re:...``, ``!term``; see ``actviz.selectors``) matches.
 
     Raises:
         LayerSelectionError: If the selector matches nothing.

@@ -30,8 +30,8 @@ def layer_refs(model: nn.Module) -> list[Any]:
     return refs
 
 
-def check_hookable(model: nn.Module) -> None:
-    """Refuse models whose forward hooks may silently not fire.
+def check_hookable(model: nn.Module, name: str = "the model") -> None:
+    """Refuse models whose forward hooks may silently not fire (``name``: how messages call it).
 
     Raises:
         ModelError: For TorchScript and ``torch.compile``'d models.
@@ -40,13 +40,13 @@ def check_hookable(model: nn.Module) -> None:
 
     if isinstance(model, torch.jit.ScriptModule):
         raise ModelError(
-            "this is a TorchScript model, whose forward hooks do not fire reliably; "
+            f"{name} is a TorchScript module, whose forward hooks do not fire reliably; "
             "pass the eager nn.Module instead"
         )
     if hasattr(model, "_orig_mod"):
         raise ModelError(
-            "this model was wrapped by torch.compile, which may skip forward hooks; "
-            "pass the original module (model._orig_mod) instead"
+            f"{name} is a torch.compile'd module, which may skip forward hooks; pass the "
+            "module before compiling it (its ._orig_mod)"
         )
 
 

@@ -1,12 +1,5 @@
-"""The hook core: hooks on named modules, registered in one context manager that always
-removes them.
-
-:class:`HookSession` resolves module names, names repeated calls ``name:N``, registers in
-``__enter__`` and removes every handle in ``finally``, restoring the modules' ``training``
-flags. Every recorder builds on it: the activation recorder
-(:class:`actviz.hooks.recorders.ActivationRecorder`), the gradient recorder
-(:class:`actviz.gradients.recorder.GradientRecorder`) and the training monitor.
-"""
+"""The hook core every recorder builds on (activations, gradients, the training monitor):
+:class:`HookSession` and the capture records."""
 
 from __future__ import annotations
 

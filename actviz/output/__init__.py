@@ -14,13 +14,10 @@ from actviz.output.files import (
     atomic_file,
     atomic_path,
     clear_outputs,
-    dumps_json,
     opened,
     prepare_out_dir,
     remove_temporaries,
     remove_written,
-    removed_if_empty,
-    temp_beside,
     write_bytes,
     write_error,
     write_json,
@@ -28,11 +25,10 @@ from actviz.output.files import (
     write_tensor,
 )
 from actviz.output.journal import Journal, whole
-from actviz.output.names import COMMAND_DIRS, REPORT_DIR, image_dirs, layer_filename, safe_name
+from actviz.output.names import REPORT_DIR, image_dirs, layer_filename, safe_name
 from actviz.output.tables import ParquetParts, TextPart, naming
 
 __all__ = [
-    "COMMAND_DIRS",
     "REPORT_DIR",
     "TMP_MARK",
     "UNDECODED",
@@ -42,7 +38,6 @@ __all__ = [
     "atomic_file",
     "atomic_path",
     "clear_outputs",
-    "dumps_json",
     "image_dirs",
     "layer_filename",
     "naming",
@@ -50,9 +45,7 @@ __all__ = [
     "prepare_out_dir",
     "remove_temporaries",
     "remove_written",
-    "removed_if_empty",
     "safe_name",
-    "temp_beside",
     "whole",
     "write_bytes",
     "write_error",

@@ -76,30 +76,26 @@ class Journal:
         """
         if self._fh is not None:
             return
-        fh: IO[bytes]
+        keep = self.keep
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            if self.keep is not None:
-                fh = self.path.open("r+b" if self.path.exists() else "w+b")
-                try:
-                    fh.truncate(self.keep)  # lines no saved state covers are dropped
-                    self.size = fh.seek(self.keep)
-                except BaseException:
-                    fh.close()
-                    raise
-                self.keep = None  # what follows is this run's: kept when reopened
-            else:
-                start = self._start()
-                fh = self.path.open("ab")
-                try:
+            start = self._start() if keep is None else b""
+            mode = "ab" if keep is None else "r+b" if self.path.exists() else "w+b"
+            fh = self.path.open(mode)
+            try:
+                if keep is not None:
+                    fh.truncate(keep)  # lines no saved state covers are dropped
+                    self.size = fh.seek(keep)
+                else:
                     fh.write(start)
                     fh.flush()
                     self.size = fh.seek(0, os.SEEK_END)
-                except BaseException:
-                    fh.close()
-                    raise
+            except BaseException:
+                fh.close()
+                raise
         except OSError as exc:
             raise self.error(self.path, exc) from None
+        self.keep = None  # what follows is this run's: kept when reopened
         self._fh = fh
 
     def _start(self) -> bytes:

@@ -82,19 +82,12 @@ def image_dirs(rels: Sequence[PurePosixPath]) -> list[PurePosixPath]:
         if parts and _folded(PurePosixPath(parts[0])) in reserved:
             parts[0] += "_"
         stem = safe_name(rel.stem or rel.name)
-        candidates = [stem, safe_name(f"{stem}_{rel.suffix.lstrip('.')}")]
-        chosen = None
-        for candidate in candidates:
-            path = PurePosixPath(*parts, candidate)
-            if _folded(path) not in taken:
-                chosen = path
-                break
-        counter = 2
-        while chosen is None:
-            path = PurePosixPath(*parts, f"{stem}-{counter}")
-            if _folded(path) not in taken:
-                chosen = path
-            counter += 1
+        names = itertools.chain(
+            [stem, safe_name(f"{stem}_{rel.suffix.lstrip('.')}")],
+            (f"{stem}-{n}" for n in itertools.count(2)),
+        )
+        paths = (PurePosixPath(*parts, name) for name in names)
+        chosen = next(path for path in paths if _folded(path) not in taken)
         taken.add(_folded(chosen))
         result.append(chosen)
     return result

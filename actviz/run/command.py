@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command.options import from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
 from actviz.results import ImageResult
 from actviz.run.loop import Plan, capture_and_render
 from actviz.run.manifest import manifest
 from actviz.run.on_ray import stats_on_ray
-from actviz.run.options import RunOptions
+from actviz.run.options import GROUPS, RunOptions
 from actviz.run.records import RunRecords
 from actviz.run.result import ImageRecords, RunResult
 from actviz.run.sink import RunSink, loader, report_images
@@ -65,9 +66,7 @@ def run(
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
 
-    if options is not None and keywords:
-        raise TypeError("pass either options or keywords, not both")
-    opts = options or RunOptions.from_keywords(**keywords)
+    opts = from_flat(RunOptions, GROUPS, keywords, caller="run", given=options)
     ex = opts.execution
     # A run that fails before writing anything leaves no empty folder behind.
     with open_command(

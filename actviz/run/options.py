@@ -13,19 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from actviz.command.options import ExecutionOptions, LoadOptions, from_flat
+from actviz.command.options import COMMON_GROUPS, ExecutionOptions, LoadOptions
 from actviz.errors import UsageError
 from actviz.render.grid import Order
 
 if TYPE_CHECKING:
-    from actviz.hooks import CaptureMode
+    from actviz.hooks.recorders import CaptureMode
     from actviz.layouts import Layout
     from actviz.stats import Thresholds
 
 __all__ = [
     "DrawOptions",
     "GradientOptions",
-    "Order",
     "RunNorm",
     "RunOptions",
     "TensorFormat",
@@ -170,19 +169,5 @@ class RunOptions:
     gradients: GradientOptions = field(default_factory=GradientOptions)
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
-    @classmethod
-    def from_keywords(cls, **keywords: Any) -> RunOptions:
-        """Build the groups from flat keywords, as ``actviz.run(..., norm="layer")`` takes them.
 
-        Raises:
-            TypeError: For a keyword no group has, naming the closest one.
-        """
-        return from_flat(cls, _GROUPS, keywords, caller="run")
-
-
-_GROUPS: dict[str, type[Any]] = {
-    "load": LoadOptions,
-    "draw": DrawOptions,
-    "gradients": GradientOptions,
-    "execution": ExecutionOptions,
-}
+GROUPS: dict[str, type[Any]] = {**COMMON_GROUPS, "draw": DrawOptions, "gradients": GradientOptions}

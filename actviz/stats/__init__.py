@@ -15,30 +15,26 @@ from actviz.stats.anomalies import (
     parse_kinds,
 )
 from actviz.stats.collect import stats_callback
-from actviz.stats.compute import PERCENTILE_EXACT_LIMIT, compute_stats, default_channel_dim
+from actviz.stats.compute import compute_stats
 from actviz.stats.layerstats import CSV_FIELDS, RUN_KEY, STAT_FIELDS, LayerStats
-from actviz.stats.running import ACROSS_IMAGES, WORST, RunningLayer, RunningStats
+from actviz.stats.running import WORST, RunningLayer, RunningStats
 from actviz.stats.sketch import Sketch
-from actviz.stats.table import TABLE_FILE, StatsTable
+from actviz.stats.table import StatsTable
 
 __all__ = [
-    "ACROSS_IMAGES",
     "CSV_FIELDS",
     "FLAG_KINDS",
     "Flag",
     "LayerStats",
-    "PERCENTILE_EXACT_LIMIT",
     "RUN_KEY",
     "RunningLayer",
     "RunningStats",
     "STAT_FIELDS",
     "Sketch",
-    "TABLE_FILE",
     "StatsTable",
     "Thresholds",
     "WORST",
     "compute_stats",
-    "default_channel_dim",
     "find_flags",
     "first_bad_layer",
     "flag_anomalies",

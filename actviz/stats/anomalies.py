@@ -1,12 +1,5 @@
-"""Anomaly flags drawn from a depth-ordered list of layer summaries.
-
-:func:`flag_anomalies` turns the :class:`~actviz.stats.layerstats.LayerStats` of one image (or of a
-run's aggregate), in capture order, into :class:`Flag` s: NaN, Inf, dead channels, constant
-output, exploding or vanishing magnitude; :class:`Thresholds` says when each is raised.
-:func:`first_bad_layer` points at where non-finite values start, :func:`find_flags` reads
-flags back from ``stats.json`` for ``--fail-on``, and :func:`parse_kinds` parses the kinds a
-user names.
-"""
+"""Anomaly flags (NaN, Inf, dead channels, constant output, exploding or vanishing magnitude)
+drawn from a depth-ordered list of layer summaries, and read back from ``stats.json``."""
 
 from __future__ import annotations
 

@@ -17,31 +17,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 __all__ = ["CSV_FIELDS", "RUN_KEY", "STAT_FIELDS", "LayerStats"]
-
-STAT_FIELDS: tuple[str, ...] = (
-    "count",
-    "mean",
-    "std",
-    "min",
-    "max",
-    "p01",
-    "p99",
-    "zero_frac",
-    "neg_frac",
-    "nan",
-    "inf",
-    "channels",
-    "dead_channels",
-    "dead_frac",
-)
-"""The scalar fields of :class:`LayerStats`, in the order the tables list them."""
-
-CSV_FIELDS: tuple[str, ...] = ("image", "layer", *STAT_FIELDS, "flags")
-"""The columns of ``stats.csv``, in order."""
 
 RUN_KEY = "(all)"
 """The ``image`` of the rows that hold the aggregate over every image of a run."""
@@ -122,6 +101,13 @@ class LayerStats:
             value = data[key]
             values[key] = math.nan if value is None else value
         return cls(**values, dead_indices=tuple(data.get("dead_indices", ())))
+
+
+STAT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LayerStats) if f.name != "dead_indices")
+"""The scalar fields of :class:`LayerStats`, in the order the tables list them."""
+
+CSV_FIELDS: tuple[str, ...] = ("image", "layer", *STAT_FIELDS, "flags")
+"""The columns of ``stats.csv``, in order."""
 
 
 def _json_float(value: float) -> float | None:

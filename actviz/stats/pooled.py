@@ -64,12 +64,9 @@ class _Exact:
 
 
 class RunningLayer:
-    """One layer's statistics pooled over images as they come, in bounded memory.
-
-    :meth:`result` equals :func:`~actviz.stats.layerstats.aggregate` over the same
-    statistics (exactly rounded where ``aggregate`` sums floats); dead channels are those dead
-    in every image. Holds a set of at most ``channels`` dead indices and four
-    :class:`Sketch` es, nothing per image.
+    """One layer's statistics pooled over images as they come, in bounded memory:
+    :meth:`result` is exactly rounded, and dead channels are those dead in every image. Holds
+    a set of at most ``channels`` dead indices and four :class:`Sketch` es, nothing per image.
     """
 
     __slots__ = (
