@@ -43,6 +43,10 @@ class Capture:
         tensor: A detached CPU float32 copy, or None when only shapes are recorded.
         kind: ``output``, or ``input`` for what a forward pre-hook saw.
         summary: What the recorder's ``summarize`` callback returned for this tensor.
+        rows: How the rows were made the batch's images when the module's own were not
+            (windows reassembled into each image's grid), for the layer's note.
+        refused: Why the output's rows cannot be attributed to the images of the batch;
+            ``tensor`` is then empty, ``(images, 0)``, and ``summary`` None.
     """
 
     key: str
@@ -53,6 +57,8 @@ class Capture:
     tensor: torch.Tensor | None = None
     kind: str = "output"
     summary: Any = None
+    rows: str | None = None
+    refused: str | None = None
 
 
 @dataclass

@@ -83,6 +83,8 @@ def grid_picture(view: LayerView) -> Drawn | None:
             notes=notes,
             channel_names=job.channel_names.get(cap.module),
             prefix=prefix,
+            # An attention map's tiles are its heads.
+            unit="head" if cap.kind == "attention" else "channel",
         )
     return Drawn(
         grid.to_png(opts.png_compression),
