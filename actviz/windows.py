@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["ImageRows", "WindowedBlock", "windowed_blocks"]
+__all__ = ["ImageRows", "Scheme", "WindowedBlock", "windowed_blocks"]
 
 AddPreHook = Callable[..., None]
 """``add(module, hook, with_kwargs=True)``: how a hook session registers a pre-hook."""
@@ -89,16 +89,20 @@ class ImageRows:
 
     Args:
         model: The hooked model.
+        enabled: False leaves every tensor as the module returned it (and hooks nothing).
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, *, enabled: bool = True) -> None:
         self.model = model
+        self.enabled = enabled
         self.batch: int | None = None
         self._blocks: dict[str, tuple[WindowedBlock, bool]] | None = None
         self._sizes: dict[str, tuple[int, int]] = {}
 
     def attach(self, names: Sequence[str], add_pre_hook: AddPreHook) -> None:
         """Register the pre-hooks that watch the batch size and the windowed blocks' maps."""
+        if not self.enabled:
+            return
         self._blocks = windowed_blocks(self.model)
         add_pre_hook(self.model, self._watch_batch, with_kwargs=True)
         watched: set[str] = set()
@@ -125,9 +129,19 @@ class ImageRows:
     def split(self, name: str, tensor: torch.Tensor) -> tuple[torch.Tensor | None, str | None]:
         """``tensor`` (from module ``name``) with one row per image, and a note on what was
         done (None when nothing was); or None and why its rows cannot be the images."""
-        batch = self.batch
-        if batch is None:
+        scheme, why = self.scheme(name, tensor)
+        if why is not None and scheme is None:
+            return None, why
+        if scheme is None:
             return tensor, None
+        return scheme.reassemble(tensor)
+
+    def scheme(self, name: str, tensor: torch.Tensor) -> tuple[Scheme | None, str | None]:
+        """How ``tensor``'s rows become the images: a :class:`Scheme` to apply (to it, or to
+        its gradient later), None when they already are; or None and why they cannot be."""
+        batch = self.batch
+        if batch is None or not self.enabled:
+            return None, None
         if tensor.ndim == 0:
             return None, _refusal(tensor, batch)
         block, inside = (self._blocks or {}).get(name, (None, False))
@@ -140,22 +154,28 @@ class ImageRows:
                 and int(tensor.shape[0]) == batch * scheme.windows
                 and (inside or scheme.windows > 1)
             ):
-                return scheme.reassemble(tensor)
+                return scheme, None
         if int(tensor.shape[0]) == batch:
-            return tensor, None
+            return None, None
         return None, _refusal(tensor, batch)
 
 
 def _refusal(tensor: torch.Tensor, batch: int) -> str:
+    """Why a tensor's rows are not the images, in words that do not depend on the batch size
+    (a run's note is the same whichever batch an image came in)."""
     shape = tuple(int(n) for n in tensor.shape)
     if not shape:
         return "one number for the whole batch (shape ()); it belongs to no one image"
     rows = shape[0]
-    what = f"the first dimension of its shape {shape} is not the batch's {batch} image(s)"
     if rows % batch == 0:
-        what += (
-            f": {batch} x {rows // batch} rows (windows or tokens of each image, in an order "
-            "the model's structure does not say)"
+        what = (
+            f"its first dimension holds {rows // batch} rows per image (windows or tokens of "
+            "each image, in an order the model's structure does not say)"
+        )
+    else:
+        what = (
+            f"its first dimension ({rows} rows of {shape[1:]}) does not follow the images of "
+            "the batch (a tensor shared by the batch, or rows in another order)"
         )
     return f"{what}; its rows cannot be attributed to images, so it is not drawn"
 
@@ -204,7 +224,7 @@ def _pair(value: Any) -> tuple[int, int] | None:
     return side, side
 
 
-def _scheme(block: WindowedBlock, batch: int, size: tuple[int, int]) -> _Scheme | None:
+def _scheme(block: WindowedBlock, batch: int, size: tuple[int, int]) -> Scheme | None:
     """How the block cut this call's map into windows, read from its attributes now (Hugging
     Face's Swin shrinks its window to a small map inside its forward, before its attention)."""
     module = block.module
@@ -222,11 +242,14 @@ def _scheme(block: WindowedBlock, batch: int, size: tuple[int, int]) -> _Scheme 
     padded = (-(-h // window[0]) * window[0], -(-w // window[1]) * window[1])
     if grid and padded != size:
         return None
-    return _Scheme(block, batch, size, padded, window, shift, grid)
+    return Scheme(block, batch, size, padded, window, shift, grid)
 
 
 @dataclass(frozen=True)
-class _Scheme:
+class Scheme:
+    """How one call of a windowed block cut a batch's maps into windows: enough to put any
+    per-window tensor of it (an output, or its gradient) back into each image's grid."""
+
     block: WindowedBlock
     batch: int
     size: tuple[int, int]

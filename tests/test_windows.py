@@ -170,8 +170,10 @@ def test_rows_that_are_not_the_images_are_refused_by_name() -> None:
     model = Quartered().eval()
     caps = _capture(model, ["conv", "cut"], torch.randn(2, 3, 8, 8))
     cut = caps["cut"]
-    assert cut.refused is not None and "not the batch's 2 image(s)" in cut.refused
-    assert "2 x 4 rows" in cut.refused
+    assert cut.refused is not None and "holds 4 rows per image" in cut.refused
+    assert "cannot be attributed to images" in cut.refused
+    alone = _capture(model, ["cut"], torch.randn(1, 3, 8, 8))["cut"]
+    assert alone.refused == cut.refused  # the same words whatever the batch size
     # Nothing of it can be taken for an image: the kept tensor is empty, one row per image.
     assert cut.tensor.shape == (2, 0) and cut.summary is None and cut.shape == (8, 4, 4, 4)
     assert caps["conv"].refused is None and caps["conv"].tensor.shape == (2, 4, 8, 8)
@@ -290,15 +292,98 @@ def test_a_layer_whose_rows_are_not_the_images_is_listed_not_drawn(
             "-o", str(tmp_path / "run"))  # fmt: skip
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     (undrawn,) = manifest["undrawable"]
-    assert undrawn["layer"] == "cut" and "not the batch's" in undrawn["reason"]
+    assert undrawn["layer"] == "cut" and "4 rows per image" in undrawn["reason"]
     assert "cannot be attributed to images" in undrawn["reason"]
     for image in run_images(tmp_path / "run"):
         conv, cut = image["layers"]
         assert conv["file"] and conv["shape"] == [1, 4, 64, 64]
         assert cut["file"] is None and cut["layout"] == "none" and cut["stats"] is None
+        assert cut["shape"] == [1, 4, 32, 32] and cut["note"] == undrawn["reason"]
     _invoke("top-images", f"{factory}:quartered", str(photos), "-l", "conv,cut", "-b", "2",
             "-o", str(tmp_path / "top"))  # fmt: skip
     doc = json.loads((tmp_path / "top" / "top-images.json").read_text())
     assert [x["name"] for x in doc["layers"]] == ["conv"]
     (unranked,) = doc["unranked"]
     assert unranked["layer"] == "cut" and "cannot be attributed" in unranked["reason"]
+
+
+class WithTable(nn.Module):
+    """A module whose output has no batch dimension: the same table for every image."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 5, 1)
+        self.table = nn.Identity()
+        self.weights = nn.Parameter(torch.randn(5, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x).mean((2, 3)) @ self.table(self.weights)
+
+
+@pytest.mark.parametrize("batch", [2, 3])
+def test_a_tensor_without_a_batch_dimension_is_refused_whatever_the_batch(batch: int) -> None:
+    caps = _capture(WithTable().eval(), ["conv", "table"], torch.randn(batch, 3, 4, 4))
+    table = caps["table"]
+    assert table.refused == (
+        "its first dimension (5 rows of (3,)) does not follow the images of the batch (a tensor "
+        "shared by the batch, or rows in another order); its rows cannot be attributed to "
+        "images, so it is not drawn"
+    )
+    assert table.tensor.shape == (batch, 0) and caps["conv"].refused is None
+
+
+@pytest.mark.parametrize("stop_early", [False, True])
+def test_gradients_of_windows_are_each_images_grid(stop_early: bool) -> None:
+    from actviz.gradients.recorder import GradientRecorder
+
+    model = _timm_swin()
+    names = ["layers.0.blocks.1.attn", "layers.0.blocks.1.norm1"]
+
+    def gradients(x: torch.Tensor) -> dict[str, Any]:
+        with GradientRecorder(model, names) as rec:
+            x = x.clone().requires_grad_(True)
+            rec.backward(model(x)[:, 0].sum(), x, stop_early=stop_early)
+            return {c.key: c for c in rec.captures}
+
+    x = torch.randn(3, 3, 64, 64)
+    batch = gradients(x)
+    attn = batch["layers.0.blocks.1.attn"]
+    assert attn.activation.shape == attn.gradient.shape == (3, 16, 16, 16)
+    assert len(attn.norms) == 3
+    # The activation is the block's own attention result on its normalized map.
+    block = model.layers[0].blocks[1]
+    with torch.inference_mode():
+        expected = block._attn(batch["layers.0.blocks.1.norm1"].activation)
+    torch.testing.assert_close(attn.activation, expected, rtol=1e-5, atol=1e-6)
+    for i in range(3):  # each image's logit depends on its own rows only
+        alone = gradients(x[i : i + 1])["layers.0.blocks.1.attn"]
+        rms = float(alone.gradient.square().mean().sqrt())
+        torch.testing.assert_close(
+            attn.gradient[i : i + 1], alone.gradient, rtol=1e-5, atol=REBATCH_SCALE * rms
+        )
+
+
+def test_a_gradient_whose_rows_are_not_the_images_is_skipped_with_the_reason() -> None:
+    from actviz.gradients.recorder import GradientRecorder
+
+    model = Quartered().eval()
+    with GradientRecorder(model, ["conv", "cut"]) as rec:
+        x = torch.randn(2, 3, 8, 8, requires_grad=True)
+        rec.backward(model(x).sum(), x)
+        assert [c.key for c in rec.captures] == ["conv"]
+    (skipped,) = rec.skipped
+    assert skipped.key == "cut" and "4 rows per image" in skipped.reason
+
+
+@pytest.mark.slow
+def test_diff_lists_a_layer_whose_rows_are_not_the_images_as_not_compared(
+    arch: tuple[Path, Path], tmp_path: Path
+) -> None:
+    factory, photos = arch
+    _invoke("diff", f"{factory}:quartered", str(photos), "--against-model",
+            f"{factory}:quartered", "-l", "conv,cut", "-o", str(tmp_path))  # fmt: skip
+    layers = {x["name"]: x for x in json.loads((tmp_path / "diff.json").read_text())["layers"]}
+    assert layers["conv"]["cosine"] == pytest.approx(1.0)
+    cut = layers["cut"]
+    assert cut["cka"] is None and cut["cosine"] is None and cut["rel_l2"] is None
+    assert cut["note"].startswith("not compared: its first dimension holds 4 rows per image")

@@ -181,15 +181,6 @@ class _ProbeRecorder(HookSession):
         """Capture key -> why its rows are not the images (nothing of it is scored)."""
         self._rows = ImageRows(model)
 
-    def __enter__(self) -> _ProbeRecorder:
-        super().__enter__()
-        try:
-            self._rows.attach(self.layers, self._add_pre_hook)
-        except BaseException:
-            self._close()
-            raise
-        return self
-
     def _start_record(self) -> None:
         super()._start_record()
         self.outputs = {}

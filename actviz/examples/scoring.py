@@ -153,15 +153,6 @@ class ScoreRecorder(HookSession):
         not be brought to the plan's (its images are not scored)."""
         self._rows = ImageRows(model)
 
-    def __enter__(self) -> ScoreRecorder:
-        super().__enter__()
-        try:
-            self._rows.attach(self.layers, self._add_pre_hook)
-        except BaseException:
-            self._close()
-            raise
-        return self
-
     def _start_record(self) -> None:
         super()._start_record()
         self._scores = {}

@@ -96,17 +96,7 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         self._paused = False
         self._captures: dict[str, Capture] = {}
         self._contexts: dict[str, LayerContext] | None = None
-        self._rows = ImageRows(model) if per_image else None
-
-    def __enter__(self) -> ActivationRecorder:
-        super().__enter__()
-        if self._rows is not None:
-            try:
-                self._rows.attach(self.layers, self._add_pre_hook)
-            except BaseException:
-                self._close()
-                raise
-        return self
+        self._rows = ImageRows(model, enabled=per_image)
 
     # Mapping protocol: key -> tensor of the latest forward.
     def __getitem__(self, key: str) -> torch.Tensor:
@@ -215,8 +205,6 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
     ) -> tuple[torch.Tensor, str | None, str | None]:
         """The tensor with one row per image, how that was done, and why it could not be
         (then the tensor is an empty ``(images, 0)``)."""
-        if self._rows is None:
-            return tensor, None, None
         split, note = self._rows.split(name, tensor)
         if split is not None:
             return split, note, None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from actviz.errors import ModelError
 from actviz.hooks.refs import check_hookable
+from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
     import torch
@@ -110,6 +111,9 @@ class HookSession(abc.ABC):
         # Changes to the model made for the capture (a fused attention turned off), undone
         # on exit.
         self._undo: list[Callable[[], None]] = []
+        # Enabled by recorders whose captures must have one row per image (actviz.windows):
+        # its hooks watch the batch size and the windowed blocks' maps.
+        self._rows = ImageRows(model, enabled=False)
 
     def __enter__(self: _Session) -> _Session:
         check_hookable(self.model)
@@ -125,6 +129,7 @@ class HookSession(abc.ABC):
             self._handles.append(start)
             for name in self.layers:
                 self._register(name, modules[name])
+            self._rows.attach(self.layers, self._add_pre_hook)
         except BaseException:
             self._close()
             raise

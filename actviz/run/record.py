@@ -63,7 +63,7 @@ def layer_view(job: ImageJob, cap: Capture, filename: str) -> LayerView:
     stem = filename.removesuffix(".png")
     if cap.refused is not None:  # rows that are not the images: nothing of it is this image's
         drawable = Drawable("none", None, "none", cap.refused)
-        return LayerView(job, cap, drawable, stem, f"{cap.key}   {cap.module_type}   {cap.shape}")
+        return LayerView(job, cap, drawable, stem, f"{cap.key}   {cap.module_type}")
     sample = cap.tensor[job.index]
     # Attention maps are (heads, H, W) whatever the module's own output looks like.
     ctx = None if cap.kind == "attention" else job.contexts.get(cap.module)
@@ -83,7 +83,7 @@ def layer_record(view: LayerView, order: int) -> LayerResult:
     shape = (1, *cap.tensor.shape[1:])
     stats = None
     if cap.refused is not None:  # no row is this image's: no figures, the note says why
-        shape = cap.shape
+        shape = (1, *cap.shape[1:])  # one row's, as for any layer; the note says what rows are
         lo = hi = mean = math.nan
     else:
         if cap.summary is not None:  # computed in the hook, on the device
