@@ -118,8 +118,9 @@ def _has(module: nn.Module, name: str) -> bool:
     return True
 
 
+@pytest.mark.parametrize("nchw", [False, True], ids=["channels-last", "channels-first"])
 @pytest.mark.parametrize("block", ["attn_block", "attn_grid"])
-def test_timm_maxvit_windows_and_grid_cells_are_each_images_grid(block: str) -> None:
+def test_timm_maxvit_windows_and_grid_cells_are_each_images_grid(block: str, nchw: bool) -> None:
     from timm.models.maxxvit import MaxxVit, MaxxVitCfg, MaxxVitConvCfg, MaxxVitTransformerCfg
 
     torch.manual_seed(0)
@@ -129,7 +130,9 @@ def test_timm_maxvit_windows_and_grid_cells_are_each_images_grid(block: str) -> 
         block_type=("M",),
         stem_width=16,
         conv_cfg=MaxxVitConvCfg(),
-        transformer_cfg=MaxxVitTransformerCfg(dim_head=8, window_size=(4, 4), grid_size=(4, 4)),
+        transformer_cfg=MaxxVitTransformerCfg(
+            dim_head=8, window_size=(4, 4), grid_size=(4, 4), use_nchw_attn=nchw
+        ),
     )
     model = MaxxVit(cfg, img_size=64, num_classes=5).eval()
     prefix = f"stages.0.blocks.0.{block}"
@@ -139,6 +142,7 @@ def test_timm_maxvit_windows_and_grid_cells_are_each_images_grid(block: str) -> 
     normed = caps[f"{prefix}.norm1"].tensor
     module = model.get_submodule(prefix)
     assert caps[f"{prefix}.attn"].shape == (3, 16, 16, 16)
+    assert caps[f"{prefix}.attn.qkv"].shape == ((3, 48, 16, 16) if nchw else (3, 16, 16, 48))
     with torch.inference_mode():
         torch.testing.assert_close(caps[f"{prefix}.attn.qkv"].tensor, module.attn.qkv(normed))
         torch.testing.assert_close(caps[f"{prefix}.attn"].tensor, module._partition_attn(normed))
@@ -387,3 +391,28 @@ def test_diff_lists_a_layer_whose_rows_are_not_the_images_as_not_compared(
     cut = layers["cut"]
     assert cut["cka"] is None and cut["cosine"] is None and cut["rel_l2"] is None
     assert cut["note"].startswith("not compared: its first dimension holds 4 rows per image")
+
+
+@pytest.mark.slow
+def test_a_hugging_face_swin_run_is_the_same_at_any_batch_size(
+    arch: tuple[Path, Path], tmp_path: Path
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.SwinConfig(
+        image_size=64, patch_size=4, embed_dim=16, depths=[2], num_heads=[2], window_size=4,
+        num_labels=3,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.SwinForImageClassification(config).save_pretrained(tmp_path / "swin")
+    _, photos = arch
+    selector = r"re:blocks\.1\.attention\.(o_proj|output)$"
+    for b in ("1", "3"):
+        _invoke("run", f"hf:{tmp_path / 'swin'}", str(photos), "-l", selector, "-b", b,
+                "-o", str(tmp_path / b))  # fmt: skip
+    one, three = (run_images(tmp_path / b) for b in ("1", "3"))
+    for a, b in zip(one, three, strict=True):
+        ((x,), (y,)) = (a["layers"], b["layers"])
+        assert x["shape"] == [1, 16, 16, 16] and x["file"]
+        assert x["note"].startswith("16 window(s) of 4 x 4 reassembled into the image's 16 x 16")
+        assert same_up_to_batching(x["stats"], y["stats"]) and x["note"] == y["note"]
+    assert len({json.dumps(im["layers"][0]["stats"]) for im in three}) == 3  # three photos
