@@ -184,3 +184,30 @@ def test_a_runs_attention_grid_says_heads(monkeypatch: pytest.MonkeyPatch) -> No
         drawn = grid_picture(layer_view(job, cap, "00_b.png"))
         assert drawn is not None and drawn.png and drawn.fields["channels_total"] == 2
     assert captured == ["head", "channel"]
+
+
+def test_an_attention_overlay_says_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from actviz.hooks import Capture
+    from actviz.render import legend
+    from actviz.run.job import ImageJob
+    from actviz.run.options import DrawOptions
+    from actviz.run.pictures import overlay_picture
+    from actviz.run.record import layer_view
+
+    infos: list[str] = []
+    real = legend.Header
+
+    def header(**kwargs: Any) -> Any:
+        infos.append(str(kwargs["info"]))
+        return real(**kwargs)
+
+    monkeypatch.setattr(legend, "Header", header)
+    tensor = torch.rand(1, 2, 4, 4)
+    for kind in ("attention", "output"):
+        cap = Capture("b<attn>", "b", "MultiheadAttention", 1, (1, 2, 4, 4), tensor, kind=kind)
+        job = ImageJob(
+            [cap], [], 0, PurePosixPath("x"), Path("."), DrawOptions(overlay=True),
+            model_input=torch.rand(3, 16, 16), mean=(0.5,) * 3, std=(0.25,) * 3,
+        )  # fmt: skip
+        assert overlay_picture(layer_view(job, cap, "00_b.png")) is not None
+    assert [info.split(" over")[0] for info in infos] == ["mean of 2 heads", "mean of 2 channels"]
