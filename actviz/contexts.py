@@ -4,13 +4,17 @@
 each one a :class:`LayerContext`: the channel count its attributes state, whether the model
 works channels-last there (``Permute`` modules, channels-first layers in registration order),
 the patch grid and prefix tokens of a ViT-like model around it, and MaxViT's window
-partitions. :mod:`actviz.layouts` combines this with an output's shape.
+partitions (torchvision's; timm's and Hugging Face's windowed attention is reassembled when
+captured, :mod:`actviz.windows`, and is channels-last here). :mod:`actviz.layouts`
+combines this with an output's shape.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from actviz.windows import windowed_blocks
 
 if TYPE_CHECKING:
     from torch import nn
@@ -103,6 +107,11 @@ def layer_contexts(
 
     tokens = _token_regions(modules, input_hw)
     windows = _window_regions(modules)
+    # Windowed attention's rows are put back into each image's grid, channels last
+    # (actviz.windows), whatever layer came before.
+    for name, (block, inside) in windowed_blocks(model).items():
+        if inside:
+            last_state[name] = block.family != "maxvit-2d"
     contexts: dict[str, LayerContext] = {}
     for name, module in modules:
         hint = own_hint[name]

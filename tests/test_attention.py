@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import textwrap
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import numpy as np
 import pytest
@@ -132,3 +133,81 @@ def test_capture_attn_from_the_cli(tmp_path: Path) -> None:
     assert all(0 < x["min"] <= x["max"] < 1 for x in layers)  # attention weights
     picture = np.asarray(Image.open(out / layers[0]["file"]).convert("RGB"))
     assert picture.shape[0] > 40 and picture.std() > 10  # a drawn grid, not a blank
+
+
+def test_an_attention_grid_counts_heads_and_a_feature_grid_channels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from actviz.render import grid as grid_module
+    from actviz.render.grid import render_grid
+
+    infos: list[str] = []
+    real = grid_module.Header
+
+    def header(**kwargs: object) -> object:
+        infos.append(str(kwargs["info"]))
+        return real(**kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(grid_module, "Header", header)
+    maps = np.random.default_rng(0).random((2, 4, 4)).astype(np.float32)
+    render_grid(maps, title="block<attn>", unit="head")
+    render_grid(maps, title="conv")
+    render_grid(maps[:1], title="block<attn>", unit="head")
+    assert [info.split("  |")[0] for info in infos] == [
+        "2 of 2 heads",
+        "2 of 2 channels",
+        "1 of 1 head",
+    ]
+
+
+def test_a_runs_attention_grid_says_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from actviz.hooks import Capture
+    from actviz.render import grid as grid_module
+    from actviz.run.pictures import grid_picture
+    from actviz.run.record import layer_view
+
+    captured: list[str] = []
+    real = grid_module.render_grid
+
+    def spy(act: Any, **kwargs: Any) -> Any:
+        captured.append(str(kwargs.get("unit")))
+        return real(act, **kwargs)
+
+    monkeypatch.setattr(grid_module, "render_grid", spy)
+    from actviz.run.job import ImageJob
+    from actviz.run.options import DrawOptions
+
+    tensor = torch.rand(1, 2, 4, 4)
+    for kind in ("attention", "output"):
+        cap = Capture("b<attn>", "b", "MultiheadAttention", 1, (1, 2, 4, 4), tensor, kind=kind)
+        job = ImageJob([cap], [], 0, PurePosixPath("x"), Path("."), DrawOptions())
+        drawn = grid_picture(layer_view(job, cap, "00_b.png"))
+        assert drawn is not None and drawn.png and drawn.fields["channels_total"] == 2
+    assert captured == ["head", "channel"]
+
+
+def test_an_attention_overlay_says_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from actviz.hooks import Capture
+    from actviz.render import legend
+    from actviz.run.job import ImageJob
+    from actviz.run.options import DrawOptions
+    from actviz.run.pictures import overlay_picture
+    from actviz.run.record import layer_view
+
+    infos: list[str] = []
+    real = legend.Header
+
+    def header(**kwargs: Any) -> Any:
+        infos.append(str(kwargs["info"]))
+        return real(**kwargs)
+
+    monkeypatch.setattr(legend, "Header", header)
+    tensor = torch.rand(1, 2, 4, 4)
+    for kind in ("attention", "output"):
+        cap = Capture("b<attn>", "b", "MultiheadAttention", 1, (1, 2, 4, 4), tensor, kind=kind)
+        job = ImageJob(
+            [cap], [], 0, PurePosixPath("x"), Path("."), DrawOptions(overlay=True),
+            model_input=torch.rand(3, 16, 16), mean=(0.5,) * 3, std=(0.25,) * 3,
+        )  # fmt: skip
+        assert overlay_picture(layer_view(job, cap, "00_b.png")) is not None
+    assert [info.split(" over")[0] for info in infos] == ["mean of 2 heads", "mean of 2 channels"]

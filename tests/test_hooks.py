@@ -58,7 +58,8 @@ def test_each_forward_starts_a_fresh_record(tiny_net: nn.Module) -> None:
 def test_no_hooks_remain_after_success_or_an_exception(tiny_net: nn.Module) -> None:
     before = _hook_count(tiny_net)
     with ActivationRecorder(tiny_net, ["stem.conv", "act", "head"]):
-        assert _hook_count(tiny_net) == before + 4  # three layers and the root's reset hook
+        # Three layers, the root's reset hook, and the root's batch-size watch.
+        assert _hook_count(tiny_net) == before + 5
         tiny_net(torch.randn(1, 3, 8, 8))
     assert _hook_count(tiny_net) == before
     with (

@@ -254,7 +254,9 @@ def _layers(state: Stream) -> list[LayerDiff]:
         notes = []
         cka_value: float | None = None
         defined = True
-        if shape_b is None:
+        if key in state.refused:
+            notes.append(f"not compared: {state.refused[key]}")
+        elif shape_b is None:
             notes.append("model B produced no such output")
         elif shape_a != shape_b:
             notes.append(f"shapes differ: A {shape_a}, B {shape_b}; CKA only")
@@ -264,7 +266,7 @@ def _layers(state: Stream) -> list[LayerDiff]:
                 f"compared at {shape_a} per image; maps of other sizes ({others}) resized to "
                 "it by adaptive average pooling"
             )
-        if not state.two_images and shape_b is not None:
+        if not state.two_images and shape_b is not None and key not in state.refused:
             cka = comparison.cka()
             cka_value, defined = cka.value, cka.defined
             if cka.note:

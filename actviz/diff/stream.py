@@ -58,6 +58,8 @@ class Stream:
     resized: dict[str, set[tuple[int, ...]]] = field(default_factory=dict)
     """Capture key -> the other per-image shapes its maps had, pooled to the compared one."""
     failed: list[ImageResult] = field(default_factory=list)
+    refused: dict[str, str] = field(default_factory=dict)
+    """Capture key -> why its rows cannot be attributed to images (it is not compared)."""
     contexts_a: dict[str, Any] = field(default_factory=dict)
     contexts_b: dict[str, Any] = field(default_factory=dict)
 
@@ -202,6 +204,9 @@ def _measure(
         shape_b = tuple(tensor_b.shape[1:]) if tensor_b is not None else None
         state.info[key] = (cap.module, cap.module_type, tuple(tensor_a.shape[1:]), shape_b)
     if tensor_b is None:
+        return
+    if cap.refused is not None:  # rows that are not the images: nothing to compare per image
+        state.refused[key] = cap.refused
         return
     compared = state.info[key][2]
     if tuple(tensor_a.shape[1:]) != compared:

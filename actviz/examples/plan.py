@@ -27,6 +27,7 @@ import numpy.typing as npt
 from actviz.errors import ModelError, first_line
 from actviz.examples.fields import ReceptiveField, measure_fields
 from actviz.hooks import HookSession, tensor_items
+from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
     import torch
@@ -176,15 +177,24 @@ class _ProbeRecorder(HookSession):
     def __init__(self, model: nn.Module, layers: Sequence[str]) -> None:
         super().__init__(model, layers, eval_mode=True)
         self.outputs: dict[str, tuple[str, str, Any]] = {}
+        self.refused: dict[str, str] = {}
+        """Capture key -> why its rows are not the images (nothing of it is scored)."""
+        self._rows = ImageRows(model)
 
     def _start_record(self) -> None:
         super()._start_record()
         self.outputs = {}
+        self.refused = {}
 
     def _register(self, name: str, module: nn.Module) -> None:
         def hook(_module: nn.Module, _args: object, output: object) -> None:
             _call, key = self._next_call(name)
-            for element, tensor in tensor_items(output):
+            for element, raw in tensor_items(output):
+                # Windowed attention's rows put back into each image's grid, as scored.
+                tensor, why = self._rows.split(name, raw)
+                if tensor is None:
+                    self.refused[key + element] = why or "its rows are not the images"
+                    continue
                 kept = tensor.clone() if tensor.requires_grad else tensor.detach()
                 self.outputs[key + element] = (name, type(module).__name__, kept)
 
@@ -223,7 +233,7 @@ def plan_layers(
         never_ran = recorder.never_called()
         outputs = recorder.outputs
         layouts: dict[str, tuple[str, str, tuple[int, ...], _Layout]] = {}
-        skipped: list[tuple[str, str]] = []
+        skipped: list[tuple[str, str]] = list(recorder.refused.items())
         for key, (name, module_type, tensor) in outputs.items():
             if not tensor.is_floating_point():
                 dtype = str(tensor.dtype).removeprefix("torch.")

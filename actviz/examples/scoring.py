@@ -23,6 +23,7 @@ from actviz.examples.options import Score
 from actviz.examples.plan import LayerPlan
 from actviz.examples.topk import Candidates, layer_candidates
 from actviz.hooks import HookSession, tensor_items
+from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
     import torch
@@ -146,6 +147,7 @@ class ScoreRecorder(HookSession):
         self.unfit: dict[str, tuple[int, ...]] = {}
         """Capture key -> the per-image shape of the latest forward's output, where it could
         not be brought to the plan's (its images are not scored)."""
+        self._rows = ImageRows(model)
 
     def _start_record(self) -> None:
         super()._start_record()
@@ -161,9 +163,11 @@ class ScoreRecorder(HookSession):
     def _register(self, name: str, module: nn.Module) -> None:
         def hook(_module: nn.Module, _args: object, output: object) -> None:
             _call, key = self._next_call(name)
-            for element, tensor in tensor_items(output):
+            for element, raw in tensor_items(output):
                 plan = self.plans.get(key + element)
-                if plan is None:
+                # Windowed attention's rows put back into each image's grid, as planned.
+                tensor, _ = self._rows.split(name, raw)
+                if plan is None or tensor is None:
                     continue
                 shape = tuple(tensor.shape[1:])
                 if shape == plan.shape:

@@ -23,10 +23,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from actviz.hooks import HookSession
+from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
+
+    from actviz.windows import Scheme
 
 __all__ = ["GradientCapture", "GradientRecorder"]
 
@@ -70,6 +73,15 @@ class _Entry:
     # The live output and its in-place version counter, kept only until the last backward.
     output: torch.Tensor | None = None
     version: int = 0
+    # How the output's rows become the images (windowed attention), for its gradient too.
+    scheme: Scheme | None = None
+
+    def keep(self, grad: torch.Tensor) -> None:
+        """Keep a CPU float32 copy of the output's gradient, one row per image."""
+        import torch
+
+        per_image = grad.detach() if self.scheme is None else self.scheme.reassemble(grad)[0]
+        self.gradient = per_image.detach().to("cpu", torch.float32, copy=True)
 
 
 class GradientRecorder(HookSession):
@@ -89,6 +101,7 @@ class GradientRecorder(HookSession):
         super().__init__(model, layers, eval_mode=True)
         self._entries: dict[str, _Entry] = {}
         self._backward_done = False
+        self._rows = ImageRows(model)
 
     def _start_record(self) -> None:
         super()._start_record()
@@ -116,21 +129,27 @@ class GradientRecorder(HookSession):
                     "input or any parameter)",
                 )
                 return
+            # Windowed attention's rows put back into each image's grid, its gradient's too;
+            # rows that are not the images have no gradient per image.
+            scheme, refused = self._rows.scheme(name, output)
+            if refused is not None:
+                self._skip(key, module, refused)
+                return
+
+            detached = output.detach()
+            activation = detached if scheme is None else scheme.reassemble(detached)[0]
             entry = _Entry(
                 key,
                 name,
                 type(module).__name__,
                 call,
-                output.detach().to(device="cpu", dtype=torch.float32, copy=True),
+                activation.detach().to(device="cpu", dtype=torch.float32, copy=True),
                 output=output,
                 version=output._version,
+                scheme=scheme,
             )
             self._entries[key] = entry
-
-            def keep_gradient(grad: torch.Tensor) -> None:
-                entry.gradient = grad.detach().to(device="cpu", dtype=torch.float32, copy=True)
-
-            self._add_tensor_hook(output, keep_gradient)
+            self._add_tensor_hook(output, entry.keep)
 
         self._add_forward_hook(module, hook)
 
@@ -175,7 +194,7 @@ class GradientRecorder(HookSession):
                 )
                 for (entry, _), grad in zip(live, grads, strict=True):
                     if grad is not None:
-                        entry.gradient = grad.detach().to("cpu", torch.float32, copy=True)
+                        entry.keep(grad)
                 result: tuple[torch.Tensor | None, ...] = (None,) * len(targets)
             else:
                 # The tensor hooks fill in the gradients on the way down to the inputs.

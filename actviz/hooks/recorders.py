@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from actviz.errors import UsageError
 from actviz.hooks.refs import layer_refs, tensor_items
 from actviz.hooks.session import Capture, HookSession, call_key
+from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
     import torch
@@ -57,6 +58,12 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         summarize: Called as ``summarize(module_name, tensor)`` on each captured tensor where
             it lives (on the device, before the copy); the result is kept in
             ``Capture.summary``. Statistics are cheapest there.
+        per_image: Make each capture's first dimension the images of the batch: windowed
+            attention's ``images x windows`` rows (timm's and Hugging Face's Swin, timm's
+            MaxViT) reassembled into each image's grid, ``(B, H, W, C)``; any other output
+            whose first dimension is not the batch is kept empty, ``(B, 0)``, with the reason
+            in ``Capture.refused`` (:class:`actviz.windows.ImageRows`). False records what
+            the modules return.
 
     Example:
         >>> with ActivationRecorder(model, ["layer1.0.conv1"]) as acts:
@@ -73,6 +80,7 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         keep_tensors: bool = True,
         mode: CaptureMode = "output",
         summarize: Callable[[str, torch.Tensor], Any] | None = None,
+        per_image: bool = True,
     ) -> None:
         if mode not in ("output", "input", "both", "attn"):
             raise UsageError(f"unknown capture mode '{mode}'; use output, input, both or attn")
@@ -83,6 +91,7 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         self._paused = False
         self._captures: dict[str, Capture] = {}
         self._contexts: dict[str, LayerContext] | None = None
+        self._rows = ImageRows(model, enabled=per_image)
 
     # Mapping protocol: key -> tensor of the latest forward.
     def __getitem__(self, key: str) -> torch.Tensor:
@@ -130,8 +139,9 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
 
         def store(call: int, key: str, value: object, *, what: str) -> None:
             found = False
-            for element, tensor in tensor_items(value):
+            for element, raw in tensor_items(value):
                 found = True
+                tensor, rows, refused = self._per_image(name, raw)
                 copy = (
                     # contiguous_format: channels-last outputs come back in plain NCHW order.
                     tensor.detach().to(
@@ -144,17 +154,21 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
                     else None
                 )
                 summary = (
-                    self.summarize(name, tensor.detach()) if self.summarize is not None else None
+                    self.summarize(name, tensor.detach())
+                    if self.summarize is not None and refused is None
+                    else None
                 )
                 self._captures[key + element] = Capture(
                     key + element,
                     name,
                     module_type,
                     call,
-                    tuple(tensor.shape),
+                    tuple((raw if refused else tensor).shape),
                     copy,
                     kind=what,
                     summary=summary,
+                    rows=rows,
+                    refused=refused,
                 )
             if not found:
                 self._skip(key, module, f"{what} is {type(value).__name__}, not a tensor")
@@ -180,6 +194,17 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
             self._add_pre_hook(module, pre_hook)
         if want_out:
             self._add_forward_hook(module, hook)
+
+    def _per_image(
+        self, name: str, tensor: torch.Tensor
+    ) -> tuple[torch.Tensor, str | None, str | None]:
+        """The tensor with one row per image, how that was done, and why it could not be
+        (then the tensor is an empty ``(images, 0)``)."""
+        split, note = self._rows.split(name, tensor)
+        if split is not None:
+            return split, note, None
+        batch = self._rows.batch or 1
+        return tensor.new_empty((batch, 0)), None, note
 
     def _register_attention(self, name: str, module: nn.Module, store: Callable[..., None]) -> None:
         """Attention maps of the module's (first) ``nn.MultiheadAttention``, recomputed from

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from actviz.errors import ModelError
 from actviz.hooks.refs import check_hookable
+from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
     import torch
@@ -36,6 +37,10 @@ class Capture:
         tensor: A detached CPU float32 copy, or None when only shapes are recorded.
         kind: ``output``, or ``input`` for what a forward pre-hook saw.
         summary: What the recorder's ``summarize`` callback returned for this tensor.
+        rows: How the rows were made the batch's images when the module's own were not
+            (windows reassembled into each image's grid), for the layer's note.
+        refused: Why the output's rows cannot be attributed to the images of the batch;
+            ``tensor`` is then empty, ``(images, 0)``, and ``summary`` None.
     """
 
     key: str
@@ -46,6 +51,8 @@ class Capture:
     tensor: torch.Tensor | None = None
     kind: str = "output"
     summary: Any = None
+    rows: str | None = None
+    refused: str | None = None
 
 
 @dataclass
@@ -97,6 +104,9 @@ class HookSession(abc.ABC):
         # Changes to the model made for the capture (a fused attention turned off), undone
         # on exit.
         self._undo: list[Callable[[], None]] = []
+        # Enabled by recorders whose captures must have one row per image (actviz.windows):
+        # its hooks watch the batch size and the windowed blocks' maps.
+        self._rows = ImageRows(model, enabled=False)
 
     def __enter__(self: _Session) -> _Session:
         check_hookable(self.model)
@@ -112,6 +122,7 @@ class HookSession(abc.ABC):
             self._handles.append(start)
             for name in self.layers:
                 self._register(name, modules[name])
+            self._rows.attach(self.layers, self._add_pre_hook)
         except BaseException:
             self._close()
             raise

@@ -100,6 +100,7 @@ def render_grid(
     notes: Sequence[str] = (),
     channel_names: Sequence[str] | None = None,
     prefix: npt.ArrayLike | None = None,
+    unit: str = "channel",
 ) -> GridImage:
     """Draw a feature map as a grid of tiles, one per channel, under a header.
 
@@ -133,6 +134,8 @@ def render_grid(
             labelled ``index name`` instead of its index alone.
         prefix: ``(C, P)`` values drawn apart from the maps (a token layer's class and
             register tokens): a band of P squares above each tile, on that tile's scale.
+        unit: What one tile is, for the header's count: ``"channel"`` (``"12 of 64
+            channels"``), or ``"head"`` for an attention map's heads.
 
     Returns:
         The picture and a description of what it shows.
@@ -176,7 +179,7 @@ def render_grid(
     placed = tile_layout(height * upscale, width * upscale, tile_labels, tokens)
     body_h, body_w = body_shape(chosen.count, columns_used, placed)
 
-    count_text = f"{chosen.count} of {total} channel{'' if total == 1 else 's'}"
+    count_text = f"{chosen.count} of {total} {unit}{'' if total == 1 else 's'}"
     if channels is not None:
         count_text += f", {channels_note}" if channels_note else ""
     elif order != "index":

@@ -83,6 +83,8 @@ def grid_picture(view: LayerView) -> Drawn | None:
             notes=notes,
             channel_names=job.channel_names.get(cap.module),
             prefix=prefix,
+            # An attention map's tiles are its heads.
+            unit="head" if cap.kind == "attention" else "channel",
         )
     return Drawn(
         grid.to_png(opts.png_compression),
@@ -118,7 +120,8 @@ def overlay_picture(view: LayerView) -> Drawn | None:
         return None
     lo, hi = float(heat[finite].min()), float(heat[finite].max())
     heat = (heat - lo) / (hi - lo) if hi > lo else np.zeros_like(heat)
-    what = f"channel {channel}" if channel is not None else f"mean of {maps.shape[0]} channels"
+    unit = "head" if view.cap.kind == "attention" else "channel"  # an attention map's tiles
+    what = f"{unit} {channel}" if channel is not None else f"mean of {maps.shape[0]} {unit}s"
     header = Header(
         title=view.title,
         info=f"{what} over the input  |  min-max  |  range [{fmt_value(lo)}, {fmt_value(hi)}]",

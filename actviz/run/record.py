@@ -3,6 +3,7 @@ and the layer's record (shape, range, statistics, layout, note), built without d
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,15 +57,22 @@ class Drawn:
 
 def layer_view(job: ImageJob, cap: Capture, filename: str) -> LayerView:
     """The view of capture ``cap`` for image ``job.index``; ``filename`` is its grid's."""
-    from actviz.layouts import to_drawable
+    from actviz.layouts import Drawable, to_drawable
 
     assert cap.tensor is not None  # the pipeline records tensors
+    stem = filename.removesuffix(".png")
+    if cap.refused is not None:  # rows that are not the images: nothing of it is this image's
+        drawable = Drawable("none", None, "none", cap.refused)
+        return LayerView(job, cap, drawable, stem, f"{cap.key}   {cap.module_type}")
     sample = cap.tensor[job.index]
     # Attention maps are (heads, H, W) whatever the module's own output looks like.
     ctx = None if cap.kind == "attention" else job.contexts.get(cap.module)
     drawable = to_drawable(sample.numpy(), ctx, layout=job.options.layout)
+    if cap.rows is not None:  # windows put back into the image's grid: the note says so
+        note = f"{cap.rows}; {drawable.note}" if drawable.note else cap.rows
+        drawable = dataclasses.replace(drawable, note=note)
     title = f"{cap.key}   {cap.module_type}   {(1, *sample.shape)}"
-    return LayerView(job, cap, drawable, filename.removesuffix(".png"), title)
+    return LayerView(job, cap, drawable, stem, title)
 
 
 def layer_record(view: LayerView, order: int) -> LayerResult:
@@ -74,17 +82,21 @@ def layer_record(view: LayerView, order: int) -> LayerResult:
     assert cap.tensor is not None
     shape = (1, *cap.tensor.shape[1:])
     stats = None
-    if cap.summary is not None:  # computed in the hook, on the device
-        stats = cap.summary[job.index]
-    elif job.stats_fn is not None:
-        computed = job.stats_fn(cap.module, cap.tensor[job.index : job.index + 1])
-        stats = computed[0] if computed else None
-    if stats is not None:  # finite-only, like the summary: no need for both
-        lo, hi, mean = stats.min, stats.max, stats.mean
-    elif job.summaries:
-        lo, hi, mean = job.summaries[order][job.index]
-    else:  # statistics were asked for but this output has none (complex, 0-d)
-        lo, hi, mean = summaries(cap.tensor[job.index : job.index + 1])[0]
+    if cap.refused is not None:  # no row is this image's: no figures, the note says why
+        shape = (1, *cap.shape[1:])  # one row's, as for any layer; the note says what rows are
+        lo = hi = mean = math.nan
+    else:
+        if cap.summary is not None:  # computed in the hook, on the device
+            stats = cap.summary[job.index]
+        elif job.stats_fn is not None:
+            computed = job.stats_fn(cap.module, cap.tensor[job.index : job.index + 1])
+            stats = computed[0] if computed else None
+        if stats is not None:  # finite-only, like the summary: no need for both
+            lo, hi, mean = stats.min, stats.max, stats.mean
+        elif job.summaries:
+            lo, hi, mean = job.summaries[order][job.index]
+        else:  # statistics were asked for but this output has none (complex, 0-d)
+            lo, hi, mean = summaries(cap.tensor[job.index : job.index + 1])[0]
     return LayerResult(
         key=cap.key,
         module=cap.module,

@@ -1,0 +1,304 @@
+"""Which image each row of a captured tensor belongs to.
+
+Every picture and statistic of one image is cut from row ``i`` of a layer's output, so that
+row must be image ``i``. Windowed attention breaks this: timm's and Hugging Face's Swin
+blocks and timm's MaxViT partition attention cut each image's map into windows and run their
+attention layers on ``images x windows`` rows. :class:`ImageRows` puts those rows back into
+each image's grid, as the block itself does after its attention (the window partition undone,
+padding cropped, the cyclic shift rolled back), and refuses, by name, any other output whose
+first dimension is not the images of the batch: such a tensor is never attributed to an
+image it does not belong to.
+
+torchvision's Swin and MaxViT keep the batch first everywhere (their windows are reassembled
+when drawn, :mod:`actviz.layouts`), so only the guard applies to them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+__all__ = ["ImageRows", "Scheme", "WindowedBlock", "windowed_blocks"]
+
+AddPreHook = Callable[..., None]
+"""``add(module, hook, with_kwargs=True)``: how a hook session registers a pre-hook."""
+
+
+@dataclass(frozen=True)
+class WindowedBlock:
+    """A block whose attention part runs on windows of each image.
+
+    Attributes:
+        name: The block's qualified name.
+        module: The block.
+        family: ``timm-swin`` (shift, then pad), ``hf-swin`` (pad, then shift),
+            ``maxvit`` (channels-last windows or grid cells) or ``maxvit-2d`` (channels-first).
+    """
+
+    name: str
+    module: nn.Module
+    family: str
+
+
+def windowed_blocks(model: nn.Module) -> dict[str, tuple[WindowedBlock, bool]]:
+    """Modules of a windowed block -> the block, and whether the module is inside its
+    attention child (``attn`` in timm, ``attention`` in Hugging Face), which sees only
+    windows; the block's other modules see images, or windows too (Hugging Face's Swin runs
+    its one dropout on both)."""
+    found: dict[str, tuple[WindowedBlock, bool]] = {}
+    for name, module in model.named_modules():
+        family = _family(module)
+        if family is None:
+            continue
+        child = "attention" if family == "hf-swin" else "attn"
+        block = WindowedBlock(name, module, family)
+        for sub, _ in module.named_modules():
+            path = f"{name}.{sub}" if name and sub else name or sub
+            inside = sub == child or sub.startswith(f"{child}.")
+            if sub and (path not in found or inside):
+                found[path] = (block, inside)
+    return found
+
+
+def _family(module: nn.Module) -> str | None:
+    children = dict(module.named_children())
+    if "attn" in children and hasattr(module, "partition_size"):
+        if not hasattr(module, "partition_block"):
+            return None
+        return "maxvit-2d" if type(module).__name__.endswith("2d") else "maxvit"
+    if not (hasattr(module, "window_size") and hasattr(module, "shift_size")):
+        return None
+    if "attn" in children and callable(getattr(module, "_attn", None)):
+        return "timm-swin"
+    if "attention" in children and hasattr(module, "input_resolution"):
+        return "hf-swin"
+    return None
+
+
+class ImageRows:
+    """Makes the first dimension of every captured tensor the images of the batch.
+
+    :meth:`attach` hooks the model (its input gives the batch size) and the windowed blocks
+    of the selected modules (their input gives the map's size); :meth:`split` then turns a
+    tensor into one whose rows are the images, or says why it cannot.
+
+    Args:
+        model: The hooked model.
+        enabled: False leaves every tensor as the module returned it (and hooks nothing).
+    """
+
+    def __init__(self, model: nn.Module, *, enabled: bool = True) -> None:
+        self.model = model
+        self.enabled = enabled
+        self.batch: int | None = None
+        self._blocks: dict[str, tuple[WindowedBlock, bool]] | None = None
+        self._sizes: dict[str, tuple[int, int]] = {}
+
+    def attach(self, names: Sequence[str], add_pre_hook: AddPreHook) -> None:
+        """Register the pre-hooks that watch the batch size and the windowed blocks' maps."""
+        if not self.enabled:
+            return
+        self._blocks = windowed_blocks(self.model)
+        add_pre_hook(self.model, self._watch_batch, with_kwargs=True)
+        watched: set[str] = set()
+        for name in names:
+            block, _ = self._blocks.get(name, (None, False))
+            if block is not None and block.name not in watched:
+                watched.add(block.name)
+                add_pre_hook(block.module, self._watcher(block), with_kwargs=True)
+
+    def _watch_batch(self, _module: nn.Module, args: tuple[Any, ...], kwargs: Any) -> None:
+        self.batch = _batch_size([*args, *kwargs.values()])
+        self._sizes = {}
+
+    def _watcher(self, block: WindowedBlock) -> Callable[..., None]:
+        def watch(_module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+            size = _map_size(block, args, kwargs)
+            if size is None:
+                self._sizes.pop(block.name, None)
+            else:
+                self._sizes[block.name] = size
+
+        return watch
+
+    def split(self, name: str, tensor: torch.Tensor) -> tuple[torch.Tensor | None, str | None]:
+        """``tensor`` (from module ``name``) with one row per image, and a note on what was
+        done (None when nothing was); or None and why its rows cannot be the images."""
+        scheme, why = self.scheme(name, tensor)
+        if why is not None and scheme is None:
+            return None, why
+        if scheme is None:
+            return tensor, None
+        return scheme.reassemble(tensor)
+
+    def scheme(self, name: str, tensor: torch.Tensor) -> tuple[Scheme | None, str | None]:
+        """How ``tensor``'s rows become the images: a :class:`Scheme` to apply (to it, or to
+        its gradient later), None when they already are; or None and why they cannot be."""
+        batch = self.batch
+        if batch is None or not self.enabled:
+            return None, None
+        if tensor.ndim == 0:
+            return None, _refusal(tensor, batch)
+        block, inside = (self._blocks or {}).get(name, (None, False))
+        size = self._sizes.get(block.name) if block is not None else None
+        if block is not None and size is not None:
+            scheme = _scheme(block, batch, size)
+            # With one window per image, only the attention's rows are known to be windows.
+            if (
+                scheme is not None
+                and int(tensor.shape[0]) == batch * scheme.windows
+                and (inside or scheme.windows > 1)
+            ):
+                return scheme, None
+        if int(tensor.shape[0]) == batch:
+            return None, None
+        return None, _refusal(tensor, batch)
+
+
+def _refusal(tensor: torch.Tensor, batch: int) -> str:
+    """Why a tensor's rows are not the images, in words that do not depend on the batch size
+    (a run's note is the same whichever batch an image came in)."""
+    shape = tuple(int(n) for n in tensor.shape)
+    if not shape:
+        return "one number for the whole batch (shape ()); it belongs to no one image"
+    rows = shape[0]
+    if rows % batch == 0:
+        what = (
+            f"its first dimension holds {rows // batch} rows per image (windows or tokens of "
+            "each image, in an order the model's structure does not say)"
+        )
+    else:
+        what = (
+            f"its first dimension ({rows} rows of {shape[1:]}) does not follow the images of "
+            "the batch (a tensor shared by the batch, or rows in another order)"
+        )
+    return f"{what}; its rows cannot be attributed to images, so it is not drawn"
+
+
+def _batch_size(values: Sequence[Any]) -> int | None:
+    """The batch size of a model's inputs: the first tensor's first dimension (or the length
+    of a first list of image tensors, as detection models take)."""
+    import torch
+
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return int(value.shape[0]) if value.ndim else None
+        if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            return len(value)
+    return None
+
+
+def _map_size(
+    block: WindowedBlock, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> tuple[int, int] | None:
+    """The height and width of the map a windowed block is called on."""
+    import torch
+
+    x = args[0] if args else next(iter(kwargs.values()), None)
+    if not isinstance(x, torch.Tensor) or x.ndim < 3:
+        return None
+    if block.family == "hf-swin":
+        dims = args[1] if len(args) > 1 else kwargs.get("input_dimensions")
+        if isinstance(dims, (tuple, list)) and len(dims) == 2:
+            return int(dims[0]), int(dims[1])
+        return None
+    if x.ndim != 4:
+        return None
+    if block.family == "maxvit-2d":
+        return int(x.shape[2]), int(x.shape[3])
+    return int(x.shape[1]), int(x.shape[2])
+
+
+def _pair(value: Any) -> tuple[int, int] | None:
+    if isinstance(value, (tuple, list)) and len(value) == 2:
+        return int(value[0]), int(value[1])
+    try:
+        side = int(value)
+    except (TypeError, ValueError):
+        return None
+    return side, side
+
+
+def _scheme(block: WindowedBlock, batch: int, size: tuple[int, int]) -> Scheme | None:
+    """How the block cut this call's map into windows, read from its attributes now (Hugging
+    Face's Swin shrinks its window to a small map inside its forward, before its attention)."""
+    module = block.module
+    if block.family.startswith("maxvit"):
+        window = _pair(getattr(module, "partition_size", None))
+        shift: tuple[int, int] | None = (0, 0)
+        grid = not bool(getattr(module, "partition_block", True))
+    else:
+        window = _pair(getattr(module, "window_size", None))
+        shift = _pair(getattr(module, "shift_size", None))
+        grid = False
+    if window is None or shift is None or min(window) < 1:
+        return None
+    h, w = size
+    padded = (-(-h // window[0]) * window[0], -(-w // window[1]) * window[1])
+    if grid and padded != size:
+        return None
+    return Scheme(block, batch, size, padded, window, shift, grid)
+
+
+@dataclass(frozen=True)
+class Scheme:
+    """How one call of a windowed block cut a batch's maps into windows: enough to put any
+    per-window tensor of it (an output, or its gradient) back into each image's grid."""
+
+    block: WindowedBlock
+    batch: int
+    size: tuple[int, int]
+    padded: tuple[int, int]
+    window: tuple[int, int]
+    shift: tuple[int, int]
+    grid: bool
+
+    @property
+    def windows(self) -> int:
+        return (self.padded[0] // self.window[0]) * (self.padded[1] // self.window[1])
+
+    def reassemble(self, tensor: torch.Tensor) -> tuple[torch.Tensor, str]:
+        """Per-window rows -> ``(B, H, W, C)`` (``(B, C, H, W)`` for channels-first windows),
+        or ``(B, windows, ...)`` for what is not a map of the window (attention weights)."""
+        wh, ww = self.window
+        rest = tuple(int(n) for n in tensor.shape[1:])
+        n = self.windows
+        where = f"{n} window(s) of {wh} x {ww}"
+        if self.grid:
+            where = f"{n} grid cell(s) of {wh} x {ww} tokens strided over the map"
+        x: torch.Tensor
+        if self.block.family == "maxvit-2d" and len(rest) == 3 and rest[1:] == (wh, ww):
+            x = self._grid(tensor.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+        elif len(rest) == 3 and rest[:2] == (wh, ww) or len(rest) == 2 and rest[0] == wh * ww:
+            x = self._grid(tensor.reshape(tensor.shape[0], wh, ww, rest[-1]))
+        else:
+            per_image = tensor.reshape(self.batch, n, *rest)
+            return per_image, f"one row per window ({where} per image)"
+        h, w = self.size
+        return x, f"{where} reassembled into the image's {h} x {w} grid"
+
+    def _grid(self, windows: torch.Tensor) -> torch.Tensor:
+        """``(B * windows, wh, ww, C)`` -> ``(B, H, W, C)``: the block's own reverse."""
+        import torch
+
+        (wh, ww), (hp, wp), (h, w) = self.window, self.padded, self.size
+        c = windows.shape[-1]
+        if self.grid:  # timm's grid_reverse: tokens strided over the map
+            x = windows.reshape(self.batch, hp // wh, wp // ww, wh, ww, c)
+            x = x.permute(0, 3, 1, 4, 2, 5)
+        else:
+            x = windows.reshape(self.batch, hp // wh, wp // ww, wh, ww, c)
+            x = x.permute(0, 1, 3, 2, 4, 5)
+        x = x.reshape(self.batch, hp, wp, c)
+        shifted = self.shift != (0, 0)
+        if shifted and self.block.family == "hf-swin":  # shifted after padding: roll, crop
+            x = torch.roll(x, shifts=self.shift, dims=(1, 2))
+        x = x[:, :h, :w]
+        if shifted and self.block.family == "timm-swin":  # shifted before padding
+            x = torch.roll(x, shifts=self.shift, dims=(1, 2))
+        return x.contiguous()
