@@ -15,7 +15,7 @@ import pytest
 import torch
 from PIL import Image
 
-from actviz.models import load_model
+from actviz.models import list_layers, load_model
 from actviz.models.defaults import default_selector
 from tests.conftest import make_image, run_images
 
@@ -260,6 +260,10 @@ def test_detr_runs_from_the_cli_with_its_backbone_drawn(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["run", f"hf:{tmp_path / 'detr'}", str(image), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "drawing its detections is not supported yet" in result.output
+    # Its layers list on the CPU where the meta device cannot run it (DETR reads its mask).
+    listing = list_layers(f"hf:{tmp_path / 'detr'}", layers="conv")
+    shapes = {row.name: row.shape for row in listing.layers}
+    assert shapes["model.input_projection"] == (1, 16, 28, 28)  # stride 8 at 224 x 224
     manifest = json.loads((out / "manifest.json").read_text())
     assert any(name.startswith("model.backbone.") for name in manifest["layers"])
     record = run_images(out)[0]
@@ -293,3 +297,45 @@ def test_dinov2_cam_is_where_patch_tokens_reach_its_readout(tmp_path: Path) -> N
     vit = _vit().eval()
     vit_contexts = layer_contexts(vit, (32, 32))
     assert not patches_reach_readout("vit.layernorm", vit_contexts)
+
+
+def test_swin_cam_defaults_to_its_last_stage(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from actviz.cli import app
+
+    folder = tmp_path / "swin"
+    _saved(folder, _swin, transformers.ViTImageProcessor(size={"height": 32, "width": 32}))
+    image = make_image(tmp_path / "in" / "x.png", size=(48, 40))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["run", f"hf:{folder}", str(image), "-o", str(out), "--cam"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["layers"] == ["swin.encoder.layers.0", "swin.encoder.layers.1"]
+    # A Swin stage returns a tuple: its gradient is taken per tensor, and the map is drawn
+    # from the last stage (its tokens are pooled into the classifier).
+    cams = sorted(p.name for p in (out / "x").glob("*_cam.png"))
+    assert len(cams) == 1 and "swin.encoder.layers.1" in cams[0]
+    assert np.asarray(Image.open(out / "x" / cams[0])).std() > 0
+
+
+def test_processor_preprocessing_pickles_and_input_size_is_said_to_be_approximate(
+    tmp_path: Path,
+) -> None:
+    import pickle
+
+    folder = tmp_path / "vit"
+    _saved(folder, PROCESSORS["vit"][0], PROCESSORS["vit"][1]())
+    loaded = _load(folder)
+    photo = _photo(70, 50)
+    # DataLoader workers get a pickled copy: it gives the same pixels.
+    copy = pickle.loads(pickle.dumps(loaded.preprocess))
+    assert copy == loaded.preprocess and torch.equal(copy(photo), loaded.preprocess(photo))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resized = load_model(f"hf:{folder}", device="cpu", weights="none", input_size=(48, 48))
+    assert tuple(resized.preprocess(photo).shape) == (3, 48, 48)
+    record = resized.record()["preprocessing"]
+    assert "followed with torchvision transforms for --input-size" in record["from"]
+    assert "not bit-exact" in record["from"] and "by" not in record

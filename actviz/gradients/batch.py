@@ -103,7 +103,7 @@ def backward(
         capture = result.captures.get(key)
         if cam_classes > 1 and ":" in key:
             continue  # ranked CAMs follow a module's first call
-        ctx = contexts.get(key.split(":")[0])
+        ctx = contexts.get(key.split(":")[0].split("[")[0])
         grid = ctx.token_grid if ctx is not None else None
         layout: CamLayout = "tokens" if grid else ("nhwc" if ctx and ctx.channels_last else "nchw")
         prefix = ctx.prefix_tokens if ctx is not None and grid else 1

@@ -60,12 +60,12 @@ def default_selector(model: nn.Module) -> str:
         for stages in ("features", "stages", "layers"):
             if any(re.fullmatch(rf"{stages}\.\d+", n) for n in names):
                 return rf"re:^{stages}\.\d+$"
-    stages = _normalized_stages(model)
-    if stages is not None:
+    hierarchy = _normalized_stages(model)
+    if hierarchy is not None:
         # A segmentation model's class logits as well: its class map is drawn from them.
-        logits = segmentation_logits(model)
-        extra = f",{logits}" if logits is not None and _selectable(logits) else ""
-        return rf"re:^{re.escape(stages)}\.\d+${extra}"
+        head = segmentation_logits(model)
+        then = f",{head}" if head is not None and _selectable(head) else ""
+        return rf"re:^{re.escape(hierarchy)}\.\d+${then}"
     tokens = _token_blocks(model, refs)
     if tokens is not None:
         return tokens

@@ -122,7 +122,8 @@ def _hugging_face_logits(model: nn.Module) -> str | None:
         if isinstance(module, nn.Conv2d) and module.out_channels == classes and name
     ]
     decode = [name for name in convs if name.startswith("decode_head.")]
-    return (decode or convs or [None])[-1]
+    found = decode or convs
+    return found[-1] if found else None
 
 
 def output_classes(module: nn.Module) -> int | None:

@@ -143,8 +143,9 @@ def from_processor(
     if input_size is not None or in_chans != 3:
         asked = "--input-size" if input_size is not None else "greyscale input"
         follow = interpolation if interpolation in ("bilinear", "bicubic") else "bilinear"
-        approx = _approximated(processor, size, crop, config_size, input_size, in_chans)
-        return approx(mean=mean, std=std, interpolation=follow).described(
+        common: dict[str, Any] = {"mean": mean, "std": std, "interpolation": follow}
+        approx = _approximated(processor, size, crop, config_size, input_size, in_chans, common)
+        return approx.described(
             f"{origin}, followed with torchvision transforms for {asked} ({follow} resize; "
             "not bit-exact)"
         )
@@ -193,40 +194,38 @@ def _approximated(
     config_size: tuple[int, int],
     input_size: tuple[int, int] | None,
     in_chans: int,
-) -> Any:
-    """A factory of the torchvision-transform version of what the processor does."""
-
-    def build(**common: Any) -> Preprocessing:
-        shortest = size.get("shortest_edge")
-        if crop.get("height"):
-            side = crop["height"]
-            resize = shortest or size.get("height") or side
-            return Preprocessing.fitted(
-                resize=resize, crop=side, input_size=input_size, in_chans=in_chans, **common
-            )
-        crop_pct = getattr(processor, "crop_pct", None)
-        if shortest and isinstance(crop_pct, float) and shortest < 384:
-            # ConvNeXt's processor: shorter side to size / crop_pct, then a centre crop.
-            return Preprocessing.fitted(
-                resize=int(shortest / crop_pct),
-                crop=shortest,
-                input_size=input_size,
-                in_chans=in_chans,
-                **common,
-            )
-        height, width = size.get("height"), size.get("width")
-        if shortest:
-            height = width = shortest
-        if not height or not width:
-            height, width = config_size
-        target = input_size or (height, width)
+    common: dict[str, Any],
+) -> Preprocessing:
+    """What the processor does, as torchvision transforms (for an input size or channels the
+    processor does not give)."""
+    shortest = size.get("shortest_edge")
+    if crop.get("height"):
+        side = crop["height"]
+        resize = shortest or size.get("height") or side
         return Preprocessing.fitted(
-            resize=max(target),
-            crop=max(target),
-            input_size=target,
+            resize=resize, crop=side, input_size=input_size, in_chans=in_chans, **common
+        )
+    crop_pct = getattr(processor, "crop_pct", None)
+    if shortest and isinstance(crop_pct, float) and shortest < 384:
+        # ConvNeXt's processor: shorter side to size / crop_pct, then a centre crop.
+        return Preprocessing.fitted(
+            resize=int(shortest / crop_pct),
+            crop=shortest,
+            input_size=input_size,
             in_chans=in_chans,
-            squash=True,
             **common,
         )
-
-    return build
+    height, width = size.get("height"), size.get("width")
+    if shortest:
+        height = width = shortest
+    if not height or not width:
+        height, width = config_size
+    target = input_size or (height, width)
+    return Preprocessing.fitted(
+        resize=max(target),
+        crop=max(target),
+        input_size=target,
+        in_chans=in_chans,
+        squash=True,
+        **common,
+    )

@@ -133,7 +133,14 @@ class HuggingFaceSource:
         with torch.device("meta"):
             module = _built(head, config, model, seed=False)
         _return_tensor(module, head)
-        return MetaBuild(module)
+
+        def on_cpu() -> nn.Module:
+            # Detection models read values (DETR's masks) that the meta device does not hold.
+            built = _built(head, config, model)
+            _return_tensor(built, head)
+            return built
+
+        return MetaBuild(module, on_cpu=on_cpu)
 
     def preprocessing(
         self, model: str, preset: object, *, input_size: tuple[int, int] | None, in_chans: int
