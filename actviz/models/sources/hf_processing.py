@@ -170,6 +170,7 @@ def from_processor(
         resize = shortest or max(config_size)
         nominal = Preprocessing.fitted(resize=resize, crop=max(config_size), crops=False)
     keeps = not crop and ("shortest_edge" in size or "longest_edge" in size)
+    backend = " (its Pillow backend)" if type(processor).__name__.endswith("Pil") else ""
     return ProcessorPreprocessing(
         resize_size=nominal.resize_size,
         crop_size=nominal.crop_size,
@@ -178,7 +179,7 @@ def from_processor(
         interpolation=interpolation,
         crop=not keeps,
         squash=squash,
-        origin=f"{origin}, called on each image (its Pillow backend)",
+        origin=f"{origin}, called on each image{backend}",
         processor=processor,
         settings=repr(sorted(processor.to_dict().items())),
         keeps_aspect=keeps,
