@@ -212,6 +212,7 @@ def test_segformer_is_a_segmentation_model_with_a_class_map(tmp_path: Path) -> N
     loaded = _load(folder)
     assert type(loaded.module).__name__ == "SegformerForSemanticSegmentation"
     assert loaded.segmentation == "decode_head.classifier"
+    assert loaded.classifier  # class scores per pixel, as torchvision's segmentation models
     assert loaded.categories == ["sky", "road", "tree"]
     assert loaded.channel_names == {"decode_head.classifier": ["sky", "road", "tree"]}
 

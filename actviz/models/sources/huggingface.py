@@ -122,7 +122,7 @@ class HuggingFaceSource:
         note = head.note(model)
         if note is not None:
             warnings.warn(note, HeadWarning, stacklevel=2)
-        return Built(module, info, (ref, config), classifier=head.role == "classifier")
+        return Built(module, info, (ref, config), classifier=head.scores)
 
     def build_meta(self, model: str, input_size: tuple[int, int] | None = None) -> MetaBuild:
         """The architecture from its config, with its parameters on the meta device."""
