@@ -288,24 +288,31 @@ class _Branchy(nn.Module):
         self.conv = nn.Conv2d(3, 2, 1)
         self.aux = nn.Conv2d(2, 2, 1)  # runs, but the logits do not use it
         self.pair = nn.Identity()
+        self.words = nn.Identity()
         self.unused = nn.ReLU()
         self.head = nn.Linear(2, 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         features = self.conv(x)
         self.aux(features)
-        self.pair((features, features))
+        self.pair((features, features * 2))
+        self.words(("no", "tensor"))
         return cast(torch.Tensor, self.head(features.mean(dim=(2, 3))))
 
 
 def test_unused_tuple_and_missing_outputs_are_reported() -> None:
     model = _Branchy()
-    result = compute_gradients(model, torch.randn(2, 3, 4, 4), ["conv", "aux", "pair", "unused"])
-    assert list(result.captures) == ["conv", "aux"]
+    layers = ["conv", "aux", "pair", "words", "unused"]
+    result = compute_gradients(model, torch.randn(2, 3, 4, 4), layers)
+    # A tuple output gives one capture per tensor, keyed as activation captures are.
+    assert list(result.captures) == ["conv", "aux", "pair[0]", "pair[1]"]
     aux = result.captures["aux"]
     assert aux.note is not None and "does not depend" in aux.note
     assert torch.count_nonzero(aux.gradient) == 0 and aux.norms == (0.0, 0.0)
-    assert [(s.key, "tuple" in s.reason) for s in result.skipped] == [("pair", True)]
+    pair = result.captures["pair[0]"]
+    assert pair.module == "pair" and torch.equal(pair.gradient, result.captures["conv"].gradient)
+    assert result.captures["pair[1]"].note is not None  # the doubled copy feeds nothing
+    assert [(s.key, "tuple" in s.reason) for s in result.skipped] == [("words", True)]
     assert result.never_called == ["unused"]
 
 

@@ -206,8 +206,10 @@ def test_cli_run_with_cam_and_top5(tmp_path: Path, vit_folder: Path, image_file:
     assert result.exit_code == 0, result.output
     manifest = json.loads((out / "manifest.json").read_text())
     info = manifest["model_info"]
-    assert info["source"] == "hf" and info["preprocessing"]["resize"] == [32, 32]
+    assert info["source"] == "hf" and info["preprocessing"]["resize"] == {"height": 32, "width": 32}
     assert info["preprocessing"]["crop"] is None and info["preprocessing"]["std"] == [0.2, 0.3, 0.4]
+    assert info["preprocessing"]["by"] == "image processor"
+    assert info["preprocessing"]["processor"] == "ViTImageProcessorPil"
     assert manifest["images"]["ok"] == 1
     assert [p["label"] for p in run_images(out)[0]["predictions"]][:1][0] in LABELS.values()
     assert manifest["layers"] == [

@@ -49,12 +49,18 @@ def patches_reach_readout(module: str, contexts: Mapping[str, Any]) -> bool:
 
     True unless the module sits in a token model with class (prefix) tokens and no
     attention layer runs after it: then only the class token is read out, and the patch
-    tokens of its output get no gradient. Registration order stands in for data flow, as
+    tokens of its output get no gradient (unless the classifier also reads the patch
+    tokens' mean, as DINOv2's does). Registration order stands in for data flow, as
     in :func:`actviz.contexts.layer_contexts`.
     """
     ctx = contexts.get(module)
     if ctx is None or ctx.token_grid is None or not ctx.prefix_tokens:
         return True
+    from actviz.models.defaults import PATCH_MEAN_READOUTS
+
+    root = contexts.get("")
+    if root is not None and root.module_type in PATCH_MEAN_READOUTS:
+        return True  # the classifier reads the patch tokens' mean as well
     names = list(contexts)
     if module not in names:
         return True
@@ -97,7 +103,7 @@ def backward(
         capture = result.captures.get(key)
         if cam_classes > 1 and ":" in key:
             continue  # ranked CAMs follow a module's first call
-        ctx = contexts.get(key.split(":")[0])
+        ctx = contexts.get(key.split(":")[0].split("[")[0])
         grid = ctx.token_grid if ctx is not None else None
         layout: CamLayout = "tokens" if grid else ("nhwc" if ctx and ctx.channels_last else "nchw")
         prefix = ctx.prefix_tokens if ctx is not None and grid else 1

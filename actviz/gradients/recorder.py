@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from actviz.hooks import HookSession
+from actviz.hooks import HookSession, tensor_items
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
@@ -114,14 +114,17 @@ class GradientRecorder(HookSession):
 
     def _register(self, name: str, module: nn.Module) -> None:
         """A forward hook that copies the output and hooks the output tensor's gradient."""
-        import torch
 
         def hook(_module: nn.Module, _args: object, output: object) -> None:
             call, key = self._next_call(name)
-            if not isinstance(output, torch.Tensor):
+            # A tuple or dict output (a Hugging Face Swin stage) gives one entry per tensor,
+            # keyed as activation captures key them: ``name[0]``, ``name[1]``, ...
+            items = list(tensor_items(output, key))
+            if not items:
                 self._skip(key, module, f"output is {type(output).__name__}, not one tensor")
                 return
-            if not output.requires_grad:
+            live = [(item, tensor) for item, tensor in items if tensor.requires_grad]
+            if not live:
                 self._skip(
                     key,
                     module,
@@ -129,29 +132,37 @@ class GradientRecorder(HookSession):
                     "input or any parameter)",
                 )
                 return
-            # Windowed attention's rows put back into each image's grid, its gradient's too;
-            # rows that are not the images have no gradient per image.
-            scheme, refused = self._rows.scheme(name, output)
-            if refused is not None:
-                self._skip(key, module, refused)
-                return
-
-            detached = output.detach()
-            activation = detached if scheme is None else scheme.reassemble(detached)[0]
-            entry = _Entry(
-                key,
-                name,
-                type(module).__name__,
-                call,
-                activation.detach().to(device="cpu", dtype=torch.float32, copy=True),
-                output=output,
-                version=output._version,
-                scheme=scheme,
-            )
-            self._entries[key] = entry
-            self._add_tensor_hook(output, entry.keep)
+            for item, tensor in live:
+                self._record_output(item, name, module, call, tensor)
 
         self._add_forward_hook(module, hook)
+
+    def _record_output(
+        self, key: str, name: str, module: nn.Module, call: int, output: torch.Tensor
+    ) -> None:
+        """Copy one output tensor and hook its gradient."""
+        import torch
+
+        # Windowed attention's rows put back into each image's grid, its gradient's too;
+        # rows that are not the images have no gradient per image.
+        scheme, refused = self._rows.scheme(name, output)
+        if refused is not None:
+            self._skip(key, module, refused)
+            return
+        detached = output.detach()
+        activation = detached if scheme is None else scheme.reassemble(detached)[0]
+        entry = _Entry(
+            key,
+            name,
+            type(module).__name__,
+            call,
+            activation.detach().to(device="cpu", dtype=torch.float32, copy=True),
+            output=output,
+            version=output._version,
+            scheme=scheme,
+        )
+        self._entries[key] = entry
+        self._add_tensor_hook(output, entry.keep)
 
     def backward(
         self,

@@ -1,8 +1,10 @@
 """Which layers to draw when the user names none: a default selector per model family.
 
 Each family gets the layers whose pictures say most about it: convolutions for CNNs, the
-patch embedding and encoder blocks for ViTs, stage outputs for Swin and ConvNeXt, the stem
-and layers for MaxViT, and numbered blocks or every leaf for anything else.
+patch embedding and encoder blocks for ViTs, stage outputs for hierarchical transformer-era
+backbones (Swin, ConvNeXt, from any source: found by their role, numbered stages that
+normalize their channels with LayerNorm, not by class name), the stem and layers for MaxViT,
+and numbered blocks or every leaf for anything else.
 """
 
 from __future__ import annotations
@@ -18,17 +20,24 @@ if TYPE_CHECKING:
 
     from actviz.selectors import LayerRef
 
-__all__ = ["default_selector"]
+__all__ = ["PATCH_MEAN_READOUTS", "default_selector"]
+
+#: Classifiers that read the mean of the final patch tokens beside the class token
+#: (``Dinov2ForImageClassification`` concatenates both): every token output, the last block's
+#: and the final norm's included, reaches their readout, so Grad-CAM is right at the last one.
+PATCH_MEAN_READOUTS = frozenset(
+    {"Dinov2ForImageClassification", "Dinov2WithRegistersForImageClassification"}
+)
 
 
 def default_selector(model: nn.Module) -> str:
     """A ``--layers`` selector that draws something meaningful for this model family.
 
     Convolutions for CNNs (without auxiliary heads that never run in eval mode, with a
-    segmentation model's class-logits head); the patch
-    embedding and each encoder block for ViTs; the stage outputs (``features.N``) for Swin
-    and ConvNeXt; the stem and each layer for MaxViT; otherwise the items of the first
-    numbered block list, or every leaf module.
+    segmentation model's class-logits head); the patch embedding and each encoder block for
+    ViTs; the stage outputs for Swin and ConvNeXt (``features.N`` in torchvision,
+    ``stages.N`` or ``layers.N`` in timm and Hugging Face); the stem and each layer for
+    MaxViT; otherwise the items of the first numbered block list, or every leaf module.
 
     Args:
         model: Any ``nn.Module``.
@@ -51,6 +60,12 @@ def default_selector(model: nn.Module) -> str:
         for stages in ("features", "stages", "layers"):
             if any(re.fullmatch(rf"{stages}\.\d+", n) for n in names):
                 return rf"re:^{stages}\.\d+$"
+    hierarchy = _normalized_stages(model)
+    if hierarchy is not None:
+        # A segmentation model's class logits as well: its class map is drawn from them.
+        head = segmentation_logits(model)
+        then = f",{head}" if head is not None and _selectable(head) else ""
+        return rf"re:^{re.escape(hierarchy)}\.\d+${then}"
     tokens = _token_blocks(model, refs)
     if tokens is not None:
         return tokens
@@ -85,6 +100,26 @@ def _token_blocks(model: nn.Module, refs: list[LayerRef]) -> str | None:
     convs = [r.name for r in refs if r.leaf and TYPE_ALIASES["conv"].intersection(r.types)]
     terms = [convs[0]] if len(convs) == 1 and _selectable(convs[0]) else []
     return ",".join([*terms, rf"re:^{re.escape(blocks)}\.\d+$"])
+
+
+def _normalized_stages(model: nn.Module) -> str | None:
+    """The container of a hierarchical backbone's stages: two or more numbered children whose
+    classes are named ``...Stage`` and that hold a LayerNorm (Hugging Face's Swin, ConvNeXt,
+    FocalNet stages; a ResNet's stages, with batch norms only, keep the convolutions)."""
+    for name, module in model.named_modules():
+        children = list(module.named_children())
+        if not name or len(children) < 2 or not _selectable(name):
+            continue
+        if not all(
+            key.isdigit() and type(child).__name__.endswith("Stage") for key, child in children
+        ):
+            continue
+        if all(
+            any("LayerNorm" in type(part).__name__ for part in child.modules())
+            for _, child in children
+        ):
+            return str(name)
+    return None
 
 
 def _selectable(name: str) -> bool:

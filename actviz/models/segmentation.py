@@ -5,7 +5,9 @@ torchvision's segmentation models (FCN, DeepLabV3, LR-ASPP) end in a ``classifie
 one output channel per class; the model upsamples that output bilinearly to the input size and
 returns it as ``out`` (and ``aux`` from ``aux_classifier``). Hooks see the head, not the
 upsampled result, so the head is where class names belong and where the per-pixel class map
-can be computed from.
+can be computed from. Hugging Face's ``...ForSemanticSegmentation`` models (SegFormer, BEiT,
+UperNet, ...) return their head's class logits at a fraction of the input size; their logits
+module is the head's last convolution with one output channel per class.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ def segmentation_logits(model: nn.Module, head: str = "classifier") -> str | Non
 
     ``classifier.4`` for FCN and DeepLabV3 (the last convolution of the head, so the default
     selector of convolutions captures it), ``classifier`` for LR-ASPP (its head adds two
-    convolutions' outputs). None for a model that is not a torchvision segmentation model.
+    convolutions' outputs), ``decode_head.classifier`` for SegFormer. None for a model that
+    is not a torchvision or Hugging Face semantic segmentation model.
 
     Args:
         model: Any ``nn.Module``.
@@ -38,6 +41,8 @@ def segmentation_logits(model: nn.Module, head: str = "classifier") -> str | Non
     """
     from torch import nn
 
+    if head == "classifier" and _hugging_face_segmentation(model):
+        return _hugging_face_logits(model)
     if not type_names(model) & _SEGMENTATION_MODELS:
         return None
     module = getattr(model, head, None)
@@ -65,6 +70,16 @@ def class_channel_names(model: nn.Module, categories: Sequence[str] | None) -> d
     """
     from torch import nn
 
+    if categories and _hugging_face_segmentation(model):
+        logits = _hugging_face_logits(model)
+        conv = model.get_submodule(logits) if logits is not None else None
+        if (
+            logits is None
+            or not isinstance(conv, nn.Conv2d)
+            or conv.out_channels != len(categories)
+        ):
+            return {}
+        return {logits: [str(c) for c in categories]}
     if not categories or not type_names(model) & _SEGMENTATION_MODELS:
         return {}
     names = [str(c) for c in categories]
@@ -89,6 +104,26 @@ def class_channel_names(model: nn.Module, categories: Sequence[str] | None) -> d
     if "classifier" not in found:
         return {}
     return found
+
+
+def _hugging_face_segmentation(model: nn.Module) -> bool:
+    return type(model).__name__.endswith("ForSemanticSegmentation")
+
+
+def _hugging_face_logits(model: nn.Module) -> str | None:
+    """The last convolution with ``config.num_labels`` output channels, in the decode head
+    when there is one (an auxiliary head comes after it in BEiT and UperNet)."""
+    from torch import nn
+
+    classes = getattr(getattr(model, "config", None), "num_labels", None)
+    convs = [
+        name
+        for name, module in model.named_modules()
+        if isinstance(module, nn.Conv2d) and module.out_channels == classes and name
+    ]
+    decode = [name for name in convs if name.startswith("decode_head.")]
+    found = decode or convs
+    return found[-1] if found else None
 
 
 def output_classes(module: nn.Module) -> int | None:

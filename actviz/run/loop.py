@@ -217,7 +217,7 @@ def _backward(
 ) -> _Backward:
     """Gradients of the target class for the selected layers (or only the CAM layers)."""
     keys = cam_keys or frozenset()
-    layers = plan.names if grads.grads else sorted({k.split(":")[0] for k in keys})
+    layers = plan.names if grads.grads else sorted({k.split(":")[0].split("[")[0] for k in keys})
     try:
         gradients, targets, class_maps = backward(
             plan.module,

@@ -2,9 +2,12 @@
 
 A ``save_pretrained`` folder, or a model id already in the local Hub cache: nothing is ever
 downloaded (everything is read with ``local_files_only``), so nothing waits on the network.
-Image classifiers (``...ForImageClassification``) give class scores; other vision models are
-run as backbones (``AutoModel``). Preprocessing comes from the folder's image processor, class
-names from ``config.id2label``. The model's forward returns its ``.logits`` (a backbone's
+The class ``config.architectures`` names is built with its head (see
+:mod:`~actviz.models.sources.hf_heads`): classifiers give class scores, semantic segmentation
+heads class maps, detection heads run while their backbone's maps are drawn; a config that
+names no head is run as a backbone (``AutoModel``). The folder's image processor prepares each
+image (see :mod:`~actviz.models.sources.hf_processing`), class names come from
+``config.id2label``. The model's forward returns its ``.logits`` (a backbone's
 ``last_hidden_state``), so top-k predictions and Grad-CAM read it like any classifier; module
 names are those of ``named_modules()``.
 """
@@ -28,12 +31,12 @@ from actviz.errors import (
 )
 from actviz.models.checkpoints import load_checkpoint, load_state_dict_into
 from actviz.models.preprocessing import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     Preprocessing,
     PreprocessingWarning,
 )
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry, matching
+from actviz.models.sources.hf_heads import Head, HeadWarning, model_head
+from actviz.models.sources.hf_processing import from_processor
 from actviz.models.weights import WeightsInfo, existing_checkpoint, seeded
 
 if TYPE_CHECKING:
@@ -52,8 +55,6 @@ _WEIGHT_FILES = (
     "pytorch_model.bin",
     "pytorch_model.bin.index.json",
 )
-#: Pillow's resampling numbers, as image processors store them.
-_RESAMPLE = {2: "bilinear", 3: "bicubic"}
 
 
 def import_transformers() -> ModuleType:
@@ -96,11 +97,11 @@ class HuggingFaceSource:
     ) -> Built:
         """The folder's (or cache's) weights, a checkpoint file, or random (seeded)."""
         ref, config = self._config(model)
-        classes = _model_class(config)
+        head = model_head(config, import_transformers())
         lowered = weights.lower()
         module: nn.Module
         if lowered in ("auto", "default") and _weights_file(ref) is not None:
-            module = _from_pretrained(classes, ref, config, model)
+            module = _from_pretrained(head, ref, config, model)
             info = WeightsInfo(spec=weights, source="pretrained", name=ref)
         elif lowered in ("auto", "default", "none"):
             if lowered == "default":
@@ -108,29 +109,38 @@ class HuggingFaceSource:
                     f"{model} has no weights file ({', '.join(_WEIGHT_FILES[::2])}); save the "
                     "model with save_pretrained, or use --weights none for random weights"
                 )
-            module = _built(classes, config, model)
+            module = _built(head, config, model)
             reason = None if lowered == "none" else f"{ref} holds no weights file"
             info = WeightsInfo(spec=weights, source="random", reason=reason)
         else:
             path = existing_checkpoint(weights, model, _NAMES)
             state = load_checkpoint(path, trust=trust_checkpoint)
-            module = _built(classes, config, model)
+            module = _built(head, config, model)
             load_state_dict_into(module, state, name=model, source=str(path))
             info = WeightsInfo(spec=weights, source="checkpoint", name=str(path))
-        classifier = _is_classifier(classes)
-        _return_tensor(module, "logits" if classifier else "last_hidden_state")
-        return Built(module, info, (ref, config), classifier=classifier)
+        _return_tensor(module, head)
+        note = head.note(model)
+        if note is not None:
+            warnings.warn(note, HeadWarning, stacklevel=2)
+        return Built(module, info, (ref, config), classifier=head.scores)
 
     def build_meta(self, model: str, input_size: tuple[int, int] | None = None) -> MetaBuild:
         """The architecture from its config, with its parameters on the meta device."""
         import torch
 
         _, config = self._config(model)
-        classes = _model_class(config)
+        head = model_head(config, import_transformers())
         with torch.device("meta"):
-            module = _built(classes, config, model, seed=False)
-        _return_tensor(module, "logits" if _is_classifier(classes) else "last_hidden_state")
-        return MetaBuild(module)
+            module = _built(head, config, model, seed=False)
+        _return_tensor(module, head)
+
+        def on_cpu() -> nn.Module:
+            # Detection models read values (DETR's masks) that the meta device does not hold.
+            built = _built(head, config, model)
+            _return_tensor(built, head)
+            return built
+
+        return MetaBuild(module, on_cpu=on_cpu)
 
     def preprocessing(
         self, model: str, preset: object, *, input_size: tuple[int, int] | None, in_chans: int
@@ -156,7 +166,7 @@ class HuggingFaceSource:
             return Preprocessing.fitted(
                 resize=round(side * 256 / 224), crop=side, input_size=input_size, in_chans=in_chans
             ).described(f"defaults: {ref} has no preprocessor_config.json, so {defaults}")
-        return _from_processor(processor, ref, size, input_size, in_chans)
+        return from_processor(processor, ref, size, input_size, in_chans)
 
     def class_names(self, module: nn.Module, preset: object) -> list[str] | None:
         """``config.id2label`` in index order, when it names every class of the head."""
@@ -235,24 +245,11 @@ def _weights_file(ref: str) -> str | None:
     return None
 
 
-def _model_class(config: Any) -> Any:
-    """The class to build: the image classifier the config names, else the bare model."""
-    transformers = import_transformers()
-    names = list(getattr(config, "architectures", None) or [])
-    if any(name.endswith("ForImageClassification") for name in names):
-        return transformers.AutoModelForImageClassification
-    return transformers.AutoModel
-
-
-def _is_classifier(classes: Any) -> bool:
-    return bool(getattr(classes, "__name__", "") == "AutoModelForImageClassification")
-
-
-def _built(classes: Any, config: Any, model: str, *, seed: bool = True) -> nn.Module:
+def _built(head: Head, config: Any, model: str, *, seed: bool = True) -> nn.Module:
     def build() -> nn.Module:
         try:
             with _quiet():
-                built: nn.Module = classes.from_config(config)
+                built: nn.Module = head.construct(config)
         except Exception as exc:  # an architecture transformers cannot build
             raise UnknownModelError(
                 f"cannot build {model}: {first_line(exc)}; check its config.json"
@@ -263,10 +260,10 @@ def _built(classes: Any, config: Any, model: str, *, seed: bool = True) -> nn.Mo
     return seeded(build) if seed else build()
 
 
-def _from_pretrained(classes: Any, ref: str, config: Any, model: str) -> nn.Module:
+def _from_pretrained(head: Head, ref: str, config: Any, model: str) -> nn.Module:
     try:
         with _quiet():
-            built, info = classes.from_pretrained(
+            built, info = head.cls.from_pretrained(
                 ref, config=config, local_files_only=True, output_loading_info=True
             )
     except Exception as exc:  # a weights file for another architecture, a corrupt file
@@ -294,15 +291,16 @@ def _check_vision(module: nn.Module, model: str) -> None:
         )
 
 
-def _return_tensor(module: nn.Module, field: str) -> None:
-    """Make the model's forward return one tensor: its ``field`` (``logits``), else the first
-    tensor of its output. The class is swapped for a subclass of the same name, so module
+def _return_tensor(module: nn.Module, head: Head) -> None:
+    """Make the model's forward return one tensor: the head's field (``logits``), else the
+    first tensor of its output. The class is swapped for a subclass of the same name, so module
     names, types and hooks stay as they were."""
     import torch
 
     cls = type(module)
     if getattr(cls, "_actviz_field", None) is not None:
         return
+    field = head.field
 
     def forward(self: nn.Module, pixel_values: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         out = cls.forward(self, pixel_values, *args, **kwargs)
@@ -319,7 +317,7 @@ def _return_tensor(module: nn.Module, field: str) -> None:
     namespace = {
         "forward": forward,
         "_actviz_field": field,
-        "_actviz_classifier": field == "logits",
+        "_actviz_classifier": head.scores,
         "__module__": cls.__module__,
         "__qualname__": cls.__qualname__,
     }
@@ -356,71 +354,6 @@ def _config_size(config: Any) -> tuple[int, int]:
     if isinstance(size, (tuple, list)) and len(size) == 2:
         return int(size[0]), int(size[1])
     return (int(size), int(size)) if isinstance(size, int) else (224, 224)
-
-
-def _get(value: Any, key: str) -> Any:
-    if isinstance(value, dict):
-        return value.get(key)
-    return getattr(value, key, None)
-
-
-def _from_processor(
-    processor: Any,
-    ref: str,
-    config_size: tuple[int, int],
-    input_size: tuple[int, int] | None,
-    in_chans: int,
-) -> Preprocessing:
-    """What the processor does, as a :class:`Preprocessing`."""
-    name = type(processor).__name__.removesuffix("Pil")
-    origin = f"{name} from {ref}/preprocessor_config.json"
-    resample = getattr(processor, "resample", 2)
-    value = getattr(resample, "value", resample)
-    interpolation = _RESAMPLE.get(value, value if value in ("bilinear", "bicubic") else None)
-    if interpolation is None:
-        interpolation = "bilinear"
-        origin += f" (its resample {resample} is done bilinear)"
-    if getattr(processor, "do_normalize", True):
-        mean = tuple(float(v) for v in getattr(processor, "image_mean", IMAGENET_MEAN))
-        std = tuple(float(v) for v in getattr(processor, "image_std", IMAGENET_STD))
-    else:
-        mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
-    size = getattr(processor, "size", None)
-    crop = (
-        getattr(processor, "crop_size", None) if getattr(processor, "do_center_crop", 0) else None
-    )
-    height, width, shortest = _get(size, "height"), _get(size, "width"), _get(size, "shortest_edge")
-    common: dict[str, Any] = {"mean": mean, "std": std, "interpolation": interpolation}
-    if crop is not None and _get(crop, "height"):
-        side = int(_get(crop, "height"))
-        resize = int(shortest or height or side)
-        return Preprocessing.fitted(
-            resize=resize, crop=side, input_size=input_size, in_chans=in_chans, **common
-        ).described(origin)
-    if shortest:
-        shortest = int(shortest)
-        crop_pct = getattr(processor, "crop_pct", None)
-        if isinstance(crop_pct, float) and shortest < 384:
-            # ConvNeXt's processor: shorter side to size / crop_pct, then a centre crop.
-            return Preprocessing.fitted(
-                resize=int(shortest / crop_pct),
-                crop=shortest,
-                input_size=input_size,
-                in_chans=in_chans,
-                **common,
-            ).described(origin)
-        height = width = shortest
-    if not height or not width:
-        height, width = config_size
-    target = input_size or (int(height), int(width))
-    return Preprocessing.fitted(
-        resize=max(target),
-        crop=max(target),
-        input_size=target,
-        in_chans=in_chans,
-        squash=True,
-        **common,
-    ).described(origin)
 
 
 @contextlib.contextmanager
