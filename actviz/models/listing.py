@@ -114,8 +114,9 @@ def list_layers(
         for ref in refs
     ]
     rows.sort(key=lambda row: order.get(row.name, len(order)))
+    # A capture whose rows cannot be attributed to images is refused by run: no grid.
     grids = sum(
-        sum(1 for cap in recorder.captures if cap.module == row.name)
+        sum(1 for cap in recorder.captures if cap.module == row.name and cap.refused is None)
         for row in rows
         if row.selected
     )
