@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from actviz._version import __version__ as __version__
 
 if TYPE_CHECKING:
-    from actviz.api import list_layers, render_activation, run
+    from actviz.api import list_layers, read_images, render_activation, run
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.examples import top_images
@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
     from actviz.run.pca import pca_view
-    from actviz.run.sink import read_images
     from actviz.selectors import select_layers
 
 __all__ = [
@@ -57,7 +56,7 @@ _LAZY = {
     "list_layers": "actviz.api",
     "load_model": "actviz.models",
     "pca_view": "actviz.run.pca",
-    "read_images": "actviz.run.sink",
+    "read_images": "actviz.api",
     "read_log": "actviz.monitor",
     "render_activation": "actviz.api",
     "run": "actviz.api",

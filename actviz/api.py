@@ -1,15 +1,20 @@
 """The library face of ``actviz run``, ``list-layers`` and of drawing one activation.
 
 Each command lives in its family (``actviz.run``, ``actviz.examples``, ``actviz.diff``); this
-module gathers the names the package re-exports and :func:`render_activation`, which draws one
-activation without a run.
+module gathers the names the package re-exports, :func:`list_layers` for a model name or a
+module object, :func:`read_images`, which refuses a folder that holds no run, and
+:func:`render_activation`, which draws one activation without a run.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.models import LayerListing, list_layers
+from actviz.errors import ModelError, UsageError, first_line
+from actviz.models import LayerInfo, LayerListing
+from actviz.models import list_layers as _list_named
 from actviz.results import ImageResult
 from actviz.run.command import run
 from actviz.run.result import RunResult
@@ -17,6 +22,7 @@ from actviz.run.result import RunResult
 if TYPE_CHECKING:
     import numpy as np
     import torch
+    from torch import nn
 
     from actviz.layouts import LayerContext, Layout
     from actviz.render import GridImage
@@ -26,9 +32,151 @@ __all__ = [
     "LayerListing",
     "RunResult",
     "list_layers",
+    "read_images",
     "render_activation",
     "run",
 ]
+
+
+def list_layers(
+    model: str | nn.Module,
+    *,
+    layers: str | Sequence[str] | None = None,
+    input_size: tuple[int, int] | None = None,
+    in_chans: int = 3,
+) -> LayerListing:
+    """Every module of a model in the order it produces output, with output shapes.
+
+    A name is built on the ``meta`` device by its source (no weights, no download: see
+    :func:`actviz.models.list_layers`); a module object runs once on zeros where its
+    parameters are, under ``torch.inference_mode()``, and is given back in its training mode.
+
+    Args:
+        model: A model name (``actviz models``), ``package.module:factory`` /
+            ``path/to/file.py:factory``, or an ``nn.Module``.
+        layers: Optional selector; matching rows are marked and counted.
+        input_size: ``(height, width)`` of the input to trace with; default: the model's
+            crop size for a name, 224 x 224 for a module.
+        in_chans: 3 for RGB input, 1 for greyscale.
+
+    Raises:
+        UsageError: For a model that is neither a name nor a module, or ``in_chans`` not 1
+            or 3; and as :func:`actviz.models.list_layers` raises for a name.
+        ModelError: For a TorchScript or compiled module, or one that cannot run on a zero
+            input of that shape (the message names ``input_size`` and ``in_chans``).
+        LayerSelectionError: If the selector matches nothing.
+    """
+    if isinstance(model, str):
+        return _list_named(model, layers=layers, input_size=input_size, in_chans=in_chans)
+    return _list_module(model, layers, input_size, in_chans)
+
+
+def _list_module(
+    model: object,
+    layers: str | Sequence[str] | None,
+    input_size: tuple[int, int] | None,
+    in_chans: int,
+) -> LayerListing:
+    """:func:`list_layers` for a module object: one forward on zeros, every module hooked."""
+    from torch import nn
+
+    from actviz.command.session import model_label, restoring
+    from actviz.hooks import layer_refs
+    from actviz.hooks.refs import check_hookable
+    from actviz.models.listing import _trace
+    from actviz.selectors import named_exactly, select_layers
+
+    if not isinstance(model, nn.Module):
+        raise UsageError(
+            f"list_layers takes a model name (e.g. 'resnet18', 'path/to/file.py:factory') or "
+            f"a torch.nn.Module, not {type(model).__name__}"
+        )
+    label = model_label(model)
+    check_hookable(model, label)
+    if in_chans not in (1, 3):
+        raise UsageError(f"in_chans must be 1 or 3, not {in_chans}")
+    height, width = input_size or (224, 224)
+    input_shape = (1, in_chans, height, width)
+    device = next((t.device for t in (*model.parameters(), *model.buffers())), None)
+    try:
+        with restoring(model):
+            recorder = _trace(model, input_shape, device or _cpu())
+    except Exception as exc:  # the user's forward: report it, whatever it raised
+        raise ModelError(
+            f"cannot run {label} on a zero input of shape {input_shape}: "
+            f"{type(exc).__name__}: {first_line(exc)}; pass the input size and channels the "
+            "model takes (input_size=(H, W), in_chans=1 or 3)"
+        ) from exc
+    refs = layer_refs(model)
+    chosen = set(select_layers(refs, layers, model=label)) if layers else set()
+    if layers:  # as `run` does: what the selector swept in but never ran is not marked
+        explicit = named_exactly(refs, layers)
+        idle = {name for name in chosen if name not in explicit and recorder.calls(name) == 0}
+        if len(idle) < len(chosen):
+            chosen -= idle
+    first_shape: dict[str, tuple[int, ...]] = {}
+    order: dict[str, int] = {}
+    for cap in recorder.captures:
+        first_shape.setdefault(cap.module, cap.shape)
+        order.setdefault(cap.module, len(order))
+    modules = dict(model.named_modules())
+    rows = [
+        LayerInfo(
+            name=ref.name,
+            module_type=ref.type_name,
+            shape=first_shape.get(ref.name),
+            calls=recorder.calls(ref.name),
+            params=sum(p.numel() for p in modules[ref.name].parameters()),
+            selected=ref.name in chosen,
+        )
+        for ref in refs
+    ]
+    rows.sort(key=lambda row: order.get(row.name, len(order)))
+    picked = {row.name for row in rows if row.selected}
+    return LayerListing(
+        model=label,
+        input_shape=input_shape,
+        layers=rows,
+        selector=None
+        if layers is None
+        else (layers if isinstance(layers, str) else ",".join(layers)),
+        grids=sum(1 for cap in recorder.captures if cap.module in picked),
+    )
+
+
+def _cpu() -> torch.device:
+    import torch
+
+    return torch.device("cpu")
+
+
+def read_images(out: Path | str) -> Iterator[dict[str, Any]]:
+    """Every image record of the run in ``out``, read from its ledger one at a time (see
+    :func:`actviz.run.sink.read_images`); the folder is checked at once, not when the
+    records are first read.
+
+    Example:
+        >>> for image in actviz.read_images("actviz-out"):
+        ...     print(image["path"], image["predictions"][0]["label"])
+
+    Raises:
+        UsageError: When ``out`` does not exist, is not a folder, or holds no run's records.
+    """
+    from actviz.run.records import RunRecords
+    from actviz.run.sink import read_images as read_ledger
+
+    folder = Path(out)
+    if not folder.is_dir():
+        what = "is a file" if folder.exists() else "does not exist"
+        raise UsageError(
+            f"{folder} {what}; give the output folder of a run (its --out, 'actviz-out' by default)"
+        )
+    if not (folder / RunRecords.FILE).is_file():
+        raise UsageError(
+            f"{folder} holds no run's records ({RunRecords.FILE}); give the output folder of "
+            "`actviz run` or `actviz stats` (a run of an earlier version: run it again)"
+        )
+    return read_ledger(folder)
 
 
 def render_activation(

@@ -605,7 +605,7 @@ def test_errors_are_one_line_with_their_exit_code(lamps: tuple[str, Path], tmp_p
     ("keywords", "message"),
     [
         ({"k": 101}, "-k must be between 1 and 100"),
-        ({"score": "median"}, "--score must be max or mean"),
+        ({"score": "median"}, "score=.median. is not a choice: use .max. or .mean."),
         ({"channels": -1}, "--channels must be 0 (all) or more"),
         ({"tile": 8}, "tile must be 32 to 512 pixels"),
         ({"cmap": "virdis"}, "did you mean viridis"),

@@ -151,12 +151,9 @@ def _execute(
 ) -> None:
     """Run the pipeline with a progress bar and a clean stop on SIGTERM, then report."""
     from actviz.api import run as run_pipeline
-    from actviz.images import discover
 
     kinds = checks.kinds()  # a bad kind fails before any work
-    # Inputs that hold no image fail before any work, as top-images does, rather than
-    # "succeed" (and pass --fail-on) with nothing written.
-    discover(inputs).require(inputs)
+    # Inputs that hold no image are refused by the run's opening, before any work.
     with reporting(quiet) as reporter:
         result = run_pipeline(model, inputs, options, reporter=reporter)
     _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from actviz.models import LoadedModel
     from actviz.models.options import LoadOptions
 
-__all__ = ["Command", "Loaded", "RandomWeights", "open_command"]
+__all__ = ["Command", "Loaded", "RandomWeights", "input_paths", "open_command"]
 
 
 @dataclass(frozen=True)
@@ -143,13 +143,38 @@ class Command:
         return names[-1], names[-1:]
 
 
+def input_paths(inputs: Sequence[Path | str] | Path | str) -> list[Path]:
+    """The inputs as paths: one ``str`` or ``Path`` is one input (a file or a folder), not a
+    sequence of one-letter names.
+
+    Raises:
+        UsageError: For inputs that are neither paths nor a sequence of them.
+    """
+    if isinstance(inputs, str | Path):
+        return [Path(inputs)]
+    try:
+        paths = list(inputs)
+    except TypeError:
+        raise UsageError(
+            f"inputs must be image files and/or folders (a path, or a list of them), not "
+            f"{type(inputs).__name__}"
+        ) from None
+    wrong = next((p for p in paths if not isinstance(p, str | Path)), None)
+    if wrong is not None:
+        raise UsageError(
+            f"inputs must be paths of image files and/or folders, not {type(wrong).__name__}; "
+            "to look at a tensor, use actviz.capture"
+        )
+    return [Path(p) for p in paths]
+
+
 @contextlib.contextmanager
 def open_command(
     model: str | nn.Module,
     out: Path,
     *,
     reporter: Reporter | None = None,
-    inputs: Sequence[Path | str] | None = None,
+    inputs: Sequence[Path | str] | Path | str | None = None,
     check_inputs: Callable[[Discovery], None] | None = None,
     resume: bool = False,
     overwrite: bool = False,
@@ -162,15 +187,18 @@ def open_command(
     """Open an image command on ``model`` writing into ``out``, for the block.
 
     In order: the engine is checked against the model (a module object cannot travel to Ray
-    workers), the clock starts, ``inputs`` are walked for images (folders recursively) and
-    ``check_inputs`` may refuse them, then the output folder is prepared (``resume``,
+    workers), the clock starts, ``inputs`` (one path, or a sequence of them) are walked for
+    images (folders recursively; none at all is refused) and ``check_inputs`` may refuse
+    them, then the output folder is prepared (``resume``,
     ``overwrite``; ``hint``: the fix named when it is not empty; ``guard`` replaces that
     whole step for a command with its own rule) and removed again if the block fails before
     writing into it. ``model`` and every module of ``restore`` are given back in their
     training mode and device.
 
     Raises:
-        UsageError: For a module object with ``engine='ray'``, or what ``check_inputs`` raises.
+        UsageError: For a module object with ``engine='ray'``, inputs that hold no image, or
+            what ``check_inputs`` raises.
+        ImageLoadError: For an input that does not exist.
         OutputError: For an output folder that cannot be used.
     """
     from actviz import images, output
@@ -189,7 +217,8 @@ def open_command(
         channels_last=channels_last,
     )
     if inputs is not None:
-        command.found = images.discover([Path(p) for p in inputs])
+        paths = input_paths(inputs)
+        command.found = images.discover(paths).require(paths)
         if check_inputs is not None:
             check_inputs(command.found)
     with contextlib.ExitStack() as stack:

@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command.opening import input_paths
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
-from actviz.diff.options import DiffOptions
+from actviz.diff.options import ALIASES, DiffOptions
 from actviz.diff.result import (
     CKA_BATCHES,
     CKA_ESTIMATOR,
@@ -48,7 +49,7 @@ DIFF_FILES = ("diff.json", "similarity.png", "diff.html")
 
 def diff(
     model: str | nn.Module,
-    inputs: Sequence[Path | str],
+    inputs: Sequence[Path | str] | Path | str,
     options: DiffOptions | None = None,
     *,
     reporter: Reporter | None = None,
@@ -72,9 +73,11 @@ def diff(
     """
     from actviz.command import open_command
 
-    opts = from_flat(DiffOptions, COMMON_GROUPS, keywords, caller="diff", given=options)
+    opts = from_flat(
+        DiffOptions, COMMON_GROUPS, keywords, caller="diff", given=options, aliases=ALIASES
+    )
     given_b = opts.against_model if opts.against_model is not None else model
-    paths = [Path(p) for p in inputs]
+    paths = input_paths(inputs)
     _check_inputs(paths, opts)
 
     def two_images(found: Discovery) -> None:

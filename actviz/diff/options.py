@@ -7,17 +7,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from actviz.command.options import ExecutionOptions, LoadOptions
+from actviz.command.options import ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["DEFAULT_THRESHOLD", "DiffOptions", "Metric"]
+__all__ = ["ALIASES", "DEFAULT_THRESHOLD", "DiffOptions", "Metric"]
 
 Metric = Literal["cosine", "cka"]
 #: The default of ``--threshold``: a layer whose mean cosine similarity falls below it diverges.
 DEFAULT_THRESHOLD = 0.99
+#: ``diff``'s keywords by the command line's names for them (``--channels``).
+ALIASES: dict[str, str] = {"channels": "max_channels"}
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,7 @@ class DiffOptions:
             raise UsageError(
                 "--against and --against-weights both name model B's weights; give one"
             )
-        if self.metric not in ("cosine", "cka"):
-            raise UsageError(f"--metric must be cosine or cka, not '{self.metric}'")
+        check_choices(self)
         if not math.isfinite(self.threshold):
             raise UsageError(f"--threshold must be a number, e.g. 0.99; got {self.threshold}")
         if self.images < 0 or self.max_channels < 0:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from actviz.command.options import ExecutionOptions, LoadOptions
+from actviz.command.options import ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
 
 __all__ = ["SCORES", "ExamplesOptions", "Score"]
@@ -61,8 +61,7 @@ class ExamplesOptions:
     def __post_init__(self) -> None:
         if not 1 <= self.k <= _MAX_K:
             raise UsageError(f"-k must be between 1 and {_MAX_K} images per channel, not {self.k}")
-        if self.score not in SCORES:
-            raise UsageError(f"--score must be max or mean, not '{self.score}'")
+        check_choices(self)
         if self.channels < 0:
             raise UsageError(f"--channels must be 0 (all) or more, not {self.channels}")
         if not _MIN_TILE <= self.tile <= _MAX_TILE:

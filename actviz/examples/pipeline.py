@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.command import Command, Loaded
-    from actviz.images import Discovery
     from actviz.models import LoadedModel
 
 __all__ = ["JSON_FILE", "REPORT_FILE", "top_images"]
@@ -43,7 +42,7 @@ REPORT_FILE = "top-images.html"
 
 def top_images(
     model: str | nn.Module,
-    inputs: Sequence[Path | str],
+    inputs: Sequence[Path | str] | Path | str,
     options: ExamplesOptions | None = None,
     *,
     reporter: Reporter | None = None,
@@ -70,20 +69,11 @@ def top_images(
     opts = from_flat(ExamplesOptions, COMMON_GROUPS, keywords, caller="top_images", given=options)
     ex = opts.execution
 
-    def some_images(found: Discovery) -> None:
-        if not found.images:
-            named = ", ".join(str(p) for p in inputs) or "(none)"
-            raise UsageError(
-                f"no images found in {named}; give image files or folders that hold some "
-                f"({len(found.skipped)} other file(s) skipped)"
-            )
-
     with open_command(
         model,
         opts.out,
         reporter=reporter,
         inputs=inputs,
-        check_inputs=some_images,
         resume=ex.resume,
         overwrite=ex.overwrite,
         engine=ex.engine,

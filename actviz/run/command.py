@@ -19,7 +19,7 @@ from actviz.results import ImageResult
 from actviz.run.loop import Plan, capture_and_render
 from actviz.run.manifest import manifest
 from actviz.run.on_ray import stats_on_ray
-from actviz.run.options import GROUPS, RunOptions
+from actviz.run.options import ALIASES, GROUPS, RunOptions
 from actviz.run.records import RunRecords
 from actviz.run.result import ImageRecords, RunResult
 from actviz.run.sink import RunSink, loader, report_images
@@ -35,7 +35,7 @@ __all__ = ["run"]
 
 def run(
     model: str | nn.Module,
-    inputs: Sequence[Path | str],
+    inputs: Sequence[Path | str] | Path | str,
     options: RunOptions | None = None,
     *,
     reporter: Reporter | None = None,
@@ -48,25 +48,28 @@ def run(
             ``path/to/file.py:factory`` for the user's own model (runs that code), or an
             ``nn.Module`` object, used with its own weights and ImageNet's preprocessing
             unless ``preprocess`` says otherwise (given back in its training mode and device).
-        inputs: Image files and/or folders (walked recursively).
+        inputs: An image file or folder, or a list of them (folders walked recursively).
         options: The run's options (:class:`~actviz.run.options.RunOptions`).
         reporter: Receives warnings and progress.
         **keywords: Instead of ``options``, any option by its flat name (``layers``, ``out``,
             ``weights``, ``norm``, ``batch_size``, ``cam``, ...): every field of
-            :class:`~actviz.run.options.RunOptions` and of its groups.
+            :class:`~actviz.run.options.RunOptions` and of its groups, and ``sort`` and
+            ``channels`` as the command line names ``order`` and ``max_channels``.
 
     Returns:
         What was written, per image and layer.
 
     Raises:
-        ActvizError: For every expected failure (unknown model, empty selection, ...).
-        TypeError: For an unknown keyword, or keywords given together with ``options``.
+        ActvizError: For every expected failure (unknown model, no images, empty selection,
+            a value that is not one of an option's choices, ...); an unknown keyword, or
+            keywords given together with ``options``, is a
+            :class:`~actviz.command.options.KeywordError` (also a ``TypeError``).
     """
     from actviz.command import open_command
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
 
-    opts = from_flat(RunOptions, GROUPS, keywords, caller="run", given=options)
+    opts = from_flat(RunOptions, GROUPS, keywords, caller="run", given=options, aliases=ALIASES)
     ex = opts.execution
     # A run that fails before writing anything leaves no empty folder behind.
     with open_command(
@@ -162,6 +165,9 @@ def _plan(
     """Output folders per image, the resume records, and which images are still to draw."""
     from actviz.layouts import layer_contexts
 
+    module = loaded.module  # in the run's memory format already
+    contexts = layer_contexts(module, loaded.input_size)
+    _check_overlay_channel(opts, module, names, contexts)
     dirs = output.image_dirs([item.rel for item in found.images])
     results = [
         ImageResult(path=item.path, out_dir=folder)
@@ -183,12 +189,11 @@ def _plan(
         _reuse(records, results)
     elif opts.execution.overwrite:
         kept = records.reset([r.out_dir for r in results])
-    module = loaded.module  # in the run's memory format already
     return Plan(
         selector=selector,
         names=names,
         module=module,
-        contexts=layer_contexts(module, loaded.input_size),
+        contexts=contexts,
         results=results,
         todo=[r for r in results if r.status != "reused"],
         sink=RunSink(
@@ -201,6 +206,31 @@ def _plan(
             resume=results if opts.execution.resume else None,
         ),
         kept=[p.relative_to(opts.out).as_posix() for p in kept],
+    )
+
+
+def _check_overlay_channel(
+    opts: RunOptions, module: nn.Module, names: list[str], contexts: Any
+) -> None:
+    """Refuse an ``overlay_channel`` no selected layer has: every overlay would be left out,
+    and the run would succeed with none written. Only a leaf module's own channel count
+    (``out_channels``, ``num_features``, ...) is taken as known: a container's output may
+    concatenate its branches; any layer not known gets the benefit of the doubt."""
+    channel = opts.draw.overlay_channel
+    if channel is None or opts.capture != "output" or not names:
+        return
+    counts = [
+        None
+        if next(iter(module.get_submodule(name).children()), None) is not None
+        else getattr(contexts.get(name), "channels_hint", None)
+        for name in names
+    ]
+    if any(count is None or count > channel for count in counts):
+        return
+    most = max(c for c in counts if c is not None)
+    raise UsageError(
+        f"--overlay-channel {channel}: the selected layers have at most {most} channels "
+        f"(0-{most - 1}); pick one below {most}"
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from actviz.command.options import COMMON_GROUPS, ExecutionOptions, LoadOptions
+from actviz.command.options import COMMON_GROUPS, ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
 from actviz.render.grid import Order
 
@@ -51,7 +51,7 @@ class DrawOptions:
             signed activations.
         layout: ``auto``, or force ``nchw``, ``nhwc`` or ``tokens``.
         overlay: Also blend each layer's mean map (or ``overlay_channel``) over the input.
-        overlay_channel: The channel to overlay instead of the mean.
+        overlay_channel: The channel to overlay instead of the mean (implies ``overlay``).
         save_tensors: Also save each raw activation as ``npy`` or ``safetensors``.
         png_compression: Deflate level 0-9 of the PNGs (1 is fast and nearly as small).
         grids: Draw the grid PNGs (False: statistics and tensors only, much faster).
@@ -75,6 +75,16 @@ class DrawOptions:
     pca_mask: bool = False
 
     def __post_init__(self) -> None:
+        from actviz.layouts import Layout
+
+        check_choices(self, {"Layout": Layout})
+        if self.overlay_channel is not None:
+            if self.overlay_channel < 0:
+                raise UsageError(
+                    f"--overlay-channel must be a channel index (0 or more), not "
+                    f"{self.overlay_channel}"
+                )
+            object.__setattr__(self, "overlay", True)
         if self.pca_mask and not self.pca:
             raise UsageError("--pca-mask needs --view pca")
         if self.clip is not None:
@@ -129,6 +139,7 @@ class GradientOptions:
     cam_classes: int = 1
 
     def __post_init__(self) -> None:
+        check_choices(self)
         if self.cam_classes < 1:
             raise UsageError("--cam-classes must be at least 1")
         if self.cam_classes > 1:
@@ -169,5 +180,13 @@ class RunOptions:
     gradients: GradientOptions = field(default_factory=GradientOptions)
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
+    def __post_init__(self) -> None:
+        from actviz.hooks.recorders import CaptureMode
+
+        check_choices(self, {"CaptureMode": CaptureMode})
+
 
 GROUPS: dict[str, type[Any]] = {**COMMON_GROUPS, "draw": DrawOptions, "gradients": GradientOptions}
+"""The groups of ``run``'s flat keywords (:func:`~actviz.command.options.from_flat`)."""
+ALIASES: dict[str, str] = {"sort": "order", "channels": "max_channels"}
+"""``run``'s keywords by the command line's names for them (``--sort``, ``--channels``)."""
