@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ModelError, UsageError, first_line
-from actviz.models import LayerInfo, LayerListing
+from actviz.models import LayerListing
 from actviz.models import list_layers as _list_named
 from actviz.results import ImageResult
 from actviz.run.command import run
@@ -81,10 +81,8 @@ def _list_module(
     from torch import nn
 
     from actviz.command.session import model_label, restoring
-    from actviz.hooks import layer_refs
     from actviz.hooks.refs import check_hookable
-    from actviz.models.listing import _trace
-    from actviz.selectors import named_exactly, select_layers
+    from actviz.models.listing import listing_of, trace
 
     if not isinstance(model, nn.Module):
         raise UsageError(
@@ -100,48 +98,14 @@ def _list_module(
     device = next((t.device for t in (*model.parameters(), *model.buffers())), None)
     try:
         with restoring(model):
-            recorder = _trace(model, input_shape, device or _cpu())
+            recorder = trace(model, input_shape, device or _cpu())
     except Exception as exc:  # the user's forward: report it, whatever it raised
         raise ModelError(
             f"cannot run {label} on a zero input of shape {input_shape}: "
             f"{type(exc).__name__}: {first_line(exc)}; pass the input size and channels the "
             "model takes (input_size=(H, W), in_chans=1 or 3)"
         ) from exc
-    refs = layer_refs(model)
-    chosen = set(select_layers(refs, layers, model=label)) if layers else set()
-    if layers:  # as `run` does: what the selector swept in but never ran is not marked
-        explicit = named_exactly(refs, layers)
-        idle = {name for name in chosen if name not in explicit and recorder.calls(name) == 0}
-        if len(idle) < len(chosen):
-            chosen -= idle
-    first_shape: dict[str, tuple[int, ...]] = {}
-    order: dict[str, int] = {}
-    for cap in recorder.captures:
-        first_shape.setdefault(cap.module, cap.shape)
-        order.setdefault(cap.module, len(order))
-    modules = dict(model.named_modules())
-    rows = [
-        LayerInfo(
-            name=ref.name,
-            module_type=ref.type_name,
-            shape=first_shape.get(ref.name),
-            calls=recorder.calls(ref.name),
-            params=sum(p.numel() for p in modules[ref.name].parameters()),
-            selected=ref.name in chosen,
-        )
-        for ref in refs
-    ]
-    rows.sort(key=lambda row: order.get(row.name, len(order)))
-    picked = {row.name for row in rows if row.selected}
-    return LayerListing(
-        model=label,
-        input_shape=input_shape,
-        layers=rows,
-        selector=None
-        if layers is None
-        else (layers if isinstance(layers, str) else ",".join(layers)),
-        grids=sum(1 for cap in recorder.captures if cap.module in picked),
-    )
+    return listing_of(model, recorder, model=label, input_shape=input_shape, layers=layers)
 
 
 def _cpu() -> torch.device:

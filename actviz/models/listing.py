@@ -76,9 +76,7 @@ def list_layers(
         ModelError: If the model cannot be built or traced.
         LayerSelectionError: If the selector matches nothing.
     """
-    from actviz.hooks import layer_refs
     from actviz.models.sources import source_for
-    from actviz.selectors import named_exactly, select_layers
 
     if in_chans not in (1, 3):
         raise UsageError(f"--in-chans must be 1 or 3, not {in_chans}")
@@ -88,6 +86,22 @@ def list_layers(
     height, width = preprocess.crop_size
     input_shape = (1, in_chans, height, width)
     module, recorder = _traced(source, model, input_shape, input_size)
+    return listing_of(module, recorder, model=model, input_shape=input_shape, layers=layers)
+
+
+def listing_of(
+    module: nn.Module,
+    recorder: ActivationRecorder,
+    *,
+    model: str,
+    input_shape: tuple[int, ...],
+    layers: str | Sequence[str] | None,
+) -> LayerListing:
+    """The listing of ``module`` from a recorder that traced it once with every module hooked:
+    shapes, calls and parameters per module, and the rows ``layers`` selects marked."""
+    from actviz.hooks import layer_refs
+    from actviz.selectors import named_exactly, select_layers
+
     refs = layer_refs(module)
     chosen = set(select_layers(refs, layers, model=model)) if layers else set()
     if layers:
@@ -193,7 +207,7 @@ def _traced(
     build = source.build_meta(model, input_size)
     if build.module is not None:
         try:
-            return build.module, _trace(build.module, input_shape, torch.device("meta"))
+            return build.module, trace(build.module, input_shape, torch.device("meta"))
         except ActvizError as exc:
             if build.on_cpu is None or not isinstance(exc, ModelError):
                 raise
@@ -206,7 +220,7 @@ def _traced(
     assert build.on_cpu is not None  # a source without a CPU fallback builds on meta
     module = build.on_cpu()
     try:
-        return module, _trace(module, input_shape, torch.device("cpu"))
+        return module, trace(module, input_shape, torch.device("cpu"))
     except Exception as exc:  # the user's forward: report it, whatever it raised
         raise ModelError(
             f"cannot run {model} on a zero input of shape {input_shape}: "
@@ -215,7 +229,7 @@ def _traced(
         ) from exc
 
 
-def _trace(
+def trace(
     module: nn.Module, input_shape: tuple[int, ...], device: torch.device
 ) -> ActivationRecorder:
     """One forward on zeros with every module hooked for its output shape and call count."""
