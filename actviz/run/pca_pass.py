@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from actviz import output
 from actviz.run.job import model_view
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from actviz.command.forward import BatchForward
     from actviz.results import ImageResult
     from actviz.run.job import ImageJob
-    from actviz.run.loop import Plan
     from actviz.run.options import RunOptions
 
 __all__ = ["KEEP_BYTES", "PcaPass"]
@@ -39,6 +38,17 @@ __all__ = ["KEEP_BYTES", "PcaPass"]
 #: The captures (and inputs) the run's pass keeps for the PCA pictures, in bytes at most;
 #: past it, the other images run through the model a second time after the fit.
 KEEP_BYTES = 1 << 30
+
+
+class Plan(Protocol):
+    """What the pass needs of the run's plan (:class:`actviz.run.loop.Plan`)."""
+
+    results: list[ImageResult]
+    todo: list[ImageResult]
+    contexts: Mapping[str, Any]
+    pca: dict[str, Any]
+    pca_notes: dict[str, str]
+
 
 _PCA = next(kind for kind in PICTURE_KINDS if kind.name == "pca")
 
