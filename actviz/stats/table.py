@@ -90,8 +90,8 @@ def _arrow() -> Any:
 
 
 def _check_arrow() -> None:
-    """Refuse at once when pyarrow is missing, without importing it: its import (about half
-    a second and 70 MB) waits for the table's first row group."""
+    """Refuse at once when pyarrow is missing, without importing it: its import (0.2 s and
+    28 MiB resident after torch, on a 2-core machine) waits for the table's first row group."""
     import importlib.util
 
     if importlib.util.find_spec("pyarrow") is None:
