@@ -196,6 +196,32 @@ def test_records_name_only_the_settings_that_differ(tmp_path: Path) -> None:
     )
 
 
+def _layer(name: str, channels: list[int] | None, **extra: Any) -> dict[str, Any]:
+    stats = {"count": 4096, "mean": 0.1234567, "min": -1.5, "max": 2.25, "dead_indices": [3]}
+    return {"name": name, "module": name, "shape": [1, 64, 8, 8], "min": -1.5, "max": 2.25,
+            "channels": channels, "file": f"cat/{name}.png", "overlay": None, "stats": stats,
+            **extra}  # fmt: skip
+
+
+def test_a_records_line_writes_what_every_layer_repeats_once(tmp_path: Path) -> None:
+    layers = [_layer(f"layer{i}", list(range(64))) for i in range(20)]
+    layers[3] = _layer("layer3", [5, 1, 2])  # sorted channels are kept as they are
+    layers[4] = _layer("layer4", None, prefix_tokens=1)  # other keys: kept whole
+    layers[5]["stats"] = None
+    layers[6]["stats"] = {"count": 1}  # other statistics: kept whole
+    layers[7]["channels"] = []
+    record = {"path": "/in/cat.jpg", "out_dir": "cat", "status": "ok", "layers": layers}
+    records = RunRecords(tmp_path, SETTINGS)
+    offset = records.add(json.loads(json.dumps(record)))
+    back = records.read(offset)
+    assert back == record
+    assert [list(x) for x in back["layers"]] == [list(x) for x in layers]  # keys in order
+    assert list(back) == list(record)
+    line = (tmp_path / RunRecords.FILE).read_bytes().splitlines()[1]
+    assert len(line) < len(json.dumps(record)) / 2
+    assert line.count(b'"dead_indices"') == 2 and line.count(b"[0,1,2,3,4,5,6,7") == 0
+
+
 def test_records_of_older_versions_are_still_read(tmp_path: Path) -> None:
     digest = hashlib.sha256(json.dumps(SETTINGS, sort_keys=True, default=str).encode()).hexdigest()[
         :16

@@ -235,3 +235,56 @@ def test_fewer_positions_than_channels_matches_the_svd() -> None:
     for k in range(3):
         assert abs(float(np.dot(fit.components[k], vh[k].numpy()))) > 1 - 1e-6
     np.testing.assert_allclose(fit.explained, (s[:3] ** 2 / (s**2).sum()).numpy(), rtol=1e-6)
+
+
+def _pngs(out: Path) -> dict[str, np.ndarray]:
+    return {
+        p.relative_to(out).as_posix(): np.asarray(Image.open(p))
+        for p in sorted(out.rglob("*.png"))
+        if "report" not in p.parts
+    }
+
+
+def test_one_pass_draws_what_two_passes_drew(
+    make_photos: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's pass keeps its batches and the PCA pictures are drawn from them after the
+    fit; with nothing kept (every image through the model twice, as before) or with the
+    budget spent after one batch, every picture is the same array, the broken image fails in
+    its place, and the model ran once per image only when everything was kept."""
+    import actviz.command.forward as forward
+    import actviz.run.pca_pass as pca
+
+    photos = make_photos(5)
+    (photos / "p2b.png").write_bytes(b"not a png")  # fails between two good images
+    seen: list[int] = []
+    real = forward._call
+
+    def counted(name: str, module: Any, x: Any, first: Path) -> Any:
+        seen.append(int(x.shape[0]))
+        return real(name, module, x, first)
+
+    monkeypatch.setattr(forward, "_call", counted)
+    runs: dict[str, tuple[dict[str, np.ndarray], list[Any], int, str]] = {}
+    for name, budget in (("kept", pca.KEEP_BYTES), ("none", 0), ("cut", 400_000)):
+        monkeypatch.setattr(pca, "KEEP_BYTES", budget)
+        seen.clear()
+        out = tmp_path / name
+        args = ["run", "resnet18", str(photos), "--weights", "none", "-l", "layer1,layer3"]
+        args += ["--input-size", "64,64", "-o", str(out), "--view", "pca", "-b", "2"]
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 3, result.output
+        statuses = [(Path(i["path"]).name, i["status"]) for i in run_images(out)]
+        runs[name] = (_pngs(out), statuses, sum(seen), result.output)
+    kept, none, cut = runs["kept"], runs["none"], runs["cut"]
+    assert kept[2] == 5 and none[2] == 10 and 5 < cut[2] < 10
+    assert "second time" not in kept[3]
+    assert "activations of 0 of 6 images" in none[3] and "second time" in none[3]
+    assert "activations of 4 of 6 images fitted in the 0.3815 MiB" in cut[3]
+    assert kept[1] == none[1] == cut[1]
+    assert ("p2b.png", "failed") in kept[1] and len(kept[1]) == 6
+    assert sum(1 for rel in kept[0] if rel.endswith("_pca.png")) == 10
+    for other in (none, cut):
+        assert other[0].keys() == kept[0].keys()
+        for rel, picture in kept[0].items():
+            assert np.array_equal(picture, other[0][rel]), rel

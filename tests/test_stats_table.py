@@ -268,7 +268,7 @@ def test_a_full_disk_names_the_file_and_the_fix(tmp_path: Path) -> None:
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    table._parquet._writer.write_batch = full
+    table._parquet_parts()._writer.write_batch = full
     with pytest.raises(OutputError, match=r"stats\.parquet: No space left.*free some space"):
         table.add("a", "a.png", [("l0", layer()), ("l1", layer())], [])
     table.abort()
@@ -302,6 +302,37 @@ def test_without_pyarrow_the_error_says_how_to_install_it(
     with pytest.raises(UsageError, match="pip install pyarrow"):
         StatsTable(tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+_LAZY = """
+import sys
+from pathlib import Path
+from actviz.stats import LayerStats
+from actviz.stats.table import StatsTable
+
+out = Path(sys.argv[1])
+row = [("conv", LayerStats(36, 0.5, 1.0, -1.0, 2.0, -0.9, 1.9, 0.0, 0.25, 0, 0, 4, 0, 0.0))]
+table = StatsTable(out, rows_per_group=3)
+table.add("a", "a.png", row, [])
+table.add("b", "b.png", row, [])
+before = "pyarrow" in sys.modules
+table.add("c", "c.png", row, [])  # the third row fills the first row group
+print(before, "pyarrow" in sys.modules)
+table.finish(None, [])
+"""
+
+
+def test_pyarrow_is_imported_when_the_first_row_group_is_written(tmp_path: Path) -> None:
+    import subprocess
+
+    script = tmp_path / "lazy.py"
+    script.write_text(_LAZY)
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [sys.executable, str(script), str(out)], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False", "True"]
+    assert pq.read_table(out / TABLE_FILE).column("image").to_pylist() == ["a", "b", "c"]
 
 
 def peak_bytes(out: Path, rows: int) -> int:

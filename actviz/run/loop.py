@@ -59,7 +59,7 @@ class Plan:
     sink: RunSink
     kept: list[str]
     pca: dict[str, Any] = field(default_factory=dict)
-    """With ``--view pca``: capture key -> its components, fitted by the first pass."""
+    """With ``--view pca``: capture key -> its components, fitted over every image."""
     pca_notes: dict[str, str] = field(default_factory=dict)
     """Capture key -> why it has no components (no spatial positions, ...)."""
 
@@ -100,18 +100,13 @@ def capture_and_render(
                 layout=draw.layout,
             )
 
+    pca = None
     if opts.draw.pca:
-        # Components fitted once over every image, so colours mean the same in each.
-        from actviz.run.pca import fit_run
+        # The components are fitted over every image: the pass samples and keeps the images,
+        # and their PCA pictures are drawn, and the images recorded, after it.
+        from actviz.run.pca_pass import PcaPass
 
-        with (
-            ActivationRecorder(plan.module, plan.names, mode=opts.capture) as recorder,
-            eval_mode(plan.module),
-        ):
-            paths = [r.path for r in plan.results]
-            plan.pca, plan.pca_notes = fit_run(
-                forward, paths, recorder, plan.contexts, opts.draw.layout
-            )
+        pca = PcaPass(plan, opts, ex.batch_size)
 
     todo, sink, grads = plan.todo, plan.sink, opts.gradients
     never_ran: set[str] = set()
@@ -125,12 +120,14 @@ def capture_and_render(
                 result.gradient_flow = write_flow_chart(
                     opts.out, result, random=loaded.weights.random
                 )
-            sink.add(result)
+            record(result)
 
     def failed(index: int, error: str | None) -> None:
         result = todo[index]
         result.status, result.error = "failed", error
-        sink.add(result)
+        record(result)
+
+    record = sink.add if pca is None else pca.hold
 
     with (
         ActivationRecorder(
@@ -157,6 +154,7 @@ def capture_and_render(
                 minmax = [] if opts.stats else [summaries(recorder[c.key]) for c in captures]
                 shared = _BatchCaptures(captures, minmax, backward_pass)
                 futures = []
+                jobs = []
                 for i, (index, size, x_cpu) in enumerate(good):
                     result = todo[index]
                     result.size = size
@@ -172,12 +170,19 @@ def capture_and_render(
                         shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
                     )
                     futures.append(pool.submit(draw_image, job))
+                    jobs.append((index, job))
+                if pca is not None:
+                    pca.add_batch(captures, jobs)
                 in_flight.append(([todo[index] for index, _, _ in good], futures))
                 # One batch renders while the next one runs: no more is kept alive.
                 while len(in_flight) > 1:
                     settle(*in_flight.popleft())
             while in_flight:
                 settle(*in_flight.popleft())
+            if pca is not None:
+                if note := pca.note():
+                    notify.warn(note)
+                pca.finish(forward, recorder, pool, sink.add)
         except BaseException:
             for _, futures in in_flight:
                 for future in futures:

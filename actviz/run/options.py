@@ -56,7 +56,8 @@ class DrawOptions:
         png_compression: Deflate level 0-9 of the PNGs (1 is fast and nearly as small).
         grids: Draw the grid PNGs (False: statistics and tensors only, much faster).
         pca: Also colour each layer's positions by their first three principal components,
-            fitted once over every image (a first pass): ``<NN>_<layer>_pca.png``.
+            fitted once over every image (drawn after the pass, from the captures it kept):
+            ``<NN>_<layer>_pca.png``.
         pca_mask: Black out the positions where the first component is negative.
     """
 

@@ -134,9 +134,10 @@ def overlay_picture(view: LayerView) -> Drawn | None:
     return Drawn(picture_png(picture, job.options.png_compression))
 
 
-def pca_picture(view: LayerView) -> Drawn | None:
+def pca_picture(view: LayerView, seen: np.ndarray | None = None) -> Drawn | None:
     """What the model saw beside the layer's positions coloured by the run's three principal
-    components (``--view pca``); None when the layer has none (no positions)."""
+    components (``--view pca``); None when the layer has none (no positions). ``seen``: what
+    the model saw as RGB, when the caller made it once for every layer of the image."""
     import numpy as np
 
     from actviz.render.pca import pca_picture as picture_of
@@ -150,7 +151,8 @@ def pca_picture(view: LayerView) -> Drawn | None:
     if drawable.array.shape[0] != fit.mean.shape[0]:
         return None
     rgb = pca_rgb(project(drawable.array, fit), fit, mask=job.options.pca_mask)
-    seen = np.asarray(model_view(job).convert("RGB")) if job.model_input is not None else None
+    if seen is None and job.model_input is not None:
+        seen = np.asarray(model_view(job).convert("RGB"))
     shape = "x".join(str(n) for n in cap.tensor.shape[1:]) if cap.tensor is not None else "?"
     picture = picture_of(
         f"{cap.key}   {cap.module_type}   ({shape})   principal components",

@@ -1,0 +1,218 @@
+"""``--view pca`` in the run's one pass over the images.
+
+The components are fitted once over every image, so a layer's PCA pictures can only be drawn
+once the last image has run through the model. The run's pass does everything else as without
+the view (grids, overlays, statistics, drawn while the next batch runs), samples each image's
+positions for the fit, and keeps each batch's captures: after the fit, every kept image's PCA
+pictures are drawn from them, and only then are the images recorded, in their order.
+
+Kept captures are bounded by :data:`KEEP_BYTES`. Past it, the images that did not fit are
+drawn without being kept, and after the fit they run through the model a second time for
+their PCA pictures alone (cut where the decoder's batch starts, so that each is batched, and
+computed, exactly as in the first pass). Images an earlier run drew (``--resume``) are only
+sampled, in a pass of their own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor
+from typing import TYPE_CHECKING, Any, Protocol
+
+from actviz import output
+from actviz.run.job import model_view
+from actviz.run.pca import PcaSampler
+from actviz.run.pictures import PICTURE_KINDS, pca_picture
+from actviz.run.record import layer_view
+
+if TYPE_CHECKING:
+    from actviz.command.forward import BatchForward
+    from actviz.results import ImageResult
+    from actviz.run.job import ImageJob
+    from actviz.run.options import RunOptions
+
+__all__ = ["KEEP_BYTES", "PcaPass"]
+
+#: The captures (and inputs) the run's pass keeps for the PCA pictures, in bytes at most;
+#: past it, the other images run through the model a second time after the fit.
+KEEP_BYTES = 1 << 30
+
+
+class Plan(Protocol):
+    """What the pass needs of the run's plan (:class:`actviz.run.loop.Plan`)."""
+
+    results: list[ImageResult]
+    todo: list[ImageResult]
+    contexts: Mapping[str, Any]
+    pca: dict[str, Any]
+    pca_notes: dict[str, str]
+
+
+_PCA = next(kind for kind in PICTURE_KINDS if kind.name == "pca")
+
+
+class PcaPass:
+    """The PCA side of a run's pass: samples, kept images, and the records held till the
+    pictures are drawn.
+
+    Args:
+        plan: The run's plan (its images, the images to draw, their layers' contexts).
+        opts: The run's options.
+        batch_size: The decoder's batch size (where a cut may fall).
+        keep_bytes: What may be kept (:data:`KEEP_BYTES` when None).
+    """
+
+    def __init__(
+        self, plan: Plan, opts: RunOptions, batch_size: int, keep_bytes: int | None = None
+    ) -> None:
+        self.plan = plan
+        self.layout = opts.draw.layout
+        self.sampler = PcaSampler(len(plan.results))
+        position = {id(r): i for i, r in enumerate(plan.results)}
+        self.run_index = [position[id(r)] for r in plan.todo]
+        self.batch_size = max(batch_size, 1)
+        self.budget = KEEP_BYTES if keep_bytes is None else keep_bytes
+        self.held = 0
+        self.kept: list[tuple[int, ImageJob]] = []
+        """``(index in todo, job)`` of the images drawn from kept captures."""
+        self.later: list[tuple[int, ImageJob]] = []
+        """The images past the budget, their jobs without captures."""
+        self.rest: int | None = None
+        """The index in todo of the first image not kept, once the budget is spent."""
+        self.pending: list[ImageResult] = []
+
+    def add_batch(self, captures: list[Any], jobs: list[tuple[int, ImageJob]]) -> None:
+        """Sample one batch of the run's pass (``(index in todo, job)`` per image) and keep
+        it while the budget allows."""
+        self._sample(captures, [(self.run_index[i], job.index) for i, job in jobs])
+        if self.rest is None:
+            self.held += sum(c.tensor.nbytes for c in captures if c.tensor is not None)
+            self.held += sum(_nbytes(job.model_input) for _, job in jobs)
+            if self.held <= self.budget:
+                # Gradients and CAM maps are drawn already: the PCA pictures need neither.
+                self.kept += [(i, _drawn(j)) for i, j in jobs]
+                return
+            # The cut falls where the decoder's batch of this one starts: every image after
+            # it is batched again as in this pass.
+            self.rest = (jobs[0][0] // self.batch_size) * self.batch_size
+            moved = [(i, j) for i, j in self.kept if i >= self.rest]
+            self.kept = [(i, j) for i, j in self.kept if i < self.rest]
+            self.later += [(i, _light(j)) for i, j in moved]
+        self.later += [(i, _light(j)) for i, j in jobs]
+
+    def hold(self, result: ImageResult) -> None:
+        """An image finished by the pass (drawn or failed): recorded once its PCA pictures
+        are drawn, in this order."""
+        self.pending.append(result)
+
+    def note(self) -> str | None:
+        """What the budget made the run do, if anything: for the run's stderr."""
+        if self.rest is None:
+            return None
+        return (
+            f"--view pca: the activations of {self.rest} of {len(self.plan.todo)} images fitted "
+            f"in the {self.budget / (1 << 20):.4g} MiB kept for the PCA pictures; the other images "
+            "run through the model a second time after the fit"
+        )
+
+    def finish(
+        self,
+        forward: BatchForward,
+        recorder: Any,
+        pool: Executor,
+        record: Callable[[ImageResult], None],
+    ) -> None:
+        """Sample the reused images, fit, draw every image's PCA pictures (the images past
+        the budget through the model again), then record every image in order."""
+        plan = self.plan
+        reused = [(i, r.path) for i, r in enumerate(plan.results) if r.status == "reused"]
+        with contextlib.ExitStack() as stack:
+            if reused:
+                paths = [p for _, p in reused]
+                for good, _logits, _x in forward.batches(paths, stack):
+                    rows = [(reused[i][0], row) for row, (i, _, _) in enumerate(good)]
+                    self._sample(recorder.captures, rows)
+            plan.pca, plan.pca_notes = self.sampler.fits(), dict(self.sampler.notes)
+            self._draw(pool, [(plan.todo[i], j) for i, j in self.kept])
+            self.kept = []
+            if self.rest is not None:
+                self._second_pass(forward, recorder, stack, pool)
+        for result in self.pending:
+            record(result)
+        self.pending = []
+
+    def _sample(self, captures: list[Any], rows: list[tuple[int, int]]) -> None:
+        """Sample ``(index in the run, row of the batch)`` of each image of a batch."""
+        for cap in captures:
+            if cap.kind == "attention" or cap.tensor is None:
+                continue
+            ctx = self.plan.contexts.get(cap.module)
+            for index, row in rows:
+                self.sampler.add_sample(cap.key, index, cap.tensor[row], ctx, self.layout)
+
+    def _second_pass(
+        self, forward: BatchForward, recorder: Any, stack: contextlib.ExitStack, pool: Executor
+    ) -> None:
+        assert self.rest is not None
+        todo = self.plan.todo
+        light = dict(self.later)
+        for good, _logits, x in forward.batches([r.path for r in todo[self.rest :]], stack):
+            captures = recorder.captures
+            jobs = []
+            for row, (i, _size, x_cpu) in enumerate(good):
+                index = i + self.rest
+                job = dataclasses.replace(
+                    light[index], captures=captures, index=row, model_input=x_cpu
+                )
+                jobs.append((todo[index], job))
+            del x
+            self._draw(pool, jobs)
+        self.later = []
+
+    def _draw(self, pool: Executor, jobs: list[tuple[ImageResult, ImageJob]]) -> None:
+        fits = self.plan.pca
+        futures = [pool.submit(_draw_pca, dataclasses.replace(j, pca=fits)) for _, j in jobs]
+        for (result, _), future in zip(jobs, futures, strict=True):
+            for order, rel in future.result().items():
+                layer = result.layers[order]
+                result.layers[order] = dataclasses.replace(
+                    layer, pictures={**layer.pictures, _PCA.name: rel}
+                )
+
+
+def _draw_pca(job: ImageJob) -> dict[int, str]:
+    """One image's PCA pictures, written: capture order -> file (relative to the output)."""
+    import numpy as np
+
+    captures = list(job.captures)
+    width = max(2, len(str(len(captures) - 1)))
+    # What the model saw, once for every layer.
+    seen = np.asarray(model_view(job).convert("RGB")) if job.model_input is not None else None
+    written = {}
+    for order, cap in enumerate(captures):
+        if cap.key not in job.pca:
+            continue
+        view = layer_view(job, cap, output.layer_filename(order, cap.key, width=width))
+        drawn = pca_picture(view, seen)
+        if drawn is None or drawn.png is None:
+            continue
+        rel = job.folder / f"{view.stem}{_PCA.suffix}.png"
+        output.write_bytes(job.out_dir / rel, drawn.png)
+        written[order] = rel.as_posix()
+    return written
+
+
+def _drawn(job: ImageJob) -> ImageJob:
+    """The job as its PCA pictures need it: gradients and CAM maps are drawn already."""
+    return dataclasses.replace(job, gradients={}, class_cams={})
+
+
+def _light(job: ImageJob) -> ImageJob:
+    """The job without its batch's tensors, for a second pass to fill in."""
+    return dataclasses.replace(job, captures=[], gradients={}, class_cams={}, model_input=None)
+
+
+def _nbytes(tensor: Any) -> int:
+    return int(tensor.nbytes) if tensor is not None else 0
