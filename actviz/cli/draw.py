@@ -93,7 +93,7 @@ ViewOption = Annotated[
         metavar="pca",
         help=(
             "Also draw this view of each layer: pca colours each position by the first three "
-            "principal components, fitted once over every image (a first pass): "
+            "principal components, fitted once over every image of the run: "
             "<NN>_<layer>_pca.png. Repeatable."
         ),
         rich_help_panel="Grid",
