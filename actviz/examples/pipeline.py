@@ -192,9 +192,10 @@ def _write_documents(
     if report is not None:
         from actviz.report import build_examples_report, rebuild_run_report
 
-        # A run's report in the same folder now links these pages.
-        pages = {**build_examples_report(doc, opts.out), **rebuild_run_report(opts.out)}
-        for rel, data in pages.items():
+        for rel, data in build_examples_report(doc, opts.out).items():
+            output.write_bytes(opts.out / rel, data)
+        # Then a run's report in the same folder links these pages, now that they exist.
+        for rel, data in rebuild_run_report(opts.out).items():
             output.write_bytes(opts.out / rel, data)
     return doc
 
