@@ -185,3 +185,29 @@ def test_a_hugging_face_folder_without_its_processor_warns_once(tmp_path: Path) 
     warned = [line for line in stderr.splitlines() if "preprocessor_config.json" in line]
     assert len(warned) == 1 and warned[0].startswith("warning: "), stderr
     assert "ImageNet mean and std" in warned[0] and "centre crop to 32" in warned[0]
+
+
+def test_pca_of_layers_without_positions_is_refused_before_anything_is_drawn(
+    tmp_path: Path, image_file: Path
+) -> None:
+    out = tmp_path / "out"
+    code, _, stderr = _invoke(
+        "run", "resnet18", str(image_file), "-w", "none", "-q", "-o", str(out),
+        "-l", "fc", "--view", "pca",
+    )  # fmt: skip
+    _one_line_usage_error(code, stderr, "--view pca", "fc:", "-l layer4")
+    assert not out.exists()
+
+
+def test_pca_says_which_selected_layer_it_could_not_colour(
+    tmp_path: Path, image_file: Path
+) -> None:
+    out = tmp_path / "out"
+    code, _, stderr = _invoke(
+        "run", "resnet18", str(image_file), "-w", "none", "-o", str(out),
+        "-l", "layer4.1.conv2,fc", "--view", "pca", "--no-report",
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert "--view pca: no PCA picture of fc:" in stderr
+    assert (out / image_file.stem / "00_layer4.1.conv2_pca.png").is_file()
+    assert not list((out / image_file.stem).glob("*fc_pca.png"))

@@ -150,6 +150,8 @@ def capture_and_render(
                         backward_pass = _backward(
                             model, loaded, plan, x, todo[good[0][0]].path, cam_keys, grads
                         )
+                if pca is not None:
+                    pca.check(captures)
                 # With statistics on, each image's min, max and mean come from them.
                 minmax = [] if opts.stats else [summaries(recorder[c.key]) for c in captures]
                 shared = _BatchCaptures(captures, minmax, backward_pass)
@@ -183,6 +185,8 @@ def capture_and_render(
                 if note := pca.note():
                     notify.warn(note)
                 pca.finish(forward, recorder, pool, sink.add)
+                for key, note in plan.pca_notes.items():
+                    notify.warn(f"--view pca: no PCA picture of {key}: {note}")
         except BaseException:
             for _, futures in in_flight:
                 for future in futures:

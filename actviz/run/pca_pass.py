@@ -82,6 +82,7 @@ class PcaPass:
         self.rest: int | None = None
         """The index in todo of the first image not kept, once the budget is spent."""
         self.pending: list[ImageResult] = []
+        self.checked = False
 
     def add_batch(self, captures: list[Any], jobs: list[tuple[int, ImageJob]]) -> None:
         """Sample one batch of the run's pass (``(index in todo, job)`` per image) and keep
@@ -142,6 +143,34 @@ class PcaPass:
         for result in self.pending:
             record(result)
         self.pending = []
+
+    def check(self, captures: list[Any]) -> None:
+        """Refuse the run at its first batch, before anything is drawn, when no selected
+        output has positions to colour (``--view pca -l fc``): it would draw nothing.
+
+        Raises:
+            UsageError: Naming the layers and why each has no positions.
+        """
+        from actviz.errors import UsageError
+        from actviz.run.pca import spatial_maps
+
+        if self.checked:
+            return
+        self.checked = True
+        notes = {}
+        for cap in captures:
+            if cap.kind == "attention" or cap.tensor is None or len(cap.tensor) == 0:
+                continue
+            ctx = self.plan.contexts.get(cap.module)
+            maps, note = spatial_maps(cap.tensor[0], ctx, self.layout)
+            if maps is not None:
+                return
+            notes[cap.key] = note or "no spatial positions"
+        said = "; ".join(f"{key}: {note}" for key, note in list(notes.items())[:3])
+        raise UsageError(
+            f"--view pca colours positions, and no selected layer has any ({said}); select "
+            "conv or token layers (e.g. -l layer4), or drop --view pca"
+        )
 
     def _sample(self, captures: list[Any], rows: list[tuple[int, int]]) -> None:
         """Sample ``(index in the run, row of the batch)`` of each image of a batch."""
