@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -154,16 +155,29 @@ class _FakeRef:
         self.done = False
 
 
+class _Ready:
+    def __init__(self, actor: _FakeActor) -> None:
+        self.actor = actor
+
+    def remote(self) -> _FakeRef:
+        ref = _FakeRef(self.actor, [])
+        ref.done, ref.value = self.actor.started, True
+        return ref
+
+
 class _FakeActor:
     """Runs its calls in order; a batch holding a path with "kill" in it kills the actor (or
-    only the first time, with ``world.once``), failing every call queued on it."""
+    only the first time, with ``world.once``), failing every call queued on it. The actors
+    numbered ``world.never_from`` and on are never scheduled: they run nothing."""
 
     def __init__(self, world: _World) -> None:
         self.world = world
         self.queue: list[_FakeRef] = []
         self.alive = True
+        self.started = world.actors < world.never_from
         world.actors += 1
         self.summarize = self
+        self.ready = _Ready(self)
 
     def remote(self, paths: list[str]) -> _FakeRef:
         ref = _FakeRef(self, paths)
@@ -192,8 +206,8 @@ class _FakeActor:
 
 
 class _World:
-    def __init__(self, *, once: bool = False, broken: bool = False) -> None:
-        self.once, self.broken = once, broken
+    def __init__(self, *, once: bool = False, broken: bool = False, never_from: int = 99) -> None:
+        self.once, self.broken, self.never_from = once, broken, never_from
         self.actors = self.killed = 0
         self.exceptions = SimpleNamespace(
             RayActorError=_RayActorError,
@@ -207,11 +221,24 @@ class _World:
     def remote(self, spec: Any) -> _FakeActor:  # the actor class
         return _FakeActor(self)
 
-    def wait(self, refs: list[_FakeRef], num_returns: int) -> tuple[list[_FakeRef], list[Any]]:
+    def wait(
+        self, refs: list[_FakeRef], num_returns: int, timeout: float | None = None
+    ) -> tuple[list[_FakeRef], list[Any]]:
         while not any(r.done for r in refs):
-            next(r for r in refs if r.actor.queue and r.actor.queue[0] is r).actor.step()
+            heads = [r for r in refs if r.actor.started and r.actor.queue and r.actor.queue[0] is r]
+            if not heads:  # only actors that never start: nothing comes back
+                assert timeout is not None, "the driver would wait forever"
+                time.sleep(timeout)
+                return [], refs
+            heads[0].actor.step()
         ready = next(r for r in refs if r.done)
         return [ready], [r for r in refs if r is not ready]
+
+    def cluster_resources(self) -> dict[str, float]:
+        return {"CPU": 2.0, "memory": 1e9}
+
+    def available_resources(self) -> dict[str, float]:
+        return {"memory": 1e9}  # Ray leaves out what is all taken
 
     def get(self, ref: _FakeRef) -> Any:
         while not ref.done:
@@ -222,14 +249,21 @@ class _World:
 
     def kill(self, actor: _FakeActor, no_restart: bool = True) -> None:
         actor.alive = False
+        for queued in actor.queue:
+            queued.done, queued.error = True, _RayActorError("killed")
+        actor.queue.clear()
 
 
-def _schedule(world: _World, paths: list[str], lost: Any = None) -> dict[int, Any]:
-    from actviz.engines.ray_data import RayOptions, _Pool, _schedule
+def _schedule(
+    world: _World, paths: list[str], lost: Any = None, *, workers: int = 2
+) -> dict[int, Any]:
+    from actviz.engines.pool import Pool
+    from actviz.engines.ray_data import RayOptions, _schedule
 
-    pool = _Pool(world, world, None, 2)  # type: ignore[arg-type]
+    pool = Pool(world, world, None, workers)  # type: ignore[arg-type]
+    pool.start_timeout = 0.2
     got: dict[int, Any] = {}
-    options = RayOptions(workers=2, batch_size=2)
+    options = RayOptions(workers=workers, batch_size=2)
     for pairs in _schedule(world, pool, [Path(p) for p in paths], options, lost):
         for (index,), payload in pairs:
             assert index not in got
@@ -282,10 +316,11 @@ def test_the_driver_holds_nothing_per_image() -> None:
         for path in paths:
             str(path)  # cached text of the input list: not the scheduler's
         world = _World()
-        from actviz.engines.ray_data import RayOptions, _Pool, _schedule
+        from actviz.engines.pool import Pool
+        from actviz.engines.ray_data import RayOptions, _schedule
 
         tracemalloc.start()
-        pool = _Pool(world, world, None, 2)  # type: ignore[arg-type]
+        pool = Pool(world, world, None, 2)  # type: ignore[arg-type]
         count = 0
         for pairs in _schedule(world, pool, paths, RayOptions(batch_size=8), None):
             count += len(pairs)
@@ -294,3 +329,58 @@ def test_the_driver_holds_nothing_per_image() -> None:
         tracemalloc.stop()
         assert count == n
     assert held[1] < held[0] + 8_000, held
+
+
+def test_an_actor_the_cluster_never_starts_is_given_up_and_the_others_do_its_work() -> None:
+    paths = [f"img{i}" for i in range(9)]
+    world = _World(never_from=1)  # the second actor is never scheduled
+    assert _schedule(world, paths) == dict(enumerate(paths))
+    assert world.actors == 2
+
+
+def test_a_replacement_the_cluster_cannot_start_leaves_the_work_to_the_others() -> None:
+    paths = [f"img{i}" for i in range(9)]
+    paths[2] = "kill2"
+    world = _World(once=True, never_from=2)  # no replacement is ever scheduled
+    # The batch its actor died running goes to the actor that still runs, and comes back.
+    assert _schedule(world, paths, lost=lambda reason: ("lost", reason)) == dict(enumerate(paths))
+    assert world.killed == 1 and world.actors == 3
+
+
+def test_a_run_left_without_any_actor_stops_with_the_cause_and_the_fix() -> None:
+    from actviz.errors import ActvizError
+
+    paths = [f"img{i}" for i in range(9)]
+    paths[4] = "kill4"
+    world = _World(once=True, never_from=1)
+    got: dict[int, Any] = {}
+    with pytest.raises(ActvizError) as caught:
+        from actviz.engines.pool import Pool
+        from actviz.engines.ray_data import RayOptions, _schedule
+
+        pool = Pool(world, world, None, 1)  # type: ignore[arg-type]
+        pool.start_timeout = 0.2
+        batches = _schedule(world, pool, [Path(p) for p in paths], RayOptions(batch_size=2), None)
+        for pairs in batches:
+            got.update({index: payload for (index,), payload in pairs})
+    assert str(caught.value) == (
+        "Ray could not start a replacement worker within 0.2 s: the cluster has no free CPU "
+        "(0 of 2 free, a worker needs 1); lower --workers or add resources to the cluster "
+        "(--resume continues this run)"
+    )
+    assert got == {i: paths[i] for i in range(4)}  # what came back before is kept
+
+
+def test_the_cause_says_what_the_cluster_lacks() -> None:
+    from actviz.engines.pool import unschedulable
+
+    world = _World()
+    assert unschedulable(world, {"CPU": 1.0, "accelerator_x": 1.0}) == (
+        "a worker needs 1 accelerator_x and the cluster has none in all"
+    )
+    assert unschedulable(world, {"CPU": 4.0}) == (
+        "a worker needs 4 CPU and the cluster has 2 in all"
+    )
+    assert unschedulable(world, {"memory": 10.0}) == (
+        "the cluster did not schedule it although its resources look free (see `ray status`)"
+    )
