@@ -384,3 +384,107 @@ def test_the_cause_says_what_the_cluster_lacks() -> None:
     assert unschedulable(world, {"memory": 10.0}) == (
         "the cluster did not schedule it although its resources look free (see `ray status`)"
     )
+
+
+# ------------------------------------------------------------------ on a real local Ray
+
+FLAT = """
+import torch
+from torch import nn
+
+
+class Flat(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.flat = nn.Flatten()
+
+    def forward(self, x):
+        return self.flat(torch.relu(self.conv(x)))
+
+
+def build():
+    return Flat()
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_top_images_on_ray_names_images_whose_maps_cannot_be_pooled_as_locally(
+    local_ray: None, tmp_path: Path
+) -> None:
+    import actviz
+    from actviz.models import Preprocessing
+
+    model = tmp_path / "flat.py"
+    model.write_text(FLAT)
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    # Shorter side to 24, no crop: the wide and the tall image give longer flattened outputs.
+    sizes = [(24, 24), (36, 24), (24, 24), (24, 24), (24, 36)]
+    for i, (w, h) in enumerate(sizes):
+        pixels = np.random.default_rng(i).integers(0, 256, (h, w, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(photos / f"img{i}.png")
+    common: dict[str, Any] = {
+        "layers": "conv,flat",
+        "k": 2,
+        "weights": "none",
+        "device": "cpu",
+        "report": False,
+        "batch_size": 2,
+        "preprocess": Preprocessing.fitted(resize=24, crop=24, crops=False),
+    }
+    runs = {
+        engine: actviz.top_images(
+            f"{model}:build", [photos], out=tmp_path / engine, **common, **extra
+        )
+        for engine, extra in (("local", {}), ("ray", {"engine": "ray", "workers": 2}))
+    }
+    reason = (
+        "its output of flat is (3456,), not (2304,) as at the input size 24x24, and cannot be "
+        "brought to it; pass --input-size H,W to crop every image to one size"
+    )
+    for engine, result in runs.items():
+        assert [(p.name, why) for p, why in result.failed] == [
+            ("img1.png", reason),
+            ("img4.png", reason),
+        ], engine
+        assert result.images == 3 and result.failed_count == 2, engine
+        tops = {
+            Path(e["path"]).name for c in result.document["layers"][0]["channels"] for e in c["top"]
+        }
+        assert tops and tops <= {"img0.png", "img2.png", "img3.png"}, engine
+    assert runs["ray"].document["layers"] == runs["local"].document["layers"]
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_replacement_ray_cannot_schedule_stops_the_run_with_the_cause(
+    local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actviz.engines import pool
+
+    monkeypatch.setattr(pool, "START_TIMEOUT", 3.0)
+    start = pool.Pool._start
+
+    def never_again(self: Any, slot: int, *, replacement: bool) -> None:
+        if replacement:  # a resource no node has: the replacement can never be scheduled
+            self.actor = self.actor.options(resources={"actviz_never": 1.0})
+            self.need = {**self.need, "actviz_never": 1.0}
+        start(self, slot, replacement=replacement)
+
+    monkeypatch.setattr(pool.Pool, "_start", never_again)
+    model, photos = _setup(tmp_path, "once")
+    began = time.monotonic()
+    code, stderr, _ = _top_images(
+        model, photos, tmp_path / "ray", "--engine", "ray", "--workers", "1"
+    )
+    assert (tmp_path / "killed-once").exists()  # the actor did die
+    assert code == 1, stderr
+    assert stderr.strip().splitlines() == [
+        "error: Ray could not start a replacement worker within 3 s: a worker needs 1 "
+        "actviz_never and the cluster has none in all; lower --workers or add resources to "
+        "the cluster (--resume continues this run)"
+    ]
+    assert time.monotonic() - began < 60
