@@ -488,3 +488,40 @@ def test_a_replacement_ray_cannot_schedule_stops_the_run_with_the_cause(
         "the cluster (--resume continues this run)"
     ]
     assert time.monotonic() - began < 60
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_ray_stats_of_images_of_several_input_shapes_equal_the_local_engines(
+    local_ray: None, tmp_path: Path
+) -> None:
+    import actviz
+    from actviz.models import Preprocessing
+    from tests.conftest import same_up_to_batching
+    from tests.oracles import read_table_rows
+
+    model, photos = _setup(tmp_path, "none")  # a plain convolution: its maps follow the input
+    for i, (w, h) in enumerate([(30, 20), (20, 30)]):  # 30x20 and 20x30 after resizing
+        pixels = np.random.default_rng(i).integers(0, 256, (h, w, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(photos / f"odd{i}.png")
+    common: dict[str, Any] = {
+        "layers": "conv",
+        "weights": "none",
+        "device": "cpu",
+        "grids": False,
+        "report": False,
+        "batch_size": 4,
+        "preprocess": Preprocessing.fitted(resize=20, crop=20, crops=False),
+    }
+    for engine, extra in (("local", {}), ("ray", {"engine": "ray", "workers": 2})):
+        result = actviz.run(model, [photos], out=tmp_path / engine, **common, **extra)
+        assert result.count("ok") == 15 and result.count("failed") == 0, engine
+    tables = [
+        {r["image"]: r for r in read_table_rows(tmp_path / n / "stats.parquet")}
+        for n in ("local", "ray")
+    ]
+    assert len(tables[0]) == 15 and tables[0].keys() == tables[1].keys()
+    assert same_up_to_batching(tables[0], tables[1])
+    # Each image's statistics are its own maps': 4 channels of 20x30, 30x20 or 20x20.
+    counts = {image: row["count"] for image, row in tables[1].items()}
+    assert counts["odd0"] == counts["odd1"] == 2400 and counts["img00"] == 1600
