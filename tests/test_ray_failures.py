@@ -525,3 +525,38 @@ def test_ray_stats_of_images_of_several_input_shapes_equal_the_local_engines(
     # Each image's statistics are its own maps': 4 channels of 20x30, 30x20 or 20x20.
     counts = {image: row["count"] for image, row in tables[1].items()}
     assert counts["odd0"] == counts["odd1"] == 2400 and counts["img00"] == 1600
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_a_pool_ray_has_no_free_cpu_for_stops_in_bounded_time_with_the_cause(
+    local_ray: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ray
+
+    from actviz.engines import pool
+
+    monkeypatch.setattr(pool, "START_TIMEOUT", 3.0)
+
+    @ray.remote(num_cpus=2)
+    class Hog:
+        def ping(self) -> bool:
+            return True
+
+    hog = Hog.remote()  # type: ignore[attr-defined]
+    try:
+        ray.get(hog.ping.remote())  # it holds both CPUs now
+        model, photos = _setup(tmp_path, "none")
+        began = time.monotonic()
+        code, stderr, _ = _top_images(
+            model, photos, tmp_path / "ray", "--engine", "ray", "--workers", "1"
+        )
+    finally:
+        ray.kill(hog)
+    assert code == 1, stderr
+    assert stderr.strip().splitlines() == [
+        "error: Ray could not start a worker within 3 s: the cluster has no free CPU (0 of 2 "
+        "free, a worker needs 1); lower --workers or add resources to the cluster (--resume "
+        "continues this run)"
+    ]
+    assert time.monotonic() - began < 60
