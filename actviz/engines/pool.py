@@ -81,8 +81,9 @@ class Pool:
         return max(0.0, first + self.start_timeout - time.monotonic())
 
     def overdue(self) -> list[tuple[int, bool]]:
-        """Give up on the actors not started within self.start_timeout: each is killed (cancelling
-        its scheduling), its slot retired; (slot, whether it was a replacement) for each."""
+        """Give up on the actors not started within ``start_timeout`` seconds: each is killed
+        (cancelling its scheduling), its slot retired; (slot, whether it was a replacement)
+        for each."""
         now = time.monotonic()
         late = [
             (ref, slot, replacement)
