@@ -14,6 +14,12 @@ in order, so the oldest unfinished one was running). A batch that still fails is
 lost, each of its images with a one-line reason, and the run goes on. An exception raised by the
 work itself, or a model that cannot be built on an actor, stops the run, as it would locally.
 
+An actor the cluster cannot start within ``pool.START_TIMEOUT`` seconds (no free CPU, or
+resources it will never have, as when a node is lost) is given up: its batches go to the actors
+that run, and when none is left the run stops with one line that names the cause and the fix. An
+actor builds its model on its first call, so its start is only its scheduling, however slow the
+model is to build.
+
 Only this module imports ray, and only when the engine is used.
 """
 
@@ -29,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.engines.pool import Batch, Pool, unschedulable
 from actviz.errors import ActvizError, UsageError, import_extra
 
 if TYPE_CHECKING:
@@ -38,8 +45,6 @@ __all__ = ["RETRIES", "RayOptions", "WorkerSpec", "ray_batches", "require_ray"]
 
 #: Times a batch is tried again after the actor running it died, each time on a fresh actor.
 RETRIES = 2
-#: Batches queued on each actor: one running, the next waiting.
-_QUEUED = 2
 
 
 @dataclass(frozen=True)
@@ -124,12 +129,18 @@ def _run(
     lost: Callable[[str], Any] | None,
 ) -> Iterator[list[tuple[list[int], Any]]]:
     started = _connect(ray, options)
-    pool: _Pool | None = None
+    pool: Pool | None = None
     try:
+        need = _resources(ray, options)
+        custom = {name: amount for name, amount in need.items() if name != "CPU"}
         # No restarts by Ray itself: a dead actor is replaced here, so the batch it was running
         # is known and its retries counted.
-        actor = ray.remote(num_cpus=_cpus_per_actor(ray, options), max_restarts=0)(_Summarizer)
-        pool = _Pool(ray, actor, spec, options.workers)
+        actor = ray.remote(
+            num_cpus=need.get("CPU", 0.0),
+            max_restarts=0,
+            **({"resources": custom} if custom else {}),
+        )(_Summarizer)
+        pool = Pool(ray, actor, spec, options.workers, need)
         yield from _schedule(ray, pool, paths, options, lost)
     finally:
         if pool is not None:
@@ -139,66 +150,18 @@ def _run(
                 ray.shutdown()
 
 
-@dataclass
-class _Batch:
-    indices: range
-    deaths: int = 0  # actors that died while running it
-
-
-class _Pool:
-    """The actors, and per actor the batches queued on it in the order they were sent."""
-
-    def __init__(self, ray: Any, actor: Any, spec: WorkerSpec, size: int) -> None:
-        self.ray = ray
-        self.actor = actor
-        self.spec = spec
-        self.actors = [actor.remote(spec) for _ in range(size)]
-        self.queued: list[deque[Any]] = [deque() for _ in range(size)]
-        self.batches: dict[Any, tuple[int, _Batch]] = {}  # in flight: ref -> (actor, batch)
-
-    def free(self) -> int | None:
-        """The actor with the fewest batches queued, if it has room for another."""
-        slot = min(range(len(self.actors)), key=lambda i: len(self.queued[i]))
-        return slot if len(self.queued[slot]) < _QUEUED else None
-
-    def submit(self, slot: int, batch: _Batch, paths: Sequence[Path]) -> None:
-        ref = self.actors[slot].summarize.remote([str(paths[i]) for i in batch.indices])
-        self.queued[slot].append(ref)
-        self.batches[ref] = (slot, batch)
-
-    def take(self, ref: Any) -> tuple[int, _Batch]:
-        slot, batch = self.batches.pop(ref)
-        self.queued[slot].remove(ref)
-        return slot, batch
-
-    def replace(self, slot: int) -> list[Any]:
-        """A fresh actor in place of a dead one; the refs that were queued on the dead one,
-        oldest first."""
-        with contextlib.suppress(Exception):
-            self.ray.kill(self.actors[slot], no_restart=True)
-        self.actors[slot] = self.actor.remote(self.spec)
-        refs = list(self.queued[slot])
-        self.queued[slot].clear()
-        return refs
-
-    def stop(self) -> None:
-        """Kill the actors, and with them the calls still queued on them."""
-        for actor in self.actors:
-            with contextlib.suppress(Exception):
-                self.ray.kill(actor, no_restart=True)
-
-
 def _schedule(
     ray: Any,
-    pool: _Pool,
+    pool: Pool,
     paths: Sequence[Path],
     options: RayOptions,
     lost: Callable[[str], Any] | None,
 ) -> Iterator[list[tuple[list[int], Any]]]:
     size = max(1, options.batch_size)
-    fresh = (_Batch(range(s, min(s + size, len(paths)))) for s in range(0, len(paths), size))
-    again: deque[_Batch] = deque()  # batches whose actor died, sent before new ones
+    fresh = (Batch(range(s, min(s + size, len(paths)))) for s in range(0, len(paths), size))
+    again: deque[Batch] = deque()  # batches whose actor died, sent before new ones
     while True:
+        _give_up_late(ray, pool, again)
         while (slot := pool.free()) is not None:
             batch = again.popleft() if again else next(fresh, None)
             if batch is None:
@@ -206,7 +169,14 @@ def _schedule(
             pool.submit(slot, batch, paths)
         if not pool.batches:
             return
-        [ref], _ = ray.wait(list(pool.batches), num_returns=1)
+        ready, _ = ray.wait(pool.waiting(), num_returns=1, timeout=pool.timeout())
+        if not ready:
+            continue  # an actor's start is overdue: given up on above
+        [ref] = ready
+        if ref in pool.starting:
+            # Started (or died starting: its queued calls say so and are handled as any).
+            del pool.starting[ref]
+            continue
         slot, batch = pool.batches[ref]
         result = _result(ray, ref)
         if not isinstance(result, BaseException):
@@ -232,6 +202,25 @@ def _schedule(
             if lost is None:
                 raise ActvizError(f"the Ray job failed: {reason}") from result
             yield [([i], lost(reason)) for i in batch.indices]
+
+
+def _give_up_late(ray: Any, pool: Pool, again: deque[Batch]) -> None:
+    """The actors the cluster did not start in time are given up; their batches go first to
+    the actors that run, without counting against them.
+
+    Raises:
+        ActvizError: When no actor is left: why Ray could not start one, and the fix.
+    """
+    late = pool.overdue()
+    for slot, _ in late:
+        again.extendleft(reversed(pool.take_back(slot)))
+    if late and not pool.live():
+        what = "a replacement worker" if any(replaced for _, replaced in late) else "a worker"
+        raise ActvizError(
+            f"Ray could not start {what} within {pool.start_timeout:g} s: "
+            f"{unschedulable(ray, pool.need)}; lower --workers or add resources to the "
+            "cluster (--resume continues this run)"
+        )
 
 
 def _result(ray: Any, ref: Any) -> Any:
@@ -261,10 +250,14 @@ def _result(ray: Any, ref: Any) -> Any:
             ) from exc
         return exc
     except errors.RayError as exc:
+        if isinstance(getattr(exc, "cause", None), _BuildFailed):
+            raise ActvizError(
+                f"the Ray job failed: an actor could not build the model: {exc.cause}"
+            ) from exc
         raise ActvizError(f"the Ray job failed: {_ray_reason(exc)}") from exc
 
 
-def _global(batch: _Batch, pairs: list[tuple[list[int], Any]]) -> list[tuple[list[int], Any]]:
+def _global(batch: Batch, pairs: list[tuple[list[int], Any]]) -> list[tuple[list[int], Any]]:
     """An actor's pairs with indices into the batch, as indices into the run's paths."""
     return [([batch.indices[i] for i in rows], payload) for rows, payload in pairs]
 
@@ -282,20 +275,53 @@ def _died_reason(exc: BaseException, retries: int) -> str:
     )
 
 
+class _BuildFailed(Exception):
+    """The model could not be built on an actor: it would fail on any."""
+
+
 class _Summarizer:
-    """The actor: builds the model once, then summarizes one batch of paths per call."""
+    """The actor: builds the model on its first call, then summarizes one batch of paths per
+    call. Its start is cheap, so the driver sees when the cluster has scheduled it."""
 
     def __init__(self, spec: WorkerSpec) -> None:
-        from actviz.models import load_with
-
         self.spec = spec
-        self.loaded = load_with(spec.model, spec.load)
+        self.loaded: Any = None
+
+    def ready(self) -> bool:
+        """Answers once the actor runs: its first call."""
+        return True
 
     def summarize(self, paths: list[str]) -> list[tuple[list[int], Any]]:
+        if self.loaded is None:
+            self.loaded = _build(self.spec)
         pairs: list[tuple[list[int], Any]] = self.spec.summarize(
             self.loaded, [Path(p) for p in paths], list(self.spec.layers)
         )
         return pairs
+
+
+def _build(spec: WorkerSpec) -> Any:
+    """The model as the driver's command opens it: built by its source, with the run's own
+    preprocessing when it gave one (the API's ``preprocess=``).
+
+    Raises:
+        _BuildFailed: Whatever went wrong, in one line.
+    """
+    from actviz.errors import first_line
+    from actviz.models import load_with
+
+    try:
+        loaded = load_with(spec.model, spec.load)
+    except Exception as exc:
+        why = first_line(exc)
+        # The message alone: it travels back pickled, whatever the exception held.
+        raise _BuildFailed(
+            why if isinstance(exc, ActvizError) else f"{type(exc).__name__}: {why}"
+        ) from None
+    if spec.load.preprocess is not None:
+        loaded.preprocess = spec.load.preprocess
+        loaded.input_size = spec.load.preprocess.crop_size
+    return loaded
 
 
 @contextlib.contextmanager
@@ -332,10 +358,11 @@ def _connect(ray: Any, options: RayOptions) -> bool:
     return True
 
 
-def _cpus_per_actor(ray: Any, options: RayOptions) -> float:
-    # A pool wider than the cluster's cores still starts: actors share the cores.
+def _resources(ray: Any, options: RayOptions) -> dict[str, float]:
+    """What each actor asks the cluster for. A pool wider than the cluster's cores still
+    starts: actors share the cores."""
     total = float(ray.cluster_resources().get("CPU", 1.0))
-    return max(0.1, min(1.0, total / options.workers))
+    return {"CPU": max(0.1, min(1.0, total / options.workers))}
 
 
 def _ray_reason(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,11 +25,20 @@ __all__ = ["BatchCandidates", "candidates_on_ray", "example_candidates"]
 
 @dataclass
 class BatchCandidates:
-    """What the driver gets back for one batch: its candidates, or an unreadable image."""
+    """What the driver gets back for some images of a batch: their candidates, or the reason
+    they could not be scored (unreadable, or maps that cannot be brought to the planned size).
+
+    Attributes:
+        candidates: The images' candidates; None for a failed image.
+        sizes: Each image's size, in the order of the pair's indices.
+        error: Why the image failed.
+        resized: Capture key -> the per-image shape of maps pooled to the planned size.
+    """
 
     candidates: Candidates | None = None
     sizes: tuple[tuple[int, int] | None, ...] = ()
     error: str | None = None
+    resized: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def example_candidates(
@@ -41,29 +50,34 @@ def example_candidates(
     score: Any,
     k: int,
 ) -> list[tuple[list[int], BatchCandidates]]:
-    """One batch on an actor: decode, score with the run's plans, the batch's candidates."""
+    """One batch on an actor: decode, score with the run's plans, the batch's candidates.
+
+    As the local engine: the batch is run in parts of one input shape (a preprocessing that
+    keeps each image's aspect ratio), and the images of a part whose output cannot be brought
+    to the planned size fail by name, with the fix.
+    """
     import torch
 
-    from actviz.examples.scoring import score_batch_candidates
+    from actviz.examples.scoring import score_batch, unfit_reason
     from actviz.loader import decode_batches
 
-    batches = decode_batches(paths, loaded.preprocess, batch_size=len(paths))
-    decoded = [item for batch in batches for item in batch]
-    out = [([d.index], BatchCandidates(error=d.error)) for d in decoded if d.tensor is None]
-    good = [d for d in decoded if d.tensor is not None]
-    if good:
+    out: list[tuple[list[int], BatchCandidates]] = []
+    # Split where the input shape changes, so that each part stacks.
+    for part in decode_batches(paths, loaded.preprocess, batch_size=len(paths)):
+        out += [([d.index], BatchCandidates(error=d.error)) for d in part if d.tensor is None]
+        good = [d for d in part if d.tensor is not None]
+        if not good:
+            continue
         x = torch.stack([d.tensor for d in good if d.tensor is not None]).to(loaded.device)
-        candidates = score_batch_candidates(
-            loaded.module,
-            layers,
-            plans,
-            x,
-            [str(paths[d.index]) for d in good],
-            score=score,
-            k=k,
-        )
+        names = [str(paths[d.index]) for d in good]
+        scored = score_batch(loaded.module, layers, plans, x, names, score=score, k=k)
+        if scored.unfit:
+            reason = unfit_reason(scored.unfit, plans, loaded.input_size)
+            out += [([d.index], BatchCandidates(error=reason)) for d in good]
+            continue
         sizes = tuple(d.size for d in good)
-        out.append(([d.index for d in good], BatchCandidates(candidates, sizes)))
+        back = BatchCandidates(scored.candidates, sizes, resized=scored.resized)
+        out.append(([d.index for d in good], back))
     return out
 
 

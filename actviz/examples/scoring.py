@@ -32,11 +32,14 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchScores",
     "ScoreRecorder",
+    "ScoredBatch",
     "batch_candidates",
     "fit_to_plan",
     "predicted_classes",
+    "score_batch",
     "score_batch_candidates",
     "score_maps",
+    "unfit_reason",
 ]
 
 
@@ -241,7 +244,23 @@ def batch_candidates(
     return Candidates(layers=layers, paths=tuple(paths))
 
 
-def score_batch_candidates(
+@dataclass(frozen=True)
+class ScoredBatch:
+    """One batch through the hooked model: its candidates, and what the recorder found.
+
+    Attributes:
+        candidates: Per layer, each channel's best images of the batch.
+        resized: Capture key -> the per-image shape of maps pooled to the plan's size.
+        unfit: Capture key -> the per-image shape of an output that could not be brought to
+            the plan's (no candidates of that layer: the batch's images cannot be scored).
+    """
+
+    candidates: Candidates
+    resized: dict[str, tuple[int, ...]]
+    unfit: dict[str, tuple[int, ...]]
+
+
+def score_batch(
     module: nn.Module,
     names: Sequence[str],
     plans: Mapping[str, LayerPlan],
@@ -250,7 +269,7 @@ def score_batch_candidates(
     *,
     score: Score,
     k: int,
-) -> Candidates:
+) -> ScoredBatch:
     """The whole per-batch step for an engine: hook, run the batch, build its candidates.
 
     Args:
@@ -270,4 +289,35 @@ def score_batch_candidates(
         with torch.inference_mode():
             logits: Any = module(x)
         scores = recorder.take()
-    return batch_candidates(paths, scores, predicted_classes(logits, len(paths)), k)
+    candidates = batch_candidates(paths, scores, predicted_classes(logits, len(paths)), k)
+    return ScoredBatch(candidates, dict(recorder.resized), dict(recorder.unfit))
+
+
+def score_batch_candidates(
+    module: nn.Module,
+    names: Sequence[str],
+    plans: Mapping[str, LayerPlan],
+    x: torch.Tensor,
+    paths: Sequence[str],
+    *,
+    score: Score,
+    k: int,
+) -> Candidates:
+    """:func:`score_batch`'s candidates alone (a layer whose output could not be brought to
+    its plan's size has none)."""
+    return score_batch(module, names, plans, x, paths, score=score, k=k).candidates
+
+
+def unfit_reason(
+    unfit: Mapping[str, tuple[int, ...]],
+    plans: Mapping[str, LayerPlan],
+    input_size: tuple[int, int],
+) -> str:
+    """Why the images of a batch whose output could not be brought to the plan's size were
+    not scored, with the fix: one line, the same on every engine."""
+    key, shape = next(iter(unfit.items()))
+    return (
+        f"its output of {key} is {shape}, not {plans[key].shape} as at the input size "
+        f"{input_size[0]}x{input_size[1]}, and cannot be brought to it; pass --input-size H,W "
+        "to crop every image to one size"
+    )

@@ -52,47 +52,44 @@ def stats_summaries(
 
     module = loaded.module
     contexts = layer_contexts(module, loaded.input_size)
-    decoded = [
-        d
-        for batch in decode_batches(paths, loaded.preprocess, batch_size=len(paths))
-        for d in batch
-    ]
-    out: list[tuple[list[int], ImageSummary]] = [
-        ([d.index], ImageSummary(error=d.error)) for d in decoded if d.tensor is None
-    ]
-    good = [d for d in decoded if d.tensor is not None]
-    if not good:
-        return out
-    x = torch.stack([d.tensor for d in good if d.tensor is not None]).to(loaded.device)
-    with (
-        ActivationRecorder(module, layers, mode=capture) as recorder,
-        eval_mode(module),
-        torch.inference_mode(),
-    ):
-        logits = module(x)
-    never_ran = recorder.never_called()
-    options = DrawOptions()
     stats_fn = stats_callback(contexts)
-    for i, item in enumerate(good):
-        job = ImageJob(
-            captures=recorder.captures,
-            summaries=[],
-            index=i,
-            folder=PurePosixPath("."),
-            out_dir=Path("."),  # records only: nothing is written
-            options=options,
-            contexts=contexts,
-            stats_fn=stats_fn,
-        )
-        summary = ImageSummary(
-            size=item.size,
-            layers=layer_records(job),
-            predictions=(
+    out: list[tuple[list[int], ImageSummary]] = []
+    # Split where the input shape changes (a preprocessing that keeps each image's aspect
+    # ratio), so that each part stacks; each image's statistics are its own maps'.
+    for part in decode_batches(paths, loaded.preprocess, batch_size=len(paths)):
+        out += [([d.index], ImageSummary(error=d.error)) for d in part if d.tensor is None]
+        good = [d for d in part if d.tensor is not None]
+        if not good:
+            continue
+        x = torch.stack([d.tensor for d in good if d.tensor is not None]).to(loaded.device)
+        with (
+            ActivationRecorder(module, layers, mode=capture) as recorder,
+            eval_mode(module),
+            torch.inference_mode(),
+        ):
+            logits = module(x)
+        never_ran = recorder.never_called()
+        for i, item in enumerate(good):
+            job = ImageJob(
+                captures=recorder.captures,
+                summaries=[],
+                index=i,
+                folder=PurePosixPath("."),
+                out_dir=Path("."),  # records only: nothing is written
+                options=DrawOptions(),
+                contexts=contexts,
+                stats_fn=stats_fn,
+            )
+            predictions = (
                 top_k_predictions(logits, i, loaded.categories, top_k) if loaded.classifier else []
-            ),
-            never_ran=never_ran,
-        )
-        out.append(([item.index], summary))
+            )
+            summary = ImageSummary(
+                size=item.size,
+                layers=layer_records(job),
+                predictions=predictions,
+                never_ran=never_ran,
+            )
+            out.append(([item.index], summary))
     return out
 
 
