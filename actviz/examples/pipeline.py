@@ -238,7 +238,12 @@ def _stream(
     """The one pass over the images still to score; the views of images that made some
     top-k are kept for the pictures while they fit."""
     from actviz.command.forward import BatchForward
-    from actviz.examples.scoring import ScoreRecorder, batch_candidates, predicted_classes
+    from actviz.examples.scoring import (
+        ScoreRecorder,
+        batch_candidates,
+        predicted_classes,
+        unfit_reason,
+    )
     from actviz.hooks import eval_mode
 
     ex, module = opts.execution, loaded.module
@@ -261,12 +266,7 @@ def _stream(
             scores = recorder.take()
             if recorder.unfit:
                 # Never counted as scored: each image fails by name, with the fix.
-                key, shape = next(iter(recorder.unfit.items()))
-                reason = (
-                    f"its output of {key} is {shape}, not {planned.plans[key].shape} as at "
-                    f"the input size {loaded.input_size[0]}x{loaded.input_size[1]}, and cannot "
-                    "be brought to it; pass --input-size H,W to crop every image to one size"
-                )
+                reason = unfit_reason(recorder.unfit, planned.plans, loaded.input_size)
                 for path in paths:
                     progress.fail(path, reason, notify)
                 continue
@@ -327,6 +327,9 @@ def _stream_on_ray(
                 progress.fail(todo[indices[0]], back.error, notify)
             else:
                 paths = [todo[i] for i in indices]
+                if back.resized:
+                    progress.resized += len(paths)
+                    progress.resized_layers.update(back.resized)
                 progress.merge(paths, back.sizes, back.candidates, notify)
 
 
