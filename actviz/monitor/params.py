@@ -7,6 +7,7 @@ with the rest of the step."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +48,9 @@ class ParamWatch:
         self._recording = recording
         self.order: list[str] = []
         self._pre_clip: dict[str, int] = {}
+        # The gradient each pre-clip norm was taken on, and its version then: when the
+        # optimizer steps on the same, untouched tensor (no clipping), its norm is reused.
+        self._pre_clip_grad: dict[str, tuple[torch.Tensor, int]] = {}
         self._post_clip: dict[str, int] = {}
         self._before: list[torch.Tensor] = []
         self._update: dict[str, tuple[int, int, int]] = {}
@@ -92,10 +96,12 @@ class ParamWatch:
         def hook(param: torch.Tensor) -> None:
             import torch
 
-            if self._recording() and param.grad is not None:
+            grad = param.grad
+            if self._recording() and grad is not None:
                 with torch.no_grad():
-                    norm = torch.linalg.vector_norm(param.grad.detach(), dtype=torch.float32)
+                    norm = torch.linalg.vector_norm(grad.detach(), dtype=torch.float32)
                 self._pre_clip[name] = self._scalars.add(norm)
+                self._pre_clip_grad[name] = (grad, grad._version)
 
         return hook
 
@@ -107,11 +113,21 @@ class ParamWatch:
         pairs = self._optimizer_params()
         if not pairs:
             return
+        # A gradient nothing changed since its pre-clip norm was taken has that norm: one
+        # pass over every gradient less when the loop does not clip.
+        changed = []
+        for name, param in pairs:
+            seen = self._pre_clip_grad.get(name)
+            if seen is not None and seen[0] is param.grad and seen[1] == param.grad._version:
+                self._post_clip[name] = self._pre_clip[name]
+            else:
+                changed.append((name, param))
         with torch.no_grad():
-            norms = torch._foreach_norm([p.grad for _, p in pairs])  # type: ignore[misc]
+            if changed:
+                norms = torch._foreach_norm([p.grad for _, p in changed])  # type: ignore[misc]
+                for (name, _param), norm in zip(changed, norms, strict=True):
+                    self._post_clip[name] = self._scalars.add(norm.float())
             self._before = [_sample(p).clone() for _, p in pairs]
-        for (name, _param), norm in zip(pairs, norms, strict=True):
-            self._post_clip[name] = self._scalars.add(norm.float())
 
     def after_update(self) -> None:
         """The optimizer stepped: queue each parameter's update and weight norms."""
@@ -172,6 +188,7 @@ class ParamWatch:
     def clear(self) -> None:
         """Forget the step's queued numbers (and a copy taken before an update)."""
         self._pre_clip.clear()
+        self._pre_clip_grad.clear()
         self._post_clip.clear()
         self._update.clear()
         self._before.clear()
@@ -185,7 +202,13 @@ def _sample(param: torch.Tensor) -> torch.Tensor:
     n = flat.numel()
     if n <= UPDATE_SAMPLE:
         return flat
+    return flat[:: _stride(n)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _stride(n: int) -> int:
+    """The sampling stride of a tensor of ``n`` values (the same at every step)."""
     stride = -(-n // UPDATE_SAMPLE)
     while any(stride % d == 0 for d in range(2, int(stride**0.5) + 1)):
         stride += 1
-    return flat[::stride]
+    return stride
