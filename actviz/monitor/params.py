@@ -53,6 +53,11 @@ class ParamWatch:
         self._pre_clip_grad: dict[str, tuple[torch.Tensor, int]] = {}
         self._post_clip: dict[str, int] = {}
         self._before: list[torch.Tensor] = []
+        # Kept from step to step: the optimizer's parameters by name (rebuilt when its
+        # parameters change), each parameter's sampled view and a buffer for its copy.
+        self._pairs_key: tuple[int, ...] = ()
+        self._pair_names: list[str] = []
+        self._views: dict[int, tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]] = {}
         self._update: dict[str, tuple[int, int, int]] = {}
 
     def hook(
@@ -84,13 +89,29 @@ class ParamWatch:
 
     def _optimizer_params(self) -> list[tuple[str, torch.Tensor]]:
         assert self.optimizer is not None
-        names = {id(p): n for n, p in self.named().items()}
-        return [
-            (names[id(p)], p)
-            for group in self.optimizer.param_groups
-            for p in group["params"]
-            if p.grad is not None
-        ]
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        key = tuple(id(p) for p in params)
+        if key != self._pairs_key:
+            names = {id(p): n for n, p in self.named().items()}
+            self._pairs_key, self._pair_names = key, [names[id(p)] for p in params]
+        return [(n, p) for n, p in zip(self._pair_names, params, strict=True) if p.grad is not None]
+
+    def _sampled(self, params: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Each parameter's sampled view and a buffer of its shape, kept while the parameter
+        keeps its storage."""
+        views, buffers = [], []
+        for param in params:
+            kept = self._views.get(id(param))
+            if kept is None or kept[0] is not param or kept[1] != param.data_ptr():
+                view = _sample(param)
+                kept = (param, param.data_ptr(), view, view.clone())
+                # A view of the parameter's own storage follows its updates; a copy (of a
+                # parameter that is not contiguous) is taken anew each time.
+                if view.untyped_storage().data_ptr() == param.untyped_storage().data_ptr():
+                    self._views[id(param)] = kept
+            views.append(kept[2])
+            buffers.append(kept[3])
+        return views, buffers
 
     def _pre_clip_hook(self, name: str) -> Any:
         def hook(param: torch.Tensor) -> None:
@@ -127,7 +148,9 @@ class ParamWatch:
                 norms = torch._foreach_norm([p.grad for _, p in changed])  # type: ignore[misc]
                 for (name, _param), norm in zip(changed, norms, strict=True):
                     self._post_clip[name] = self._scalars.add(norm.float())
-            self._before = [_sample(p).clone() for _, p in pairs]
+            views, buffers = self._sampled([p for _, p in pairs])
+            torch._foreach_copy_(buffers, views)
+            self._before = buffers
 
     def after_update(self) -> None:
         """The optimizer stepped: queue each parameter's update and weight norms."""
@@ -140,7 +163,7 @@ class ParamWatch:
         if len(pairs) != len(before):
             return  # the optimizer's parameters changed inside the step
         with torch.no_grad():
-            sampled = [_sample(p) for _, p in pairs]
+            sampled, _buffers = self._sampled([p for _, p in pairs])
             deltas = torch._foreach_norm(torch._foreach_sub(sampled, before))
             old = torch._foreach_norm(before)
             new = torch._foreach_norm([p.detach() for _, p in pairs])
@@ -184,6 +207,12 @@ class ParamWatch:
         for name, index in weights.items():
             params.setdefault(name, {})["weight_norm"] = floats[index]
         return params
+
+    def release(self) -> None:
+        """Forget everything kept from step to step (the watch ends)."""
+        self.clear()
+        self._views.clear()
+        self._pairs_key, self._pair_names = (), []
 
     def clear(self) -> None:
         """Forget the step's queued numbers (and a copy taken before an update)."""
