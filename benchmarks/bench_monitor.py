@@ -220,9 +220,9 @@ def rss_over_steps(steps: int) -> tuple[float, float]:
             optimizer.step()
             optimizer.zero_grad()
             w.step(loss=loss)
-            if step + 1 in (100, steps):
+            if step + 1 in (min(100, steps), steps):
                 marks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    return marks[0], marks[1]
+    return marks[0], marks[-1]
 
 
 def main() -> None:
