@@ -7,6 +7,7 @@ with the rest of the step."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +48,16 @@ class ParamWatch:
         self._recording = recording
         self.order: list[str] = []
         self._pre_clip: dict[str, int] = {}
+        # The gradient each pre-clip norm was taken on, and its version then: when the
+        # optimizer steps on the same, untouched tensor (no clipping), its norm is reused.
+        self._pre_clip_grad: dict[str, tuple[torch.Tensor, int]] = {}
         self._post_clip: dict[str, int] = {}
         self._before: list[torch.Tensor] = []
+        # Kept from step to step: the optimizer's parameters by name (rebuilt when its
+        # parameters change), each parameter's sampled view and a buffer for its copy.
+        self._pairs_key: tuple[int, ...] = ()
+        self._pair_names: list[str] = []
+        self._views: dict[int, tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]] = {}
         self._update: dict[str, tuple[int, int, int]] = {}
 
     def hook(
@@ -80,22 +89,40 @@ class ParamWatch:
 
     def _optimizer_params(self) -> list[tuple[str, torch.Tensor]]:
         assert self.optimizer is not None
-        names = {id(p): n for n, p in self.named().items()}
-        return [
-            (names[id(p)], p)
-            for group in self.optimizer.param_groups
-            for p in group["params"]
-            if p.grad is not None
-        ]
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        key = tuple(id(p) for p in params)
+        if key != self._pairs_key:
+            names = {id(p): n for n, p in self.named().items()}
+            self._pairs_key, self._pair_names = key, [names[id(p)] for p in params]
+        return [(n, p) for n, p in zip(self._pair_names, params, strict=True) if p.grad is not None]
+
+    def _sampled(self, params: list[torch.Tensor]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Each parameter's sampled view and a buffer of its shape, kept while the parameter
+        keeps its storage."""
+        views, buffers = [], []
+        for param in params:
+            kept = self._views.get(id(param))
+            if kept is None or kept[0] is not param or kept[1] != param.data_ptr():
+                view = _sample(param)
+                kept = (param, param.data_ptr(), view, view.clone())
+                # A view of the parameter's own storage follows its updates; a copy (of a
+                # parameter that is not contiguous) is taken anew each time.
+                if view.untyped_storage().data_ptr() == param.untyped_storage().data_ptr():
+                    self._views[id(param)] = kept
+            views.append(kept[2])
+            buffers.append(kept[3])
+        return views, buffers
 
     def _pre_clip_hook(self, name: str) -> Any:
         def hook(param: torch.Tensor) -> None:
             import torch
 
-            if self._recording() and param.grad is not None:
+            grad = param.grad
+            if self._recording() and grad is not None:
                 with torch.no_grad():
-                    norm = torch.linalg.vector_norm(param.grad.detach(), dtype=torch.float32)
+                    norm = torch.linalg.vector_norm(grad.detach(), dtype=torch.float32)
                 self._pre_clip[name] = self._scalars.add(norm)
+                self._pre_clip_grad[name] = (grad, grad._version)
 
         return hook
 
@@ -107,11 +134,23 @@ class ParamWatch:
         pairs = self._optimizer_params()
         if not pairs:
             return
+        # A gradient nothing changed since its pre-clip norm was taken has that norm: one
+        # pass over every gradient less when the loop does not clip.
+        changed = []
+        for name, param in pairs:
+            seen = self._pre_clip_grad.get(name)
+            if seen is not None and seen[0] is param.grad and seen[1] == param.grad._version:
+                self._post_clip[name] = self._pre_clip[name]
+            else:
+                changed.append((name, param))
         with torch.no_grad():
-            norms = torch._foreach_norm([p.grad for _, p in pairs])  # type: ignore[misc]
-            self._before = [_sample(p).clone() for _, p in pairs]
-        for (name, _param), norm in zip(pairs, norms, strict=True):
-            self._post_clip[name] = self._scalars.add(norm.float())
+            if changed:
+                norms = torch._foreach_norm([p.grad for _, p in changed])  # type: ignore[misc]
+                for (name, _param), norm in zip(changed, norms, strict=True):
+                    self._post_clip[name] = self._scalars.add(norm.float())
+            views, buffers = self._sampled([p for _, p in pairs])
+            torch._foreach_copy_(buffers, views)
+            self._before = buffers
 
     def after_update(self) -> None:
         """The optimizer stepped: queue each parameter's update and weight norms."""
@@ -124,7 +163,7 @@ class ParamWatch:
         if len(pairs) != len(before):
             return  # the optimizer's parameters changed inside the step
         with torch.no_grad():
-            sampled = [_sample(p) for _, p in pairs]
+            sampled, _buffers = self._sampled([p for _, p in pairs])
             deltas = torch._foreach_norm(torch._foreach_sub(sampled, before))
             old = torch._foreach_norm(before)
             new = torch._foreach_norm([p.detach() for _, p in pairs])
@@ -169,9 +208,16 @@ class ParamWatch:
             params.setdefault(name, {})["weight_norm"] = floats[index]
         return params
 
+    def release(self) -> None:
+        """Forget everything kept from step to step (the watch ends)."""
+        self.clear()
+        self._views.clear()
+        self._pairs_key, self._pair_names = (), []
+
     def clear(self) -> None:
         """Forget the step's queued numbers (and a copy taken before an update)."""
         self._pre_clip.clear()
+        self._pre_clip_grad.clear()
         self._post_clip.clear()
         self._update.clear()
         self._before.clear()
@@ -185,7 +231,13 @@ def _sample(param: torch.Tensor) -> torch.Tensor:
     n = flat.numel()
     if n <= UPDATE_SAMPLE:
         return flat
+    return flat[:: _stride(n)]
+
+
+@functools.lru_cache(maxsize=1024)
+def _stride(n: int) -> int:
+    """The sampling stride of a tensor of ``n`` values (the same at every step)."""
     stride = -(-n // UPDATE_SAMPLE)
     while any(stride % d == 0 for d in range(2, int(stride**0.5) + 1)):
         stride += 1
-    return flat[::stride]
+    return stride

@@ -31,7 +31,7 @@ class ScalarBatch:
 
     def add(self, value: torch.Tensor) -> int:
         """Queue a 0-d floating-point tensor; returns its index among the floats."""
-        self._floats.append(value.reshape(1))
+        self._floats.append(value)
         self._n_floats += 1
         return self._n_floats - 1
 
@@ -59,16 +59,22 @@ class ScalarBatch:
         device = (floats or ints)[0].device
         # float64 holds both kinds exactly (counts up to 2**53); MPS has no float64.
         wide = torch.float32 if device.type == "mps" else torch.float64
-        parts = [_join(group, device, wide) for group in (floats, ints) if group]
+        parts = [_join(floats, device, wide, stack=True)] if floats else []
+        if ints:
+            parts.append(_join(ints, device, wide, stack=False))
         values = (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()
         return values[:n_floats], [int(v) for v in values[n_floats:]]
 
 
-def _join(tensors: list[torch.Tensor], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """One tensor of ``dtype`` on ``device``: one concatenation when all are on one device
-    (mixed float16/float32 are promoted by ``cat``), one copy each otherwise."""
+def _join(
+    tensors: list[torch.Tensor], device: torch.device, dtype: torch.dtype, *, stack: bool
+) -> torch.Tensor:
+    """One 1-d tensor of ``dtype`` on ``device``: 0-d tensors stacked (``stack``) or 1-d ones
+    concatenated, in one call when all are on one device (mixed float16/float32 are
+    promoted), one copy each otherwise."""
     import torch
 
+    join = torch.stack if stack else torch.cat
     if all(t.device == device for t in tensors):
-        return torch.cat(tensors).to(dtype)
-    return torch.cat([t.to(device, dtype) for t in tensors])
+        return join(tensors).to(dtype)
+    return join([t.to(device, dtype) for t in tensors])

@@ -53,6 +53,7 @@ class LayerSummaries:
         for position, (suffix, tensor) in enumerate(tensors):
             with torch.no_grad():
                 x = tensor.detach()
+                low, high = torch.aminmax(x)  # one pass for both
                 entry: dict[str, Any] = {
                     "n": x.numel(),
                     "shape": list(x.shape),
@@ -62,8 +63,8 @@ class LayerSummaries:
                         else add(x.sum(dtype=torch.float32))
                     ),
                     "l2": add(torch.linalg.vector_norm(x, dtype=torch.float32)),
-                    "min": add(x.amin()),
-                    "max": add(x.amax()),
+                    "min": add(low),
+                    "max": add(high),
                     "nonzero": count(torch.count_nonzero(x)),
                     # Counted only when the sum says there is a NaN or Inf (rarely): no pass
                     # over every output for counts that are almost always zero.

@@ -142,7 +142,7 @@ class Watch(HookSession):
         super()._close()
         if self._tracker is not None:
             self._tracker.reset()
-        self._params.clear()
+        self._params.release()
         if self._tensorboard is not None:
             self._tensorboard.close()
             self._tensorboard = None

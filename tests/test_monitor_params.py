@@ -1,0 +1,105 @@
+"""The parameters' numbers of the training monitor where they are taken once and reused: the
+norm after clipping of a gradient nothing changed, and the update ratio's sampled views kept
+from step to step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import actviz
+from actviz.monitor import read_log
+from actviz.monitor.params import UPDATE_SAMPLE
+from tests.test_monitor import batch, make_model
+
+
+def train_with(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    w: actviz.monitor.Watch,
+    steps: int,
+    between: Callable[[int], None],
+) -> None:
+    for step in range(steps):
+        x, y = batch(step)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        between(step)
+        optimizer.step()
+        optimizer.zero_grad()
+        w.step(loss=loss)
+
+
+@pytest.mark.parametrize(
+    ("change", "factor"),
+    [
+        ("none", 1.0),
+        ("in place", 0.5),  # the same tensor, a new version
+        ("replaced", 0.25),  # another tensor
+    ],
+)
+def test_the_norm_after_clipping_follows_what_the_loop_did_to_the_gradient(
+    tmp_path: Path, change: str, factor: float
+) -> None:
+    model = make_model().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    seen: dict[str, float] = {}
+
+    def between(step: int) -> None:
+        for name, p in model.named_parameters():
+            assert p.grad is not None
+            seen[name] = float(p.grad.norm())
+            if change == "in place":
+                p.grad.mul_(factor)
+            elif change == "replaced":
+                p.grad = p.grad * factor
+
+    with actviz.watch(model, optimizer, every=1, out=tmp_path) as w:
+        train_with(model, optimizer, w, 2, between)
+    record = read_log(tmp_path).steps[-1]
+    assert record["grad_norm_clipped"] is not None
+    for name, numbers in record["params"].items():
+        assert numbers["grad_norm"] == pytest.approx(seen[name], rel=1e-5)
+        assert numbers["grad_norm_clipped"] == pytest.approx(seen[name] * factor, rel=1e-5)
+    if change == "none":
+        # Nothing changed the gradients: the norm is the one taken before, not another pass.
+        assert all(p["grad_norm_clipped"] == p["grad_norm"] for p in record["params"].values())
+
+
+def test_update_ratios_stay_right_over_steps_and_a_swapped_storage(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(108, 200), nn.ReLU(), nn.Linear(200, 3))
+    assert model[1].weight.numel() > UPDATE_SAMPLE  # sampled with a stride
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    before: list[torch.Tensor] = []
+    # The ratio over every other value (the smallest prime stride that brings 21,600 values
+    # under the sample's size), the weight norm.
+    full: list[tuple[float, float]] = []
+
+    def remember(step: int) -> None:
+        weight = model[1].weight
+        if step == 2:
+            # New storage for the parameter: what was kept of the old one must not be used.
+            weight.data = weight.data.clone()
+        before[:] = [weight.detach().clone()]
+
+    def ratio_after(*_: object) -> None:
+        weight = model[1].weight.detach()
+        new, old = weight.reshape(-1)[::2], before[0].reshape(-1)[::2]
+        full.append((float((new - old).norm() / old.norm()), float(weight.norm())))
+
+    optimizer.register_step_post_hook(ratio_after)
+    with actviz.watch(model, optimizer, every=1, out=tmp_path) as w:
+        train_with(model, optimizer, w, 4, remember)
+    steps = read_log(tmp_path).steps
+    assert len(steps) == len(full) == 4
+    for record, (ratio, norm) in zip(steps, full, strict=True):
+        numbers = record["params"]["1.weight"]
+        assert ratio > 0
+        # A view of a storage the optimizer no longer updates would give 0.
+        assert numbers["update_ratio"] == pytest.approx(ratio, rel=1e-4)
+        assert numbers["weight_norm"] == pytest.approx(norm, rel=1e-5)
