@@ -242,3 +242,14 @@ def test_read_images_refuses_a_folder_without_a_run(tmp_path: Path) -> None:
     actviz.run(_known_channels(), image, out=tmp_path / "out", layers="0", **SMALL)
     (record,) = actviz.read_images(str(tmp_path / "out"))
     assert record["path"] == str(image) and record["status"] == "ok"
+
+
+def test_watch_refuses_a_name_and_a_probe_that_is_not_a_batch(tmp_path: Path) -> None:
+    from actviz.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"not str; build it first: model = actviz\.load_model"):
+        actviz.watch("resnet18", out=tmp_path / "w")  # type: ignore[arg-type]
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    with pytest.raises(UsageError, match=r"not \(3, 8, 8\); add the batch dimension"):
+        actviz.watch(model, out=tmp_path / "w", probe=torch.zeros(3, 8, 8))
+    assert not (tmp_path / "w").exists()  # refused before anything is written

@@ -86,12 +86,32 @@ def watch(
         The context manager; use it in a ``with`` block.
 
     Raises:
-        UsageError: For a bad ``every``, ``on_nonfinite`` or ``probe_every``.
+        UsageError: For a model that is not a module, a probe that is not a batch of
+            images, or a bad ``every``, ``on_nonfinite`` or ``probe_every``.
         LayerSelectionError: When ``layers`` selects nothing.
     """
+    import torch
+
     from actviz.hooks import layer_refs
     from actviz.selectors import select_layers
 
+    if not isinstance(model, torch.nn.Module):
+        hint = (
+            f"; build it first: model = actviz.load_model({model!r}).module"
+            if isinstance(model, str)
+            else ""
+        )
+        raise UsageError(
+            f"watch takes the nn.Module being trained, not {type(model).__name__}{hint}"
+        )
+    if probe is not None and (not isinstance(probe, torch.Tensor) or probe.dim() != 4):
+        got = tuple(probe.shape) if isinstance(probe, torch.Tensor) else type(probe).__name__
+        fix = (
+            "; add the batch dimension: probe.unsqueeze(0)"
+            if isinstance(probe, torch.Tensor) and probe.dim() == 3
+            else ""
+        )
+        raise UsageError(f"probe must be a batch of images (N, C, H, W), not {got}{fix}")
     if not isinstance(every, int) or every < 0:
         raise UsageError(f"every must be a whole number of steps >= 0, not {every!r}")
     if on_nonfinite not in NONFINITE_MODES:
