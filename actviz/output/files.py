@@ -25,6 +25,7 @@ __all__ = [
     "atomic_file",
     "atomic_path",
     "clear_outputs",
+    "discard_files",
     "dumps_json",
     "opened",
     "prepare_out_dir",
@@ -265,6 +266,14 @@ def _os_message(path: Path, exc: OSError) -> str:
     else:
         fix = "choose another --out"
     return f"cannot write {path}: {reason}; {fix}"
+
+
+def discard_files(folder: Path, names: Iterable[str]) -> None:
+    """Remove these files of ``folder`` if they are there, ignoring what cannot be removed:
+    temporaries given up on, which a later run's clean-up removes again."""
+    for name in names:
+        with contextlib.suppress(OSError):
+            (folder / name).unlink()
 
 
 def remove_temporaries(folder: Path, names: Iterable[str], keep: Iterable[str] = ()) -> None:

@@ -321,10 +321,7 @@ class StatsTable:
         if parquet is not None:
             parquet.abort()
         else:  # never opened: a resumed checkpoint's parts are all there is
-            for name in self._parts:
-                if output.TMP_MARK in name:
-                    with contextlib.suppress(OSError):
-                        (self.out / name).unlink()
+            output.discard_files(self.out, [n for n in self._parts if output.TMP_MARK in n])
         self._parts = []
         self._clear()
 
