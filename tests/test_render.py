@@ -716,3 +716,32 @@ def test_tile_grid_places_every_tile_once_into_a_given_body() -> None:
     assert np.all(out[:5] == BACKGROUND) and np.all(out[:, -9:] == BACKGROUND)
     with pytest.raises(ValueError, match="body's shape"):
         tile_grid(levels, 3, 2, labels, out=out)
+
+
+@pytest.mark.parametrize("name", ["viridis", "RdBu_r", "inferno", "gray"])
+@pytest.mark.parametrize("levels", [2, 17, 251, 256])
+def test_the_kept_colormaps_equal_matplotlibs(name: str, levels: int) -> None:
+    import matplotlib
+
+    from actviz.render.colormaps import TABLES
+
+    assert name in TABLES
+    rgba = np.asarray(matplotlib.colormaps[name](np.linspace(0.0, 1.0, levels)))
+    expected = np.clip(np.rint(rgba[:, :3] * 255.0), 0, 255).astype(np.uint8)
+    colormap_lut.cache_clear()
+    np.testing.assert_array_equal(colormap_lut(name, levels), expected)
+
+
+def test_drawing_with_the_default_colormaps_does_not_import_matplotlib() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from actviz.render.grid import render_grid\n"
+        "render_grid(np.linspace(-1, 1, 32, dtype=np.float32).reshape(2, 4, 4), title='t')\n"
+        "render_grid(np.linspace(0, 1, 32, dtype=np.float32).reshape(2, 4, 4), title='t')\n"
+        "print('matplotlib' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"

@@ -59,10 +59,18 @@ _BAR_HEIGHT = 8
 
 @functools.lru_cache(maxsize=1)
 def _font_path() -> str | None:
-    """DejaVu Sans from matplotlib's data: hinted for small sizes, and always installed."""
+    """DejaVu Sans from matplotlib's data: hinted for small sizes, and always installed.
+    Found where the package lies, without importing it (about 0.1 s of start-up)."""
+    import importlib.util
     import os
 
-    import matplotlib
+    spec = importlib.util.find_spec("matplotlib")
+    places = list(spec.submodule_search_locations or []) if spec is not None else []
+    for place in places:
+        path = os.path.join(place, "mpl-data", "fonts", "ttf", "DejaVuSans.ttf")
+        if os.path.isfile(path):
+            return path
+    import matplotlib  # an unusual layout: ask matplotlib itself
 
     path = os.path.join(matplotlib.get_data_path(), "fonts", "ttf", "DejaVuSans.ttf")
     return path if os.path.isfile(path) else None

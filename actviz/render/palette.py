@@ -12,8 +12,9 @@ be written as a mode ``"P"`` PNG. Palette layout:
 * ``SPARE``: unused (black).
 * ``LABEL``: light grey, for the channel index above each tile.
 
-Colormap tables and palettes are cached. Only ``matplotlib.colormaps`` is used, never
-``matplotlib.pyplot``.
+Colormap tables and palettes are cached. The default colormaps' colours are kept in
+:mod:`actviz.render.colormaps`, so drawing with them does not import matplotlib; any other
+comes from ``matplotlib.colormaps`` (never ``matplotlib.pyplot``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import difflib
 import functools
 from dataclasses import dataclass
 
-import matplotlib
 import numpy as np
 import numpy.typing as npt
 from PIL import Image
@@ -175,18 +175,36 @@ def colormap_lut(name: str, levels: int = N_LEVELS) -> U8Array:
     Raises:
         ValueError: The name is not a known colormap, or ``levels`` is out of range.
     """
-    if not isinstance(name, str) or name not in matplotlib.colormaps:
-        raise ValueError(_unknown_cmap_message(name))
+    from actviz.render.colormaps import TABLES
+
+    known = isinstance(name, str) and name in TABLES
+    if not known:
+        import matplotlib
+
+        if not isinstance(name, str) or name not in matplotlib.colormaps:
+            raise ValueError(_unknown_cmap_message(name))
     if not 2 <= levels <= 256:
         raise ValueError(f"levels must be between 2 and 256, got {levels}")
-    colormap = matplotlib.colormaps[name]
-    rgba = np.asarray(colormap(np.linspace(0.0, 1.0, levels)), dtype=np.float64)
-    lut = np.clip(np.rint(rgba[:, :3] * 255.0), 0, 255).astype(np.uint8)
+    if known:
+        # As matplotlib samples its 256 colours: level x goes to colour floor(256 x), 1.0 to
+        # the last, so the table gives the same bytes as the colormap itself.
+        table = np.frombuffer(bytes.fromhex(TABLES[name]), dtype=np.uint8).reshape(256, 3)
+        index = np.linspace(0.0, 1.0, levels) * 256
+        index[index == 256] = 255
+        lut: U8Array = table[index.astype(int)].copy()
+    else:
+        import matplotlib
+
+        colormap = matplotlib.colormaps[name]
+        rgba = np.asarray(colormap(np.linspace(0.0, 1.0, levels)), dtype=np.float64)
+        lut = np.clip(np.rint(rgba[:, :3] * 255.0), 0, 255).astype(np.uint8)
     lut.setflags(write=False)
     return lut
 
 
 def _unknown_cmap_message(name: object) -> str:
+    import matplotlib
+
     names = list(matplotlib.colormaps)
     close = difflib.get_close_matches(str(name), names, n=5, cutoff=0.5)
     if close:
