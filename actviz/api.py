@@ -80,19 +80,11 @@ def _list_module(
     """:func:`list_layers` for a module object: one forward on zeros, every module hooked."""
     from torch import nn
 
-    from actviz.command.session import model_label, restoring
-    from actviz.hooks.refs import check_hookable
+    from actviz.command.session import hookable_module, restoring
     from actviz.models.listing import listing_of, trace
 
-    if not isinstance(model, nn.Module):
-        raise UsageError(
-            f"list_layers takes a model name (e.g. 'resnet18', 'path/to/file.py:factory') or "
-            f"a torch.nn.Module, not {type(model).__name__}"
-        )
-    label = model_label(model)
-    check_hookable(model, label)
-    if in_chans not in (1, 3):
-        raise UsageError(f"in_chans must be 1 or 3, not {in_chans}")
+    label = hookable_module(model, in_chans, takes="list_layers takes", chans="in_chans")
+    assert isinstance(model, nn.Module)
     height, width = input_size or (224, 224)
     input_shape = (1, in_chans, height, width)
     device = next((t.device for t in (*model.parameters(), *model.buffers())), None)

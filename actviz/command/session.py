@@ -75,13 +75,36 @@ def open_model(
     return loaded
 
 
+def hookable_module(model: object, in_chans: int, *, takes: str, chans: str) -> str:
+    """The label of a module object actviz can hook, checked with its input channels.
+
+    Raises:
+        UsageError: For something else than a module (``takes``: what the message says takes
+            it), or ``in_chans`` other than 1 or 3 (``chans``: the option's name).
+        ModelError: For a scripted or compiled module, where hooks may not fire.
+    """
+    from torch import nn
+
+    from actviz.hooks.refs import check_hookable
+
+    if not isinstance(model, nn.Module):
+        raise UsageError(
+            f"{takes} a model name (e.g. 'resnet18', 'path/to/file.py:factory') or a "
+            f"torch.nn.Module, not {type(model).__name__}"
+        )
+    label = model_label(model)
+    check_hookable(model, label)
+    if in_chans not in (1, 3):
+        raise UsageError(f"{chans} must be 1 or 3, not {in_chans}")
+    return label
+
+
 def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedModel:
     """A module object as a loaded model, with ImageNet's preprocessing (as a factory's)."""
     import copy
 
     from torch import nn
 
-    from actviz.hooks.refs import check_hookable
     from actviz.models import (
         LoadedModel,
         Preprocessing,
@@ -94,15 +117,8 @@ def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedMod
     from actviz.models.checkpoints import load_state_dict_into
     from actviz.models.weights import existing_checkpoint
 
-    if not isinstance(model, nn.Module):
-        raise UsageError(
-            f"model must be a model name (e.g. 'resnet18', 'path/to/file.py:factory') or a "
-            f"torch.nn.Module, not {type(model).__name__}"
-        )
-    label = model_label(model)
-    check_hookable(model, label)
-    if options.in_chans not in (1, 3):
-        raise UsageError(f"--in-chans must be 1 or 3, not {options.in_chans}")
+    label = hookable_module(model, options.in_chans, takes="model must be", chans="--in-chans")
+    assert isinstance(model, nn.Module)
     device = resolve_device(options.device)
     spec = weights.strip()
     module: nn.Module = model
