@@ -62,6 +62,27 @@ class _Decoder:
             return Decoded(index, None, None, f"cannot preprocess: {exc}")
 
 
+def stacked_parts(
+    paths: Sequence[Path],
+    preprocess: Callable[[Image.Image], torch.Tensor],
+    device: Any,
+) -> Iterator[tuple[list[Decoded], list[Decoded], torch.Tensor | None]]:
+    """One batch of ``paths`` as parts that stack (split where the input shape changes, as a
+    preprocessing that keeps each image's aspect ratio makes it): per part, the inputs that
+    failed to decode, those that did, and theirs stacked on ``device`` (None when none did)."""
+    import torch
+
+    for part in decode_batches(paths, preprocess, batch_size=len(paths)):
+        good = [d for d in part if d.tensor is not None]
+        bad = [d for d in part if d.tensor is None]
+        x = (
+            torch.stack([d.tensor for d in good if d.tensor is not None]).to(device)
+            if good
+            else None
+        )
+        yield bad, good, x
+
+
 def decode_batches(
     paths: Sequence[Path],
     preprocess: Callable[[Image.Image], torch.Tensor],

@@ -56,19 +56,16 @@ def example_candidates(
     keeps each image's aspect ratio), and the images of a part whose output cannot be brought
     to the planned size fail by name, with the fix.
     """
-    import torch
 
     from actviz.examples.scoring import score_batch, unfit_reason
-    from actviz.loader import decode_batches
+    from actviz.loader import stacked_parts
 
     out: list[tuple[list[int], BatchCandidates]] = []
     # Split where the input shape changes, so that each part stacks.
-    for part in decode_batches(paths, loaded.preprocess, batch_size=len(paths)):
-        out += [([d.index], BatchCandidates(error=d.error)) for d in part if d.tensor is None]
-        good = [d for d in part if d.tensor is not None]
-        if not good:
+    for bad, good, x in stacked_parts(paths, loaded.preprocess, loaded.device):
+        out += [([d.index], BatchCandidates(error=d.error)) for d in bad]
+        if x is None:
             continue
-        x = torch.stack([d.tensor for d in good if d.tensor is not None]).to(loaded.device)
         names = [str(paths[d.index]) for d in good]
         scored = score_batch(loaded.module, layers, plans, x, names, score=score, k=k)
         if scored.unfit:

@@ -44,7 +44,7 @@ def stats_summaries(
 
     from actviz.hooks import ActivationRecorder, eval_mode
     from actviz.layouts import layer_contexts
-    from actviz.loader import decode_batches
+    from actviz.loader import stacked_parts
     from actviz.run.draw import layer_records
     from actviz.run.job import ImageJob, top_k_predictions
     from actviz.run.options import DrawOptions
@@ -56,12 +56,10 @@ def stats_summaries(
     out: list[tuple[list[int], ImageSummary]] = []
     # Split where the input shape changes (a preprocessing that keeps each image's aspect
     # ratio), so that each part stacks; each image's statistics are its own maps'.
-    for part in decode_batches(paths, loaded.preprocess, batch_size=len(paths)):
-        out += [([d.index], ImageSummary(error=d.error)) for d in part if d.tensor is None]
-        good = [d for d in part if d.tensor is not None]
-        if not good:
+    for bad, good, x in stacked_parts(paths, loaded.preprocess, loaded.device):
+        out += [([d.index], ImageSummary(error=d.error)) for d in bad]
+        if x is None:
             continue
-        x = torch.stack([d.tensor for d in good if d.tensor is not None]).to(loaded.device)
         with (
             ActivationRecorder(module, layers, mode=capture) as recorder,
             eval_mode(module),
