@@ -166,6 +166,16 @@ class DiffResult:
     first_changed: str | None = None
     """The first layer, in depth order, whose relative L2 is above :data:`REL_L2_CHANGED`."""
 
+    def __repr__(self) -> str:
+        from actviz.notebook import diff_card
+
+        return diff_card(self, pictures=False).text()
+
+    def _repr_html_(self) -> str:
+        from actviz.notebook import diff_card
+
+        return diff_card(self).html()
+
     @property
     def failed(self) -> list[ImageResult]:
         """Images that could not be read."""

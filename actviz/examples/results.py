@@ -88,3 +88,13 @@ class TopImagesResult:
     seconds: float = 0.0
     document: dict[str, Any] = field(default_factory=dict)
     failed_count: int = 0
+
+    def __repr__(self) -> str:
+        from actviz.notebook import top_images_card
+
+        return top_images_card(self, pictures=False).text()
+
+    def _repr_html_(self) -> str:
+        from actviz.notebook import top_images_card
+
+        return top_images_card(self).html()

@@ -45,6 +45,16 @@ class LayerListing:
     selector: str | None
     grids: int
 
+    def __repr__(self) -> str:
+        from actviz.notebook import listing_card
+
+        return listing_card(self).text()
+
+    def _repr_html_(self) -> str:
+        from actviz.notebook import listing_card
+
+        return listing_card(self).html()
+
 
 def list_layers(
     model: str,

@@ -99,6 +99,16 @@ class TrainingLog:
         """The earliest non-finite origin of the run, or None."""
         return self.nonfinite[0] if self.nonfinite else None
 
+    def __repr__(self) -> str:
+        from actviz.notebook import log_state, training_card
+
+        return training_card(log_state(self)).text().replace("Watch(", "TrainingLog(", 1)
+
+    def _repr_html_(self) -> str:
+        from actviz.notebook import log_state, training_card
+
+        return training_card(log_state(self)).html()
+
 
 def read_log(path: str | os.PathLike[str]) -> TrainingLog:
     """Read a training log (a ``watch.jsonl`` file, or the folder that holds one).

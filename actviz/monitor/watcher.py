@@ -92,6 +92,7 @@ class Watch(HookSession):
         self._opt_stepped = False
         self._manual = False  # the loop calls w.step()
         self._flagger: Any = None
+        self._live: Any = None  # a notebook's live view (actviz.notebook.LiveView)
 
     @property
     def recording(self) -> bool:
@@ -137,6 +138,8 @@ class Watch(HookSession):
                     )
             finally:
                 self._close()
+                if self._live is not None:
+                    self._live.refresh()
 
     def _close(self) -> None:
         super()._close()
@@ -163,6 +166,27 @@ class Watch(HookSession):
         """
         self._manual = True
         self._finish_step(loss)
+
+    # In a notebook.
+    def live(self, every: int = 10) -> Any:
+        """Show the latest per-layer statistics and flags in the cell's output, redrawn every
+        ``every`` steps while the loop runs and once at the end of the block (a redraw reads
+        only the log's new lines; the other steps pay one test). Returns the view
+        (:class:`actviz.notebook.LiveView`); ``view.refresh()`` redraws at once."""
+        from actviz.notebook import LiveView
+
+        self._live = LiveView(self.log_path, every, steps=lambda: self.steps).show()
+        return self._live
+
+    def __repr__(self) -> str:
+        from actviz.notebook import LogFollower, training_card
+
+        return training_card(LogFollower(self.log_path).read(), steps=self.steps).text()
+
+    def _repr_html_(self) -> str:
+        from actviz.notebook import LogFollower, training_card
+
+        return training_card(LogFollower(self.log_path).read(), steps=self.steps).html()
 
     # Hooks.
     def _register(self, name: str, module: nn.Module) -> None:
@@ -251,6 +275,8 @@ class Watch(HookSession):
         if self._manual:
             self._draw_probe()
         self.steps += 1
+        if self._live is not None:
+            self._live.tick(self.steps)
         if self.on_nonfinite == "raise" and origins:
             first, event = origins[0], events[0]
             raise NonFiniteError(step, first.module, first.phase, first.value, event)

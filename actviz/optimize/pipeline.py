@@ -116,6 +116,16 @@ class OptimizeResult:
     complete: bool
     document: dict[str, Any]
 
+    def __repr__(self) -> str:
+        from actviz.notebook import optimize_card
+
+        return optimize_card(self, pictures=False).text()
+
+    def _repr_html_(self) -> str:
+        from actviz.notebook import optimize_card
+
+        return optimize_card(self).html()
+
     @property
     def channels(self) -> int:
         """How many channels were finished."""

@@ -150,6 +150,9 @@ class GridImage:
 
         return encode_png(self.indices, palette=self.palette, level=level)
 
+    def _repr_png_(self) -> bytes:
+        return self.to_png(6)
+
     def to_pil(self) -> Image.Image:
         """Return the picture as a mode ``"P"`` Pillow image with the palette attached."""
         height, width = self.indices.shape

@@ -112,6 +112,16 @@ class RunResult:
     undrawable: dict[str, str] = field(default_factory=dict)
     """Layer outputs that could not be drawn, with the reason (first image's words)."""
 
+    def __repr__(self) -> str:
+        from actviz.notebook import run_card
+
+        return run_card(self, pictures=False).text()
+
+    def _repr_html_(self) -> str:
+        from actviz.notebook import run_card
+
+        return run_card(self).html()
+
     def flag_counts(self) -> dict[str, int]:
         """How many images raised each kind of anomaly flag."""
         if self.stats is None:
