@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from actviz.errors import ActvizError
     from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture
+    from actviz.look import show
     from actviz.models import load_model
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
@@ -44,6 +45,7 @@ __all__ = [
     "render_activation",
     "run",
     "select_layers",
+    "show",
     "top_images",
     "watch",
 ]
@@ -61,6 +63,7 @@ _LAZY = {
     "render_activation": "actviz.api",
     "run": "actviz.api",
     "select_layers": "actviz.selectors",
+    "show": "actviz.look",
     "top_images": "actviz.examples",
     "watch": "actviz.monitor",
 }

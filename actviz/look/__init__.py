@@ -1,0 +1,11 @@
+"""Looking at a model from a notebook: :func:`show` (one image's layers drawn in memory, as the
+command line draws them) and :func:`browse` (a channel browser, with the ``notebook`` extra).
+
+Importing this package does not import torch.
+"""
+
+from __future__ import annotations
+
+from actviz.look.show import KINDS, Look, show
+
+__all__ = ["KINDS", "Look", "show"]
