@@ -1,4 +1,4 @@
-"""The pictures of :class:`~actviz.look.show.Look`: a run's drawing job for one image, built in
+"""The pictures of a :class:`~actviz.look.show.Look` (given as ``look``): a run's drawing job for one image, built in
 memory, handed to the run's picture makers; and a histogram of a layer's values."""
 
 from __future__ import annotations
@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from actviz.hooks import Capture
-    from actviz.look.show import Look
     from actviz.run.job import ImageJob
 
 __all__ = ["draw_picture", "histogram_png", "image_job"]
@@ -17,7 +16,7 @@ _BINS = 64
 _HIST_SIZE = (384, 140)  # (width, height) of the bars
 
 
-def image_job(look: Look, cap: Capture, **fields: Any) -> ImageJob:
+def image_job(look: Any, cap: Capture, **fields: Any) -> ImageJob:
     """The job a run's render thread would get for this image and capture."""
     from actviz.run.draw import summaries
     from actviz.run.job import ImageJob
@@ -41,7 +40,7 @@ def image_job(look: Look, cap: Capture, **fields: Any) -> ImageJob:
     )
 
 
-def draw_picture(look: Look, cap: Capture, kind: str) -> bytes | None:
+def draw_picture(look: Any, cap: Capture, kind: str) -> bytes | None:
     """PNG bytes of one picture of one capture; None when the layer has none of that kind."""
     from actviz.run.pictures import cam_picture, grid_picture, pca_picture
     from actviz.run.record import layer_view
@@ -64,7 +63,7 @@ def draw_picture(look: Look, cap: Capture, kind: str) -> bytes | None:
     return None if drawn is None else drawn.png
 
 
-def _cam_fields(look: Look, cap: Capture) -> dict[str, Any]:
+def _cam_fields(look: Any, cap: Capture) -> dict[str, Any]:
     """The backward pass of the image for one layer's Grad-CAM, as the run makes it."""
     from actviz.command.session import restoring
     from actviz.gradients import backward
@@ -97,7 +96,7 @@ def _cam_fields(look: Look, cap: Capture) -> dict[str, Any]:
     }
 
 
-def _pca_fit(look: Look, cap: Capture) -> Any:
+def _pca_fit(look: Any, cap: Capture) -> Any:
     """The layer's components fitted on this one image (a run fits them over all its
     images); None for an output without positions."""
     from actviz.run.pca import PcaSampler, spatial_maps
@@ -112,7 +111,7 @@ def _pca_fit(look: Look, cap: Capture) -> Any:
     return sampler.fits().get(cap.key)
 
 
-def histogram_png(look: Look, cap: Capture) -> bytes:
+def histogram_png(look: Any, cap: Capture) -> bytes:
     """The layer's values as a histogram, under the header the run's pictures have."""
     import numpy as np
 
