@@ -1,5 +1,6 @@
-"""The pictures of a :class:`~actviz.look.show.Look` (given as ``look``): a run's drawing job for one image, built in
-memory, handed to the run's picture makers; and a histogram of a layer's values."""
+"""The pictures of a :class:`~actviz.look.show.Look` (given as ``look``): a run's drawing job
+for one image, built in memory, handed to the run's picture makers; and a histogram of a
+layer's values."""
 
 from __future__ import annotations
 
