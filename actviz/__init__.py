@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from actviz.errors import ActvizError
     from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture
-    from actviz.look import show
+    from actviz.look import browse, show
     from actviz.models import load_model
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
@@ -35,6 +35,7 @@ __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "browse",
     "capture",
     "diff",
     "list_layers",
@@ -52,6 +53,7 @@ __all__ = [
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "browse": "actviz.look",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",

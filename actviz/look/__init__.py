@@ -6,6 +6,7 @@ Importing this package does not import torch.
 
 from __future__ import annotations
 
-from actviz.look.show import KINDS, Look, show
+from actviz.look.browser import browse, channel_rgb
+from actviz.look.inline import KINDS, Look, show
 
-__all__ = ["KINDS", "Look", "show"]
+__all__ = ["KINDS", "Look", "browse", "channel_rgb", "show"]

@@ -1,4 +1,4 @@
-"""The pictures of a :class:`~actviz.look.show.Look` (given as ``look``): a run's drawing job
+"""The pictures of a :class:`~actviz.look.inline.Look` (given as ``look``): a run's drawing job
 for one image, built in memory, handed to the run's picture makers; and a histogram of a
 layer's values."""
 
@@ -43,7 +43,8 @@ def image_job(look: Any, cap: Capture, **fields: Any) -> ImageJob:
 
 def draw_picture(look: Any, cap: Capture, kind: str) -> bytes | None:
     """PNG bytes of one picture of one capture; None when the layer has none of that kind."""
-    from actviz.run.pictures import cam_picture, grid_picture, pca_picture
+    from actviz.run.gradients import cam_picture
+    from actviz.run.pictures import grid_picture, pca_picture
     from actviz.run.record import layer_view
 
     if kind == "hist":

@@ -82,7 +82,7 @@ class Table:
     """A small table: its rows beyond :data:`MAX_ROWS` are counted, not shown."""
 
     headers: Sequence[str]
-    rows: list[Sequence[object]] = field(default_factory=list)
+    rows: Sequence[Sequence[object]] = field(default_factory=list)
     total: int | None = None
     """How many rows there are in all (default: ``len(rows)``)."""
     noun: str = "rows"

@@ -207,7 +207,7 @@ class LiveView:
             from IPython.display import HTML, display
         except ImportError:
             return self
-        self._handle = display(HTML(self.html()), display_id=True)
+        self._handle = display(HTML(self.html()), display_id=True)  # type: ignore[no-untyped-call]
         self.draws += 1
         return self
 
@@ -222,5 +222,5 @@ class LiveView:
             return
         from IPython.display import HTML
 
-        self._handle.update(HTML(self.html()))
+        self._handle.update(HTML(self.html()))  # type: ignore[no-untyped-call]
         self.draws += 1

@@ -92,7 +92,7 @@ def show(
             with torch.inference_mode():
                 loaded.module(x[None].to(loaded.device))
             captures = list(recorder.captures)
-    contexts = layer_contexts(loaded.module, tuple(x.shape[-2:]))
+    contexts = layer_contexts(loaded.module, (int(x.shape[-2]), int(x.shape[-1])))
     return Look(label, loaded, x, captures, contexts, options, target)
 
 
@@ -114,7 +114,7 @@ def _input(image: Any, loaded: LoadedModel) -> torch.Tensor:
             x = x[0]
         if x.dim() == 3:
             return x
-        got = tuple(image.shape)
+        got: object = tuple(image.shape)
     else:
         got = type(image).__name__
     raise UsageError(
