@@ -1,0 +1,225 @@
+"""``actviz.show`` (one image's layers drawn in memory, the same pictures as a run) and
+``actviz.browse`` (the channel browser's model state; its front end in headless Chromium)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torch import nn
+
+import actviz
+from actviz.errors import UsageError
+from tests.test_notebook import decoded
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_classifier() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(6, 8, 3, padding=1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 5),
+    ).train()
+
+
+def pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+@pytest.fixture
+def photo(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    path = tmp_path / "in" / "photo.png"
+    path.parent.mkdir()
+    Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def test_show_draws_the_runs_pictures_and_writes_nothing(
+    photo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tiny_classifier()
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    look = actviz.show(model, photo, layers="0,2", preprocess=_small())
+    assert look.layers == ["0", "2"] and model.training  # given back in training mode
+    grid, cam = look.show("0"), look.show("2", kind="cam")
+    hist, pca = look.show("0", kind="hist"), look.show("2", kind="pca")
+    assert list(work.iterdir()) == []  # nothing written
+    # The same file a run writes for this image, byte for byte in pixels.
+    out = tmp_path / "run"
+    actviz.run(model, photo, out=out, layers="0,2", cam=True, preprocess=_small())
+    for key, picture, suffix in (("0", grid, ""), ("2", cam, "_cam")):
+        written = next((out / "photo").glob(f"*_{key}{suffix}.png"))
+        assert np.array_equal(pixels(picture.png), pixels(written.read_bytes())), key
+    assert picture.size == Image.open(io.BytesIO(cam.png)).size
+    assert hist.size[0] > 300 and pixels(hist.png).std() > 10
+    assert pca.size == Image.open(io.BytesIO(pca.png)).size
+    assert cam._repr_png_() is cam.png
+
+
+def _small() -> Any:
+    from actviz.models import Preprocessing
+
+    return Preprocessing.fitted(resize=32, crop=32)
+
+
+def test_show_takes_a_tensor_or_a_pil_image_and_its_card_draws_layers(photo: Path) -> None:
+    model = tiny_classifier()
+    x = torch.randn(1, 3, 24, 20)
+    look = actviz.show(model, x, layers="0,1,2")
+    assert look["2"].shape == (1, 8, 24, 20)
+    with torch.no_grad():
+        torch.testing.assert_close(look["0"][0], model[0](x)[0])
+    card = look._repr_html_()
+    thumbs = decoded(card)
+    assert len(thumbs) == 3 and all(img.size == (w, h) for img, w, h in thumbs)
+    assert ">0<" in card and ">2<" in card and "Conv2d" in card
+    pil = actviz.show(model, Image.open(photo), layers="2", preprocess=_small())
+    assert pil["2"].shape == (1, 8, 32, 32)
+    assert repr(look) == "Look(model='Sequential', weights='module', input=(3, 24, 20), layers=3)"
+
+
+def test_show_refuses_what_it_cannot_take(photo: Path) -> None:
+    model = tiny_classifier()
+    with pytest.raises(UsageError, match=r"show\(\) takes one image"):
+        actviz.show(model, [1, 2, 3])
+    with pytest.raises(UsageError, match="has no option 'colour'"):
+        actviz.show(model, photo, colour="red")
+    look = actviz.show(model, torch.randn(3, 8, 8), layers="0")
+    with pytest.raises(UsageError, match="kind must be one of"):
+        look.show("0", kind="movie")
+    with pytest.raises(UsageError, match="no layer 'nope'"):
+        look.show("nope")
+
+
+def test_show_saves_only_when_asked(tmp_path: Path) -> None:
+    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0,2")
+    files = look.save(tmp_path / "pictures")
+    assert [f.name for f in files] == ["00_0.png", "01_2.png"]
+    assert np.array_equal(pixels(files[1].read_bytes()), pixels(look.show("2").png))
+
+
+# The channel browser.
+def test_browser_state_follows_the_chosen_layer_and_channel() -> None:
+    pytest.importorskip("anywidget")
+    look = actviz.show(tiny_classifier(), torch.randn(3, 16, 16), layers="0,2")
+    browser = actviz.browse(look)
+    assert [layer["key"] for layer in browser.layers] == ["0", "2"]
+    assert browser.layer == "0" and len(browser.channels) == 6 and browser.detail == {}
+    thumb = browser.channels[4]
+    shown = Image.open(io.BytesIO(base64.b64decode(thumb["uri"].split(",", 1)[1])))
+    assert shown.size == (48, 48) == (thumb["width"], thumb["height"])  # 16 x 16, three times
+    browser.channel = 4
+    channel = look["0"][0, 4].numpy()
+    stats = browser.detail["stats"]
+    assert stats["min"] == pytest.approx(float(channel.min()))
+    assert stats["max"] == pytest.approx(float(channel.max()))
+    assert stats["mean"] == pytest.approx(float(channel.mean()), abs=1e-6)
+    assert browser.detail["title"].startswith("0  channel 4")
+    browser.layer = "2"
+    assert len(browser.channels) == 8 and browser.channel == -1 and browser.detail == {}
+    state = browser.get_state()
+    json.dumps({k: state[k] for k in ("layers", "channels", "detail", "layer", "channel")})
+
+
+def test_browser_shows_a_channels_top_images(tmp_path: Path, make_photos: Any) -> None:
+    pytest.importorskip("anywidget")
+    model = tiny_classifier()
+    photos = make_photos(3)
+    top = actviz.top_images(model, [photos], layers="1", k=2, out=tmp_path / "top")
+    look = actviz.show(model, next(photos.iterdir()), layers="1", preprocess=_small())
+    browser = actviz.browse(look, top=tmp_path / "top")
+    browser.channel = 2
+    expected = top.document["layers"][0]["channels"][2]
+    assert len(browser.detail["top"]) == 2
+    assert [t["label"] for t in browser.detail["top"]] == [e["path"] for e in expected["top"]]
+    assert browser.detail["stats"]["top-images max_score"] == expected["max_score"]
+
+
+def test_browser_on_a_run_folder_shows_saved_channels(tmp_path: Path, make_photos: Any) -> None:
+    pytest.importorskip("anywidget")
+    out = tmp_path / "run"
+    actviz.run(
+        tiny_classifier(),
+        make_photos(2),
+        out=out,
+        layers="0,2",
+        save_tensors="npy",
+        preprocess=_small(),
+    )
+    browser = actviz.browse(out)
+    assert [layer["key"] for layer in browser.layers] == ["0", "2"]
+    assert len(browser.channels) == 6 and browser.detail["uri"].startswith("data:image/png")
+    browser.channel = 1
+    assert browser.detail["title"].startswith("0  channel 1")
+
+
+def test_browser_without_anywidget_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from actviz.notebook import widget
+
+    widget.widget_class.cache_clear()
+    monkeypatch.setitem(sys.modules, "anywidget", None)
+    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0")
+    with pytest.raises(UsageError, match=r"pip install 'actviz\[notebook\]'"):
+        actviz.browse(look)
+    widget.widget_class.cache_clear()
+
+
+FAKE_MODEL = """
+<script type="module">
+import widget from "%s";
+const state = %s;
+const handlers = {};
+const model = {
+  get: (k) => state[k],
+  set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
+  on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); },
+  save_changes: () => {},
+};
+const root = document.getElementById("root");
+widget.render({ model, el: root });
+document.querySelector('.actviz-channels img[data-channel="1"]').click();
+document.body.setAttribute("data-channel", String(state.channel));
+document.body.setAttribute("data-images", String(document.images.length));
+</script>
+"""
+
+
+def test_browser_front_end_in_headless_chromium(tmp_path: Path) -> None:
+    from tests.test_report_browser import browse, find_chromium
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("Chromium is not installed; install it with `apt-get install chromium`")
+    pytest.importorskip("anywidget")
+    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0")
+    state = actviz.browse(look).get_state()
+    keep = {k: state[k] for k in ("layers", "layer", "channels", "channel", "detail", "source")}
+    esm = (ROOT / "actviz" / "notebook" / "browser.js").as_uri()
+    page = tmp_path / "page.html"
+    page.write_text(f'<div id="root"></div>{FAKE_MODEL % (esm, json.dumps(keep))}')
+    shown = browse(
+        chromium,
+        tmp_path / "profile",
+        "--allow-file-access-from-files",
+        "--dump-dom",
+        page.as_uri(),
+    )
+    assert 'data-actviz-ready="1"' in shown.stdout, shown.stderr[-2000:]
+    assert 'data-channel="1"' in shown.stdout
+    assert 'data-images="6"' in shown.stdout  # six channel thumbnails
