@@ -223,3 +223,65 @@ def test_browser_front_end_in_headless_chromium(tmp_path: Path) -> None:
     assert 'data-actviz-ready="1"' in shown.stdout, shown.stderr[-2000:]
     assert 'data-channel="1"' in shown.stdout
     assert 'data-images="6"' in shown.stdout  # six channel thumbnails
+
+
+# Where Chromium is missing, Node runs the same ES module against a small stand-in DOM.
+NODE_DOM = """
+class Node {
+  constructor(tag) { this.tag = tag; this.children = []; this.attrs = {}; this.style = {};
+                     this.listeners = {}; }
+  append(...nodes) { this.children.push(...nodes); }
+  replaceChildren() { this.children = []; }
+  setAttribute(k, v) { this.attrs[k] = v; }
+  addEventListener(e, f) { this.listeners[e] = f; }
+  all(tag) { return this.children.flatMap((c) => c instanceof Node
+    ? [...(c.tag === tag ? [c] : []), ...c.all(tag)] : []); }
+}
+globalThis.document = { createElement: (t) => new Node(t),
+                        createTextNode: (t) => ({ text: t }) };
+const { default: widget } = await import(process.argv[2]);
+const state = JSON.parse(process.argv[3]);
+const handlers = {};
+const model = {
+  get: (k) => state[k],
+  set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
+  on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); },
+  save_changes: () => {},
+};
+const root = new Node("div");
+widget.render({ model, el: root });
+const imgs = root.all("img");
+imgs[1].listeners.click();
+const options = root.all("option").map((o) => o.attrs.value);
+console.log(JSON.stringify({ ready: root.attrs["data-actviz-ready"], channel: state.channel,
+  thumbs: imgs.length, options, border: root.all("img")[1].style.cssText }));
+"""
+
+
+def test_browser_front_end_runs_in_node(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed")
+    pytest.importorskip("anywidget")
+    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0,2")
+    state = actviz.browse(look).get_state()
+    keep = {k: state[k] for k in ("layers", "layer", "channels", "channel", "detail", "source")}
+    script = tmp_path / "run.mjs"
+    script.write_text(NODE_DOM)
+    esm = (ROOT / "actviz" / "notebook" / "browser.js").as_uri()
+    done = subprocess.run(
+        [node, str(script), esm, json.dumps(keep)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["ready"] == "2" and shown["options"] == ["0", "2"]
+    assert shown["thumbs"] == 6  # layer 0's six channels
+    assert shown["channel"] == 1  # a click sets the model's channel, for the kernel to answer
+    assert "#0969da" in shown["border"]  # and the strip redraws with it marked
