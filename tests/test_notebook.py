@@ -362,3 +362,94 @@ def test_run_card_of_a_real_run(tmp_path: Path, make_photos: Any) -> None:
     for (image, w, h), path in zip(thumbs[1:], grids, strict=True):
         assert (w, h) == fit_size(*Image.open(path).size) == image.size
     assert run_card(result).flags == []
+
+
+def test_diff_card_names_the_first_divergent_layer_and_both_weights(tmp_path: Path) -> None:
+    from actviz.diff.result import DiffPicture, DiffResult, LayerDiff, ModelSide
+
+    noise_png(tmp_path / "pics" / "a.png", (400, 100))
+    layers = [
+        LayerDiff(f"l{i}", f"l{i}", "Conv2d", 1 - i / 40, True, 1 - i / 80, i / 10, (4,), (4,))
+        for i in range(30)
+    ]
+    result = DiffResult(
+        mode="models",
+        a=ModelSide("resnet18", WeightsInfo("a.pt", "checkpoint", name="a.pt")),
+        b=ModelSide("resnet18", WeightsInfo("none", "random")),
+        selector="conv",
+        metric="cka",
+        threshold=0.9,
+        layers=layers,
+        first_divergent="l5",
+        images=[],
+        out=tmp_path,
+        record=tmp_path / "diff.json",
+        device="cpu",
+        seconds=3.0,
+        pictures=[DiffPicture("img0", "l3", "pics/a.png", (0, 1), 4, {}, 1.0)],
+        first_changed="l1",
+    )
+    text = html.unescape(result._repr_html_())
+    assert "first divergent layer (cka < 0.9): l5" in text and "first changed layer: l1" in text
+    assert "checkpoint a.pt" in text and "random weights" in text  # B's weights are random
+    assert f"{30 - MAX_ROWS} more layers" in text
+    ((thumb, w, h),) = decoded(result._repr_html_())
+    assert thumb.size == (w, h) == fit_size(400, 100)
+    assert repr(result) == (
+        f"DiffResult(a='resnet18 a.pt', b='resnet18 (random)', layers=30, "
+        f"first_divergent='l5', out={str(tmp_path)!r})"
+    )
+
+
+def test_optimize_card_shows_each_layers_sheet(tmp_path: Path) -> None:
+    from actviz.optimize import ChannelImage, LayerImages, OptimizeResult
+
+    noise_png(tmp_path / "00_fc.png", (300, 150))
+    layers = [
+        LayerImages(
+            "fc",
+            0,
+            sheet="00_fc.png",
+            channels=[ChannelImage(c, f"c{c}.png", 1.5 + c, [0.1, 1.5 + c]) for c in range(3)],
+        ),
+        LayerImages("logits", 1, unit="class", sheet=None),
+    ]
+    result = OptimizeResult(
+        model="tiny",
+        weights=WeightsInfo("auto", "module", name="Tiny"),
+        device="cpu",
+        out=tmp_path,
+        json=tmp_path / "optimize.json",
+        report=None,
+        layers=layers,
+        steps=64,
+        size=96,
+        seconds=2.0,
+        warnings=[],
+        complete=False,
+        document={},
+    )
+    card = result._repr_html_()
+    text = html.unescape(card)
+    assert ">fc<" in text and ">logits<" in text and ">3.5<" in text  # the best objective
+    assert "stopped early" in text and "3 in 2 layers" in text
+    assert [img.size for img, _, _ in decoded(card)] == [fit_size(300, 150)]
+    assert "channels=3, steps=64, complete=False" in repr(result)
+
+
+def test_top_images_card_of_a_real_run(tmp_path: Path, make_photos: Any) -> None:
+    import torch
+
+    import actviz
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten())
+    result = actviz.top_images(
+        model, [make_photos(3)], layers="1", k=2, out=tmp_path / "t", input_size=(32, 32)
+    )
+    card = result._repr_html_()
+    text = html.unescape(card)
+    assert ">1<" in text and "top 2 by max, 1 layer" in text and "top-images.json" in text
+    overview = Image.open(tmp_path / "t" / result.layers[0].overview)
+    assert [(w, h) for _, w, h in decoded(card)] == [fit_size(*overview.size)]
+    assert repr(result).startswith("TopImagesResult(model='Sequential', images=3, k=2, layers=1")
