@@ -285,3 +285,48 @@ def test_browser_front_end_runs_in_node(tmp_path: Path) -> None:
     assert shown["thumbs"] == 6  # layer 0's six channels
     assert shown["channel"] == 1  # a click sets the model's channel, for the kernel to answer
     assert "#0969da" in shown["border"]  # and the strip redraws with it marked
+
+
+def tiny_vit() -> nn.Module:
+    import torchvision
+
+    torch.manual_seed(0)
+    return torchvision.models.VisionTransformer(
+        image_size=32,
+        patch_size=8,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        mlp_dim=32,
+        num_classes=5,
+    )
+
+
+def tiny_swin() -> nn.Module:
+    from torchvision.models.swin_transformer import SwinTransformer
+
+    torch.manual_seed(0)
+    return SwinTransformer(
+        patch_size=[4, 4],
+        embed_dim=8,
+        depths=[1, 1],
+        num_heads=[1, 1],
+        window_size=[2, 2],
+        num_classes=5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "layer", "layout"),
+    [(tiny_vit, "encoder.layers.encoder_layer_1", "tokens"), (tiny_swin, "features.1", "nhwc")],
+)
+def test_show_lays_out_tokens_and_channels_last_as_a_run_does(
+    make: Any, layer: str, layout: str, photo: Path, tmp_path: Path
+) -> None:
+    model = make()
+    look = actviz.show(model, photo, layers=layer, preprocess=_small())
+    result = actviz.run(model, photo, out=tmp_path / "run", layers=layer, preprocess=_small())
+    record = result.images[0].layers[0]
+    assert record.layout == layout
+    written = (tmp_path / "run" / str(record.file)).read_bytes()
+    assert np.array_equal(pixels(look.show(layer).png), pixels(written))
