@@ -117,7 +117,7 @@ def histogram_png(look: Any, cap: Capture) -> bytes:
     """The layer's values as a histogram, under the header the run's pictures have."""
     import numpy as np
 
-    from actviz.render.legend import Header, fmt_value
+    from actviz.render.legend import HEADER_MIN_WIDTH, Header, fmt_value
     from actviz.render.png import picture_png
     from actviz.run.job import headed, header_notes
 
@@ -126,7 +126,9 @@ def histogram_png(look: Any, cap: Capture) -> bytes:
     finite = values[np.isfinite(values)]
     bad = int(values.size - finite.size)
     width, height = _HIST_SIZE
-    pixels = np.full((height, width, 3), 255, np.uint8)
+    # As wide as the header, the bars centred in it.
+    pixels = np.full((height, max(width, HEADER_MIN_WIDTH), 3), 255, np.uint8)
+    left = (pixels.shape[1] - width) // 2
     lo = float(finite.min()) if finite.size else 0.0
     hi = float(finite.max()) if finite.size else 0.0
     if finite.size:
@@ -136,10 +138,10 @@ def histogram_png(look: Any, cap: Capture) -> bytes:
         for i, top in enumerate(tops):
             rows = int(round(float(top) * (height - 2)))
             if rows:
-                pixels[height - rows :, i * bar : (i + 1) * bar - 1] = (48, 96, 160)
+                pixels[height - rows :, left + i * bar : left + (i + 1) * bar - 1] = (48, 96, 160)
         if lo < 0 < hi:  # where zero is
             zero = int((0 - lo) / (hi - lo) * _BINS * bar)
-            pixels[:, min(zero, width - 1)] = (200, 60, 60)
+            pixels[:, left + min(zero, width - 1)] = (200, 60, 60)
     zeros = float((finite == 0).mean()) if finite.size else 0.0
     job = image_job(look, cap)
     header = Header(
