@@ -330,3 +330,20 @@ def test_show_lays_out_tokens_and_channels_last_as_a_run_does(
     assert record.layout == layout
     written = (tmp_path / "run" / str(record.file)).read_bytes()
     assert np.array_equal(pixels(look.show(layer).png), pixels(written))
+
+
+def test_browser_on_what_capture_recorded_shows_the_first_image() -> None:
+    pytest.importorskip("anywidget")
+    from actviz.layouts import layer_contexts
+
+    model = tiny_vit().eval()
+    x = torch.randn(2, 3, 32, 32)
+    with actviz.capture(model, "encoder.layers.encoder_layer_0") as acts, torch.no_grad():
+        model(x)
+    browser = actviz.browse(acts, context=layer_contexts(model, (32, 32)))
+    # 16 hidden units over 4 x 4 patch tokens (the class token dropped), of the first image.
+    assert len(browser.channels) == 16
+    browser.channel = 3
+    tokens = acts["encoder.layers.encoder_layer_0"][0, 1:, 3]
+    assert browser.detail["stats"]["max"] == pytest.approx(float(tokens.max()))
+    assert browser.detail["title"].endswith("(4 x 4)")

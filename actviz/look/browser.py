@@ -44,10 +44,12 @@ def browse(source: Any, *, top: Any = None, layer: str | None = None, context: A
     """
     from actviz.notebook.widget import browser_widget
 
+    from actviz.look.inline import Look
+
     tops = _top_document(top)
     if isinstance(source, str | Path) or hasattr(source, "manifest"):
         data: Any = RunData(Path(getattr(source, "out", source)), tops)
-    elif hasattr(source, "captures") or isinstance(source, Mapping):
+    elif isinstance(source, Look | Mapping):  # actviz.capture's recorder is a Mapping
         data = LiveData(source, tops, context)
     else:
         raise UsageError(
@@ -194,14 +196,17 @@ class LiveData:
     """A browser's data from captured tensors (an ``actviz.show`` result or a mapping)."""
 
     def __init__(self, source: Any, tops: dict[str, Any] | None, context: Any = None) -> None:
-        if hasattr(source, "captures"):
+        if not isinstance(source, Mapping):  # a Look
             self._arrays = {c.key: c.tensor for c in source.captures if c.tensor is not None}
+            self._batched = True
             self._contexts = dict(source.contexts)
             self._layout = source.options.layout
             self._cmap = source.options.cmap
             self.source = f"{source.model} (live)"
         else:
             self._arrays = dict(source)
+            # actviz.capture's recorder holds batches: the browser shows the first image.
+            self._batched = hasattr(source, "captures")
             self._contexts = dict(context or {})
             self._layout, self._cmap = "auto", None
             self.source = "captured tensors"
@@ -217,7 +222,7 @@ class LiveData:
             value = self._arrays[layer]
             array = value.detach().cpu().float().numpy() if hasattr(value, "detach") else value
             array = np.asarray(array)
-            if array.ndim >= 2 and array.shape[0] == 1:
+            if self._batched or (array.ndim >= 2 and array.shape[0] == 1):
                 array = array[0]
             ctx = self._contexts.get(layer.split(":")[0])
             drawable = to_drawable(array, ctx, layout=self._layout)
