@@ -42,9 +42,8 @@ def browse(source: Any, *, top: Any = None, layer: str | None = None, context: A
         UsageError: Without anywidget (``pip install 'actviz[notebook]'``), or for a source
             that is none of those.
     """
-    from actviz.notebook.widget import browser_widget
-
     from actviz.look.inline import Look
+    from actviz.notebook.widget import browser_widget
 
     tops = _top_document(top)
     if isinstance(source, str | Path) or hasattr(source, "manifest"):
