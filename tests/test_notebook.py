@@ -453,3 +453,13 @@ def test_top_images_card_of_a_real_run(tmp_path: Path, make_photos: Any) -> None
     overview = Image.open(tmp_path / "t" / result.layers[0].overview)
     assert [(w, h) for _, w, h in decoded(card)] == [fit_size(*overview.size)]
     assert repr(result).startswith("TopImagesResult(model='Sequential', images=3, k=2, layers=1")
+
+
+def test_optimized_images_show_side_by_side() -> None:
+    from actviz.optimize import BatchResult
+
+    images = np.random.default_rng(0).integers(0, 255, (3, 16, 16, 3), dtype=np.uint8)
+    batch = BatchResult(images, np.zeros((2, 3), np.float32), np.zeros(3, np.float32), (3, 8))
+    shown = np.asarray(Image.open(io.BytesIO(batch._repr_png_())))
+    assert shown.shape == (16, 3 * 16 + 2 * 4, 3)
+    assert np.array_equal(shown[:, 20:36], images[1]) and (shown[:, 16:20] == 255).all()

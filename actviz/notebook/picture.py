@@ -8,7 +8,7 @@ from typing import Any
 from actviz.notebook.card import clip_text
 from actviz.notebook.thumbs import data_uri
 
-__all__ = ["Picture", "picture_of", "rgb_png"]
+__all__ = ["Picture", "picture_of", "rgb_png", "side_by_side"]
 
 
 def rgb_png(rgb: Any) -> bytes:
@@ -18,6 +18,23 @@ def rgb_png(rgb: Any) -> bytes:
     from actviz.render.png import encode_png
 
     return encode_png(np.ascontiguousarray(rgb, dtype=np.uint8), level=6, row_filter="up")
+
+
+def side_by_side(images: Any, limit: int = 8, gap: int = 4) -> bytes:
+    """The first ``limit`` ``(H, W, 3)`` uint8 images as high as the first, side by side on
+    white, as PNG bytes: what a cell shows of a list of pictures."""
+    import numpy as np
+
+    chosen = [np.asarray(image, dtype=np.uint8) for image in list(images)[:limit]]
+    if not chosen:
+        return rgb_png(np.zeros((1, 1, 3), np.uint8))
+    height = chosen[0].shape[0]
+    space = np.full((height, gap, 3), 255, np.uint8)
+    parts: list[Any] = []
+    for image in chosen:
+        if image.shape[0] == height and image.ndim == 3:
+            parts += [space, image] if parts else [image]
+    return rgb_png(np.concatenate(parts, axis=1))
 
 
 @dataclass(frozen=True)

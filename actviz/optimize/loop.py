@@ -120,6 +120,12 @@ class BatchResult:
     final: npt.NDArray[np.float32]
     output_shape: tuple[int, ...]
 
+    def _repr_png_(self) -> bytes:
+        """The first optimized images side by side (a cell shows them)."""
+        from actviz.notebook import side_by_side
+
+        return side_by_side(self.images)
+
 
 def optimize_batch(
     model: nn.Module,

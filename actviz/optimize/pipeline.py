@@ -97,6 +97,12 @@ class LayerImages:
     pixels: list[Any] = field(default_factory=list, repr=False)
     """The images, ``(size, size, 3)`` uint8, for the sheet."""
 
+    def _repr_png_(self) -> bytes:
+        """The first optimized images side by side (a cell shows them)."""
+        from actviz.notebook import side_by_side
+
+        return side_by_side(self.pixels)
+
 
 @dataclass
 class OptimizeResult:

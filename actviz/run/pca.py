@@ -211,18 +211,10 @@ class PcaView:
     note: str | None
 
     def _repr_png_(self) -> bytes:
-        """The first images' colours side by side (those as tall as the first)."""
-        from actviz.notebook import rgb_png
+        """The first images' colours side by side (a cell shows them)."""
+        from actviz.notebook import side_by_side
 
-        if not self.images:
-            return rgb_png(np.zeros((1, 1, 3), np.uint8))
-        height = self.images[0].shape[0]
-        gap = np.full((height, 4, 3), 255, np.uint8)
-        parts: list[npt.NDArray[np.uint8]] = []
-        for image in self.images[:8]:
-            if image.shape[0] == height:
-                parts += [gap, image] if parts else [image]
-        return rgb_png(np.concatenate(parts, axis=1))
+        return side_by_side(self.images)
 
     def __repr__(self) -> str:
         explained = ", ".join(f"{e:.2f}" for e in self.fit.explained)
