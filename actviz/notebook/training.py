@@ -181,7 +181,7 @@ class LiveView:
     """One display that follows a training log: redrawn every ``every`` steps (:meth:`tick`)
     or when asked (:meth:`refresh`), never more often than that.
 
-    Outside a notebook (no IPython) it draws nothing and costs nothing.
+    Outside a notebook (no IPython kernel) it draws nothing and costs nothing.
     """
 
     def __init__(self, path: Path | str, every: int = 10, *, steps: Any = None) -> None:
@@ -204,8 +204,11 @@ class LiveView:
     def show(self) -> LiveView:
         """Put the view in the cell's output (a display that later draws replace)."""
         try:
+            from IPython import get_ipython
             from IPython.display import HTML, display
         except ImportError:
+            return self
+        if getattr(get_ipython(), "kernel", None) is None:  # a script, or a terminal shell
             return self
         self._handle = display(HTML(self.html()), display_id=True)  # type: ignore[no-untyped-call]
         self.draws += 1
