@@ -7,9 +7,9 @@ run's card for 20,000 images against one for 3.
   copies of the model, so a busy machine slows both alike. Printed: the median ratio of the
   live rounds' time to the plain rounds', and the redraws made. Target: within 1.05x.
 - Cards: the HTML card of a synthetic run of 20,000 images and 500 layers (noise pictures, the
-  worst case for PNG size) against one of 3 images and 8 layers (the same 7 thumbnails): the time to build each and
-  their sizes. Target: the large one's bytes under ``CARD_MAX_BYTES`` and its time within a few
-  times the small one's (it reads one image back, as the small one does).
+  worst case for PNG size) against one of 3 images and 8 layers (the same 7 thumbnails): the
+  time to build each and their sizes. Target: the large one's bytes under ``CARD_MAX_BYTES``
+  and its time about the small one's (each reads one image back).
 
     python benchmarks/bench_notebook.py [--steps 400] [--rounds 7]
 """
