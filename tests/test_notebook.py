@@ -463,3 +463,16 @@ def test_optimized_images_show_side_by_side() -> None:
     shown = np.asarray(Image.open(io.BytesIO(batch._repr_png_())))
     assert shown.shape == (16, 3 * 16 + 2 * 4, 3)
     assert np.array_equal(shown[:, 20:36], images[1]) and (shown[:, 16:20] == 255).all()
+
+
+def test_links_are_relative_under_the_working_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from actviz.notebook.card import href
+
+    monkeypatch.chdir(tmp_path)
+    assert href(tmp_path / "out" / "index.html") == "out/index.html"
+    assert href("out/x y.png") == "out/x y.png"
+    assert href("/elsewhere/index.html") == "file:///elsewhere/index.html"
+    result, _ = synthetic_run(tmp_path / "run", images=1, layers=1)
+    assert 'href="run/index.html"' in result._repr_html_()

@@ -102,7 +102,7 @@ class TrainingLog:
     def __repr__(self) -> str:
         from actviz.notebook import log_state, training_card
 
-        return training_card(log_state(self)).text().replace("Watch(", "TrainingLog(", 1)
+        return training_card(log_state(self), name="TrainingLog").text()
 
     def _repr_html_(self) -> str:
         from actviz.notebook import log_state, training_card

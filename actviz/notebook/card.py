@@ -61,10 +61,15 @@ def _e(text: object, limit: int = MAX_TEXT) -> str:
 
 
 def href(path: Path | str) -> str:
-    """A link to a file: relative paths as they are (Jupyter serves them beside the
-    notebook), absolute ones as ``file://`` URIs."""
+    """A link to a file: relative to the working folder when it lies under it (Jupyter serves
+    the files beside the notebook, its kernel's working folder), else a ``file://`` URI."""
     target = Path(path)
-    return target.as_uri() if target.is_absolute() else target.as_posix()
+    if not target.is_absolute():
+        return target.as_posix()
+    try:
+        return target.relative_to(Path.cwd()).as_posix()
+    except ValueError:  # outside the working folder (or on another drive)
+        return target.as_uri()
 
 
 @dataclass(frozen=True)

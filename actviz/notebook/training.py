@@ -93,9 +93,12 @@ def _curve(points: Sequence[tuple[int, float]], width: int = 260, height: int = 
     )
 
 
-def training_card(state: TrainingState, *, steps: int | None = None, live: bool = False) -> Card:
+def training_card(
+    state: TrainingState, *, steps: int | None = None, live: bool = False, name: str = "Watch"
+) -> Card:
     """The card of a training log: the latest per-layer statistics, the flags, and where the
-    first NaN or Inf came from. ``steps``: the steps the loop finished (a live watch knows)."""
+    first NaN or Inf came from. ``steps``: the steps the loop finished (a live watch knows);
+    ``name``: what the plain text calls it."""
     latest = state.latest or {}
     layers: Mapping[str, Mapping[str, Any]] = latest.get("layers") or {}
     origin = state.first_nonfinite
@@ -126,7 +129,7 @@ def training_card(state: TrainingState, *, steps: int | None = None, live: bool 
         ("recorded", f"every {state.start.get('every', '?')} steps, {state.recorded:,} so far"),
     ]
     summary = (
-        f"Watch(model={model!r}, status={status!r}, latest_step={latest.get('step')}, "
+        f"{name}(model={model!r}, status={status!r}, latest_step={latest.get('step')}, "
         f"layers={len(layers)}, flags={len(state.flags)}, "
         f"first_nonfinite={origin.get('module') if origin else None!r}, log={str(state.path)!r})"
     )
