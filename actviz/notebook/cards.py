@@ -155,10 +155,11 @@ def run_card(result: Any, pictures: bool = True) -> Card:
             found = _thumb(result.out, first.thumbnail, f"{first.out_dir} (input)")
             thumbs += [found] if found else []
         drawn = [layer for layer in first.layers if layer.file]
-        for layer in drawn[:MAX_THUMBS]:
-            found = _thumb(result.out, layer.file, layer.key)
-            thumbs += [found] if found else []
-        more = max(0, result.counts.grids - len(thumbs))
+        grids = [
+            t for layer in drawn[:MAX_THUMBS] if (t := _thumb(result.out, layer.file, layer.key))
+        ]
+        thumbs += grids
+        more = max(0, result.counts.grids - len(grids))
     summary = (
         f"RunResult(model={result.model!r}, weights={weights_text(result.weights)!r}, "
         f"images={total}{f' ({counts})' if counts else ''}, layers={len(result.layers)}, "
