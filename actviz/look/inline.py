@@ -213,8 +213,9 @@ class Look:
             written.append(path)
         return written
 
-    def card(self) -> Card:
-        """The card: the weights, each layer's shape and range, the first layers' grids."""
+    def card(self, pictures: bool = True) -> Card:
+        """The card: the weights, each layer's shape and range, the first layers' grids
+        (``pictures``: draw them)."""
         import numpy as np
 
         rows = []
@@ -232,7 +233,7 @@ class Look:
                 ]
             )
         thumbs = []
-        for cap in self.captures[:CARD_LAYERS]:
+        for cap in self.captures[:CARD_LAYERS] if pictures else []:
             try:
                 picture = self.show(cap.key, "grid")
             except UsageError:
@@ -260,7 +261,7 @@ class Look:
         )
 
     def __repr__(self) -> str:
-        return self.card().summary
+        return self.card(pictures=False).text()
 
     def _repr_html_(self) -> str:
         return self.card().html()
