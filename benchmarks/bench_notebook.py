@@ -82,6 +82,22 @@ def live_view(steps: int, rounds: int) -> None:
                 )
                 draws = max(draws, shown)
             ratios.append(times[True] / times[False])
+        # One redraw on its own, on the log a live round left: the first reads the whole log,
+        # a later one only the lines added since.
+        from actviz.notebook import LiveView
+
+        view = LiveView(Path(tmp) / f"{rounds - 1}True" / "watch.jsonl", every=50)
+        view._handle = _Handle()
+        start = time.perf_counter()
+        view.refresh()
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        view.refresh()
+        again = time.perf_counter() - start
+    print(
+        f"one redraw: {first * 1000:.1f} ms reading the whole log of {steps} steps, "
+        f"{again * 1000:.1f} ms with no new lines"
+    )
     print(
         f"live view: {steps} steps x {rounds} rounds, every=10, live every=50: "
         f"median ratio live / plain = {statistics.median(ratios):.3f}x "

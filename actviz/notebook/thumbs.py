@@ -47,7 +47,8 @@ def _thumb(image: Image.Image, label: str, box: tuple[int, int]) -> Thumb:
     size = fit_size(image.width, image.height, box)
     if size != image.size:
         # Resampled, then back to 256 colours: a third of the bytes of an RGB thumbnail.
-        image = image.convert("RGB").resize(size, PILImage.Resampling.LANCZOS).quantize(256)
+        image = image.convert("RGB").resize(size, PILImage.Resampling.LANCZOS)
+        image = image.quantize(256, method=PILImage.Quantize.FASTOCTREE)
     return Thumb(label, data_uri(to_png(image)), size[0], size[1])
 
 
