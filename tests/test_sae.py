@@ -145,9 +145,7 @@ def test_saved_file_reconstructs_as_its_metrics_say(trained: Any, planted: Any) 
     codes = d.encode(vectors)
     assert ((codes > 0).sum(dim=1) <= 3).all()
     # The maps' path (run --sae and top-images --sae) encodes position by position.
-    assert torch.allclose(
-        d.encode_maps(acts).permute(0, 2, 3, 1).reshape(-1, 64), codes, atol=1e-5
-    )
+    assert torch.allclose(d.encode_maps(acts).permute(0, 2, 3, 1).reshape(-1, 64), codes, atol=1e-5)
 
 
 def test_two_seeds_are_stable_on_the_planted_layer(trained: Any, planted: Any) -> None:
@@ -165,8 +163,9 @@ def test_two_seeds_are_stable_on_the_planted_layer(trained: Any, planted: Any) -
 
 def test_two_seeds_are_unstable_on_noise(planted: Any, tmp_path: Path) -> None:
     factory, photos, _ = planted
-    result = sae(f"{factory}:noise", [photos], out=tmp_path / "o", epochs=3, seeds=2,
-                 pages=False, **FAST)
+    result = sae(
+        f"{factory}:noise", [photos], out=tmp_path / "o", epochs=3, seeds=2, pages=False, **FAST
+    )
     # Matched at random: Hungarian pairs still find cosines near 0.5 in 24 dimensions, but
     # few features have a twin (on the planted layer, every planted feature has one).
     assert result.stability is not None and result.stability[0] < 0.65

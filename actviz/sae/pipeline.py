@@ -13,23 +13,21 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
-from actviz.dictionary import SparseDictionary
 from actviz.errors import UsageError
 from actviz.sae.metrics import Quality
 from actviz.sae.options import SaeOptions
 from actviz.sae.result import SaeProgress, SaeResult
-from actviz.sae.state import STATE_FILE, Position, read_state
-from actviz.sae.train import ShuffleBuffer, Trainer, normalisation
+from actviz.sae.session import Run
+from actviz.sae.state import STATE_FILE, read_state
+from actviz.sae.train import ShuffleBuffer
 from actviz.sae.write import FILE, JSON_FILE, write_dictionaries, write_state
 
 if TYPE_CHECKING:
-    import torch
     from torch import nn
 
     from actviz.command import Command
@@ -122,7 +120,7 @@ def sae(
         if opts.pages:
             from actviz.sae.pages import feature_pages
 
-            pages = feature_pages(model, cmd, opened, plan, run, doc, inputs)
+            pages = feature_pages(model, cmd, plan, run, doc, inputs)
         return SaeResult(
             model=cmd.model,
             layer=plan.key,
@@ -168,86 +166,6 @@ def split(paths: Sequence[Path], share: float, seed: int) -> tuple[list[Path], l
         held = held[:-1]
     kept = set(held)
     return [p for p in paths if p not in kept], held
-
-
-@dataclass
-class Run:
-    """The dictionaries while they train, their trainer, and where the pass is."""
-
-    opts: SaeOptions
-    plan: LayerPlan
-    features: int
-    device: Any
-    settings: dict[str, Any]
-    saes: list[SparseDictionary] | None = None
-    trainer: Trainer | None = None
-    position: Position = field(default_factory=Position)
-    failed: list[tuple[Path, str]] = field(default_factory=list)
-    saved: float = field(default_factory=time.monotonic)
-    _adam: dict[str, Any] | None = None
-
-    def resume(self, state: Any) -> None:
-        if state is None:
-            return
-        saes, adam, position = state
-        self.saes, self.position, self._adam = saes, position, adam
-        self._start_trainer()
-
-    def _start_trainer(self) -> None:
-        assert self.saes is not None
-        lr = self.opts.lr or SparseDictionary.default_lr(self.features)
-        self.trainer = Trainer(self.saes, lr)
-        self.trainer.steps, self.trainer.tokens = self.position.steps, self.position.tokens
-        self.trainer.running_fve = self.position.running_fve
-        if self._adam:
-            self.trainer.restore(self._adam)
-
-    def finished(self) -> bool:
-        if self.opts.tokens is not None:
-            return self.position.tokens >= self.opts.tokens
-        return self.position.epoch >= self.opts.epochs
-
-    def feed(self, vectors: torch.Tensor) -> None:
-        """Train every dictionary on shuffled ``vectors``, a batch at a time (the first
-        vectors ever fed fix the normalisation and start the dictionaries)."""
-        if self.saes is None:
-            mean, scale = normalisation(vectors)
-            self.saes = [
-                SparseDictionary.initial(
-                    self.plan.channels,
-                    self.features,
-                    self.opts.k,
-                    seed=self.opts.seed + i,
-                    mean=mean,
-                    scale=scale,
-                    activation=self.opts.kind,
-                )
-                for i in range(self.opts.seeds)
-            ]
-            self._start_trainer()
-        assert self.trainer is not None
-        size = self.opts.sae_batch
-        for start in range(0, vectors.shape[0], size):
-            if self.finished():
-                return
-            self.trainer.step(vectors[start : start + size])
-            self.position.steps = self.trainer.steps
-            self.position.tokens = self.trainer.tokens
-            self.position.running_fve = self.trainer.running_fve
-
-    def adam(self) -> dict[str, Any]:
-        return self.trainer.state() if self.trainer is not None else {}
-
-    def stability(self) -> tuple[Any, list[float]] | None:
-        """Per feature of the first dictionary, its stability across the seeds, kept with
-        its figures; None for one seed."""
-        if self.saes is None or len(self.saes) < 2:
-            return None
-        from actviz.sae.metrics import stability
-
-        scores, means = stability([s.w_dec for s in self.saes])
-        self.saes[0].per_feature["stability"] = scores
-        return scores, means
 
 
 def _one_plan(cmd: Command, loaded: LoadedModel, opts: SaeOptions) -> LayerPlan:
@@ -396,4 +314,3 @@ def _remove_outputs(out: Path) -> None:
     output.remove_written(
         out, [FILE, JSON_FILE, STATE_FILE, "sae.html", *seeds], trees=["sae-features"]
     )
-

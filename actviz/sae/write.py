@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from actviz.command import Command, Loaded
     from actviz.examples.plan import LayerPlan
     from actviz.sae.metrics import Quality
-    from actviz.sae.pipeline import Run
+    from actviz.sae.session import Run
 
 __all__ = ["FILE", "JSON_FILE", "seed_file", "write_dictionaries", "write_state"]
 
