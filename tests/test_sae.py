@@ -236,3 +236,58 @@ def test_cli_trains_and_reports(planted: Any, tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "variance explained" in result.output and "mix: 48 features" in result.output
     assert load_sae(out).features == 48
+
+
+def test_top_images_per_feature_equal_a_brute_force_ranking(
+    trained: Any, planted: Any, tmp_path: Path
+) -> None:
+    """top-images --sae against every image's feature maps computed from the saved weights."""
+    import importlib.util
+
+    from actviz.examples import top_images
+    from actviz.models import Preprocessing
+
+    factory, photos, _ = planted
+    result = top_images(
+        f"{factory}:build", [photos], out=tmp_path / "ti", sae=trained.file, k=4,
+        input_size=(32, 32), weights="none", report=False,
+    )
+    layer = result.document["layers"][0]
+    assert layer["layout"] == "features" and layer["maps"] == [64, 16, 16]
+    spec = importlib.util.spec_from_file_location("planted_rank", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    d = load_sae(trained.file)
+    prep = Preprocessing.fitted(input_size=(32, 32), in_chans=3)
+    paths = sorted(photos.glob("*.png"))
+    with torch.no_grad():
+        x = torch.stack([prep(Image.open(p).convert("RGB")) for p in paths])
+        acts = torch.einsum("bfhw,fc->bchw", model.codes(x), model.directions)
+        best = d.encode_maps(acts).amax(dim=(2, 3))  # (images, features)
+    for f, entry in enumerate(layer["channels"]):
+        if best[:, f].max() <= 0:
+            continue
+        order = sorted(range(len(paths)), key=lambda i: (-float(best[i, f]), str(paths[i])))
+        expected = [paths[i].name for i in order[:4] if best[i, f] > 0]
+        got = [Path(e["path"]).name for e in entry["top"]][: len(expected)]
+        assert got == expected, f
+        assert entry["top"][0]["score"] == pytest.approx(float(best[order[0], f]), rel=1e-4)
+
+
+def test_feature_pages_and_index(planted: Any, tmp_path: Path) -> None:
+    factory, photos, _ = planted
+    out = tmp_path / "o"
+    result = sae(f"{factory}:build", [photos], out=out, epochs=1, seeds=2, top=3, **FAST)
+    assert result.index == out / "sae.html"
+    index = result.index.read_text()
+    assert index.count("<tr data-f=") == 64 and "stability" in index
+    page = (out / "sae-features" / "f00005.html").read_text()
+    d = load_sae(out)
+    weights = d.w_dec[5]
+    strongest = int(weights.abs().argmax())
+    assert f"<td class=\"l\">{strongest}</td><td>{float(weights[strongest]):.3f}</td>" in page
+    assert f"{float(d.per_feature['stability'][5]):.3f}" in page
+    sheet = out / "top-images" / "00_mix" / "c0005.png"
+    assert sheet.is_file() and "../top-images/00_mix/c0005.png" in page
