@@ -20,8 +20,8 @@ from actviz._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
-    from actviz.diff import diff as diff
     from actviz.dictionary import load_sae
+    from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture

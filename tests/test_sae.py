@@ -249,8 +249,14 @@ def test_top_images_per_feature_equal_a_brute_force_ranking(
 
     factory, photos, _ = planted
     result = top_images(
-        f"{factory}:build", [photos], out=tmp_path / "ti", sae=trained.file, k=4,
-        input_size=(32, 32), weights="none", report=False,
+        f"{factory}:build",
+        [photos],
+        out=tmp_path / "ti",
+        sae=trained.file,
+        k=4,
+        input_size=(32, 32),
+        weights="none",
+        report=False,
     )
     layer = result.document["layers"][0]
     assert layer["layout"] == "features" and layer["maps"] == [64, 16, 16]
@@ -287,7 +293,7 @@ def test_feature_pages_and_index(planted: Any, tmp_path: Path) -> None:
     d = load_sae(out)
     weights = d.w_dec[5]
     strongest = int(weights.abs().argmax())
-    assert f"<td class=\"l\">{strongest}</td><td>{float(weights[strongest]):.3f}</td>" in page
+    assert f'<td class="l">{strongest}</td><td>{float(weights[strongest]):.3f}</td>' in page
     assert f"{float(d.per_feature['stability'][5]):.3f}" in page
     sheet = out / "top-images" / "00_mix" / "c0005.png"
     assert sheet.is_file() and "../top-images/00_mix/c0005.png" in page
