@@ -297,3 +297,39 @@ def test_feature_pages_and_index(planted: Any, tmp_path: Path) -> None:
     assert f"{float(d.per_feature['stability'][5]):.3f}" in page
     sheet = out / "top-images" / "00_mix" / "c0005.png"
     assert sheet.is_file() and "../top-images/00_mix/c0005.png" in page
+
+
+def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Path) -> None:
+    """run --sae: the grid's tiles are features; sorted by max, the features shown are the
+    strongest ones of the image computed from the saved weights."""
+    import importlib.util
+
+    import actviz
+    from actviz.models import Preprocessing
+
+    factory, photos, _ = planted
+    image = photos / "n03.png"
+    actviz.run(
+        f"{factory}:build",
+        [image],
+        out=tmp_path / "r",
+        sae=trained.file,
+        input_size=(32, 32),
+        weights="none",
+        order="max",
+        max_channels=4,
+        report=False,
+    )
+    layer = next(iter(actviz.read_images(tmp_path / "r")))["layers"][0]
+    assert layer["name"] == "mix" and layer["layout"] == "features"
+    assert layer["channels_total"] == 64 and "k 3" in layer["note"]
+    spec = importlib.util.spec_from_file_location("planted_run", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    x = Preprocessing.fitted(input_size=(32, 32), in_chans=3)(Image.open(image).convert("RGB"))
+    with torch.no_grad():
+        acts = torch.einsum("bfhw,fc->bchw", model.codes(x[None]), model.directions)
+        peaks = load_sae(trained.file).encode_maps(acts)[0].amax(dim=(1, 2))
+    assert sorted(layer["channels"]) == sorted(peaks.argsort(descending=True)[:4].tolist())
