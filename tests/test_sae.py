@@ -238,6 +238,26 @@ def test_cli_trains_and_reports(planted: Any, tmp_path: Path) -> None:
     assert load_sae(out).features == 48
 
 
+def _peaks(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tensor]:
+    """Every image of the folder and its largest activation of each feature, computed from
+    the planted model and the dictionary's weights: ``(images, features)``."""
+    import importlib.util
+
+    from actviz.models import Preprocessing
+
+    spec = importlib.util.spec_from_file_location("planted_peaks", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    prep = Preprocessing.fitted(input_size=(32, 32), in_chans=3)
+    paths = sorted(photos.glob("*.png"))
+    with torch.no_grad():
+        x = torch.stack([prep(Image.open(p).convert("RGB")) for p in paths])
+        acts = torch.einsum("bfhw,fc->bchw", model.codes(x), model.directions)
+        return paths, d.encode_maps(acts).amax(dim=(2, 3))
+
+
 def test_top_images_per_feature_equal_a_brute_force_ranking(
     trained: Any, planted: Any, tmp_path: Path
 ) -> None:
@@ -291,6 +311,11 @@ def test_feature_pages_and_index(planted: Any, tmp_path: Path) -> None:
     assert index.count("<tr data-f=") == 64 and "stability" in index
     page = (out / "sae-features" / "f00005.html").read_text()
     d = load_sae(out)
+    # Fewer images than the sample holds: the quantile examples are exact.
+    paths, best = _peaks(factory, photos, d)
+    firing = sorted((float(best[i, 5]), paths[i].name) for i in range(len(paths)) if best[i, 5] > 0)
+    median = firing[int(0.5 * len(firing))]
+    assert f"{median[1]}</td><td>{median[0]:.3g}</td>" in page
     weights = d.w_dec[5]
     strongest = int(weights.abs().argmax())
     assert f'<td class="l">{strongest}</td><td>{float(weights[strongest]):.3f}</td>' in page

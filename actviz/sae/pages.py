@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from actviz.command import Command
     from actviz.examples.plan import LayerPlan
+    from actviz.models import LoadedModel
     from actviz.sae.session import Run
 
 __all__ = ["INDEX", "feature_pages"]
@@ -76,6 +77,19 @@ _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</
 <table><tr><th class="l">image</th><th>score</th><th>at (row, column)</th></tr>
 {% for e in top %}<tr><td class="l">{{ e.path }}</td><td>{{ e.score }}</td>
 <td>{{ e.y }}, {{ e.x }}</td></tr>{% endfor %}</table>
+<h2>Below the top: images at activation quantiles</h2>
+<p class="note">From a random sample of the images it fires on ({{ fired }} of them): the
+image at each quantile of their scores.</p>
+<table><tr><th class="l">quantile</th><th class="l">image</th><th>score</th></tr>
+{% for q, src, name, score in quantiles %}<tr><td class="l">{{ q }}</td>
+<td class="l"><img src="{{ src }}" alt="" style="height:64px;vertical-align:middle">
+{{ name }}</td><td>{{ "%.3g"|format(score) }}</td></tr>{% endfor %}</table>
+<h2>Classes it co-occurs with</h2>
+<p class="note">The model's top-1 class on the images it fires on.</p>
+<table><tr><th class="l">class</th><th>share of those images</th></tr>
+{% for name, share in classes %}<tr><td class="l">{{ name }}</td>
+<td>{{ "%.1f%%"|format(100 * share) }}</td></tr>{% else %}<tr><td class="l">none (not a
+classifier, or it never fires)</td><td></td></tr>{% endfor %}</table>
 <h2>Channels it is made of</h2><p class="note">The largest weights of its decoder direction
 (unit norm) over the layer's {{ channels }} channels.</p>
 <table><tr><th class="l">channel</th><th>weight</th></tr>
@@ -87,18 +101,23 @@ _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</
 def feature_pages(
     model: str | nn.Module,
     cmd: Command,
+    loaded: LoadedModel,
     plan: LayerPlan,
     run: Run,
     doc: dict[str, Any],
     inputs: Sequence[Path | str] | Path | str,
+    paths: list[Path],
 ) -> Path:
-    """Rank the folder's images per feature, then write every feature's page and the index;
-    the index's path."""
+    """Rank the folder's images per feature, survey it (quantile examples, classes), then
+    write every feature's page and the index; the index's path."""
+    import os
+
     import jinja2
 
     from actviz import output
     from actviz.command.options import ExecutionOptions
     from actviz.examples import ExamplesOptions, top_images
+    from actviz.sae.survey import survey
 
     opts = run.opts
     assert run.saes is not None
@@ -120,6 +139,17 @@ def feature_pages(
     )
     layer = ranked.document["layers"][0]
     sae = run.saes[0]
+    found = survey(
+        loaded,
+        plan,
+        sae,
+        paths,
+        batch_size=opts.execution.batch_size,
+        workers=opts.execution.workers,
+        seed=opts.seed,
+    )
+    names = loaded.categories or []
+    pages_dir = (opts.out / FOLDER).resolve()
     per = {name: values.tolist() for name, values in sae.per_feature.items()}
     env = jinja2.Environment(autoescape=True)
     page = env.from_string(_PAGE)
@@ -139,6 +169,15 @@ def feature_pages(
             top=entry["top"],
             channels=plan.channels,
             made_of=[(int(c), float(weights[f, c])) for c in order],
+            fired=int(found.fired[f]),
+            quantiles=[
+                (f"{q:.0%}", Path(os.path.relpath(p.resolve(), pages_dir)).as_posix(), p.name, s)
+                for q, p, s in found.examples(f)
+            ],
+            classes=[
+                (names[c] if c < len(names) else f"class {c}", share)
+                for c, share in found.top_classes(f)
+            ],
         )
         output.write_bytes(opts.out / row["page"], html.encode())
     quality = doc.get("metrics") or {}

@@ -120,7 +120,7 @@ def sae(
         if opts.pages:
             from actviz.sae.pages import feature_pages
 
-            pages = feature_pages(model, cmd, plan, run, doc, inputs)
+            pages = feature_pages(model, cmd, loaded, plan, run, doc, inputs, paths)
         return SaeResult(
             model=cmd.model,
             layer=plan.key,
