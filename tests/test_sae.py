@@ -358,3 +358,37 @@ def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Pat
         acts = torch.einsum("bfhw,fc->bchw", model.codes(x[None]), model.directions)
         peaks = load_sae(trained.file).encode_maps(acts)[0].amax(dim=(1, 2))
     assert sorted(layer["channels"]) == sorted(peaks.argsort(descending=True)[:4].tolist())
+
+
+def test_later_epochs_reuse_the_vectors_when_they_fit(planted: Any, tmp_path: Path) -> None:
+    """A folder whose vectors fit in the buffer runs the model once for all epochs; one whose
+    vectors do not runs it again each epoch (the buffer never grows past its bound)."""
+    import importlib.util
+
+    factory, photos, _ = planted
+    spec = importlib.util.spec_from_file_location("planted_count", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    calls = [0]
+    handle = model.codes.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    counts = []
+    try:
+        for buffer in (16384, 1024):  # an epoch holds about 36 x 256 vectors
+            calls[0] = 0
+            kw = {**FAST, "buffer": buffer, "sae_batch": 256}
+            result = sae(
+                model,
+                [photos],
+                out=tmp_path / str(buffer),
+                epochs=3,
+                pages=False,
+                batch_size=8,
+                **kw,
+            )
+            counts.append(calls[0])
+    finally:
+        handle.remove()
+    per_epoch = -(-result.images // 8)  # batches of the training images
+    assert counts[1] - counts[0] == 2 * per_epoch

@@ -217,12 +217,13 @@ def _epoch_order(count: int, seed: int, epoch: int) -> list[int]:
 
 def _train(cmd: Command, loaded: LoadedModel, plan: LayerPlan, train: list[Path], run: Run) -> None:
     """The epochs: each runs the training images (in its own order) through the model, their
-    vectors through the shuffle buffer into the dictionaries."""
-    from actviz.command.forward import BatchForward
+    vectors through the shuffle buffer into the dictionaries. When one whole epoch's vectors
+    fit in a second buffer of the same bound, the next epochs reshuffle those instead of
+    running the model again."""
     from actviz.hooks import eval_mode
     from actviz.sae.tokens import TokenRecorder
 
-    opts, ex, notify = run.opts, run.opts.execution, cmd.notify
+    opts, notify = run.opts, cmd.notify
     per_image = plan.height * plan.width
     epochs = opts.epochs
     if opts.tokens is not None:
@@ -230,44 +231,96 @@ def _train(cmd: Command, loaded: LoadedModel, plan: LayerPlan, train: list[Path]
     notify.start(epochs * len(train))
     for _ in range(run.position.epoch * len(train) + run.position.done):
         notify.advance(None)
-    forward = BatchForward(loaded, loaded.module, ex.batch_size, ex.workers, False, False)
     capacity = max(min(opts.buffer, (512 << 20) // (4 * plan.channels)), 2 * opts.sae_batch)
+    held: Any = None
     with TokenRecorder(loaded.module, plan) as recorder, eval_mode(loaded.module):
         while not run.finished():
             position = run.position
-            order = _epoch_order(len(train), opts.seed, position.epoch)
-            todo = [train[i] for i in order][position.done :]
-            buffer = ShuffleBuffer(
-                capacity, plan.channels, loaded.device, seed=opts.seed + position.epoch
-            )
-
-            def failed(index: int, error: str | None, todo: list[Path] = todo) -> None:
-                run.failed.append((todo[index], error or "unreadable"))
-                cmd.warn(f"{todo[index]}: {error}")
-
-            with contextlib.ExitStack() as stack:
-                for good, _logits, _x in forward.batches(todo, stack, failed):
-                    found = recorder.take()
-                    if found is None:
-                        for index, _, _ in good:
-                            failed(index, f"{plan.key} gave {recorder.unfit}, not {plan.shape}")
-                    else:
-                        for chunk in buffer.add(found):
-                            run.feed(chunk)
-                    position.done += len(good)
-                    for _ in good:
-                        notify.advance(SaeProgress(position.epoch, position.running_fve))
-                    if time.monotonic() - run.saved > SAVE_EVERY and run.saes is not None:
-                        write_state(run.opts.out, run)
-                    if run.finished():
-                        break
-            for chunk in buffer.drain():
-                run.feed(chunk)
+            if held is not None:
+                _epoch_from_memory(held, len(train), capacity, run, notify)
+            else:
+                held = _epoch_from_model(cmd, loaded, plan, train, run, recorder, capacity)
             if run.saes is None:
                 return
             position.history.append({"epoch": position.epoch, "fve": position.running_fve})
             position.epoch += 1
             position.done = 0
+
+
+def _epoch_from_model(
+    cmd: Command,
+    loaded: LoadedModel,
+    plan: LayerPlan,
+    train: list[Path],
+    run: Run,
+    recorder: Any,
+    capacity: int,
+) -> Any:
+    """One epoch (or its rest, after a resume) through the model; its vectors, when the whole
+    epoch ran and they fit in ``capacity``, else None."""
+    import torch
+
+    from actviz.command.forward import BatchForward
+
+    opts, ex, position, notify = run.opts, run.opts.execution, run.position, cmd.notify
+    forward = BatchForward(loaded, loaded.module, ex.batch_size, ex.workers, False, False)
+    order = _epoch_order(len(train), opts.seed, position.epoch)
+    todo = [train[i] for i in order][position.done :]
+    buffer = ShuffleBuffer(capacity, plan.channels, loaded.device, seed=opts.seed + position.epoch)
+    kept: list[Any] | None = [] if position.done == 0 else None
+    count = 0
+
+    def failed(index: int, error: str | None) -> None:
+        run.failed.append((todo[index], error or "unreadable"))
+        cmd.warn(f"{todo[index]}: {error}")
+
+    with contextlib.ExitStack() as stack:
+        for good, _logits, _x in forward.batches(todo, stack, failed):
+            found = recorder.take()
+            if found is None:
+                for index, _, _ in good:
+                    failed(index, f"{plan.key} gave {recorder.unfit}, not {plan.shape}")
+            else:
+                count += found.shape[0]
+                if kept is not None and count <= capacity:
+                    kept.append(found)
+                else:
+                    kept = None
+                for chunk in buffer.add(found):
+                    run.feed(chunk)
+            position.done += len(good)
+            for _ in good:
+                notify.advance(SaeProgress(position.epoch, position.running_fve))
+            if time.monotonic() - run.saved > SAVE_EVERY and run.saes is not None:
+                write_state(run.opts.out, run)
+            if run.finished():
+                kept = None
+                break
+    for chunk in buffer.drain():
+        run.feed(chunk)
+    return torch.cat(kept) if kept else None
+
+
+def _epoch_from_memory(held: Any, images: int, capacity: int, run: Run, notify: Reporter) -> None:
+    """One more epoch over vectors held from the last one, in a new order, half a buffer at a
+    time (as the shuffle buffer hands them out); progress still counted in images."""
+    import torch
+
+    position = run.position
+    generator = torch.Generator().manual_seed(run.opts.seed * 100_003 + position.epoch)
+    order = torch.randperm(held.shape[0], generator=generator).to(held.device)
+    step = max(capacity // 2, 1)
+    chunks = max(-(-held.shape[0] // step), 1)
+    shown = 0
+    for i in range(chunks):
+        run.feed(held[order[i * step : (i + 1) * step]])
+        reached = (i + 1) * images // chunks
+        for _ in range(reached - shown):
+            notify.advance(SaeProgress(position.epoch, position.running_fve))
+        shown = reached
+        if run.finished():
+            return
+    position.done = images
 
 
 def _evaluate(
