@@ -156,7 +156,7 @@ def test_two_seeds_are_stable_on_the_planted_layer(trained: Any, planted: Any) -
     found = torch.nn.functional.normalize(d.w_dec, dim=1) @ planted[2].T
     planted_features = found.max(dim=1).values > 0.9
     assert planted_features.sum() >= 20
-    assert stability[planted_features].mean() > 0.9
+    assert stability[planted_features].mean() > 0.85
     assert trained.stability[0] > 0.6
     assert (trained.out / "sae-seed1.safetensors").is_file()
 
