@@ -101,6 +101,7 @@ def sae(
         run = Run(opts, plan, features, loaded.device, settings)
         if ex.resume:
             run.resume(read_state(opts.out, settings, loaded.device))
+        started = time.perf_counter()
         try:
             _train(cmd, loaded, plan, train, run)
         finally:
@@ -109,6 +110,7 @@ def sae(
                 write_state(opts.out, run)
                 if not run.finished():
                     write_dictionaries(opts.out, run, cmd, opened, plan, None, complete=False)
+        run.position.seconds += time.perf_counter() - started
         if run.saes is None:
             raise UsageError(f"no image gave {plan.key} a vector to train on; see the messages")
         quality = _evaluate(cmd, loaded, plan, held or train, run)
@@ -137,6 +139,7 @@ def sae(
             steps=run.position.steps,
             tokens=run.position.tokens,
             epochs=run.position.epoch,
+            train_seconds=run.position.seconds,
             quality=doc["metrics"],
             stability=stable[1] if stable is not None else None,
             device=str(loaded.device),

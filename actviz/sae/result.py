@@ -30,6 +30,8 @@ class SaeResult:
             ``dense_share``, ``top1_changed_share`` and the counts behind them.
         stability: With several seeds, per other seed the mean cosine of matched features.
         index: The feature index page, when pages were written.
+        train_seconds: Seconds spent training (forward passes included), over every run
+            that ``--resume`` continued.
     """
 
     model: str
@@ -47,6 +49,7 @@ class SaeResult:
     steps: int
     tokens: int
     epochs: int
+    train_seconds: float
     quality: dict[str, Any]
     stability: list[float] | None
     device: str

@@ -29,6 +29,7 @@ class Position:
     steps: int = 0
     tokens: int = 0
     running_fve: float | None = None
+    seconds: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
 
 

@@ -87,6 +87,7 @@ def write_dictionaries(
                 "images": len(run.settings["images"]),
                 "held_out_images": held_out,
                 "running_fve": run.position.running_fve,
+                "seconds": round(run.position.seconds, 3),
                 "history": run.position.history,
                 "lr": opts.lr or run.saes[0].default_lr(run.features),
                 "seed": opts.seed,
