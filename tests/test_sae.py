@@ -64,8 +64,32 @@ class Planted(nn.Module):
         return self.head(acts.mean(dim=(2, 3)))
 
 
+class Tokens(nn.Module):
+    """A ViT-like output: a class token, then 16 x 16 patch tokens of the planted vectors."""
+
+    def forward(self, acts):
+        patches = acts.flatten(2).transpose(1, 2)
+        return torch.cat([patches.mean(dim=1, keepdim=True), patches], dim=1)
+
+
+class TokenModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.planted = Planted()
+        self.tokens = Tokens()
+
+    def forward(self, x):
+        z = self.planted.codes(x)
+        acts = torch.einsum("bfhw,fc->bchw", z, self.planted.directions)
+        return self.planted.head(self.tokens(acts)[:, 0])
+
+
 def build():
     return Planted()
+
+
+def tokens():
+    return TokenModel()
 
 
 def noise():
@@ -392,3 +416,23 @@ def test_later_epochs_reuse_the_vectors_when_they_fit(planted: Any, tmp_path: Pa
         handle.remove()
     per_epoch = -(-result.images // 8)  # batches of the training images
     assert counts[1] - counts[0] == 2 * per_epoch
+
+
+def test_token_layers_leave_the_class_token_out_unless_asked(planted: Any, tmp_path: Path) -> None:
+    factory, photos, _ = planted
+    counts = {}
+    for prefix in (False, True):
+        kw = {**FAST, "layers": "tokens"}
+        result = sae(
+            f"{factory}:tokens",
+            [photos],
+            out=tmp_path / str(prefix),
+            epochs=1,
+            pages=False,
+            prefix_tokens=prefix,
+            **kw,
+        )
+        counts[prefix] = result.tokens / result.images
+        assert result.document["layer"]["layout"] == "tokens"
+        assert result.quality["fve"] > 0.3
+    assert counts == {False: 256, True: 257}

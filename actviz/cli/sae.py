@@ -105,6 +105,14 @@ HeldOutOption = Annotated[
         rich_help_panel=P,
     ),
 ]
+PrefixOption = Annotated[
+    bool,
+    typer.Option(
+        "--prefix-tokens",
+        help="Also train on a ViT's class and register tokens (left out by default).",
+        rich_help_panel=P,
+    ),
+]
 SaeBatchOption = Annotated[
     int, typer.Option("--sae-batch", min=8, help="Vectors per training step.", rich_help_panel=P)
 ]
@@ -206,6 +214,7 @@ def sae(
     seed: SeedOption = 0,
     seeds: SeedsOption = 1,
     held_out: HeldOutOption = 0.1,
+    prefix_tokens: PrefixOption = False,
     sae_batch: SaeBatchOption = 1024,
     buffer: BufferOption = 65536,
     top: TopOption = 9,
@@ -241,6 +250,7 @@ def sae(
         seed=seed,
         seeds=seeds,
         held_out=held_out,
+        prefix_tokens=prefix_tokens,
         sae_batch=sae_batch,
         buffer=buffer,
         pages=not no_pages,

@@ -34,6 +34,8 @@ class SaeOptions:
         seeds: Dictionaries trained together on the same vectors (seed, seed + 1, ...); two
             or more give each feature a stability score.
         held_out: Share of the images kept out of training, for the quality figures.
+        prefix_tokens: Also train on a ViT's class and register tokens (left out by
+            default, as the grids leave them out); the feature maps stay the patches'.
         sae_batch: Vectors per training step.
         buffer: Vectors the shuffle buffer holds at most.
         pages: Write the feature pages (top images per feature, the index).
@@ -54,6 +56,7 @@ class SaeOptions:
     seed: int = 0
     seeds: int = 1
     held_out: float = 0.1
+    prefix_tokens: bool = False
     sae_batch: int = 1024
     buffer: int = 65536
     pages: bool = True
@@ -100,6 +103,7 @@ class SaeOptions:
             "seed": self.seed,
             "seeds": self.seeds,
             "held_out": self.held_out,
+            "prefix_tokens": self.prefix_tokens,
             "sae_batch": self.sae_batch,
             "buffer": self.buffer,
             "in_chans": self.load.in_chans,

@@ -236,7 +236,10 @@ def _train(cmd: Command, loaded: LoadedModel, plan: LayerPlan, train: list[Path]
         notify.advance(None)
     capacity = max(min(opts.buffer, (512 << 20) // (4 * plan.channels)), 2 * opts.sae_batch)
     held: Any = None
-    with TokenRecorder(loaded.module, plan) as recorder, eval_mode(loaded.module):
+    with (
+        TokenRecorder(loaded.module, plan, prefix=opts.prefix_tokens) as recorder,
+        eval_mode(loaded.module),
+    ):
         while not run.finished():
             position = run.position
             if held is not None:
@@ -343,7 +346,7 @@ def _evaluate(
     forward = BatchForward(loaded, loaded.module, ex.batch_size, ex.workers, False, False)
     module = loaded.module
     with (
-        TokenRecorder(module, plan) as recorder,
+        TokenRecorder(module, plan, prefix=run.opts.prefix_tokens) as recorder,
         eval_mode(module),
         contextlib.ExitStack() as stack,
     ):

@@ -66,14 +66,17 @@ def _element(output: object, plan: LayerPlan, key: str) -> Any:
 class TokenRecorder(HookSession):
     """The planned layer's vectors of the latest forward, on the model's device.
 
-    After a forward, :meth:`take` gives ``(B*H*W, C)`` float32 vectors (image-major), or None
+    After a forward, :meth:`take` gives ``(B*H*W, C)`` float32 vectors (image-major; with
+    ``prefix``, a token layer's ``(B*T, C)``, every token), or None
     when the layer did not run or gave another shape than planned (then :attr:`unfit` holds
     the shape it gave).
     """
 
-    def __init__(self, model: nn.Module, plan: LayerPlan) -> None:
+    def __init__(self, model: nn.Module, plan: LayerPlan, *, prefix: bool = False) -> None:
         super().__init__(model, [plan.module])
         self.plan = plan
+        # A token layer's every token, class and register tokens included, when asked.
+        self.prefix = prefix and plan.layout == "tokens"
         self._vectors: torch.Tensor | None = None
         self.unfit: tuple[int, ...] | None = None
         self._image_rows = ImageRows(model)
@@ -100,7 +103,10 @@ class TokenRecorder(HookSession):
             if maps is None:
                 self.unfit = tuple(tensor.shape[1:])
                 return
-            self._vectors = vectors(maps)
+            if self.prefix and tensor.ndim == 3 and tensor.shape[2] == self.plan.channels:
+                self._vectors = tensor.detach().reshape(-1, tensor.shape[2]).float().clone()
+            else:
+                self._vectors = vectors(maps)
 
         self._add_forward_hook(module, hook)
 
