@@ -40,7 +40,7 @@ _INDEX = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}<
 <input id="stab" type="number" step="0.05" value="0" style="width:5em"></p>
 <table id="t"><thead><tr><th class="l" data-k="f">feature</th><th data-k="d">density</th>
 <th data-k="s">strength</th><th data-k="p">peak</th><th data-k="st">stability</th>
-<th class="l" data-k="c">top images' class</th></tr></thead><tbody>
+<th class="l" data-k="c">classes where it fires</th></tr></thead><tbody>
 {% for r in rows %}<tr data-f="{{ r.feature }}" data-d="{{ r.density }}"
 data-s="{{ r.strength }}" data-p="{{ r.peak }}" data-st="{{ r.stability_sort }}"
 data-c="{{ r.label }}"><td class="l"><a href="{{ r.page }}">{{ r.feature }}</a></td>
@@ -71,7 +71,7 @@ _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</
 <tr><th class="l">stability across seeds (matched decoder cosine)</th>
 <td>{{ r.stability_text }}</td></tr>
 <tr><th class="l">images it fires on (whole folder)</th><td>{{ active }}</td></tr>
-<tr><th class="l">class of its top images</th><td>{{ r.label or "none" }}</td></tr></table>
+</table>
 <h2>Top images, with the feature's heat map</h2>
 {% if sheet %}<img src="../{{ sheet }}" alt="top images of feature {{ r.feature }}">{% endif %}
 <table><tr><th class="l">image</th><th>score</th><th>at (row, column)</th></tr>
@@ -156,7 +156,11 @@ def feature_pages(
     rows = []
     weights = sae.w_dec.detach().cpu()
     for f, entry in enumerate(layer["channels"]):
-        row = _row(f, per, entry)
+        classes = [
+            (names[c] if c < len(names) else f"class {c}", share)
+            for c, share in found.top_classes(f)
+        ]
+        row = _row(f, per, entry, classes)
         rows.append(row)
         order = weights[f].abs().argsort(descending=True)[:CHANNELS].tolist()
         html = page.render(
@@ -174,10 +178,7 @@ def feature_pages(
                 (f"{q:.0%}", Path(os.path.relpath(p.resolve(), pages_dir)).as_posix(), p.name, s)
                 for q, p, s in found.examples(f)
             ],
-            classes=[
-                (names[c] if c < len(names) else f"class {c}", share)
-                for c, share in found.top_classes(f)
-            ],
+            classes=classes,
         )
         output.write_bytes(opts.out / row["page"], html.encode())
     quality = doc.get("metrics") or {}
@@ -196,15 +197,16 @@ def feature_pages(
     return opts.out / INDEX
 
 
-def _row(f: int, per: dict[str, list[float]], entry: dict[str, Any]) -> dict[str, Any]:
+def _row(
+    f: int, per: dict[str, list[float]], entry: dict[str, Any], classes: list[tuple[str, float]]
+) -> dict[str, Any]:
     def value(name: str) -> float | None:
         values = per.get(name)
         return float(values[f]) if values is not None else None
 
     density, strength, stability = value("density"), value("strength"), value("stability")
     peak = entry.get("max_score")
-    chosen = entry.get("selectivity") or {}
-    label = chosen.get("label") or (f"class {chosen['class']}" if chosen else "")
+    label = ", ".join(f"{name} ({share:.0%})" for name, share in classes)
     return {
         "feature": f,
         "page": f"{FOLDER}/f{f:05d}.html",
