@@ -15,6 +15,7 @@ dictionary's own training rate.
   already in memory), on this machine's CPU or on ``--device``.
 
     python benchmarks/bench_sae.py [--images 48] [--epochs 3] [--size 160] [--device cpu]
+        [--repeat 2]
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def streaming(
     return seconds, result.tokens, result.train_seconds
 
 
-def recipe(folder: Path, shards: Path, epochs: int, size: int, device: str) -> tuple[float, int]:
+def recipe(folder: Path, shards: Path, epochs: int, size: int, device: str) -> tuple[float, float]:
     """Record every vector to disk, then train on the shards; the peak disk is the shards."""
     started = time.perf_counter()
     loaded = load_model(MODEL, weights="none", device=device, input_size=(size, size))
@@ -137,20 +138,32 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--size", type=int, default=160)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
+    best: dict[str, tuple[float, ...]] = {}
+
+    def keep(name: str, figures: tuple[float, ...]) -> None:
+        # Best of --repeat by wall time: the machine is shared, noise only ever adds time.
+        if name not in best or figures[0] < best[name][0]:
+            best[name] = figures
+
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         folder = make_folder(root / "photos", args.images)
-        stream_s, tokens, stream_train = streaming(
-            folder, root / "stream", args.epochs, args.size, args.device
-        )
-        stream_disk = folder_bytes(root / "stream")
-        # A buffer smaller than one epoch's vectors: every epoch runs the model again.
-        rerun_s, _, rerun_train = streaming(
-            folder, root / "rerun", args.epochs, args.size, args.device, buffer=2 * SAE_BATCH
-        )
-        recipe_s, shard_disk = recipe(folder, root / "shards", args.epochs, args.size, args.device)
+        for r in range(args.repeat):
+            s, n, t = streaming(folder, root / f"s{r}", args.epochs, args.size, args.device)
+            keep("stream", (s, n, t, folder_bytes(root / f"s{r}")))
+            # A buffer smaller than one epoch's vectors: every epoch runs the model again.
+            s, n, t = streaming(
+                folder, root / f"b{r}", args.epochs, args.size, args.device, buffer=2 * SAE_BATCH
+            )
+            keep("rerun", (s, n, t))
+            keep("recipe", recipe(folder, root / f"r{r}", args.epochs, args.size, args.device))
         rate = training_rate(256, args.device)
+    stream_s, n, stream_train, disk = best["stream"]
+    tokens, stream_disk = int(n), int(disk)
+    rerun_s, _, rerun_train = best["rerun"]
+    recipe_s, shard_disk = best["recipe"][0], int(best["recipe"][1])
     mib = 1 << 20
     print(
         f"{MODEL} {LAYER}, {args.images} images at {args.size}px, {args.epochs} epochs, "
@@ -169,6 +182,12 @@ def main() -> None:
         f"ratios: time streaming / recipe {stream_s / recipe_s:.2f}x, its training alone "
         f"{stream_train / recipe_s:.2f}x (buffer < epoch: {rerun_train / recipe_s:.2f}x); "
         f"disk recipe / streaming {shard_disk / max(stream_disk, 1):.1f}x"
+    )
+    per_image = shard_disk / args.images
+    print(
+        f"recipe disk per image: {per_image / 1024:.1f} KiB (x 1.28M ImageNet images: "
+        f"{per_image * 1.28e6 / (1 << 30):.0f} GiB); streaming keeps only the dictionary "
+        "and its training state, whatever the folder's size"
     )
     print(
         f"training alone: {rate:,.0f} vectors/s (256 channels, {EXPANSION * 256} features, k {K})"
