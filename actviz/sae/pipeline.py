@@ -88,14 +88,7 @@ def sae(
         _check_sizes(plan, features, opts)
         paths = [item.path for item in cmd.found.images]
         train, held = split(paths, opts.held_out, opts.seed)
-        settings = {
-            "model": cmd.model,
-            "weights": loaded.weights.name or loaded.weights.source,
-            "layer": plan.key,
-            "input_size": list(loaded.input_size),
-            "images": [str(p) for p in train],
-            **opts.settings(),
-        }
+        settings = _settings(cmd, loaded, plan, train, opts)
         if ex.overwrite:
             _remove_outputs(opts.out)
         run = Run(opts, plan, features, loaded.device, settings)
@@ -106,11 +99,11 @@ def sae(
             _train(cmd, loaded, plan, train, run)
         finally:
             # Ctrl-C, a failure or the end: the state and a usable dictionary are on disk.
+            run.position.seconds += time.perf_counter() - started
             if run.saes is not None:
                 write_state(opts.out, run)
                 if not run.finished():
                     write_dictionaries(opts.out, run, cmd, opened, plan, None, complete=False)
-        run.position.seconds += time.perf_counter() - started
         if run.saes is None:
             raise UsageError(f"no image gave {plan.key} a vector to train on; see the messages")
         quality = _evaluate(cmd, loaded, plan, held or train, run)
@@ -123,32 +116,64 @@ def sae(
             from actviz.sae.pages import feature_pages
 
             pages = feature_pages(model, cmd, loaded, plan, run, doc, inputs, paths)
-        return SaeResult(
-            model=cmd.model,
-            layer=plan.key,
-            out=opts.out,
-            file=opts.out / FILE,
-            json=opts.out / JSON_FILE,
-            index=pages,
-            channels=plan.channels,
-            features=features,
-            k=opts.k,
-            seeds=opts.seeds,
-            images=len(train),
-            held_out=len(held),
-            steps=run.position.steps,
-            tokens=run.position.tokens,
-            epochs=run.position.epoch,
-            train_seconds=run.position.seconds,
-            quality=doc["metrics"],
-            stability=stable[1] if stable is not None else None,
-            device=str(loaded.device),
-            weights=loaded.weights,
-            warnings=cmd.warnings,
-            failed=run.failed,
-            seconds=cmd.seconds(),
-            document=doc,
-        )
+        return _result(cmd, loaded, plan, run, doc, pages, len(train), len(held), stable)
+
+
+def _settings(
+    cmd: Command, loaded: LoadedModel, plan: LayerPlan, train: list[Path], opts: SaeOptions
+) -> dict[str, Any]:
+    """What ``--resume`` must find unchanged: the model, the layer, the training images (as
+    their count and a digest of their paths) and the options that shape the training."""
+    digest = hashlib.sha256("\n".join(str(p) for p in train).encode("utf-8", "backslashreplace"))
+    return {
+        "model": cmd.model,
+        "weights": loaded.weights.name or loaded.weights.source,
+        "layer": plan.key,
+        "input_size": list(loaded.input_size),
+        "images": len(train),
+        "images_sha256": digest.hexdigest(),
+        **opts.settings(),
+    }
+
+
+def _result(
+    cmd: Command,
+    loaded: LoadedModel,
+    plan: LayerPlan,
+    run: Run,
+    doc: dict[str, Any],
+    pages: Path | None,
+    images: int,
+    held_out: int,
+    stable: tuple[Any, list[float]] | None,
+) -> SaeResult:
+    opts = run.opts
+    return SaeResult(
+        model=cmd.model,
+        layer=plan.key,
+        out=opts.out,
+        file=opts.out / FILE,
+        json=opts.out / JSON_FILE,
+        index=pages,
+        channels=plan.channels,
+        features=run.features,
+        k=opts.k,
+        seeds=opts.seeds,
+        images=images,
+        held_out=held_out,
+        steps=run.position.steps,
+        tokens=run.position.tokens,
+        epochs=run.position.epoch,
+        train_seconds=run.position.seconds,
+        quality=doc["metrics"],
+        stability=stable[1] if stable is not None else None,
+        device=str(loaded.device),
+        weights=loaded.weights,
+        warnings=cmd.warnings,
+        failed=run.failed,
+        seconds=cmd.seconds(),
+        document=doc,
+    )
 
 
 def split(paths: Sequence[Path], share: float, seed: int) -> tuple[list[Path], list[Path]]:

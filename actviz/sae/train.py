@@ -19,6 +19,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ShuffleBuffer", "Trainer", "normalisation"]
 
+#: Steps between two readings of the running fraction of variance explained.
+FIGURES_EVERY = 8
+
 
 class ShuffleBuffer:
     """At most ``capacity`` vectors of ``channels`` on ``device``, handed out shuffled."""
@@ -111,15 +114,17 @@ class Trainer:
                 sae.renormalise()
                 if sae.activation == "batchtopk":
                     _update_threshold(sae, z)
-                if index == 0:
+                # The running figure every few steps: each reading waits for the device.
+                if index == 0 and self.steps % FIGURES_EVERY == 0:
                     with torch.no_grad():
                         spread = (xn - xn.mean(dim=0)).pow(2).sum(dim=1).mean()
                         fve = 1.0 - (error.mean() / spread.clamp_min(1e-12)).item()
                         figures = Step(fve, float((z > 0).sum(dim=1).float().mean().item()))
+        if self.steps % FIGURES_EVERY == 0:
+            rate = 0.3 if self.running_fve is not None else 1.0
+            self.running_fve = (1 - rate) * (self.running_fve or 0.0) + rate * figures.fve
         self.steps += 1
         self.tokens += int(batch.shape[0])
-        rate = 0.05 if self.running_fve is not None else 1.0
-        self.running_fve = (1 - rate) * (self.running_fve or 0.0) + rate * figures.fve
         return figures
 
     def state(self) -> dict[str, torch.Tensor]:

@@ -84,7 +84,7 @@ def write_dictionaries(
                 "epochs": run.position.epoch,
                 "steps": run.position.steps,
                 "vectors": run.position.tokens,
-                "images": len(run.settings["images"]),
+                "images": run.settings["images"],
                 "held_out_images": held_out,
                 "running_fve": run.position.running_fve,
                 "seconds": round(run.position.seconds, 3),
