@@ -436,3 +436,42 @@ def test_token_layers_leave_the_class_token_out_unless_asked(planted: Any, tmp_p
         assert result.document["layer"]["layout"] == "tokens"
         assert result.quality["fve"] > 0.3
     assert counts == {False: 256, True: 257}
+
+
+def test_batchtopk_keeps_k_on_average_and_its_threshold(planted: Any, tmp_path: Path) -> None:
+    factory, photos, _ = planted
+    result = sae(
+        f"{factory}:build",
+        [photos],
+        out=tmp_path / "o",
+        epochs=6,
+        pages=False,
+        kind="batchtopk",
+        **FAST,
+    )
+    d = load_sae(result.file)
+    assert d.activation == "batchtopk" and d.threshold > 0
+    assert 1.5 <= result.quality["l0"] <= 6  # k = 3 per vector on average, not exactly
+    assert result.quality["fve"] > 0.7
+    x = torch.randn(50, 24)
+    codes = d.encode(x)
+    assert bool(((codes == 0) | (codes > d.threshold)).all())
+
+
+def test_load_sae_reads_only_its_own_safetensors(tmp_path: Path) -> None:
+    import pickle
+
+    from safetensors.torch import save_file
+
+    from actviz.errors import UsageError
+
+    save_file({"weight": torch.zeros(2, 2)}, str(tmp_path / "other.safetensors"))
+    (tmp_path / "model.pt").write_bytes(pickle.dumps({"w": 1}))
+    for path, words in [
+        (tmp_path / "other.safetensors", "not a dictionary"),
+        (tmp_path / "model.pt", "not a safetensors file"),
+        (tmp_path / "missing.safetensors", "no such file"),
+    ]:
+        with pytest.raises(UsageError, match=words) as caught:
+            load_sae(path)
+        assert "\n" not in str(caught.value)
