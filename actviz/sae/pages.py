@@ -181,12 +181,7 @@ def feature_pages(
             classes=classes,
         )
         output.write_bytes(opts.out / row["page"], html.encode())
-    quality = doc.get("metrics") or {}
-    summary = (
-        f"{sae.features} features (k {sae.k}) over the {plan.channels} channels of "
-        f"{plan.key} of {cmd.model}; on held-out images: variance explained "
-        f"{quality.get('fve')}, L0 {quality.get('l0')}. Click a header to sort."
-    )
+    summary = _summary(cmd.model, plan, sae, run.opts.seeds, doc)
     index = env.from_string(_INDEX).render(
         title=f"{cmd.model} {plan.key}: sparse dictionary features",
         style=_STYLE,
@@ -195,6 +190,32 @@ def feature_pages(
     )
     output.write_bytes(opts.out / INDEX, index.encode())
     return opts.out / INDEX
+
+
+def _summary(model: str, plan: LayerPlan, sae: Any, seeds: int, doc: dict[str, Any]) -> str:
+    """The index's line on the dictionary: its size and its quality, said plainly."""
+    quality = doc.get("metrics") or {}
+    summary = (
+        f"{sae.features} features (k {sae.k}) over the {plan.channels} channels of "
+        f"{plan.key} of {model}. On the held-out images: variance explained "
+        f"{_share(quality.get('fve'))}, L0 {quality.get('l0')}, dead "
+        f"{_share(quality.get('dead_share'))}, dense {_share(quality.get('dense_share'))}, "
+        f"top-1 changed with the layer replaced by its reconstruction "
+        f"{_share(quality.get('top1_changed_share'))}."
+    )
+    stable = doc.get("stability")
+    if stable:
+        summary += (
+            f" Stability across {seeds} seeds: mean matched cosine "
+            f"{stable['mean']:.3f}, {_share(stable['stable_share'])} of features above "
+            f"{stable['stable_above']}."
+        )
+    summary += " Click a header to sort."
+    return summary
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
 
 
 def _row(
