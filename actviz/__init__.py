@@ -20,6 +20,7 @@ from actviz._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
+    from actviz.dictionary import load_sae
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.examples import top_images
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
     from actviz.run.pca import pca_view
+    from actviz.sae import sae as sae
     from actviz.selectors import select_layers
 
 __all__ = [
@@ -40,11 +42,13 @@ __all__ = [
     "diff",
     "list_layers",
     "load_model",
+    "load_sae",
     "pca_view",
     "read_images",
     "read_log",
     "render_activation",
     "run",
+    "sae",
     "select_layers",
     "show",
     "top_images",
@@ -59,11 +63,13 @@ _LAZY = {
     "ActvizError": "actviz.errors",
     "list_layers": "actviz.api",
     "load_model": "actviz.models",
+    "load_sae": "actviz.dictionary",
     "pca_view": "actviz.run.pca",
     "read_images": "actviz.api",
     "read_log": "actviz.monitor",
     "render_activation": "actviz.api",
     "run": "actviz.api",
+    "sae": "actviz.sae",
     "select_layers": "actviz.selectors",
     "show": "actviz.look",
     "top_images": "actviz.examples",

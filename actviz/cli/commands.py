@@ -40,6 +40,7 @@ from actviz.cli.options import (
     ModelArg,
     NoReportOption,
     QuietOption,
+    SaeFileOption,
     fresh_out,
 )
 from actviz.errors import ExitCode
@@ -70,6 +71,7 @@ def run(
     out: FreshOutOption = None,
     load: LoadFlags,
     capture: CaptureOption = "output",
+    sae: SaeFileOption = None,
     draw: DrawFlags,
     execution: RunExecution,
     gradients: GradientFlags,
@@ -94,6 +96,7 @@ def run(
         capture=capture,
         thresholds=checks.thresholds(),
         report=not no_report,
+        sae=sae,
         load=load.options(),
         draw=draw.options(grids=not no_images),
         gradients=gradients.options(),

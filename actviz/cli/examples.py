@@ -21,6 +21,7 @@ from actviz.cli.options import (
     ModelArg,
     NoReportOption,
     QuietOption,
+    SaeFileOption,
     fresh_out,
 )
 from actviz.errors import ExitCode
@@ -74,6 +75,7 @@ def top_images(
     k: TopKOption = 9,
     score: ScoreOption = "max",
     channels: OverviewChannelsOption = 16,
+    sae: SaeFileOption = None,
     out: FreshOutOption = None,
     load: LoadFlags,
     execution: ExamplesExecution,
@@ -97,6 +99,7 @@ def top_images(
         k=k,
         score=score,
         channels=channels,
+        sae=sae,
         report=not no_report,
         load=load.options(),
         execution=execution.options(),

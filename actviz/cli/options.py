@@ -300,3 +300,13 @@ NoReportOption = Annotated[
         "--no-report", help="Do not write the HTML report.", rich_help_panel="Diagnostics"
     ),
 ]
+
+SaeFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--sae",
+        help="A dictionary actviz sae trained (sae.safetensors, or its folder): its layer "
+        "shown as features instead of channels.",
+        show_default=False,
+    ),
+]

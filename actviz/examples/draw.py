@@ -323,6 +323,7 @@ def _submit_layer(
     whole = " (the whole image)" if plan.receptive.whole_image else ""
     kind = "maximum" if options.score == "max" else "mean"
     slots = top.scores.shape[1]
+    unit = "feature" if plan.layout == "features" else "channel"  # top-images --sae
 
     def write(rel: str, pixels: np.ndarray) -> None:
         output.write_bytes(
@@ -333,9 +334,9 @@ def _submit_layer(
     header = Header(
         title=f"{plan.key}   top {slots} images of {top.images}, by the {kind} of each map",
         info=(
-            f"score: the {kind} of the channel's {plan.height} x {plan.width} map; crops: the "
+            f"score: the {kind} of the {unit}'s {plan.height} x {plan.width} map; crops: the "
             f"receptive field of its maximum, {field_h} x {field_w} px{whole}; heat: 0 to the "
-            "channel's highest value"
+            f"{unit}'s highest value"
         ),
         labels=("0", "max"),
         nonfinite=False,
@@ -352,7 +353,7 @@ def _submit_layer(
             )
             for slot in range(count)
         ]
-        subtitle = (f"channel {c}", f"heat 0 to {fmt_value(float(scales[c]))}", *status)
+        subtitle = (f"{unit} {c}", f"heat 0 to {fmt_value(float(scales[c]))}", *status)
         write(
             files.sheets[c],
             contact_sheet(items, header, subtitle=subtitle, tile=options.tile, cmap=options.cmap),

@@ -42,6 +42,8 @@ class ExamplesOptions:
         cmap: The matplotlib colormap of the heat maps blended over the crops.
         report: Write the HTML pages.
         png_compression: Deflate level 0-9 of the PNGs.
+        sae: A dictionary ``actviz sae`` trained (``sae.safetensors``): its layer's images
+            are ranked per feature instead of per channel.
         load: How the model is built (as for ``run``).
         execution: Batch size, decoding workers, resume and overwrite (as for ``run``).
     """
@@ -55,6 +57,7 @@ class ExamplesOptions:
     cmap: str = "turbo"
     report: bool = True
     png_compression: int = 1
+    sae: Path | None = None
     load: LoadOptions = field(default_factory=LoadOptions)
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
@@ -82,4 +85,5 @@ class ExamplesOptions:
             "k": self.k,
             "score": self.score,
             "in_chans": self.load.in_chans,
+            **({"sae": str(self.sae)} if self.sae is not None else {}),
         }

@@ -11,7 +11,7 @@ chose are read once more for the pictures (:mod:`actviz.examples.draw`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.command import Command, Loaded
+    from actviz.examples.features import Transform
     from actviz.models import LoadedModel
 
 __all__ = ["JSON_FILE", "REPORT_FILE", "top_images"]
@@ -82,8 +83,19 @@ def top_images(
         assert cmd.found is not None  # open_command walked the inputs
         opened = cmd.load(opts.load, shows="The top images show")
         loaded = opened.model
-        selector, names = cmd.deepest(loaded, opts.layers)
-        planned = _plan(cmd.model, loaded, names, opts)
+        transforms = None
+        if opts.sae is not None:
+            from actviz.examples.features import dictionary_layer, feature_plans
+
+            if ex.engine != "local":
+                raise UsageError("--sae ranks features in this process: drop --engine ray")
+            sae, key, module_name = dictionary_layer(opts.sae, loaded.device)
+            selector, names = cmd.select(loaded, opts.layers or module_name)
+            planned = _plan(cmd.model, loaded, names, opts)
+            transforms = feature_plans(planned, sae, key, opts.sae)
+        else:
+            selector, names = cmd.deepest(loaded, opts.layers)
+            planned = _plan(cmd.model, loaded, names, opts)
         for name in planned.never_ran:
             cmd.warn(f"layer {name} was selected but never ran in the forward pass")
         plans = list(planned.plans.values())
@@ -102,7 +114,18 @@ def top_images(
         progress = Progress(opts.out, settings, opts.k, earlier)
         views = ViewCache(loaded)
         try:
-            _stream(cmd.model, loaded, names, planned, todo, progress, views, opts, cmd.notify)
+            _stream(
+                cmd.model,
+                loaded,
+                names,
+                planned,
+                todo,
+                progress,
+                views,
+                opts,
+                cmd.notify,
+                transforms,
+            )
         finally:
             progress.ledger.close()
         if progress.resized:
@@ -234,6 +257,7 @@ def _stream(
     views: ViewCache,
     opts: ExamplesOptions,
     notify: Reporter,
+    transforms: Mapping[str, Transform] | None = None,
 ) -> None:
     """The one pass over the images still to score; the views of images that made some
     top-k are kept for the pictures while they fit."""
@@ -256,7 +280,7 @@ def _stream(
         progress.fail(todo[index], error, notify)
 
     with (
-        ScoreRecorder(module, names, planned.plans, opts.score) as recorder,
+        ScoreRecorder(module, names, planned.plans, opts.score, transforms) as recorder,
         eval_mode(module),
         contextlib.ExitStack() as stack,
         progress.saving(),

@@ -12,7 +12,7 @@ in-place op (ResNet's ``relu(inplace=True)`` after ``bn1``) can change the outpu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +131,8 @@ class ScoreRecorder(HookSession):
         layers: Qualified names of the modules to hook.
         plans: Capture key -> its plan (:func:`actviz.examples.plan.plan_layers`).
         score: ``max`` or ``mean``.
+        transforms: Capture key -> what its output becomes before it is scored (a sparse
+            dictionary's feature maps); None for an output it cannot transform.
     """
 
     def __init__(
@@ -139,9 +141,11 @@ class ScoreRecorder(HookSession):
         layers: Sequence[str],
         plans: Mapping[str, LayerPlan],
         score: Score,
+        transforms: Mapping[str, Callable[[torch.Tensor], torch.Tensor | None]] | None = None,
     ) -> None:
         super().__init__(model, layers)
         self.plans = plans
+        self.transforms = transforms or {}
         self.score = score
         self._scores: dict[str, BatchScores] = {}
         self.resized: dict[str, tuple[int, ...]] = {}
@@ -172,6 +176,12 @@ class ScoreRecorder(HookSession):
                 tensor, _ = self._rows.split(name, raw)
                 if plan is None or tensor is None:
                     continue
+                transform = self.transforms.get(key + element)
+                if transform is not None:
+                    given, tensor = tuple(tensor.shape[1:]), transform(tensor)
+                    if tensor is None:
+                        self.unfit[key + element] = given
+                        continue
                 shape = tuple(tensor.shape[1:])
                 if shape == plan.shape:
                     self._scores[key + element] = score_maps(tensor, plan, self.score)

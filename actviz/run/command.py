@@ -93,6 +93,8 @@ def run(
             warm_up()  # the report's templates, compiled while the images run
         selector, names = _select(cmd, loaded, opts)
         state = _plan(cmd.model, loaded, selector, names, cmd.found, opts, cmd.notify)
+        if opts.sae is not None:
+            state.features = _features(opts.sae, names)
         if state.kept:
             shown = ", ".join(state.kept[:5]) + (", ..." if len(state.kept) > 5 else "")
             cmd.warn(f"--overwrite kept {len(state.kept)} file(s) no run wrote: {shown}")
@@ -143,9 +145,32 @@ def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> No
     )
 
 
+def _features(path: Path, names: list[str]) -> dict[str, Any]:
+    """``--sae``: capture key -> the dictionary drawn in its place (on the CPU, where the
+    grids are drawn).
+
+    Raises:
+        UsageError: When its layer is not among the selected ones.
+    """
+    from actviz.dictionary import load_sae
+
+    sae = load_sae(path)
+    layer = sae.config.get("layer") or {}
+    if layer.get("module") not in names:
+        raise UsageError(
+            f"--sae {path} was trained on {layer.get('key')}, which --layers does not select; "
+            f"add it (--layers {layer.get('module')})"
+        )
+    return {str(layer.get("key")): sae}
+
+
 def _select(cmd: Command, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
     """The selector (the architecture's default when none was given) and the modules it names."""
     default = None
+    if opts.layers is None and opts.sae is not None:  # the dictionary's own layer
+        from actviz.dictionary import load_sae
+
+        default = str((load_sae(opts.sae).config.get("layer") or {}).get("module"))
     if opts.layers is None and opts.capture == "attn":  # from the attention modules
         from actviz.attention import attention_selector
 
@@ -182,6 +207,7 @@ def _plan(
         "draw": {k: v for k, v in opts.draw.describe().items() if k != "png_compression"},
         "input_size": list(loaded.input_size),
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
+        **({"sae": str(opts.sae)} if opts.sae is not None else {}),
     }
     records = RunRecords(opts.out, settings)
     kept: list[Path] = []

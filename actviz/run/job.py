@@ -70,6 +70,8 @@ class ImageJob:
     """The module whose output is a segmentation model's class logits: ``segmentation.png``."""
     pca: Mapping[str, PcaFit] = field(default_factory=dict)
     """With ``--view pca``: capture key -> the components fitted over the run."""
+    features: Mapping[str, Any] = field(default_factory=dict)
+    """With ``--sae``: capture key -> the sparse dictionary whose feature maps are drawn."""
 
 
 def model_view(job: ImageJob) -> Image.Image:

@@ -62,6 +62,8 @@ class Plan:
     """With ``--view pca``: capture key -> its components, fitted over every image."""
     pca_notes: dict[str, str] = field(default_factory=dict)
     """Capture key -> why it has no components (no spatial positions, ...)."""
+    features: dict[str, Any] = field(default_factory=dict)
+    """With ``--sae``: capture key -> the sparse dictionary drawn in its place."""
 
 
 def capture_and_render(
@@ -298,6 +300,7 @@ def _image_job(
         random_weights=loaded.weights.random,
         channel_names=loaded.channel_names,
         segmentation=loaded.segmentation,
+        features=plan.features,
         pca=plan.pca,
     )
 

@@ -166,6 +166,8 @@ class RunOptions:
         report: Write the static HTML report ``index.html``.
         thresholds: Anomaly thresholds (``actviz.stats.Thresholds``); None for the defaults.
         top_k: How many predictions to record per image for classifiers.
+        sae: A dictionary ``actviz sae`` trained (``sae.safetensors`` or its folder): its
+            layer is drawn as feature maps instead of channels.
         load, draw, gradients, execution: The option groups.
     """
 
@@ -176,6 +178,7 @@ class RunOptions:
     report: bool = True
     thresholds: Thresholds | None = None
     top_k: int = 5
+    sae: Path | None = None
     load: LoadOptions = field(default_factory=LoadOptions)
     draw: DrawOptions = field(default_factory=DrawOptions)
     gradients: GradientOptions = field(default_factory=GradientOptions)
@@ -185,6 +188,14 @@ class RunOptions:
         from actviz.hooks.recorders import CaptureMode
 
         check_choices(self, {"CaptureMode": CaptureMode})
+        if self.sae is not None:
+            if self.draw.pca or self.draw.norm == "shared" or self.capture != "output":
+                raise UsageError(
+                    "--sae draws the layer's features with each image's own scale: drop "
+                    "--view pca, --norm shared and --capture input/both/attn"
+                )
+            if self.execution.engine != "local":
+                raise UsageError("--sae draws in this process: drop --engine ray")
 
 
 GROUPS: dict[str, type[Any]] = {**COMMON_GROUPS, "draw": DrawOptions, "gradients": GradientOptions}

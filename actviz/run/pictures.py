@@ -84,7 +84,7 @@ def grid_picture(view: LayerView) -> Drawn | None:
             channel_names=job.channel_names.get(cap.module),
             prefix=prefix,
             # An attention map's tiles are its heads.
-            unit="head" if cap.kind == "attention" else "channel",
+            unit=_unit(view),
         )
     return Drawn(
         grid.to_png(opts.png_compression),
@@ -120,7 +120,7 @@ def overlay_picture(view: LayerView) -> Drawn | None:
         return None
     lo, hi = float(heat[finite].min()), float(heat[finite].max())
     heat = (heat - lo) / (hi - lo) if hi > lo else np.zeros_like(heat)
-    unit = "head" if view.cap.kind == "attention" else "channel"  # an attention map's tiles
+    unit = _unit(view)  # an attention map's tiles are heads, a dictionary's are features
     what = f"{unit} {channel}" if channel is not None else f"mean of {maps.shape[0]} {unit}s"
     header = Header(
         title=view.title,
@@ -187,3 +187,10 @@ def _shared_channels(job: ImageJob, key: str, total: int) -> Sequence[int] | Non
     if not chosen or max(chosen) >= total:
         return None  # not measured, or this image's output has fewer channels
     return chosen
+
+
+def _unit(view: LayerView) -> str:
+    """What one tile is: a channel, an attention map's head, or a dictionary's feature."""
+    if view.cap.kind == "attention":
+        return "head"
+    return "feature" if view.drawable.layout == "features" else "channel"

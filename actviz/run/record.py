@@ -68,11 +68,32 @@ def layer_view(job: ImageJob, cap: Capture, filename: str) -> LayerView:
     # Attention maps are (heads, H, W) whatever the module's own output looks like.
     ctx = None if cap.kind == "attention" else job.contexts.get(cap.module)
     drawable = to_drawable(sample.numpy(), ctx, layout=job.options.layout)
+    if cap.key in job.features:
+        drawable = feature_drawable(drawable, job.features[cap.key])
     if cap.rows is not None:  # windows put back into the image's grid: the note says so
         note = f"{cap.rows}; {drawable.note}" if drawable.note else cap.rows
         drawable = dataclasses.replace(drawable, note=note)
     title = f"{cap.key}   {cap.module_type}   {(1, *sample.shape)}"
     return LayerView(job, cap, drawable, stem, title)
+
+
+def feature_drawable(drawable: Drawable, sae: Any) -> Drawable:
+    """``--sae``: the layer's ``(C, H, W)`` maps as the dictionary's ``(F, H, W)`` feature
+    maps, each position encoded on its own."""
+    import torch
+
+    from actviz.layouts import Drawable
+
+    array = drawable.array
+    if array is None or drawable.kind == "none":
+        return drawable
+    maps = array.reshape(-1, 1, 1) if drawable.kind == "vector" else array
+    if maps.shape[0] != sae.channels:
+        return Drawable("none", None, "none", f"--sae expects {sae.channels} channels here")
+    with torch.no_grad():
+        features = sae.encode_maps(torch.from_numpy(maps.copy())[None])[0].numpy()
+    note = f"features of a sparse dictionary (k {sae.k}) over {sae.channels} channels"
+    return Drawable("maps", features.astype("float32"), "features", note)
 
 
 def layer_record(view: LayerView, order: int) -> LayerResult:

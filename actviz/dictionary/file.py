@@ -1,0 +1,86 @@
+"""``sae.safetensors``: the dictionary's tensors, its per-feature figures, and its config as
+JSON in the file's metadata. Read back with safetensors alone (no pickle, no code runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from actviz.dictionary.model import SparseDictionary
+from actviz.errors import UsageError
+
+__all__ = ["FILE", "FORMAT", "load_sae", "sae_bytes"]
+
+FORMAT = "actviz-sae/1"
+#: The file ``actviz sae`` writes, and the one :func:`load_sae` looks for in a folder.
+FILE = "sae.safetensors"
+_TENSORS = ("w_enc", "b_enc", "w_dec", "b_dec", "mean")
+_FEATURE = "feature."
+
+
+def sae_bytes(sae: SparseDictionary, config: dict[str, Any] | None = None) -> bytes:
+    """The file's bytes (for :mod:`actviz.output` to write): tensors on the CPU, ``config``
+    (else the dictionary's own) with the format, k, activation, threshold and scale added."""
+    from safetensors.torch import save
+
+    tensors = {name: getattr(sae, name).detach().float().cpu().clone() for name in _TENSORS}
+    for name, values in sae.per_feature.items():
+        tensors[_FEATURE + name] = values.detach().float().cpu().contiguous()
+    record = {
+        **(config if config is not None else sae.config),
+        "format": FORMAT,
+        "k": sae.k,
+        "activation": sae.activation,
+        "threshold": sae.threshold,
+        "scale": sae.scale,
+    }
+    return bytes(save(tensors, metadata={"actviz": json.dumps(record, default=str)}))
+
+
+def load_sae(path: Path | str, device: Any = "cpu") -> SparseDictionary:
+    """A dictionary ``actviz sae`` trained, from its ``sae.safetensors`` (or the folder that
+    holds it), on ``device``.
+
+    Raises:
+        UsageError: For a missing file, or one that is not an actviz dictionary.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    file = Path(path)
+    if file.is_dir():
+        file = file / FILE
+    if not file.is_file():
+        raise UsageError(
+            f"--sae {path}: no such file; pass the sae.safetensors that actviz sae wrote "
+            "(or its folder)"
+        )
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as fh:
+            meta = fh.metadata() or {}
+            tensors = {name: fh.get_tensor(name) for name in fh.keys()}  # noqa: SIM118
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise UsageError(f"--sae {file} is not a safetensors file ({exc})") from None
+    try:
+        config = json.loads(meta["actviz"])
+        missing = [name for name in _TENSORS if name not in tensors]
+        if config.get("format") != FORMAT or missing:
+            raise KeyError("format")
+        sae = SparseDictionary(
+            **{name: tensors[name] for name in _TENSORS},
+            scale=float(config["scale"]),
+            k=int(config["k"]),
+            activation=config["activation"],
+            threshold=float(config["threshold"]),
+            config=config,
+            per_feature={
+                name.removeprefix(_FEATURE): t
+                for name, t in tensors.items()
+                if name.startswith(_FEATURE)
+            },
+        )
+    except (KeyError, TypeError, ValueError, json.JSONDecodeError):
+        raise UsageError(
+            f"--sae {file} is not a dictionary actviz sae wrote (no {FORMAT} config in it)"
+        ) from None
+    return sae.to(device)

@@ -1,0 +1,477 @@
+"""actviz sae on a tiny model with a planted dictionary: the layer's vectors are sparse
+non-negative combinations of 32 known directions (3 per vector), so a trained dictionary can
+be checked against the truth."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from typer.testing import CliRunner
+
+from actviz.cli import app
+from actviz.dictionary import load_sae
+from actviz.sae import sae
+
+PLANTED = '''
+import torch
+from torch import nn
+
+C, PLANTED, K = 24, 32, 3
+
+
+class Codes(nn.Module):
+    """The top K of 32 fixed random filters of the image at each position, not below 0."""
+
+    def __init__(self):
+        super().__init__()
+        g = torch.Generator().manual_seed(1)
+        self.conv = nn.Conv2d(3, PLANTED, 3, stride=2, padding=1)
+        with torch.no_grad():
+            self.conv.weight.copy_(torch.randn(self.conv.weight.shape, generator=g))
+            self.conv.bias.zero_()
+
+    def forward(self, x):
+        s = self.conv(x)
+        top = s.topk(K, dim=1)
+        return torch.zeros_like(s).scatter(1, top.indices, top.values.relu())
+
+
+class Planted(nn.Module):
+    def __init__(self, noise=False):
+        super().__init__()
+        g = torch.Generator().manual_seed(2)
+        d = torch.randn(PLANTED, C, generator=g)
+        self.register_buffer("directions", d / d.norm(dim=1, keepdim=True))
+        self.noise = noise
+        self.codes = Codes()
+        self.mix = nn.Identity()
+        self.one = nn.Conv2d(C, 1, 1)
+        self.head = nn.Linear(C, 5)
+
+    def forward(self, x):
+        z = self.codes(x)
+        if self.noise:  # the same scale, no sparse structure
+            z = self.codes.conv(x)[:, :C]
+            acts = self.mix(z)
+        else:
+            acts = self.mix(torch.einsum("bfhw,fc->bchw", z, self.directions))
+        self.one(acts)
+        return self.head(acts.mean(dim=(2, 3)))
+
+
+class Tokens(nn.Module):
+    """A ViT-like output: a class token, then 16 x 16 patch tokens of the planted vectors."""
+
+    def forward(self, acts):
+        patches = acts.flatten(2).transpose(1, 2)
+        return torch.cat([patches.mean(dim=1, keepdim=True), patches], dim=1)
+
+
+class TokenModel(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.planted = Planted()
+        self.tokens = Tokens()
+
+    def forward(self, x):
+        z = self.planted.codes(x)
+        acts = torch.einsum("bfhw,fc->bchw", z, self.planted.directions)
+        return self.planted.head(self.tokens(acts)[:, 0])
+
+
+def build():
+    return Planted()
+
+
+def tokens():
+    return TokenModel()
+
+
+def noise():
+    return Planted(noise=True)
+'''
+
+FAST: dict[str, Any] = {
+    "layers": "mix",
+    "features": 64,
+    "k": 3,
+    "input_size": (32, 32),
+    "sae_batch": 256,
+    "buffer": 4096,
+    "lr": 3e-3,
+    "weights": "none",
+}
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, torch.Tensor]:
+    root = tmp_path_factory.mktemp("planted")
+    (root / "planted.py").write_text(PLANTED)
+    photos = root / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(40):
+        pixels = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(photos / f"n{i:02d}.png")
+    g = torch.Generator().manual_seed(2)
+    d = torch.randn(32, 24, generator=g)
+    return root / "planted.py", photos, d / d.norm(dim=1, keepdim=True)
+
+
+@pytest.fixture(scope="module")
+def trained(planted: tuple[Path, Path, torch.Tensor], tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    factory, photos, _ = planted
+    out = tmp_path_factory.mktemp("trained") / "out"
+    return sae(f"{factory}:build", [photos], out=out, epochs=10, seeds=2, pages=False, **FAST)
+
+
+def _recovered(w_dec: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
+    """Per planted direction, its best cosine among the features."""
+    found = torch.nn.functional.normalize(w_dec.float(), dim=1)
+    return (found @ truth.T).max(dim=0).values
+
+
+def test_planted_directions_are_recovered(trained: Any, planted: Any) -> None:
+    sae_ = load_sae(trained.file)
+    best = _recovered(sae_.w_dec, planted[2])
+    assert (best > 0.9).float().mean() >= 0.75, best
+    q = trained.quality
+    assert q["fve"] > 0.85
+    assert q["l0"] == pytest.approx(3.0)  # TopK: exactly k active (the codes are positive)
+    assert sae_.k == 3 and sae_.features == 64 and sae_.channels == 24
+    assert trained.document["layer"]["key"] == "mix"
+    assert trained.document["training"]["epochs"] == 10
+
+
+def test_saved_file_reconstructs_as_its_metrics_say(trained: Any, planted: Any) -> None:
+    """FVE recomputed from the saved weights on fresh vectors of the planted model."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("planted_mod", planted[0])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        z = model.codes(x)
+        acts = torch.einsum("bfhw,fc->bchw", z, model.directions)
+    vectors = acts.permute(0, 2, 3, 1).reshape(-1, 24)
+    d = load_sae(trained.out)
+    rebuilt = d.reconstruct(vectors)
+    fve = 1 - (rebuilt - vectors).pow(2).sum() / (vectors - vectors.mean(0)).pow(2).sum()
+    assert fve > 0.8
+    codes = d.encode(vectors)
+    assert ((codes > 0).sum(dim=1) <= 3).all()
+    # The maps' path (run --sae and top-images --sae) encodes position by position.
+    assert torch.allclose(d.encode_maps(acts).permute(0, 2, 3, 1).reshape(-1, 64), codes, atol=1e-5)
+
+
+def test_two_seeds_are_stable_on_the_planted_layer(trained: Any, planted: Any) -> None:
+    """The features that found a planted direction are found again by the other seed."""
+    d = load_sae(trained.file)
+    stability = d.per_feature["stability"]
+    assert stability.shape == (64,)
+    found = torch.nn.functional.normalize(d.w_dec, dim=1) @ planted[2].T
+    planted_features = found.max(dim=1).values > 0.9
+    assert planted_features.sum() >= 20
+    assert stability[planted_features].mean() > 0.85
+    assert trained.stability[0] > 0.6
+    assert (trained.out / "sae-seed1.safetensors").is_file()
+
+
+def test_two_seeds_are_unstable_on_noise(planted: Any, tmp_path: Path) -> None:
+    factory, photos, _ = planted
+    result = sae(
+        f"{factory}:noise", [photos], out=tmp_path / "o", epochs=3, seeds=2, pages=False, **FAST
+    )
+    # Matched at random: Hungarian pairs still find cosines near 0.5 in 24 dimensions, but
+    # few features have a twin (on the planted layer, every planted feature has one).
+    assert result.stability is not None and result.stability[0] < 0.65
+    assert result.document["stability"]["stable_share"] < 0.3
+
+
+def test_splicing_keeps_the_planted_models_top1(trained: Any) -> None:
+    q = trained.quality
+    assert q["images_spliced"] >= 1
+    assert q["top1_changed_share"] <= 0.25
+
+
+def test_interrupt_keeps_a_usable_dictionary_and_resume_finishes(
+    planted: Any, tmp_path: Path
+) -> None:
+    factory, photos, _ = planted
+    out = tmp_path / "o"
+
+    class Stop:
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def warn(self, message: str) -> None: ...
+
+        def start(self, total: int) -> None: ...
+
+        def advance(self, result: object) -> None:
+            self.seen += 1
+            if self.seen == 60:  # in the second epoch
+                raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sae(f"{factory}:build", [photos], out=out, epochs=3, pages=False, reporter=Stop(), **FAST)
+    partial = load_sae(out)
+    assert partial.config["complete"] is False
+    assert partial.config["training"]["steps"] > 0
+    assert (out / "sae-state.safetensors").is_file()
+    done = sae(f"{factory}:build", [photos], out=out, epochs=3, pages=False, resume=True, **FAST)
+    assert done.epochs == 3
+    assert load_sae(out).config["complete"] is True
+    assert done.quality["fve"] > 0.5
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--layers", "one"], "least 2"),
+        (["--layers", "mix", "--features", "4", "-k", "8"], "below"),
+        (["--layers", "nosuch"], "nosuch"),
+    ],
+)
+def test_bad_input_is_one_line(planted: Any, tmp_path: Path, extra: list[str], words: str) -> None:
+    factory, photos, _ = planted
+    args = ["sae", f"{factory}:build", str(photos), "-o", str(tmp_path / "o"), "-w", "none"]
+    result = CliRunner().invoke(app, [*args, "--input-size", "32,32", *extra])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and words in lines[0], result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_trains_and_reports(planted: Any, tmp_path: Path) -> None:
+    factory, photos, _ = planted
+    out = tmp_path / "o"
+    args = ["sae", f"{factory}:build", str(photos), "-o", str(out), "-w", "none"]
+    flags = ["--input-size", "32,32", "--layers", "mix", "--features", "48", "-k", "3"]
+    result = CliRunner().invoke(app, [*args, *flags, "--epochs", "1", "--no-pages", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "variance explained" in result.output and "mix: 48 features" in result.output
+    assert load_sae(out).features == 48
+
+
+def _peaks(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tensor]:
+    """Every image of the folder and its largest activation of each feature, computed from
+    the planted model and the dictionary's weights: ``(images, features)``."""
+    import importlib.util
+
+    from actviz.models import Preprocessing
+
+    spec = importlib.util.spec_from_file_location("planted_peaks", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    prep = Preprocessing.fitted(input_size=(32, 32), in_chans=3)
+    paths = sorted(photos.glob("*.png"))
+    with torch.no_grad():
+        x = torch.stack([prep(Image.open(p).convert("RGB")) for p in paths])
+        acts = torch.einsum("bfhw,fc->bchw", model.codes(x), model.directions)
+        return paths, d.encode_maps(acts).amax(dim=(2, 3))
+
+
+def test_top_images_per_feature_equal_a_brute_force_ranking(
+    trained: Any, planted: Any, tmp_path: Path
+) -> None:
+    """top-images --sae against every image's feature maps computed from the saved weights."""
+    import importlib.util
+
+    from actviz.examples import top_images
+    from actviz.models import Preprocessing
+
+    factory, photos, _ = planted
+    result = top_images(
+        f"{factory}:build",
+        [photos],
+        out=tmp_path / "ti",
+        sae=trained.file,
+        k=4,
+        input_size=(32, 32),
+        weights="none",
+        report=False,
+    )
+    layer = result.document["layers"][0]
+    assert layer["layout"] == "features" and layer["maps"] == [64, 16, 16]
+    spec = importlib.util.spec_from_file_location("planted_rank", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    d = load_sae(trained.file)
+    prep = Preprocessing.fitted(input_size=(32, 32), in_chans=3)
+    paths = sorted(photos.glob("*.png"))
+    with torch.no_grad():
+        x = torch.stack([prep(Image.open(p).convert("RGB")) for p in paths])
+        acts = torch.einsum("bfhw,fc->bchw", model.codes(x), model.directions)
+        best = d.encode_maps(acts).amax(dim=(2, 3))  # (images, features)
+    for f, entry in enumerate(layer["channels"]):
+        if best[:, f].max() <= 0:
+            continue
+        order = sorted(range(len(paths)), key=lambda i: (-float(best[i, f]), str(paths[i])))
+        expected = [paths[i].name for i in order[:4] if best[i, f] > 0]
+        got = [Path(e["path"]).name for e in entry["top"]][: len(expected)]
+        assert got == expected, f
+        assert entry["top"][0]["score"] == pytest.approx(float(best[order[0], f]), rel=1e-4)
+
+
+def test_feature_pages_and_index(planted: Any, tmp_path: Path) -> None:
+    factory, photos, _ = planted
+    out = tmp_path / "o"
+    result = sae(f"{factory}:build", [photos], out=out, epochs=1, seeds=2, top=3, **FAST)
+    assert result.index == out / "sae.html"
+    index = result.index.read_text()
+    assert index.count("<tr data-f=") == 64 and "stability" in index
+    page = (out / "sae-features" / "f00005.html").read_text()
+    d = load_sae(out)
+    # Fewer images than the sample holds: the quantile examples are exact.
+    paths, best = _peaks(factory, photos, d)
+    firing = sorted((float(best[i, 5]), paths[i].name) for i in range(len(paths)) if best[i, 5] > 0)
+    median = firing[int(0.5 * len(firing))]
+    assert f"{median[1]}</td><td>{median[0]:.3g}</td>" in page
+    weights = d.w_dec[5]
+    strongest = int(weights.abs().argmax())
+    assert f'<td class="l">{strongest}</td><td>{float(weights[strongest]):.3f}</td>' in page
+    assert f"{float(d.per_feature['stability'][5]):.3f}" in page
+    sheet = out / "top-images" / "00_mix" / "c0005.png"
+    assert sheet.is_file() and "../top-images/00_mix/c0005.png" in page
+
+
+def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Path) -> None:
+    """run --sae: the grid's tiles are features; sorted by max, the features shown are the
+    strongest ones of the image computed from the saved weights."""
+    import importlib.util
+
+    import actviz
+    from actviz.models import Preprocessing
+
+    factory, photos, _ = planted
+    image = photos / "n03.png"
+    actviz.run(
+        f"{factory}:build",
+        [image],
+        out=tmp_path / "r",
+        sae=trained.file,
+        input_size=(32, 32),
+        weights="none",
+        order="max",
+        max_channels=4,
+        report=False,
+    )
+    layer = next(iter(actviz.read_images(tmp_path / "r")))["layers"][0]
+    assert layer["name"] == "mix" and layer["layout"] == "features"
+    assert layer["channels_total"] == 64 and "k 3" in layer["note"]
+    spec = importlib.util.spec_from_file_location("planted_run", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    x = Preprocessing.fitted(input_size=(32, 32), in_chans=3)(Image.open(image).convert("RGB"))
+    with torch.no_grad():
+        acts = torch.einsum("bfhw,fc->bchw", model.codes(x[None]), model.directions)
+        peaks = load_sae(trained.file).encode_maps(acts)[0].amax(dim=(1, 2))
+    assert sorted(layer["channels"]) == sorted(peaks.argsort(descending=True)[:4].tolist())
+
+
+def test_later_epochs_reuse_the_vectors_when_they_fit(planted: Any, tmp_path: Path) -> None:
+    """A folder whose vectors fit in the buffer runs the model once for all epochs; one whose
+    vectors do not runs it again each epoch (the buffer never grows past its bound)."""
+    import importlib.util
+
+    factory, photos, _ = planted
+    spec = importlib.util.spec_from_file_location("planted_count", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    calls = [0]
+    handle = model.codes.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    counts = []
+    try:
+        for buffer in (16384, 1024):  # an epoch holds about 36 x 256 vectors
+            calls[0] = 0
+            kw = {**FAST, "buffer": buffer, "sae_batch": 256}
+            result = sae(
+                model,
+                [photos],
+                out=tmp_path / str(buffer),
+                epochs=3,
+                pages=False,
+                batch_size=8,
+                **kw,
+            )
+            counts.append(calls[0])
+    finally:
+        handle.remove()
+    per_epoch = -(-result.images // 8)  # batches of the training images
+    assert counts[1] - counts[0] == 2 * per_epoch
+
+
+def test_token_layers_leave_the_class_token_out_unless_asked(planted: Any, tmp_path: Path) -> None:
+    factory, photos, _ = planted
+    counts = {}
+    for prefix in (False, True):
+        kw = {**FAST, "layers": "tokens"}
+        result = sae(
+            f"{factory}:tokens",
+            [photos],
+            out=tmp_path / str(prefix),
+            epochs=1,
+            pages=False,
+            prefix_tokens=prefix,
+            **kw,
+        )
+        counts[prefix] = result.tokens / result.images
+        assert result.document["layer"]["layout"] == "tokens"
+        assert result.quality["fve"] > 0.3
+    assert counts == {False: 256, True: 257}
+
+
+def test_batchtopk_keeps_k_on_average_and_its_threshold(planted: Any, tmp_path: Path) -> None:
+    factory, photos, _ = planted
+    result = sae(
+        f"{factory}:build",
+        [photos],
+        out=tmp_path / "o",
+        epochs=6,
+        pages=False,
+        kind="batchtopk",
+        **FAST,
+    )
+    d = load_sae(result.file)
+    assert d.activation == "batchtopk" and d.threshold > 0
+    assert 1.5 <= result.quality["l0"] <= 6  # k = 3 per vector on average, not exactly
+    assert result.quality["fve"] > 0.7
+    x = torch.randn(50, 24)
+    codes = d.encode(x)
+    assert bool(((codes == 0) | (codes > d.threshold)).all())
+
+
+def test_load_sae_reads_only_its_own_safetensors(tmp_path: Path) -> None:
+    import pickle
+
+    from safetensors.torch import save_file
+
+    from actviz.errors import UsageError
+
+    save_file({"weight": torch.zeros(2, 2)}, str(tmp_path / "other.safetensors"))
+    (tmp_path / "model.pt").write_bytes(pickle.dumps({"w": 1}))
+    for path, words in [
+        (tmp_path / "other.safetensors", "not a dictionary"),
+        (tmp_path / "model.pt", "not a safetensors file"),
+        (tmp_path / "missing.safetensors", "no such file"),
+    ]:
+        with pytest.raises(UsageError, match=words) as caught:
+            load_sae(path)
+        assert "\n" not in str(caught.value)
