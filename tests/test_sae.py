@@ -103,6 +103,7 @@ FAST: dict[str, Any] = {
     "input_size": (32, 32),
     "sae_batch": 256,
     "buffer": 4096,
+    "min_steps": 0,  # exactly the epochs asked (the default adds passes on a small folder)
     "lr": 3e-3,
     "weights": "none",
 }

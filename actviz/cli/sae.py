@@ -234,7 +234,7 @@ def sae(
     held_out: HeldOutOption = 0.1,
     prefix_tokens: PrefixOption = False,
     sae_batch: SaeBatchOption = None,
-    min_steps: MinStepsOption = 1000,
+    min_steps: MinStepsOption = 500,
     buffer: BufferOption = 65536,
     top: TopOption = 9,
     no_pages: NoPagesOption = False,

@@ -21,7 +21,7 @@ SMALLEST_BATCH = 64
 #: The automatic batch is small enough that one epoch gives at least this many steps.
 STEPS_PER_EPOCH = 16
 #: Default least number of optimizer steps when training by epochs.
-MIN_STEPS = 1000
+MIN_STEPS = 500
 
 
 @dataclass(frozen=True)
