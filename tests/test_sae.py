@@ -4,6 +4,7 @@ be checked against the truth."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -266,6 +267,13 @@ def test_cli_trains_and_reports(planted: Any, tmp_path: Path) -> None:
 def _peaks(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tensor]:
     """Every image of the folder and its largest activation of each feature, computed from
     the planted model and the dictionary's weights: ``(images, features)``."""
+    paths, codes = _codes(factory, photos, d)
+    return paths, codes.amax(dim=(2, 3))
+
+
+def _codes(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tensor]:
+    """Every image of the folder and its feature maps ``(images, features, H, W)``, computed
+    from the planted model and the dictionary's weights."""
     import importlib.util
 
     from actviz.models import Preprocessing
@@ -280,7 +288,7 @@ def _peaks(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tenso
     with torch.no_grad():
         x = torch.stack([prep(Image.open(p).convert("RGB")) for p in paths])
         acts = torch.einsum("bfhw,fc->bchw", model.codes(x), model.directions)
-        return paths, d.encode_maps(acts).amax(dim=(2, 3))
+        return paths, d.encode_maps(acts)
 
 
 def test_top_images_per_feature_equal_a_brute_force_ranking(
@@ -347,6 +355,58 @@ def test_feature_pages_and_index(planted: Any, tmp_path: Path) -> None:
     assert f"{float(d.per_feature['stability'][5]):.3f}" in page
     sheet = out / "top-images" / "00_mix" / "c0005.png"
     assert sheet.is_file() and "../top-images/00_mix/c0005.png" in page
+    # Every column over the same vectors (the whole folder), against the saved weights.
+    _, codes = _codes(factory, photos, d)
+    on = codes > 0
+    density = on.float().mean(dim=(0, 2, 3))
+    images = on.any(dim=3).any(dim=2).float().mean(dim=0)
+    strength = codes.sum(dim=(0, 2, 3)) / on.sum(dim=(0, 2, 3)).clamp_min(1)
+    peak = codes.amax(dim=(0, 2, 3))
+    rows = json.loads((out / "sae-features" / "features.json").read_text())["features"]
+    for f in range(64):
+        row = rows[f]
+        assert row["feature"] == f and row["sheet"] == f"top-images/00_mix/c{f:04d}.png"
+        assert row["density"] == pytest.approx(float(density[f]), abs=1e-6)
+        assert row["images"] == pytest.approx(float(images[f]), abs=1e-6)
+        assert row["strength"] == pytest.approx(float(strength[f]), rel=1e-4, abs=1e-6)
+        assert row["peak"] == pytest.approx(float(peak[f]), rel=1e-4, abs=1e-6)
+        # A feature that fires on no vector fires on no image, and the other way round.
+        assert (row["density"] == 0) == (row["images"] == 0) == (row["peak"] == 0)
+    assert f"<td>{float(density[5]):.3%}</td>" in page
+    assert f"<td>{float(images[5]):.1%}</td>" in page
+    assert "40 images, 10,240 vectors" in index and "RANDOM WEIGHTS" not in index
+    row5 = index.split('<tr data-f="5"')[1].split("</tr>")[0]
+    assert f"<td>{float(density[5]):.3%}</td>\n<td>{float(images[5]):.1%}</td>" in row5
+    _browse_and_card(result, out, rows)
+
+
+def _browse_and_card(result: Any, out: Path, rows: list[dict[str, Any]]) -> None:
+    """The notebook browser lists the dictionary's features with their page's figures and
+    top images; the result's card says its quality and shows its features."""
+    import actviz
+
+    browser = actviz.browse(out)
+    assert browser.unit == "features"
+    assert browser.layers == [{"key": "mix", "type": "features", "shape": "64 of 24 channels"}]
+    assert [c["index"] for c in browser.channels] == list(range(64))
+    assert browser.channels[5]["uri"].startswith("data:image/png")
+    assert "held-out fve" in browser.detail["stats"]
+    browser.channel = 5
+    stats = browser.detail["stats"]
+    assert stats["density (share of vectors)"] == rows[5]["density"]
+    assert stats["images it fires on (share)"] == rows[5]["images"]
+    assert stats["stability across seeds"] == rows[5]["stability"]
+    ranked = json.loads((out / "top-images.json").read_text())["layers"][0]["channels"][5]
+    assert [t["label"] for t in browser.detail["top"]] == [e["path"] for e in ranked["top"]]
+    assert browser.detail["uri"].startswith("data:image/png")  # its contact sheet
+    for same in (result, load_sae(out), out / "sae.json"):
+        assert actviz.browse(same).layers == browser.layers
+    card = result._repr_html_()
+    assert "sae" in card and f"{result.quality['fve']:.1%}" in card
+    assert "64 features over 24 channels, k 3" in card and "data:image/png" in card
+    best = max(rows, key=lambda r: r["stability"])  # the card lists the most stable first
+    assert card.index(f"{best['stability']:.4g}") < card.index("more features")
+    assert repr(result).startswith("SaeResult(") and "fve=" in repr(result)
 
 
 def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Path) -> None:
@@ -476,3 +536,61 @@ def test_load_sae_reads_only_its_own_safetensors(tmp_path: Path) -> None:
         with pytest.raises(UsageError, match=words) as caught:
             load_sae(path)
         assert "\n" not in str(caught.value)
+
+
+def test_a_small_folder_trains_at_least_min_steps(planted: Any, tmp_path: Path) -> None:
+    """Three training images give 768 vectors: by default the batch shrinks to 64 and the
+    kept vectors are reshuffled until 500 steps ran, with the model run once; each pass's
+    figure is its own; the held-out quality is better than with the epochs alone."""
+    import importlib.util
+    import shutil
+
+    factory, photos, _ = planted
+    small = tmp_path / "small"
+    small.mkdir()
+    for name in ("n00.png", "n01.png", "n02.png", "n03.png"):
+        shutil.copy(photos / name, small / name)
+    spec = importlib.util.spec_from_file_location("planted_small", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    calls = [0]
+    handle = model.codes.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    kw = {k: v for k, v in FAST.items() if k not in ("sae_batch", "min_steps")}
+    runs, counts = {}, {}
+    try:
+        for min_steps in (500, 0):
+            calls[0] = 0
+            runs[min_steps] = sae(
+                model, [small], out=tmp_path / str(min_steps), epochs=2, pages=False,
+                min_steps=min_steps, batch_size=8, **kw,
+            )  # fmt: skip
+            counts[min_steps] = calls[0]
+    finally:
+        handle.remove()
+    done, bare = runs[500], runs[0]
+    training = done.document["training"]
+    assert done.images == 3 and training["sae_batch"] == 64
+    assert done.steps == 42 * 12 and done.epochs == 42 and training["epochs_asked"] == 2
+    assert bare.steps == 2 * 12 and bare.epochs == 2
+    assert counts[500] == counts[0]  # one training pass and one held-out pass through the model
+    history = [h["fve"] for h in training["history"]]
+    assert [h["epoch"] for h in training["history"]] == list(range(42))
+    assert len(set(history)) == len(history) and history[-1] > history[0] + 0.1
+    assert done.quality["fve"] > bare.quality["fve"] + 0.05
+
+
+def test_random_weights_are_said_atop_the_index(tmp_path: Path, make_photos: Any) -> None:
+    photos = make_photos(3)
+    result = sae(
+        "resnet18", [photos], out=tmp_path / "o", layers="layer2", weights="none",
+        input_size=(32, 32), expansion=1, k=4, epochs=1, min_steps=0, top=1, held_out=0.3,
+    )  # fmt: skip
+    assert result.weights.random and result.index is not None
+    index = result.index.read_text()
+    body = index.split("<body>")[1]
+    assert body.lstrip().startswith('<p class="random">RANDOM WEIGHTS: an untrained model')
+    page = (result.out / "sae-features" / "f00000.html").read_text()
+    assert "RANDOM WEIGHTS" in page
+    assert "random weights" in result._repr_html_()

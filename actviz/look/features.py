@@ -69,7 +69,7 @@ class SaeData:
         self._first = _first_tops(self._tops, self._layer)
         self._shown = self._features[:MAX_CHANNELS]
         self._thumbs: dict[str, Any] = {}
-        self.source = f"{doc.get('model', {}).get('name', '?')} sparse dictionary in {folder.name}"
+        self.source = f"{doc.get('model', '?')} sparse dictionary in {folder.name}"
 
     def layers(self) -> list[dict[str, Any]]:
         features, channels = self._doc.get("features"), self._doc.get("channels")
