@@ -258,9 +258,13 @@ def test_cli_trains_and_reports(planted: Any, tmp_path: Path) -> None:
     out = tmp_path / "o"
     args = ["sae", f"{factory}:build", str(photos), "-o", str(out), "-w", "none"]
     flags = ["--input-size", "32,32", "--layers", "mix", "--features", "48", "-k", "3"]
-    result = CliRunner().invoke(app, [*args, *flags, "--epochs", "1", "--no-pages", "-q"])
+    steps = ["--epochs", "1", "--min-steps", "40"]
+    result = CliRunner().invoke(app, [*args, *flags, *steps, "--no-pages", "-q"])
     assert result.exit_code == 0, result.output
     assert "variance explained" in result.output and "mix: 48 features" in result.output
+    # 36 training images of 256 vectors: batches of 576 (16 a pass), 3 passes for 40 steps.
+    said = "3 passes (1 epoch(s) asked, more to reach --min-steps 40), 48 steps of 576 vectors"
+    assert said in " ".join(result.output.split())
     assert load_sae(out).features == 48
 
 

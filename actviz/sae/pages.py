@@ -1,9 +1,9 @@
 """A page per feature and their index, built on top-images: the trained dictionary ranks the
 folder's images per feature (``top-images --sae``: contact sheets with the feature's heat map
-over the crops where it fires), and each feature's page adds its density and strength on the
-held-out images, its stability across seeds, the class its top images are predicted as, and
-the channels its decoder direction is made of. The index sorts by density, strength and
-stability, filters by stability, and searches by class."""
+over the crops where it fires), and each feature's page adds its figures over the whole folder
+(density, images, strength, peak: one pass, the same vectors), its stability across seeds, the
+classes of the images it fires on, and the channels its decoder direction is made of. The
+index sorts by each figure, filters by stability, and searches by class."""
 
 from __future__ import annotations
 
@@ -164,10 +164,8 @@ def feature_pages(
     stability = sae.per_feature.get("stability")
     env = jinja2.Environment(autoescape=True)
     page = env.from_string(_PAGE)
-    over = (
-        f"Every figure over the whole folder: {len(paths):,} images, {found.vectors:,} "
-        "vectors (the dictionary's quality above is on the held-out images alone)."
-    )
+    over = f"Every figure over the whole folder: {len(paths):,} images, {found.vectors:,} vectors"
+    index_over = f"{over} (the dictionary's quality above is on the held-out images alone)."
     random = _random_banner(loaded)
     rows = []
     weights = sae.w_dec.detach().cpu()
@@ -186,7 +184,7 @@ def feature_pages(
             style=_STYLE,
             index=INDEX,
             random=random,
-            over=over,
+            over=f"{over}.",
             r=row,
             sheet=entry["sheet"],
             top=entry["top"],
@@ -206,7 +204,7 @@ def feature_pages(
         style=_STYLE,
         random=random,
         summary=summary,
-        over=over,
+        over=index_over,
         rows=rows,
     )
     output.write_bytes(opts.out / INDEX, index.encode())
