@@ -384,6 +384,53 @@ def test_feature_pages_and_index(planted: Any, tmp_path: Path) -> None:
     _browse_and_card(result, out, rows)
 
 
+# The browser's ES module against a small stand-in DOM: every text it writes, and each
+# thumbnail's title.
+_NODE = """
+class Node {
+  constructor(tag) { this.tag = tag; this.children = []; this.attrs = {}; this.style = {}; }
+  append(...nodes) { this.children.push(...nodes); }
+  replaceChildren() { this.children = []; }
+  setAttribute(k, v) { this.attrs[k] = v; }
+  addEventListener() {}
+  all() { return this.children.flatMap((c) => c instanceof Node ? [c, ...c.all()] : [c]); }
+}
+globalThis.document = { createElement: (t) => new Node(t), createTextNode: (t) => ({ text: t }) };
+const { readFileSync } = await import("node:fs");
+const { default: widget } = await import(process.argv[1]);
+const state = JSON.parse(readFileSync(0, "utf8"));
+const root = new Node("div");
+widget.render({ model: { get: (k) => state[k], on: () => {} }, el: root });
+const all = root.all();
+console.log(JSON.stringify({ texts: all.filter((n) => n.text).map((n) => n.text),
+  titles: all.filter((n) => n.tag === "img").map((n) => n.attrs.title) }));
+"""
+
+
+def _front_end(state: dict[str, Any]) -> None:
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        return
+    esm = (Path(__file__).parents[1] / "actviz" / "notebook" / "browser.js").as_uri()
+    keep = {k: state[k] for k in ("layers", "layer", "channels", "channel", "detail", "source")}
+    keep["unit"] = state["unit"]
+    ran = subprocess.run(
+        [node, "--input-type=module", "-e", _NODE, esm],
+        input=json.dumps(keep),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    shown = json.loads(ran.stdout)
+    assert shown["texts"][0].startswith("actviz features \u00b7 ")
+    assert "held-out fve" in shown["texts"]  # the dictionary's detail, without a picture
+    assert shown["titles"][5].startswith("feature 5: density ")
+
+
 def _browse_and_card(result: Any, out: Path, rows: list[dict[str, Any]]) -> None:
     """The notebook browser lists the dictionary's features with their page's figures and
     top images; the result's card says its quality and shows its features."""
@@ -405,6 +452,8 @@ def _browse_and_card(result: Any, out: Path, rows: list[dict[str, Any]]) -> None
     assert browser.detail["uri"].startswith("data:image/png")  # its contact sheet
     for same in (result, load_sae(out), out / "sae.json"):
         assert actviz.browse(same).layers == browser.layers
+    browser.channel = -1  # the dictionary itself: a title and its quality, no picture
+    _front_end(browser.get_state())
     card = result._repr_html_()
     assert "sae" in card and f"{result.quality['fve']:.1%}" in card
     assert "64 features over 24 channels, k 3" in card and "data:image/png" in card
