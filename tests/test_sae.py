@@ -647,3 +647,20 @@ def test_random_weights_are_said_atop_the_index(tmp_path: Path, make_photos: Any
     page = (result.out / "sae-features" / "f00000.html").read_text()
     assert "RANDOM WEIGHTS" in page
     assert "random weights" in result._repr_html_()
+
+
+def test_browse_without_pages_says_how_to_get_them(trained: Any) -> None:
+    """A dictionary trained with --no-pages opens as its one layer with no feature strip and
+    the reason; a folder that also holds a run opens as the run unless given its sae.json."""
+    import actviz
+
+    browser = actviz.browse(trained.out)
+    assert browser.layers[0]["type"] == "features" and browser.channels == []
+    assert "--no-pages" in browser.message
+    assert browser.detail["stats"]["held-out fve"] == trained.quality["fve"]
+    (trained.out / "manifest.json").write_text("{}")
+    try:
+        assert actviz.browse(trained.out).unit == "channels"  # the run's browser
+        assert actviz.browse(trained.out / "sae.json").unit == "features"
+    finally:
+        (trained.out / "manifest.json").unlink()
