@@ -164,7 +164,7 @@ def feature_pages(
     stability = sae.per_feature.get("stability")
     env = jinja2.Environment(autoescape=True)
     page = env.from_string(_PAGE)
-    over = f"Every figure over the whole folder: {len(paths):,} images, {found.vectors:,} vectors"
+    over = f"Every figure over the whole folder: {found.seen:,} images, {found.vectors:,} vectors"
     index_over = f"{over} (the dictionary's quality above is on the held-out images alone)."
     random = _random_banner(loaded)
     rows = []
@@ -215,7 +215,7 @@ def feature_pages(
             "layer": plan.key,
             "random_weights": random,
             "summary": summary,
-            "images": len(paths),
+            "images": found.seen,
             "vectors": found.vectors,
             "features": [{k: row[k] for k in _KEPT} | {"classes": row["classes"]} for row in rows],
         },

@@ -35,7 +35,8 @@ class Survey:
         scores: ``(F, SAMPLE)`` each sampled image's score (its largest activation).
         images: ``(F, SAMPLE)`` each sampled image's index in ``paths``.
         fired: ``(F,)`` images each feature fired on.
-        vectors: The vectors of all the images.
+        seen: The images whose vectors were read (those that failed are not counted).
+        vectors: The vectors of all those images.
         active: ``(F,)`` of those, how many each feature was active on.
         total: ``(F,)`` the sum of its activations over them.
         peak: ``(F,)`` its largest activation.
@@ -49,6 +50,7 @@ class Survey:
     images: torch.Tensor
     fired: torch.Tensor
     classes: torch.Tensor | None
+    seen: int
     vectors: int
     active: torch.Tensor
     total: torch.Tensor
@@ -61,7 +63,7 @@ class Survey:
         active = float(self.active[feature])
         return {
             "density": active / max(self.vectors, 1),
-            "images": float(self.fired[feature]) / max(len(self.paths), 1),
+            "images": float(self.fired[feature]) / max(self.seen, 1),
             "strength": float(self.total[feature]) / active if active else 0.0,
             "peak": float(self.peak[feature]),
         }
@@ -118,7 +120,7 @@ def survey(
     active = torch.zeros(f, dtype=torch.float64, device=device)
     total = torch.zeros(f, dtype=torch.float64, device=device)
     peak = torch.zeros(f, dtype=torch.float64, device=device)
-    count = 0
+    count = seen = 0
     per_image = plan.height * plan.width
     forward = BatchForward(loaded, loaded.module, batch_size, workers, False, False)
     with (
@@ -134,6 +136,7 @@ def survey(
                 codes = sae.encode(found)
                 best = codes.reshape(len(good), per_image, f).amax(dim=1)  # (B, F)
             count += codes.shape[0]
+            seen += len(good)
             active += (codes > 0).sum(dim=0).double()
             total += codes.double().sum(dim=0)
             peak = torch.maximum(peak, best.double().amax(dim=0))
@@ -160,6 +163,7 @@ def survey(
         images=images.cpu(),
         fired=fired.cpu(),
         classes=classes.cpu() if classes is not None else None,
+        seen=seen,
         vectors=count,
         active=active.cpu(),
         total=total.cpu(),
