@@ -119,7 +119,10 @@ def test_browser_state_follows_the_chosen_layer_and_channel() -> None:
     pytest.importorskip("anywidget")
     look = actviz.show(tiny_classifier(), torch.randn(3, 16, 16), layers="0,2")
     browser = actviz.browse(look)
-    assert [layer["key"] for layer in browser.layers] == ["0", "2"]
+    assert [(x["key"], x["type"], x["shape"]) for x in browser.layers] == [
+        ("0", "Conv2d", "1x6x16x16"),
+        ("2", "Conv2d", "1x8x16x16"),
+    ]
     assert browser.layer == "0" and len(browser.channels) == 6 and browser.detail == {}
     thumb = browser.channels[4]
     shown = Image.open(io.BytesIO(base64.b64decode(thumb["uri"].split(",", 1)[1])))
