@@ -127,8 +127,13 @@ def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
 
 
 def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> None:
-    """A backbone without a classifier: no gradients to take, no predictions to record."""
-    if loaded.classifier:
+    """A family without gradients, or a backbone without a classifier: no gradients to take,
+    no predictions to record."""
+    family = loaded.family
+    if family.gradients is not None and opts.gradients.backward:
+        flag = "--cam" if opts.gradients.cam else "--grads"
+        raise UsageError(f"{flag} does not apply to {loaded.name}: {family.gradients}")
+    if loaded.classifier or not family.classifies:  # a detector's output is read otherwise
         return
     if opts.gradients.backward:
         flag = "--cam" if opts.gradients.cam else "--grads"

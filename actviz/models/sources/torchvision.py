@@ -296,6 +296,10 @@ def build_architecture(name: str, **kwargs: Any) -> nn.Module:
         # is torchvision's business, not something a user of actviz can act on.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
+            # Quantizing announces PyTorch's own deprecation of quantized dtypes, every time.
+            warnings.filterwarnings("ignore", ".*quantiz", UserWarning)
+            warnings.filterwarnings("ignore", ".*quantiz", DeprecationWarning)
+            warnings.filterwarnings("ignore", ".*reduce_range", UserWarning)
             built: nn.Module = builder(weights=None, **kwargs)
     except (urllib.error.URLError, OSError) as exc:  # a download, though none was asked for
         why = getattr(exc, "reason", None) or first_line(exc)
