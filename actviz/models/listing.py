@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -268,13 +267,13 @@ def trace_until_stopped(
 ) -> tuple[ActivationRecorder, bool]:
     """:func:`trace` for a family whose forward cannot finish on the meta device: what ran
     before it stopped, and whether it stopped."""
-    try:
-        return trace(module, input_shape, device), False
-    except (RuntimeError, NotImplementedError):
-        recorder = _recorder(module)
-        with recorder, contextlib.suppress(RuntimeError, NotImplementedError):
+    recorder = _recorder(module)
+    with recorder:
+        try:
             _forward_zeros(module, input_shape, device)
-        return recorder, True
+        except (RuntimeError, NotImplementedError):
+            return recorder, True
+    return recorder, False
 
 
 def trace(
