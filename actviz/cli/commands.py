@@ -75,6 +75,19 @@ def run(
     gradients: GradientFlags,
     no_images: NoImagesOption = False,
     no_report: NoReportOption = False,
+    score_threshold: Annotated[
+        float,
+        typer.Option(
+            "--score-threshold",
+            min=0.0,
+            max=1.0,
+            help=(
+                "A detector's detections are recorded and drawn from this score up "
+                "(detections.png); lower it when an untrained detector finds nothing."
+            ),
+            rich_help_panel="Detection",
+        ),
+    ] = 0.5,
     checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -94,6 +107,7 @@ def run(
         capture=capture,
         thresholds=checks.thresholds(),
         report=not no_report,
+        score_threshold=score_threshold,
         load=load.options(),
         draw=draw.options(grids=not no_images),
         gradients=gradients.options(),

@@ -87,6 +87,10 @@ def run(
             opts.load, shows="The grids show", check=lambda m: _check_classifier(m, opts, cmd)
         )
         loaded = opened.model
+        if loaded.family.key == "detection":
+            from actviz.models.families import lower_score_threshold
+
+            lower_score_threshold(loaded.module, opts.score_threshold)
         if opts.report:
             from actviz.report import warm_up
 
@@ -179,7 +183,7 @@ def _plan(
         for item, folder in zip(found.images, dirs, strict=True)
     ]
     grads = opts.gradients
-    settings = {
+    settings: dict[str, Any] = {
         "model": model,
         "weights": loaded.weights.name or loaded.weights.source,
         "selector": selector,
@@ -188,6 +192,8 @@ def _plan(
         "input_size": list(loaded.input_size),
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
     }
+    if loaded.family.key == "detection":  # the detections an earlier run recorded
+        settings["score_threshold"] = opts.score_threshold
     records = RunRecords(opts.out, settings)
     kept: list[Path] = []
     if opts.execution.resume:

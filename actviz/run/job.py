@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from actviz.hooks import Capture
     from actviz.layouts import LayerContext
     from actviz.render.pca import PcaFit
+    from actviz.run.detection import Found
 
 __all__ = [
     "RANDOM_NOTE",
@@ -70,6 +71,8 @@ class ImageJob:
     """The module whose output is a segmentation model's class logits: ``segmentation.png``."""
     pca: Mapping[str, PcaFit] = field(default_factory=dict)
     """With ``--view pca``: capture key -> the components fitted over the run."""
+    detections: Found | None = None
+    """A detector's detections in this image: ``detections.png``."""
 
 
 def model_view(job: ImageJob) -> Image.Image:

@@ -166,6 +166,8 @@ class RunOptions:
         report: Write the static HTML report ``index.html``.
         thresholds: Anomaly thresholds (``actviz.stats.Thresholds``); None for the defaults.
         top_k: How many predictions to record per image for classifiers.
+        score_threshold: A detector's detections are recorded and drawn from this score up
+            (the detector's own cut is lowered to it when it is higher).
         load, draw, gradients, execution: The option groups.
     """
 
@@ -176,6 +178,7 @@ class RunOptions:
     report: bool = True
     thresholds: Thresholds | None = None
     top_k: int = 5
+    score_threshold: float = 0.5
     load: LoadOptions = field(default_factory=LoadOptions)
     draw: DrawOptions = field(default_factory=DrawOptions)
     gradients: GradientOptions = field(default_factory=GradientOptions)
@@ -185,6 +188,8 @@ class RunOptions:
         from actviz.hooks.recorders import CaptureMode
 
         check_choices(self, {"CaptureMode": CaptureMode})
+        if not 0.0 <= self.score_threshold <= 1.0:
+            raise UsageError(f"--score-threshold must be within 0 to 1, not {self.score_threshold}")
 
 
 GROUPS: dict[str, type[Any]] = {**COMMON_GROUPS, "draw": DrawOptions, "gradients": GradientOptions}
