@@ -95,6 +95,9 @@ class ImageResult:
     models."""
     detections_file: str | None = None
     """``<image>/detections.png``, relative to the output folder."""
+    detection_cam_file: str | None = None
+    """``<image>/detection_cam.png`` (EigenCAM and one detection's Grad-CAM), relative to the
+    output folder."""
     record: int | None = None
     """The byte offset of this image's line in the run's ledger, once it has one."""
 

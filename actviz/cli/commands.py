@@ -88,6 +88,18 @@ def run(
             rich_help_panel="Detection",
         ),
     ] = 0.5,
+    detection: Annotated[
+        int,
+        typer.Option(
+            "--detection",
+            min=1,
+            help=(
+                "With --cam on a detector: which detection's score Grad-CAM explains "
+                "(1: the highest); EigenCAM needs none (detection_cam.png)."
+            ),
+            rich_help_panel="Detection",
+        ),
+    ] = 1,
     checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -108,6 +120,7 @@ def run(
         thresholds=checks.thresholds(),
         report=not no_report,
         score_threshold=score_threshold,
+        detection=detection,
         load=load.options(),
         draw=draw.options(grids=not no_images),
         gradients=gradients.options(),

@@ -134,6 +134,8 @@ def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> No
     """A family without gradients, or a backbone without a classifier: no gradients to take,
     no predictions to record."""
     family = loaded.family
+    if family.key == "detection" and opts.gradients.cam and not opts.gradients.grads:
+        return  # EigenCAM and the Grad-CAM of one detection (detection_cam.png)
     if family.gradients is not None and opts.gradients.backward:
         flag = "--cam" if opts.gradients.cam else "--grads"
         raise UsageError(f"{flag} does not apply to {loaded.name}: {family.gradients}")
@@ -194,6 +196,7 @@ def _plan(
     }
     if loaded.family.key == "detection":  # the detections an earlier run recorded
         settings["score_threshold"] = opts.score_threshold
+        settings["detection"] = opts.detection
     records = RunRecords(opts.out, settings)
     kept: list[Path] = []
     if opts.execution.resume:

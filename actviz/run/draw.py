@@ -15,6 +15,7 @@ from actviz import output
 from actviz.render.png import picture_png
 from actviz.results import LayerResult
 from actviz.run.detection import write_detections
+from actviz.run.detection_cam import write_detection_cams
 from actviz.run.job import ImageJob, model_view, thumbnail_path
 from actviz.run.pictures import PICTURE_KINDS
 from actviz.run.record import LayerView, layer_record, layer_view, summaries
@@ -43,6 +44,16 @@ def draw_image(job: ImageJob) -> list[LayerResult]:
             random_weights=job.random_weights,
             compression=job.options.png_compression,
         )
+        if job.detection_cams is not None:
+            write_detection_cams(
+                job.folder,
+                job.out_dir,
+                model_view(job),
+                job.detection_cams,
+                job.detections,
+                random_weights=job.random_weights,
+                compression=job.options.png_compression,
+            )
     return layers
 
 

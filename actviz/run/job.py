@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from actviz.layouts import LayerContext
     from actviz.render.pca import PcaFit
     from actviz.run.detection import Found
+    from actviz.run.detection_cam import DetectionCams
 
 __all__ = [
     "RANDOM_NOTE",
@@ -73,6 +74,8 @@ class ImageJob:
     """With ``--view pca``: capture key -> the components fitted over the run."""
     detections: Found | None = None
     """A detector's detections in this image: ``detections.png``."""
+    detection_cams: DetectionCams | None = None
+    """A detector's maps of this image (``--cam``): ``detection_cam.png``."""
 
 
 def model_view(job: ImageJob) -> Image.Image:

@@ -22,7 +22,8 @@ from actviz.command.progress import Reporter
 from actviz.errors import ActvizError
 from actviz.gradients import backward, choose_cam_keys
 from actviz.results import ImageResult, LayerResult
-from actviz.run.detection import DetectionProbe, Found, crop_padding, found_in
+from actviz.run.detection import DetectionProbe, Found, crop_padding
+from actviz.run.detection_cam import batch_detections
 from actviz.run.draw import draw_image, summaries
 from actviz.run.gradients import write_flow_chart
 from actviz.run.job import ImageJob, thumbnail_path, top_k_predictions
@@ -147,11 +148,26 @@ def capture_and_render(
                 captures = recorder.captures
                 if probe is not None:
                     captures = crop_padding(captures, probe)
-                if grads.cam and cam_keys is None:
+                if grads.cam and cam_keys is None and probe is None:
                     explicit = opts.layers is not None
                     cam_keys = choose_cam_keys(captures, plan.contexts, explicit=explicit)
                 backward_pass = _Backward()
-                if grads.backward:
+                detected = None
+                if probe is not None:  # a detector: its maps are of one detection, not a class
+                    detected = batch_detections(
+                        logits,
+                        captures,
+                        x,
+                        module=plan.module,
+                        family_call=loaded.family.call,
+                        probe=probe,
+                        threshold=opts.score_threshold,
+                        categories=loaded.categories,
+                        cam=grads.cam,
+                        rank=opts.detection - 1,
+                        paused=recorder.paused,
+                    )
+                elif grads.backward:
                     with recorder.paused():
                         backward_pass = _backward(
                             model, loaded, plan, x, todo[good[0][0]].path, cam_keys, grads
@@ -181,15 +197,14 @@ def capture_and_render(
                         if loaded.classifier
                         else []
                     )
-                    found = None
-                    if probe is not None:
-                        found = _detections(result, logits[i], loaded, opts)
-                        empty += not found.scores
                     job = _image_job(
                         shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
                     )
-                    if found is not None:
-                        job = dataclasses.replace(job, detections=found)
+                    if detected is not None:
+                        found, cams = detected[i]
+                        _record_detections(result, found, opts)
+                        empty += not found.scores
+                        job = dataclasses.replace(job, detections=found, detection_cams=cams)
                     futures.append(pool.submit(draw_image, job))
                     jobs.append((index, job))
                 if pca is not None:
@@ -237,13 +252,13 @@ def _probe(loaded: LoadedModel, plan: Plan, stack: contextlib.ExitStack) -> Dete
     return stack.enter_context(DetectionProbe(plan.module))
 
 
-def _detections(result: ImageResult, output: Any, loaded: LoadedModel, opts: RunOptions) -> Found:
-    """One image's detections above the threshold, recorded in its result."""
-    found = found_in(output, opts.score_threshold, loaded.categories)
+def _record_detections(result: ImageResult, found: Found, opts: RunOptions) -> None:
+    """One image's detections above the threshold, in its record."""
     result.detections = found.records()
     if opts.draw.grids:
         result.detections_file = (result.out_dir / "detections.png").as_posix()
-    return found
+    if opts.gradients.cam and opts.draw.grids:
+        result.detection_cam_file = (result.out_dir / "detection_cam.png").as_posix()
 
 
 @dataclass

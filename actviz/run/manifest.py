@@ -65,7 +65,11 @@ def image_record(result: ImageResult) -> dict[str, Any]:
         "gradient_flow": result.gradient_flow,
         "note": result.note,
         **(
-            {"detections": result.detections, "detections_file": result.detections_file}
+            {
+                "detections": result.detections,
+                "detections_file": result.detections_file,
+                "detection_cam_file": result.detection_cam_file,
+            }
             if result.detections is not None
             else {}
         ),
@@ -116,6 +120,7 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
         note=record.get("note"),
         detections=record.get("detections"),
         detections_file=record.get("detections_file"),
+        detection_cam_file=record.get("detection_cam_file"),
         record=stub.record,
         predictions=[
             Prediction(p["index"], p["label"], nan_if_none(p["probability"]))

@@ -142,8 +142,8 @@ DETECTION = Family(
     preprocessing=_preprocessing,
     classifies=False,
     gradients=(
-        "a detector has no class scores per image: Grad-CAM takes the score of one "
-        "detection (--cam with --detection)"
+        "a detector has no class score per image to take the gradient of; --cam draws "
+        "EigenCAM and the Grad-CAM of one detection's score (--detection N)"
     ),
     commands={
         "optimize": "a detector's output is a list of boxes, not a score to maximize",
