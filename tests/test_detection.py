@@ -26,8 +26,8 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def detector() -> object:
-    # min_size 128, max_size 160: a 160x100 picture is resized to 160x128 and padded to
-    # 160x128 (both multiples of 32), a 200x100 one to 160x80, padded to 160x96.
+    # min_size 128, max_size 160: the model resizes a 200x100 picture to 160x80 and pads
+    # it to 160x96.
     return load_model(
         "fasterrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(128, 160)
     )
@@ -62,8 +62,10 @@ def test_an_fpn_level_equals_the_backbone_on_the_models_own_transform(
     )
 
 
+@pytest.mark.slow
 def test_a_run_crops_the_padding_and_records_the_detections(tmp_path: Path) -> None:
-    # 200x100 -> resized 160x80 by the decoder, padded by the model to 160x96.
+    # 200x100 -> 256x128 by the decoder (shorter side to min_size), 160x80 by the model's
+    # own transform (longer side to max_size), padded to 160x96.
     image = make_image(tmp_path / "wide.png", (200, 100))
     out = tmp_path / "out"
     argv = ["run", "fasterrcnn_resnet50_fpn", str(image), "--weights", "none"]
@@ -145,3 +147,56 @@ def test_the_detection_picture_draws_boxes_masks_and_keypoints() -> None:
     # The visible keypoints joined by a line; the invisible one not drawn.
     assert np.abs(body[50, 90] - second).sum() < 10
     assert (body[70, 75] == 0).all()
+
+
+@pytest.mark.slow
+def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
+    tmp_path: Path,
+) -> None:
+    from torch.nn import functional as F
+
+    image = make_image(tmp_path / "wide.png", (200, 100))
+    out = tmp_path / "out"
+    argv = ["run", "fasterrcnn_resnet50_fpn", str(image), "--weights", "none", "--cam"]
+    argv += ["--input-size", "128,160", "--score-threshold", "0", "--detection", "2"]
+    result = runner.invoke(app, [*argv, "-l", "backbone.fpn", "-o", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    (record,) = list(read_images(out))
+    assert record["detection_cam_file"] == "wide/detection_cam.png"
+    picture = np.asarray(Image.open(out / "wide" / "detection_cam.png").convert("RGB"))
+    # Three panels of the 256x128 decoded input (input, EigenCAM, Grad-CAM) under the header.
+    assert picture.shape[1] == 3 * 256 + 2 * 4 and picture.shape[0] > 128
+    eigen_panel = picture[-128:, 260:516].astype(int)
+    grad_panel = picture[-128:, 520:776].astype(int)
+    assert np.abs(eigen_panel - grad_panel).mean() > 5  # two different maps
+    # The second detection, which Grad-CAM explains, is outlined in its colour.
+    second = np.asarray(detection_colour(1))
+    assert (np.abs(grad_panel - second).sum(axis=-1) == 0).sum() > 20
+
+    # EigenCAM: every FPN level cropped, resized to level 0 and side by side, projected on
+    # the first principal component as pytorch-grad-cam computes it (up to its sign).
+    from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection
+
+    from actviz.hooks import Capture
+    from actviz.run.detection_cam import eigen_maps
+
+    loaded = load_model(
+        "fasterrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(128, 160)
+    )
+    x = loaded.preprocess(Image.open(image)).unsqueeze(0)
+    with torch.inference_mode():
+        images, _ = loaded.module.transform(list(x))
+        levels = loaded.module.backbone(images.tensors)
+    kept = {k: v[..., : -(-80 * v.shape[-2] // 96), :] for k, v in levels.items()}
+    captures = [
+        Capture(f"backbone.fpn[{k}]", "backbone.fpn", "FeaturePyramidNetwork", 1, tuple(v.shape), v)
+        for k, v in kept.items()
+    ]
+    maps, source = eigen_maps(captures)  # type: ignore[misc]
+    assert source == "backbone.fpn, 5 levels" and maps.shape == (1, 20, 40)
+    side = torch.cat(
+        [F.interpolate(v.abs(), size=(20, 40), mode="bilinear") for v in kept.values()], dim=1
+    )
+    projection = get_2d_projection(side.numpy())[0]
+    reference = np.maximum(projection * np.sign(projection[np.abs(projection).argmax()]), 0)
+    np.testing.assert_allclose(maps[0].numpy(), reference / reference.max(), atol=1e-4)
