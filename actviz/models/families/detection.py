@@ -147,7 +147,6 @@ DETECTION = Family(
     ),
     commands={
         "optimize": "a detector's output is a list of boxes, not a score to maximize",
-        "top-images": "a detector has no per-image class to rank images by",
     },
     selector=_selector,
     builder_kwargs=_builder_kwargs,
