@@ -200,3 +200,37 @@ def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
     projection = get_2d_projection(side.numpy())[0]
     reference = np.maximum(projection * np.sign(projection[np.abs(projection).argmax()]), 0)
     np.testing.assert_allclose(maps[0].numpy(), reference / reference.max(), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_mask_head_of_each_detection_is_its_row_of_the_mask_predictor(tmp_path: Path) -> None:
+    from actviz.run.detection import DetectionProbe, found_in, with_heads
+
+    loaded = load_model("maskrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(96, 128))
+    model = loaded.module
+    x = torch.stack(
+        [
+            loaded.preprocess(Image.open(make_image(tmp_path / f"{i}.png", (128, 96), seed=i)))
+            for i in range(2)
+        ]
+    )
+    plain: list[torch.Tensor] = []
+    handle = model.roi_heads.mask_predictor.register_forward_hook(
+        lambda _m, _i, out: plain.append(out.detach().clone())
+    )
+    with DetectionProbe(model) as probe, torch.inference_mode():
+        outputs = DETECTION.call(model, x)
+    handle.remove()
+    found = with_heads([found_in(o, 0.0, loaded.categories) for o in outputs], outputs, probe)
+    (logits,) = plain
+    assert found[0].heads and found[1].heads  # a threshold of 0 keeps every detection
+    assert len(logits) == sum(len(o["boxes"]) for o in outputs)
+    start = len(outputs[0]["boxes"])  # the second image's rows follow the first's
+    for image, offset in ((0, 0), (1, start)):
+        f = found[image]
+        assert len(f.heads) == min(4, len(f.scores))
+        for rank, panels in enumerate(f.heads):
+            ((name, heat),) = panels
+            row = offset + f.indices[rank]
+            assert name == "mask logits"
+            np.testing.assert_array_equal(heat, logits[row, f.labels[rank]].numpy())

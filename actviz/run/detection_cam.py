@@ -71,9 +71,10 @@ def batch_detections(
     """Each image's detections of one batch and, with ``cam``, its maps: EigenCAM from the
     captures, Grad-CAM of detection ``rank`` from a second forward with gradients, during
     which ``paused()`` keeps the run's recorder from replacing its captures."""
-    from actviz.run.detection import found_in
+    from actviz.run.detection import found_in, with_heads
 
     found = [found_in(output, threshold, categories) for output in outputs]
+    found = with_heads(found, outputs, probe)
     if not cam:
         return [(f, None) for f in found]
     eigen = eigen_maps(captures)

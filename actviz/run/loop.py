@@ -257,6 +257,8 @@ def _record_detections(result: ImageResult, found: Found, opts: RunOptions) -> N
     result.detections = found.records()
     if opts.draw.grids:
         result.detections_file = (result.out_dir / "detections.png").as_posix()
+    if any(found.heads) and opts.draw.grids:
+        result.detection_heads_file = (result.out_dir / "detection_heads.png").as_posix()
     if opts.gradients.cam and opts.draw.grids:
         result.detection_cam_file = (result.out_dir / "detection_cam.png").as_posix()
 

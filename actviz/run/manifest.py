@@ -68,6 +68,7 @@ def image_record(result: ImageResult) -> dict[str, Any]:
             {
                 "detections": result.detections,
                 "detections_file": result.detections_file,
+                "detection_heads_file": result.detection_heads_file,
                 "detection_cam_file": result.detection_cam_file,
             }
             if result.detections is not None
@@ -120,6 +121,7 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
         note=record.get("note"),
         detections=record.get("detections"),
         detections_file=record.get("detections_file"),
+        detection_heads_file=record.get("detection_heads_file"),
         detection_cam_file=record.get("detection_cam_file"),
         record=stub.record,
         predictions=[
