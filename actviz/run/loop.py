@@ -219,8 +219,8 @@ def capture_and_render(
                 random = " (random weights: an untrained detector finds nothing)"
                 notify.warn(
                     f"no detection scored {opts.score_threshold:g} or more in {empty} "
-                    f"image(s){random if loaded.weights.random else ''}; the feature maps are "
-                    "drawn anyway, and --score-threshold lowers the cut"
+                    f"image(s){random if loaded.weights.random else ''}; the layers are "
+                    "recorded anyway, and --score-threshold lowers the cut"
                 )
             if pca is not None:
                 if note := pca.note():
