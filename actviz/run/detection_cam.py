@@ -88,10 +88,16 @@ def batch_detections(
 
 
 def _levels(captures: Sequence[Capture]) -> list[Capture]:
-    """The FPN's levels among the captures, else the last 4-D backbone map."""
-    fpn = [c for c in captures if c.module == "backbone.fpn" and c.tensor is not None]
-    if fpn:
-        return [c for c in fpn if c.tensor is not None and c.tensor.ndim == 4]
+    """The FPN's levels among the captures (SSD: its backbone's maps, a dict as well), else
+    the last 4-D backbone map."""
+    for module in ("backbone.fpn", "backbone"):
+        levels = [
+            c
+            for c in captures
+            if c.module == module and c.tensor is not None and c.tensor.ndim == 4
+        ]
+        if levels:
+            return levels
     maps = [
         c
         for c in captures
