@@ -87,6 +87,10 @@ def run(
             opts.load, shows="The grids show", check=lambda m: _check_classifier(m, opts, cmd)
         )
         loaded = opened.model
+        if loaded.family.key == "detection":
+            from actviz.models.families import lower_score_threshold
+
+            lower_score_threshold(loaded.module, opts.score_threshold)
         if opts.report:
             from actviz.report import warm_up
 
@@ -129,8 +133,15 @@ def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
 
 
 def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> None:
-    """A backbone without a classifier: no gradients to take, no predictions to record."""
-    if loaded.classifier:
+    """A family without gradients, or a backbone without a classifier: no gradients to take,
+    no predictions to record."""
+    family = loaded.family
+    if family.key == "detection" and opts.gradients.cam and not opts.gradients.grads:
+        return  # EigenCAM and the Grad-CAM of one detection (detection_cam.png)
+    if family.gradients is not None and opts.gradients.backward:
+        flag = "--cam" if opts.gradients.cam else "--grads"
+        raise UsageError(f"{flag} does not apply to {loaded.name}: {family.gradients}")
+    if loaded.classifier or not family.classifies:  # a detector's output is read otherwise
         return
     if opts.gradients.backward:
         flag = "--cam" if opts.gradients.cam else "--grads"
@@ -199,7 +210,7 @@ def _plan(
         for item, folder in zip(found.images, dirs, strict=True)
     ]
     grads = opts.gradients
-    settings = {
+    settings: dict[str, Any] = {
         "model": model,
         "weights": loaded.weights.name or loaded.weights.source,
         "selector": selector,
@@ -209,6 +220,9 @@ def _plan(
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
         **({"sae": str(opts.sae)} if opts.sae is not None else {}),
     }
+    if loaded.family.key == "detection":  # the detections an earlier run recorded
+        settings["score_threshold"] = opts.score_threshold
+        settings["detection"] = opts.detection
     records = RunRecords(opts.out, settings)
     kept: list[Path] = []
     if opts.execution.resume:

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from actviz.hooks import Capture
     from actviz.layouts import LayerContext
     from actviz.render.pca import PcaFit
+    from actviz.run.detection import Found
+    from actviz.run.detection_cam import DetectionCams
 
 __all__ = [
     "RANDOM_NOTE",
@@ -72,6 +74,10 @@ class ImageJob:
     """With ``--view pca``: capture key -> the components fitted over the run."""
     features: Mapping[str, Any] = field(default_factory=dict)
     """With ``--sae``: capture key -> the sparse dictionary whose feature maps are drawn."""
+    detections: Found | None = None
+    """A detector's detections in this image: ``detections.png``."""
+    detection_cams: DetectionCams | None = None
+    """A detector's maps of this image (``--cam``): ``detection_cam.png``."""
 
 
 def model_view(job: ImageJob) -> Image.Image:
