@@ -224,8 +224,24 @@ def models(
     ] = None,
     include_all: Annotated[
         bool,
-        typer.Option("--all", help="Also list detection, video and other model families."),
+        typer.Option(
+            "--all",
+            help=(
+                "List every name, with its family and whether run takes it (RUN yes/no), "
+                "not only the names run takes."
+            ),
+        ),
     ] = False,
+    family: Annotated[
+        str | None,
+        typer.Option(
+            "--family",
+            help=(
+                "Only this family: classification, segmentation, detection, video, "
+                "optical_flow or quantized."
+            ),
+        ),
+    ] = None,
     source: Annotated[
         str,
         typer.Option(
@@ -246,14 +262,14 @@ def models(
     """
     from actviz.models.registry import list_models
 
-    entries = list_models(pattern, include_all=include_all, source=source)
+    entries = list_models(pattern, include_all=include_all, source=source, family=family)
     if as_json:
         out_console.print_json(
             data=[{"name": e.name, "family": e.family, "runnable": e.runnable} for e in entries]
         )
         return
     if not entries:
-        warn(_nothing_listed(source, pattern))
+        warn(_nothing_listed(source, pattern, family, include_all))
         raise typer.Exit(int(ExitCode.ERROR))
     if not include_all:  # every one of these runs: names only, one per line
         for entry in entries:
@@ -269,10 +285,14 @@ def models(
         )
 
 
-def _nothing_listed(source: str, pattern: str | None) -> str:
+def _nothing_listed(source: str, pattern: str | None, family: str | None, include_all: bool) -> str:
     """Why ``actviz models`` lists nothing, and what to do about it."""
     if pattern is not None:
         return f"no {source} model name matches '{pattern}'"
+    if family is not None:
+        return f"no {source} model of the {family} family" + (
+            "" if include_all else " that run takes (--all lists every one)"
+        )
     if source == "hf":
         from huggingface_hub.constants import HF_HUB_CACHE
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ModelError, UnknownModelError, WeightsError, first_line
 from actviz.models.checkpoints import checkpoint_classes, load_checkpoint, load_state_dict_into
+from actviz.models.families import torchvision_family
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from actviz.models.pretrained import (
     default_weights,
@@ -53,16 +54,6 @@ __all__ = [
     "weights_preprocessing",
 ]
 
-#: Families whose input and output contracts differ from "an image batch in, a tensor out".
-_UNSUPPORTED_FAMILIES = {
-    "detection": "detection",
-    "video": "video",
-    "optical_flow": "optical-flow",
-    "quantization": "quantized",
-}
-#: The families ``run`` takes: an image batch in, class scores or class maps out.
-_RUNNABLE_FAMILIES = frozenset({"classification", "segmentation"})
-
 
 class TorchvisionSource:
     """torchvision's models by registry name: the source of every plain MODEL name."""
@@ -77,19 +68,22 @@ class TorchvisionSource:
         """torchvision's models with their family and whether ``run`` takes them."""
         from torchvision import models
 
-        families = dict.fromkeys(models.list_models(module=models), "classification")
-        families.update(
-            (name, "segmentation") for name in models.list_models(module=models.segmentation)
-        )
+        from actviz.models.families import FAMILIES
+
+        families: dict[str, tuple[str, bool]] = {}
+        for family in FAMILIES:
+            if family.torchvision is None or not (include_all or family.runnable):
+                continue
+            module = getattr(models, family.torchvision) if family.torchvision else models
+            families.update(
+                (name, (family.label, family.runnable))
+                for name in models.list_models(module=module)
+            )
         if include_all:
-            for module, label in _UNSUPPORTED_FAMILIES.items():
-                families.update(
-                    (name, label) for name in models.list_models(module=getattr(models, module))
-                )
             for name in models.list_models():  # a family torchvision adds later: not runnable
-                families.setdefault(name, "other")
+                families.setdefault(name, ("other", False))
         names = matching(sorted(families), pattern)
-        return [ModelEntry(n, families[n], families[n] in _RUNNABLE_FAMILIES) for n in names]
+        return [ModelEntry(n, *families[n]) for n in names]
 
     def check_name(self, model: str) -> None:
         """See :func:`check_model_name`."""
@@ -162,6 +156,13 @@ class TorchvisionSource:
         import torch
 
         kwargs = architecture_kwargs(model, None, default_weights(weights_enum(model)))
+        family = torchvision_family(model)
+        if family is not None and family.meta is not None:
+            # Quantized models are calibrated on real tensors while they are built.
+            def on_cpu() -> nn.Module:
+                return seeded(lambda: build_architecture(model, **kwargs))
+
+            return MetaBuild(None, on_cpu=on_cpu)
         try:
             with torch.device("meta"):  # no memory for parameters, and nothing to download
                 module = build_architecture(model, **kwargs)
@@ -233,10 +234,13 @@ def _first_int(value: object, default: int) -> int:
 
 
 def check_model_name(name: str) -> None:
-    """Raise a helpful error unless ``name`` is a torchvision model actviz can run.
+    """Raise a helpful error unless ``name`` is in torchvision's registry.
+
+    Whether a command takes the model is its family's business
+    (:attr:`actviz.models.families.Family.refused`).
 
     Raises:
-        UnknownModelError: With close names, or the family when it is not supported.
+        UnknownModelError: With close names.
     """
     from torchvision import models
 
@@ -249,12 +253,6 @@ def check_model_name(name: str) -> None:
             f"(`actviz run net.py:build IMAGE --weights {name}`)"
         )
     if name in every:
-        for family, label in _UNSUPPORTED_FAMILIES.items():
-            if name in models.list_models(module=getattr(models, family)):
-                raise UnknownModelError(
-                    f"{name} is a {label} model; actviz runs image classification and "
-                    "segmentation models: see `actviz models`"
-                )
         return
     close = difflib.get_close_matches(name, every, n=3, cutoff=0.6) or difflib.get_close_matches(
         name.lower().replace("-", "_"), every, n=3, cutoff=0.6
@@ -344,6 +342,9 @@ def architecture_kwargs(
         and any(k.startswith("aux_classifier.") for k in state_dict)
     ):
         kwargs["aux_loss"] = True
+    family = torchvision_family(name)
+    if family is not None:
+        kwargs.update(family.builder_kwargs())
     if builder.__module__.endswith(".vision_transformer"):
         size = _vit_image_size(state_dict, weights)
         if size is not None and size != 224:
