@@ -183,6 +183,7 @@ def open_command(
     channels_last: bool = False,
     guard: Callable[[Path], None] | None = None,
     restore: Sequence[Any] = (),
+    discover: Callable[[Sequence[Path]], Discovery] | None = None,
 ) -> Iterator[Command]:
     """Open an image command on ``model`` writing into ``out``, for the block.
 
@@ -193,7 +194,8 @@ def open_command(
     ``overwrite``; ``hint``: the fix named when it is not empty; ``guard`` replaces that
     whole step for a command with its own rule) and removed again if the block fails before
     writing into it. ``model`` and every module of ``restore`` are given back in their
-    training mode and device.
+    training mode and device. ``discover`` finds the inputs instead of the image walk (see
+    :mod:`actviz.command.inputs`).
 
     Raises:
         UsageError: For a module object with ``engine='ray'``, inputs that hold no image, or
@@ -218,7 +220,9 @@ def open_command(
     )
     if inputs is not None:
         paths = input_paths(inputs)
-        command.found = images.discover(paths).require(paths)
+        # ``discover``: inputs that are not images (clips, pairs), found once the model is.
+        found = discover(paths) if discover is not None else images.discover(paths)
+        command.found = found if discover is not None else found.require(paths)
         if check_inputs is not None:
             check_inputs(command.found)
     with contextlib.ExitStack() as stack:

@@ -65,7 +65,8 @@ def run(
             keywords given together with ``options``, is a
             :class:`~actviz.command.options.KeywordError` (also a ``TypeError``).
     """
-    from actviz.command import open_command
+    from actviz.command import input_paths, open_command
+    from actviz.command.inputs import discovery_for, inputs_for
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
 
@@ -81,12 +82,15 @@ def run(
         overwrite=ex.overwrite,
         engine=ex.engine,
         channels_last=ex.channels_last,
+        discover=discovery_for(model),
     ) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
         opened = cmd.load(
             opts.load, shows="The grids show", check=lambda m: _check_classifier(m, opts, cmd)
         )
         loaded = opened.model
+        cmd.found = inputs_for(loaded, input_paths(inputs), cmd.found)
+        _clip_options(loaded, opts)
         if opts.report:
             from actviz.report import warm_up
 
@@ -126,10 +130,32 @@ def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
             result.status, result.record = "reused", offset
 
 
+def _clip_options(loaded: LoadedModel, opts: RunOptions) -> None:
+    """``frames`` for a video model's clips, ``flow_updates`` for a flow model's iterations."""
+    from actviz.models.clips import ClipPreprocessing
+    from actviz.models.families.flow import flow_updates
+
+    if opts.frames is not None:
+        if not isinstance(loaded.preprocess, ClipPreprocessing):
+            raise UsageError(f"--frames is for video models; {loaded.name} takes no clips")
+        loaded.preprocess = loaded.preprocess.with_frames(opts.frames)
+    if opts.flow_updates is not None:
+        if loaded.family.key != "optical_flow":
+            raise UsageError(f"--flow-updates is for optical-flow models, not {loaded.name}")
+        if opts.flow_updates < 1:
+            raise UsageError(f"--flow-updates must be at least 1, not {opts.flow_updates}")
+        flow_updates(loaded.module, opts.flow_updates)
+
+
 def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> None:
     """A backbone without a classifier: no gradients to take, no predictions to record."""
     if loaded.classifier:
         return
+    if loaded.family.gradients is not None and loaded.family.key == "optical_flow":
+        if opts.gradients.backward:
+            flag = "--cam" if opts.gradients.cam else "--grads"
+            raise UsageError(f"{flag} needs class scores: {loaded.family.gradients}")
+        return  # its output is drawn as flow fields, not predictions
     if opts.gradients.backward:
         flag = "--cam" if opts.gradients.cam else "--grads"
         raise UsageError(
@@ -183,6 +209,9 @@ def _plan(
         "input_size": list(loaded.input_size),
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
     }
+    frames = getattr(loaded.preprocess, "frames", None)
+    if frames is not None or opts.flow_updates is not None:  # a clip's length, flow's updates
+        settings["clip"] = [frames, opts.flow_updates]
     records = RunRecords(opts.out, settings)
     kept: list[Path] = []
     if opts.execution.resume:

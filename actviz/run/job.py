@@ -78,6 +78,8 @@ def model_view(job: ImageJob) -> Image.Image:
 
     assert job.model_input is not None
     x = job.model_input.numpy()
+    if x.ndim == 4:  # a clip (C, T, H, W): its middle frame; a flow pair: its first picture
+        x = x[:, (x.shape[1] - 1) // 2]
     mean, std = list(job.mean), list(job.std)
     if x.shape[0] == 1:  # a greyscale model: show its one channel as grey
         x = x.repeat(3, axis=0)

@@ -166,6 +166,8 @@ class RunOptions:
         report: Write the static HTML report ``index.html``.
         thresholds: Anomaly thresholds (``actviz.stats.Thresholds``); None for the defaults.
         top_k: How many predictions to record per image for classifiers.
+        frames: Frames of a video model's clips (None: as the weights' recipe says).
+        flow_updates: Refinement iterations of an optical-flow model (None: its own, 12).
         load, draw, gradients, execution: The option groups.
     """
 
@@ -176,6 +178,8 @@ class RunOptions:
     report: bool = True
     thresholds: Thresholds | None = None
     top_k: int = 5
+    frames: int | None = None
+    flow_updates: int | None = None
     load: LoadOptions = field(default_factory=LoadOptions)
     draw: DrawOptions = field(default_factory=DrawOptions)
     gradients: GradientOptions = field(default_factory=GradientOptions)
