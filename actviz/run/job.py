@@ -70,6 +70,9 @@ class ImageJob:
     """The module whose output is a segmentation model's class logits: ``segmentation.png``."""
     pca: Mapping[str, PcaFit] = field(default_factory=dict)
     """With ``--view pca``: capture key -> the components fitted over the run."""
+    flows: Any = None
+    """An optical-flow model's estimate for this pair at each iteration, ``(N, 2, H, W)``:
+    ``flow.png``."""
 
 
 def model_view(job: ImageJob) -> Image.Image:

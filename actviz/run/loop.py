@@ -8,6 +8,7 @@ one is in the model, and no more is kept alive, so memory stays flat over any fo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections import deque
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from actviz.errors import ActvizError
 from actviz.gradients import backward, choose_cam_keys
 from actviz.results import ImageResult, LayerResult
 from actviz.run.draw import draw_image, summaries
+from actviz.run.flow import flow_iterations
 from actviz.run.gradients import write_flow_chart
 from actviz.run.job import ImageJob, thumbnail_path, top_k_predictions
 from actviz.run.scales import SharedScales, shared_ranges
@@ -171,6 +173,8 @@ def capture_and_render(
                     job = _image_job(
                         shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
                     )
+                    if loaded.family.key == "optical_flow":
+                        job = dataclasses.replace(job, flows=flow_iterations(logits, i))
                     futures.append(pool.submit(draw_image, job))
                     jobs.append((index, job))
                 if pca is not None:
@@ -283,6 +287,7 @@ def _image_job(
             or opts.report
             or opts.gradients.cam
             or loaded.segmentation
+            or loaded.family.key == "optical_flow"
             else None
         ),
         mean=loaded.preprocess.mean,
