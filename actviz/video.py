@@ -155,7 +155,8 @@ def _av_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
     except VideoLoadError:
         raise
     except (av.FFmpegError, OSError, ValueError, UnicodeDecodeError) as exc:
-        raise VideoLoadError(str(path), f"not a readable video ({first_line(exc)})") from None
+        why = getattr(exc, "strerror", None) or first_line(exc)
+        raise VideoLoadError(str(path), f"not a readable video ({why})") from None
 
 
 def _duration(container: Any, stream: Any) -> float | None:

@@ -1,4 +1,5 @@
-"""An optical-flow model's estimate of one pair at every iteration: ``<pair>/flow.png``."""
+"""An optical-flow model's estimate of one pair at every iteration: ``<pair>/flow.png`` (and,
+with ``--save-tensors``, ``<pair>/flow.npy``)."""
 
 from __future__ import annotations
 
@@ -49,4 +50,9 @@ def write_flow(job: ImageJob) -> str | None:
     rel = job.folder / "flow.png"
     png = encode_png(picture, level=job.options.png_compression)
     output.write_bytes(job.out_dir / rel, png)
+    fmt = job.options.save_tensors
+    if fmt is not None:  # every iteration's flow, (N, 2, H, W), beside the layers' tensors
+        import torch
+
+        output.write_tensor(job.out_dir / job.folder / f"flow.{fmt}", torch.from_numpy(flows), fmt)
     return rel.as_posix()
