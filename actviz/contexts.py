@@ -52,6 +52,9 @@ class LayerContext:
     clip_grid: tuple[int, int, int] | None = None
     """For a video transformer's token outputs (MViT), the ``(T, H, W)`` grid of its patch
     tokens at the first stage; later stages pool H and W (never T) by powers of 2."""
+    frames: bool = False
+    """The model's outputs may hold a time axis, ``(C, T, H, W)`` per input: a video model
+    (3-D layers) or an optical-flow model (its encoder sees both pictures of a pair)."""
 
 
 #: Modules whose output is channels-first by contract (they only accept ``(N, C, *)``).
@@ -111,6 +114,9 @@ def layer_contexts(
     tokens = _token_regions(modules, input_hw)
     windows = _window_regions(modules)
     clips = _clip_grids(modules)
+    frames = bool(type_names(model) & {"RAFT"}) or any(
+        type(module).__name__.endswith("3d") for _, module in modules
+    )
     # Windowed attention's rows are put back into each image's grid, channels last
     # (actviz.windows), whatever layer came before.
     for name, (block, inside) in windowed_blocks(model).items():
@@ -128,6 +134,7 @@ def layer_contexts(
             channels_last=last_state.get(name),
             windows=windows.get(name),
             clip_grid=next((g for owner, g in clips.items() if _inside(name, owner)), None),
+            frames=frames,
         )
     return contexts
 

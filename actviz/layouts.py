@@ -235,7 +235,7 @@ def _decide(shape: tuple[int, ...], ctx: LayerContext | None, layout: Layout) ->
         return _decide_2d(shape, ctx, layout)
     if len(shape) == 3:
         return _decide_3d(shape, ctx, layout)
-    if len(shape) == 4 and layout in ("auto", "nchw", "nhwc"):
+    if len(shape) == 4 and (layout != "auto" or ctx is None or ctx.frames) and layout != "tokens":
         return _decide_clip(shape, ctx, layout)
     return _Plan(
         "none",
@@ -288,9 +288,10 @@ def _decide_clip(shape: tuple[int, ...], ctx: LayerContext | None, layout: Layou
     hint = ctx.channels_hint if ctx is not None else None
     last = layout == "nhwc" or (
         layout == "auto"
-        and ((hint is not None and shape[3] == hint != shape[0]) or (
-            hint not in (shape[0], shape[3]) and ctx is not None and ctx.channels_last is True
-        ))
+        and (
+            (hint is not None and shape[3] == hint != shape[0])
+            or (hint not in (shape[0], shape[3]) and ctx is not None and ctx.channels_last is True)
+        )
     )
     if not last:
         return _Plan("clip", "ncthw", None)

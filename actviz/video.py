@@ -126,7 +126,9 @@ def _animated_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
     except VideoLoadError:
         raise
     except (OSError, ValueError, EOFError, SyntaxError) as exc:
-        raise VideoLoadError(str(path), f"cannot decode the animation ({first_line(exc)})") from None
+        raise VideoLoadError(
+            str(path), f"cannot decode the animation ({first_line(exc)})"
+        ) from None
 
 
 def _av_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:

@@ -77,7 +77,7 @@ def test_a_clip_that_is_not_four_dimensional_is_refused() -> None:
 
 
 def test_video_layers_are_laid_out_as_clips() -> None:
-    conv = LayerContext("Conv3d", channels_hint=8, channels_last=False)
+    conv = LayerContext("Conv3d", channels_hint=8, channels_last=False, frames=True)
     drawn = to_drawable(np.zeros((8, 4, 5, 6), np.float32), conv)
     assert (drawn.kind, drawn.layout, drawn.drawn_shape) == (
         "clip",
@@ -85,7 +85,7 @@ def test_video_layers_are_laid_out_as_clips() -> None:
         (8, 4, 5, 6),
     )
     # Swin3D: channels last, (T, H, W, C) with the module's channel count last.
-    swin = LayerContext("LayerNorm", channels_hint=8, channels_last=True)
+    swin = LayerContext("LayerNorm", channels_hint=8, channels_last=True, frames=True)
     sample = np.random.default_rng(0).normal(size=(4, 5, 6, 8)).astype(np.float32)
     drawn = to_drawable(sample, swin)
     assert (drawn.kind, drawn.layout) == ("clip", "nthwc")
@@ -94,6 +94,9 @@ def test_video_layers_are_laid_out_as_clips() -> None:
     assert to_drawable(np.zeros((8, 1, 3, 3), np.float32), conv).kind == "maps"
     assert to_drawable(np.zeros((8, 1, 1, 1), np.float32), conv).kind == "vector"
     assert plan_layout((8, 1, 1, 1), conv).kind == "vector"
+    # In an image model a 4-D output (windowed attention weights) is no clip.
+    image_model = LayerContext("Softmax", channels_hint=8, channels_last=True)
+    assert to_drawable(np.zeros((4, 2, 9, 9), np.float32), image_model).kind == "none"
 
 
 def test_mvit_tokens_are_reshaped_with_their_grid_and_the_class_token_apart() -> None:
@@ -112,13 +115,13 @@ def test_mvit_tokens_are_reshaped_with_their_grid_and_the_class_token_apart() ->
 
 
 def test_mvit_grid_comes_from_its_positional_encoding() -> None:
+    import torch
     from torchvision.models.video import mvit_v2_s
 
     from actviz.layouts import layer_contexts
-
-    import torch
 
     with torch.device("meta"):
         model = mvit_v2_s()
     contexts = layer_contexts(model)
     assert contexts["blocks.3"].clip_grid == (8, 56, 56)
+    assert contexts["blocks.3"].frames and contexts["conv_proj"].frames

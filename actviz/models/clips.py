@@ -73,7 +73,7 @@ class ClipPreprocessing(Preprocessing):
         from torchvision.transforms import functional as F
 
         scaled = F.convert_image_dtype(frames, torch.float)
-        normal = F.normalize(scaled, mean=list(self.mean), std=list(self.std))
+        normal: torch.Tensor = F.normalize(scaled, mean=list(self.mean), std=list(self.std))
         return normal.permute(1, 0, 2, 3).contiguous()
 
     def with_frames(self, frames: int | None) -> ClipPreprocessing:

@@ -43,7 +43,8 @@ def _wheel(side: int) -> U8Array:
     v, u = np.meshgrid(axis, axis, indexing="ij")
     inside = u * u + v * v <= 1.0
     field = np.stack([u * inside, v * inside])[None]
-    return flow_colours(field)[0]
+    wheel: U8Array = flow_colours(field)[0]
+    return wheel
 
 
 def _fit(tile: U8Array, side: int) -> U8Array:

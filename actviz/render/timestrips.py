@@ -113,7 +113,7 @@ def render_time_strips(
         for row in range(chosen.count)
         for col in range(per_row)
     ]
-    tiles = np.ascontiguousarray(tiles).reshape(chosen.count * per_row, height, width)
+    stacked = np.ascontiguousarray(tiles).reshape(chosen.count * per_row, height, width)
     placed = tile_layout(height * upscale, width * upscale, labels)
     body_h, body_w = body_shape(len(labels), per_row, placed)
     sampled = "" if shown_t == frames else f" (every {frames / shown_t:.3g}th)"
@@ -129,7 +129,7 @@ def render_time_strips(
         notes=tuple(notes),
     )
     canvas, header_h = new_canvas(body_h, body_w, header)
-    tile_grid(tiles, per_row, upscale, labels, out=canvas[header_h:, :body_w])
+    tile_grid(stacked, per_row, upscale, labels, out=canvas[header_h:, :body_w])
     canvas.setflags(write=False)
     return GridImage(
         indices=canvas,

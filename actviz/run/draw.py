@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.render.png import picture_png
 from actviz.results import LayerResult
+from actviz.run.flow import write_flow
 from actviz.run.job import ImageJob, model_view, thumbnail_path
 from actviz.run.pictures import PICTURE_KINDS
 from actviz.run.record import LayerView, layer_record, layer_view, summaries
-from actviz.run.flow import write_flow
 from actviz.run.segmentation import write_segmentation
 
 if TYPE_CHECKING:
