@@ -89,6 +89,9 @@ class ImageResult:
     gradient_flow: str | None = None
     note: str | None = None
     """What the model saw of an image it barely sees (a far-off aspect ratio, a tiny image)."""
+    pictures: dict[str, str] = field(default_factory=dict)
+    """Pictures of the whole input by kind (``flow``: an optical-flow model's estimate at
+    every iteration), relative to the output folder."""
     record: int | None = None
     """The byte offset of this image's line in the run's ledger, once it has one."""
 

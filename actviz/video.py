@@ -256,7 +256,7 @@ def discover_clips(inputs: Sequence[Path]) -> Discovery:
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             here = Path(root)
             if here != path and frame_files(here):
-                rel = here.relative_to(path.parent)
+                rel = here.relative_to(path)
                 clips.append(ImageInput(here, PurePosixPath(rel.as_posix())))
                 dirs[:] = []
                 continue

@@ -84,7 +84,9 @@ def test_the_last_flow_equals_the_models_and_the_encoder_shows_both_frames(tmp_p
         "update_block:3[0]",
         "update_block:3[1]",
     ]
-    assert (out / "f1" / "flow.png").is_file()
+    assert record["pictures"] == {"flow": "f1/flow.png"}
+    flow_png = Image.open(out / "f1" / "flow.png")
+    assert flow_png.mode == "RGB" and flow_png.width > 3 * 136  # pair, key, iterations
     saved = np.load(out / "f1" / "flow.npy")
 
     model = load_model("raft_small", weights="none").module

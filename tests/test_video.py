@@ -94,7 +94,7 @@ def test_discovery_finds_videos_animations_and_frame_folders(tmp_path: Path) -> 
         make_image(tmp_path / "in" / "clip" / f"{i:03d}.png", size=(20, 16), seed=i)
     (tmp_path / "in" / "notes.txt").write_text("x")
     found = discover_clips([tmp_path / "in"])
-    assert sorted(str(c.rel) for c in found.images) == ["in/clip", "sub/a.gif", "v.mp4"]
+    assert sorted(str(c.rel) for c in found.images) == ["clip", "sub/a.gif", "v.mp4"]
     assert [p.name for p, _ in found.skipped] == ["notes.txt"]
     with pytest.raises(UsageError, match="still image"):
         discover_clips([make_image(tmp_path / "x.png")])

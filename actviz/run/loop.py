@@ -175,6 +175,8 @@ def capture_and_render(
                     )
                     if loaded.family.key == "optical_flow":
                         job = dataclasses.replace(job, flows=flow_iterations(logits, i))
+                        if opts.draw.grids and job.flows is not None:
+                            result.pictures["flow"] = (result.out_dir / "flow.png").as_posix()
                     futures.append(pool.submit(draw_image, job))
                     jobs.append((index, job))
                 if pca is not None:

@@ -64,6 +64,7 @@ def image_record(result: ImageResult) -> dict[str, Any]:
         "thumbnail": result.thumbnail,
         "gradient_flow": result.gradient_flow,
         "note": result.note,
+        "pictures": dict(result.pictures),
         "predictions": [
             {"index": p.index, "label": p.label, "probability": _finite(p.probability)}
             for p in result.predictions
@@ -109,6 +110,7 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
         thumbnail=record.get("thumbnail"),
         gradient_flow=record.get("gradient_flow"),
         note=record.get("note"),
+        pictures=dict(record.get("pictures") or {}),
         record=stub.record,
         predictions=[
             Prediction(p["index"], p["label"], nan_if_none(p["probability"]))
