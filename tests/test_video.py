@@ -231,12 +231,17 @@ def test_a_users_own_video_model_takes_clips_and_images_are_refused(tmp_path: Pa
     gif = write_gif(tmp_path / "in" / "a.gif", frames=6)
     out = tmp_path / "out"
     args = ["-w", "none", "--input-size", "24,24", "--frames", "3", "--no-report", "-q"]
-    result = CliRunner().invoke(app, ["run", f"{net}:build", str(gif), "-o", str(out), *args])
+    argv = ["run", f"{net}:build", str(gif), "-o", str(out), "--cam", *args]
+    result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
-    conv = run_images(out)[0]["layers"][0]
+    layers = run_images(out)[0]["layers"]
+    conv = layers[0]
     assert (conv["shape"], conv["layout"]) == ([1, 4, 3, 24, 24], "ncthw")
     strips = Image.open(out / conv["file"])
     assert strips.size[0] > strips.size[1] / 2  # 3 frames side by side, 4 channel rows
+    cams = [layer["cam"] for layer in layers if layer["cam"]]
+    assert cams == ["a/00_0_cam.png"]  # the Conv3d (the default selection), per frame
+    assert Image.open(out / cams[0]).width >= 3 * 112  # one panel per frame
 
     image = make_image(tmp_path / "x.png")
     refused = CliRunner().invoke(

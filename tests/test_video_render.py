@@ -125,3 +125,25 @@ def test_mvit_grid_comes_from_its_positional_encoding() -> None:
     contexts = layer_contexts(model)
     assert contexts["blocks.3"].clip_grid == (8, 56, 56)
     assert contexts["blocks.3"].frames and contexts["conv_proj"].frames
+
+
+def test_a_clips_grad_cam_is_pytorch_grad_cams_per_frame_on_one_scale() -> None:
+    from pytorch_grad_cam import GradCAM
+    from torch import nn
+
+    from actviz.run.clipcam import clip_cam, input_frame
+
+    rng = np.random.default_rng(3)
+    acts = rng.normal(size=(6, 4, 5, 5)).astype(np.float32)
+    grads = rng.normal(size=(6, 4, 5, 5)).astype(np.float32)
+    conv = nn.Conv3d(3, 6, 1)
+    reference = GradCAM(model=nn.Sequential(conv), target_layers=[conv])
+    try:
+        weighted = reference.get_cam_image(None, conv, None, acts[None], grads[None])[0]
+    finally:
+        reference.activations_and_grads.release()
+    expected = np.maximum(weighted, 0)
+    np.testing.assert_allclose(clip_cam(acts, grads), expected / expected.max(), atol=1e-5)
+    assert clip_cam(acts, np.zeros_like(grads)).max() == 0  # no evidence: zero, no NaN
+    # A layer frame covers a stretch of input frames; its middle one is shown under it.
+    assert [input_frame(t, 4, 16) for t in range(4)] == [2, 6, 10, 14]

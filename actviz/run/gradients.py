@@ -105,6 +105,11 @@ def cam_picture(view: LayerView) -> Drawn | None:
     if captured is None or cap.key not in job.cam_keys or job.model_input is None:
         return None
     _, grad_maps = _gradient(job, cap, captured)
+    if grad_maps.kind == "clip" and grad_maps.array is not None:  # a video layer: per frame
+        from actviz.run.clipcam import clip_cam_picture
+
+        acts = view.drawable.array
+        return clip_cam_picture(job, cap, acts, grad_maps.array) if acts is not None else None
     if grad_maps.kind != "maps" or grad_maps.array is None:
         return None
     ranked = job.class_cams.get(cap.key)
