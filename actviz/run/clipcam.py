@@ -35,15 +35,17 @@ def input_frame(layer_frame: int, layer_frames: int, input_frames: int) -> int:
     return min(input_frames - 1, int((layer_frame + 0.5) * input_frames / layer_frames))
 
 
-def clip_cam_picture(job: ImageJob, cap: Any, activation: Any, gradient: Any) -> Drawn | None:
-    """The picture: for each shown frame, the input frame with its map blended over it."""
+def clip_cam_picture(
+    job: ImageJob, cap: Any, activation: Any, gradient: Any, name: str
+) -> Drawn | None:
+    """The picture: for each shown frame, the input frame with its map blended over it
+    (``name``: the target class, as the header says it)."""
     import numpy as np
 
     from actviz.render.legend import Header
     from actviz.render.overlay import cam_panel, input_view
     from actviz.render.png import picture_png
     from actviz.render.timestrips import frame_columns
-    from actviz.run.gradients import class_name
 
     x = job.model_input
     if x is None or x.ndim != 4 or activation.ndim != 4:
@@ -62,7 +64,6 @@ def clip_cam_picture(job: ImageJob, cap: Any, activation: Any, gradient: Any) ->
         panels.append(panel)
     gap = np.full((panels[0].shape[0], 4, 3), 40, dtype=np.uint8)
     pixels = np.concatenate([p for panel in panels for p in (panel, gap)][:-1], axis=1)
-    name = class_name(job.target, job.target_label)
     zero = "" if cam.any() else "the Grad-CAM map is all zero"
     header = Header(
         title=f"{cap.key}   {cap.module_type}   Grad-CAM per frame",

@@ -108,8 +108,11 @@ def cam_picture(view: LayerView) -> Drawn | None:
     if grad_maps.kind == "clip" and grad_maps.array is not None:  # a video layer: per frame
         from actviz.run.clipcam import clip_cam_picture
 
-        acts = view.drawable.array
-        return clip_cam_picture(job, cap, acts, grad_maps.array) if acts is not None else None
+        clip = view.drawable.array
+        if clip is None:
+            return None
+        name = class_name(job.target, job.target_label)
+        return clip_cam_picture(job, cap, clip, grad_maps.array, name)
     if grad_maps.kind != "maps" or grad_maps.array is None:
         return None
     ranked = job.class_cams.get(cap.key)
