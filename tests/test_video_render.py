@@ -147,3 +147,28 @@ def test_a_clips_grad_cam_is_pytorch_grad_cams_per_frame_on_one_scale() -> None:
     assert clip_cam(acts, np.zeros_like(grads)).max() == 0  # no evidence: zero, no NaN
     # A layer frame covers a stretch of input frames; its middle one is shown under it.
     assert [input_frame(t, 4, 16) for t in range(4)] == [2, 6, 10, 14]
+
+
+@pytest.mark.parametrize(
+    ("name", "selector", "count"),
+    [
+        ("mvit_v2_s", "conv_proj,MultiscaleBlock", 17),
+        ("swin3d_t", r"re:^features\.\d+$", 7),
+        ("raft_small", "feature_encoder,context_encoder,update_block", 3),
+        ("r3d_18", "conv", 20),
+    ],
+)
+def test_video_and_flow_models_default_to_their_blocks(
+    name: str, selector: str, count: int
+) -> None:
+    import torch
+    from torchvision import models
+
+    from actviz.hooks import layer_refs
+    from actviz.models.defaults import default_selector
+    from actviz.selectors import select_layers
+
+    with torch.device("meta"):
+        model = models.get_model(name)
+    assert default_selector(model) == selector
+    assert len(select_layers(layer_refs(model), selector)) == count
