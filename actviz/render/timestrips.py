@@ -48,6 +48,7 @@ def render_time_strips(
     min_tile: int = 24,
     notes: Sequence[str] = (),
     prefix: npt.ArrayLike | None = None,
+    frame_names: Sequence[str] | None = None,
 ) -> GridImage:
     """Draw one clip's ``(C, T, H, W)`` maps as rows of channels and columns of frames.
 
@@ -66,6 +67,8 @@ def render_time_strips(
         prefix: ``(C, P)`` values drawn apart from the frames (a video transformer's class
             token): P columns before the first frame, each tile one flat colour on its
             row's scale.
+        frame_names: What each frame is called along the first row (``t0``, ``t1``, ...
+            by default; ``frame 1``, ``frame 2`` for a pair of pictures).
 
     Returns:
         The picture; ``grid_shape`` is ``(channels shown, prefix columns + frames shown)``.
@@ -105,7 +108,8 @@ def render_time_strips(
     per_row = tiles.shape[1]
     upscale = max(1, math.ceil(min_tile / max(height, width)))
     # The channel at the start of each row; what each column is along the first row.
-    names = heads + [f"t{t}" for t in columns]
+    frame_label = list(frame_names) if frame_names is not None else []
+    names = heads + [frame_label[t] if t < len(frame_label) else f"t{t}" for t in columns]
     labels = [
         (f"{int(chosen.ids[row])} {names[0]}" if row == 0 else str(int(chosen.ids[row])))
         if col == 0

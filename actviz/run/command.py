@@ -135,6 +135,11 @@ def _clip_options(loaded: LoadedModel, opts: RunOptions) -> None:
     from actviz.models.clips import ClipPreprocessing
     from actviz.models.families.flow import flow_updates
 
+    if opts.execution.engine == "ray" and loaded.family.key in ("video", "optical_flow"):
+        raise UsageError(
+            f"--engine ray runs image models; {loaded.name} takes "
+            f"{'clips' if loaded.family.key == 'video' else 'pairs of images'}: leave it out"
+        )
     if opts.frames is not None:
         if not isinstance(loaded.preprocess, ClipPreprocessing):
             raise UsageError(f"--frames is for video models; {loaded.name} takes no clips")

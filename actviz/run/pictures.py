@@ -123,6 +123,8 @@ def _clip_picture(view: LayerView, notes: list[str]) -> Drawn:
         cmap=opts.cmap,
         notes=notes,
         prefix=drawable.prefix,
+        # Both pictures of a flow pair in one batch (actviz.windows): frame 1 and frame 2.
+        frame_names=("frame 1", "frame 2") if cap.rows and "pair" in cap.rows else None,
     )
     return Drawn(
         strips.to_png(opts.png_compression),
