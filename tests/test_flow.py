@@ -152,4 +152,4 @@ def test_gradients_of_a_flow_model_are_refused(tmp_path: Path) -> None:
         ],
     )
     assert result.exit_code == 2
-    assert "--cam needs class scores" in result.output
+    assert "--cam does not apply to raft_small: a flow model has no class scores" in result.output

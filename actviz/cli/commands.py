@@ -79,6 +79,31 @@ def run(
     gradients: GradientFlags,
     no_images: NoImagesOption = False,
     no_report: NoReportOption = False,
+    score_threshold: Annotated[
+        float,
+        typer.Option(
+            "--score-threshold",
+            min=0.0,
+            max=1.0,
+            help=(
+                "A detector's detections are recorded and drawn from this score up "
+                "(detections.png); lower it when an untrained detector finds nothing."
+            ),
+            rich_help_panel="Detection",
+        ),
+    ] = 0.5,
+    detection: Annotated[
+        int,
+        typer.Option(
+            "--detection",
+            min=1,
+            help=(
+                "With --cam on a detector: which detection's score Grad-CAM explains "
+                "(1: the highest); EigenCAM needs none (detection_cam.png)."
+            ),
+            rich_help_panel="Detection",
+        ),
+    ] = 1,
     checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -100,6 +125,8 @@ def run(
         report=not no_report,
         frames=frames,
         flow_updates=flow_updates,
+        score_threshold=score_threshold,
+        detection=detection,
         load=load.options(),
         draw=draw.options(grids=not no_images),
         gradients=gradients.options(),

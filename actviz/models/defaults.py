@@ -47,8 +47,12 @@ def default_selector(model: nn.Module) -> str:
         A selector string for :func:`actviz.selectors.select_layers`.
     """
     from actviz.hooks import layer_refs
+    from actviz.models.families import family_of
     from actviz.selectors import TYPE_ALIASES
 
+    own = family_of(model).selector(model)
+    if own is not None:  # a family's own view (a detector's stages and FPN levels)
+        return own
     refs = layer_refs(model)
     names = {ref.name for ref in refs}
     types = {t for ref in refs for t in ref.types}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -93,11 +92,10 @@ def list_layers(
     preprocess = source.preprocessing(model, None, input_size=input_size, in_chans=in_chans)
     module, recorder, input_shape, stopped = _traced(source, model, preprocess, input_size)
     listing = listing_of(module, recorder, model=model, input_shape=input_shape, layers=layers)
-    family = family_of(module)
-    notes = [FUSED_NOTE if family is QUANTIZED else None, stopped]
-    return dataclasses.replace(
-        listing, family=family.key, note="; ".join(n for n in notes if n) or None
-    )
+    if stopped is None:
+        return listing
+    note = f"{listing.note}; {stopped}" if listing.note else stopped
+    return dataclasses.replace(listing, note=note)
 
 
 def listing_of(
@@ -109,7 +107,8 @@ def listing_of(
     layers: str | Sequence[str] | None,
 ) -> LayerListing:
     """The listing of ``module`` from a recorder that traced it once with every module hooked:
-    shapes, calls and parameters per module, and the rows ``layers`` selects marked."""
+    shapes, calls and parameters per module, the rows ``layers`` selects marked, its family
+    and what its names mean (a quantized model's fused layers)."""
     from actviz.hooks import layer_refs
     from actviz.selectors import named_exactly, select_layers
 
@@ -145,9 +144,12 @@ def listing_of(
         for row in rows
         if row.selected
     )
+    family = family_of(module)
     return LayerListing(
         model=model,
         input_shape=input_shape,
+        family=family.key,
+        note=FUSED_NOTE if family is QUANTIZED else None,
         layers=rows,
         selector=None
         if layers is None
@@ -265,13 +267,13 @@ def trace_until_stopped(
 ) -> tuple[ActivationRecorder, bool]:
     """:func:`trace` for a family whose forward cannot finish on the meta device: what ran
     before it stopped, and whether it stopped."""
-    try:
-        return trace(module, input_shape, device), False
-    except (RuntimeError, NotImplementedError):
-        recorder = _recorder(module)
-        with recorder, contextlib.suppress(RuntimeError, NotImplementedError):
+    recorder = _recorder(module)
+    with recorder:
+        try:
             _forward_zeros(module, input_shape, device)
-        return recorder, True
+        except (RuntimeError, NotImplementedError):
+            return recorder, True
+    return recorder, False
 
 
 def trace(

@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
 from actviz.models.devices import resolve_device
-from actviz.models.families import CLASSIFICATION, Family, family_named, family_of
+from actviz.models.families import (
+    CLASSIFICATION,
+    Family,
+    family_named,
+    family_of,
+    torchvision_family,
+)
 
 # The ``name as name`` imports mark re-exports for mypy --strict: other modules import them here.
 from actviz.models.preprocessing import IMAGENET_MEAN as IMAGENET_MEAN
@@ -155,10 +161,14 @@ def load_model(
         CheckpointError: If a checkpoint is unreadable, unsafe or does not fit.
         DeviceError: If the device is not available.
     """
-    torch_device = resolve_device(device)
     if in_chans not in (1, 3):
         raise UsageError(f"--in-chans must be 1 or 3, not {in_chans}")
     source = source_for(name)
+    named = torchvision_family(name) if source.key == "torchvision" else None
+    if named is not None and named.cpu_only is not None:
+        # Before the device is looked for: a usage error whatever this machine has.
+        family_device(name, named, _cpu(), device, cpu=device.strip().lower() == "cpu")
+    torch_device = resolve_device(device)
     built = source.load(
         name, weights.strip(), trust_checkpoint=trust_checkpoint, input_size=input_size
     )
@@ -190,20 +200,28 @@ def load_model(
     )
 
 
-def family_device(name: str, family: Family, device: torch.device, asked: str) -> torch.device:
+def family_device(
+    name: str, family: Family, device: torch.device, asked: str, *, cpu: bool | None = None
+) -> torch.device:
     """The device a model of ``family`` runs on: ``device``, or the CPU for a CPU-only family
-    when the device was left to ``auto``.
+    when the device was left to ``auto`` (``cpu``: whether ``asked`` is the CPU, when
+    ``device`` is not resolved yet).
 
     Raises:
         UsageError: If a CPU-only family's model was sent to another device.
     """
-    if family.cpu_only is None or device.type == "cpu":
+    on_cpu = device.type == "cpu" if cpu is None else cpu
+    if family.cpu_only is None or on_cpu:
         return device
     if asked.strip().lower() == "auto":
-        import torch
+        return _cpu()
+    raise UsageError(f"{name} cannot run on {asked.strip()}: {family.cpu_only}")
 
-        return torch.device("cpu")
-    raise UsageError(f"{name} cannot run on {device}: {family.cpu_only}")
+
+def _cpu() -> torch.device:
+    import torch
+
+    return torch.device("cpu")
 
 
 def load_with(name: str, options: LoadOptions, *, weights: str | None = None) -> LoadedModel:

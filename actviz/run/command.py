@@ -91,6 +91,10 @@ def run(
         loaded = opened.model
         cmd.found = inputs_for(loaded, input_paths(inputs), cmd.found)
         _clip_options(loaded, opts)
+        if loaded.family.key == "detection":
+            from actviz.models.families import lower_score_threshold
+
+            lower_score_threshold(loaded.module, opts.score_threshold)
         if opts.report:
             from actviz.report import warm_up
 
@@ -153,14 +157,16 @@ def _clip_options(loaded: LoadedModel, opts: RunOptions) -> None:
 
 
 def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> None:
-    """A backbone without a classifier: no gradients to take, no predictions to record."""
-    if loaded.classifier:
+    """A family without gradients, or a backbone without a classifier: no gradients to take,
+    no predictions to record."""
+    family = loaded.family
+    if family.key == "detection" and opts.gradients.cam and not opts.gradients.grads:
+        return  # EigenCAM and the Grad-CAM of one detection (detection_cam.png)
+    if family.gradients is not None and opts.gradients.backward:
+        flag = "--cam" if opts.gradients.cam else "--grads"
+        raise UsageError(f"{flag} does not apply to {loaded.name}: {family.gradients}")
+    if loaded.classifier or not family.classifies:  # a detector's output is read otherwise
         return
-    if loaded.family.gradients is not None and loaded.family.key == "optical_flow":
-        if opts.gradients.backward:
-            flag = "--cam" if opts.gradients.cam else "--grads"
-            raise UsageError(f"{flag} needs class scores: {loaded.family.gradients}")
-        return  # its output is drawn as flow fields, not predictions
     if opts.gradients.backward:
         flag = "--cam" if opts.gradients.cam else "--grads"
         raise UsageError(
@@ -205,7 +211,7 @@ def _plan(
         for item, folder in zip(found.images, dirs, strict=True)
     ]
     grads = opts.gradients
-    settings = {
+    settings: dict[str, Any] = {
         "model": model,
         "weights": loaded.weights.name or loaded.weights.source,
         "selector": selector,
@@ -217,6 +223,9 @@ def _plan(
     frames = getattr(loaded.preprocess, "frames", None)
     if frames is not None or opts.flow_updates is not None:  # a clip's length, flow's updates
         settings["clip"] = [frames, opts.flow_updates]
+    if loaded.family.key == "detection":  # the detections an earlier run recorded
+        settings["score_threshold"] = opts.score_threshold
+        settings["detection"] = opts.detection
     records = RunRecords(opts.out, settings)
     kept: list[Path] = []
     if opts.execution.resume:

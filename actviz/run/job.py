@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from actviz.hooks import Capture
     from actviz.layouts import LayerContext
     from actviz.render.pca import PcaFit
+    from actviz.run.detection import Found
+    from actviz.run.detection_cam import DetectionCams
 
 __all__ = [
     "RANDOM_NOTE",
@@ -73,6 +75,10 @@ class ImageJob:
     flows: Any = None
     """An optical-flow model's estimate for this pair at each iteration, ``(N, 2, H, W)``:
     ``flow.png``."""
+    detections: Found | None = None
+    """A detector's detections in this image: ``detections.png``."""
+    detection_cams: DetectionCams | None = None
+    """A detector's maps of this image (``--cam``): ``detection_cam.png``."""
 
 
 def model_view(job: ImageJob) -> Image.Image:

@@ -65,6 +65,15 @@ def image_record(result: ImageResult) -> dict[str, Any]:
         "gradient_flow": result.gradient_flow,
         "note": result.note,
         "pictures": dict(result.pictures),
+        **(
+            {
+                "detections": result.detections,
+                "detections_file": result.detections_file,
+                "detection_cam_file": result.detection_cam_file,
+            }
+            if result.detections is not None
+            else {}
+        ),
         "predictions": [
             {"index": p.index, "label": p.label, "probability": _finite(p.probability)}
             for p in result.predictions
@@ -111,6 +120,9 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
         gradient_flow=record.get("gradient_flow"),
         note=record.get("note"),
         pictures=dict(record.get("pictures") or {}),
+        detections=record.get("detections"),
+        detections_file=record.get("detections_file"),
+        detection_cam_file=record.get("detection_cam_file"),
         record=stub.record,
         predictions=[
             Prediction(p["index"], p["label"], nan_if_none(p["probability"]))

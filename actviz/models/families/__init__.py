@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING
 
 from actviz.errors import UsageError
 from actviz.models.families.base import Family, plain_call
-from actviz.models.families.detection import DETECTION, detection_transform, is_detector
+from actviz.models.families.detection import (
+    DETECTION,
+    detection_transform,
+    is_detector,
+    lower_score_threshold,
+)
 from actviz.models.families.flow import OPTICAL_FLOW
 from actviz.models.families.image import CLASSIFICATION, SEGMENTATION
 from actviz.models.families.quantized import FUSED_NOTE, QUANTIZED, is_quantized
@@ -40,6 +45,7 @@ __all__ = [
     "family_of",
     "is_detector",
     "is_quantized",
+    "lower_score_threshold",
     "plain_call",
     "torchvision_family",
 ]

@@ -31,6 +31,16 @@ def same_preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preproce
     return preprocess
 
 
+def no_kwargs(input_size: tuple[int, int] | None) -> dict[str, Any]:
+    """No builder arguments of the family's own."""
+    return {}
+
+
+def no_selector(module: nn.Module) -> str | None:
+    """No default selector of the family's own: the architecture's."""
+    return None
+
+
 def never(module: nn.Module) -> bool:
     """A family no module is detected as (a family only named)."""
     return False
@@ -68,9 +78,12 @@ class Family:
         meta_stops: Why a trace on the meta device stops before the end of the forward (a
             detector's boxes have data-dependent shapes); ``list-layers`` then lists the
             modules after that point without shapes and says so. None: it runs to the end.
-        builder_kwargs: Extra arguments for torchvision's builders of the family
-            (``quantize=True`` and the CPU's engine for quantized models).
+        builder_kwargs: Extra arguments for torchvision's builders of the family, given
+            ``--input-size`` (None without it): ``quantize=True`` and the CPU's engine for
+            quantized models, a detector's ``min_size`` and ``max_size``.
         outputs: How the family's output is read, in one line (the manifest and the docs).
+        selector: The default ``--layers`` for a model of the family; None leaves it to the
+            architecture (:func:`actviz.models.default_selector`).
     """
 
     key: str
@@ -86,8 +99,9 @@ class Family:
     commands: Mapping[str, str] = field(default_factory=dict)
     meta: str | None = None
     meta_stops: str | None = None
-    builder_kwargs: Callable[[], dict[str, Any]] = dict
+    builder_kwargs: Callable[[tuple[int, int] | None], dict[str, Any]] = no_kwargs
     outputs: str = ""
+    selector: Callable[[nn.Module], str | None] = no_selector
 
     @property
     def runnable(self) -> bool:

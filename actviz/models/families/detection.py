@@ -12,6 +12,7 @@ In eval mode the output is one dict per image: ``boxes``, ``labels``, ``scores``
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families.base import Family
@@ -21,7 +22,13 @@ if TYPE_CHECKING:
 
     from actviz.models.preprocessing import Preprocessing
 
-__all__ = ["DETECTION", "detection_transform", "is_detector"]
+__all__ = [
+    "DETECTION",
+    "detection_transform",
+    "detector_classes",
+    "is_detector",
+    "lower_score_threshold",
+]
 
 #: torchvision's detector classes (and their bases): a subclass is a detector too.
 _DETECTORS = frozenset({"GeneralizedRCNN", "RetinaNet", "FCOS", "SSD"})
@@ -34,10 +41,59 @@ def is_detector(module: nn.Module) -> bool:
     return bool(type_names(module) & _DETECTORS)
 
 
+def detector_classes(module: nn.Module) -> int | None:
+    """How many classes a torchvision detector scores (background included, as the weights'
+    categories list them); None when it does not say."""
+    roi_heads = getattr(module, "roi_heads", None)
+    predictor = getattr(roi_heads, "box_predictor", None)
+    score = getattr(predictor, "cls_score", None)
+    if score is not None:  # Faster, Mask and Keypoint R-CNN
+        return int(score.out_features)
+    head = getattr(getattr(module, "head", None), "classification_head", None)
+    classes = getattr(head, "num_classes", None)  # RetinaNet, FCOS, SSD
+    return int(classes) if isinstance(classes, int) else None
+
+
 def detection_transform(module: nn.Module) -> Any:
     """The detector's own ``GeneralizedRCNNTransform`` (None when it has none)."""
     transform = getattr(module, "transform", None)
     return transform if type(transform).__name__ == "GeneralizedRCNNTransform" else None
+
+
+def _selector(module: nn.Module) -> str | None:
+    """The backbone's stages, every FPN level (``backbone.fpn[0]`` ... ``[pool]``) and the
+    RPN's objectness per level (``rpn.head.cls_logits``, ``:2``...); SSD's feature maps."""
+    names = {name for name, _ in module.named_modules()}
+    terms = []
+    if "backbone.body" in names:
+        stages = [n for n in names if re.fullmatch(r"backbone\.body\.layer\d+", n)]
+        terms.append(r"re:^backbone\.body\.layer\d+$" if stages else r"re:^backbone\.body\.\d+$")
+    if "backbone.fpn" in names:
+        terms.append("backbone.fpn")
+    elif "backbone" in names and not terms:
+        terms.append("backbone")  # SSD's extractor returns its feature maps as a dict
+    if "rpn.head.cls_logits" in names:
+        terms.append("rpn.head.cls_logits")
+    return ",".join(terms) or None
+
+
+def lower_score_threshold(module: nn.Module, threshold: float) -> float | None:
+    """Make the detector keep boxes down to ``threshold`` (its own cut is 0.05 for the R-CNNs,
+    0.01 to 0.2 for the others); returns the cut it had when it was lowered, else None."""
+    owner = getattr(module, "roi_heads", module)
+    current = getattr(owner, "score_thresh", None)
+    if not isinstance(current, float) or threshold >= current:
+        return None
+    owner.score_thresh = threshold
+    return current
+
+
+def _builder_kwargs(input_size: tuple[int, int] | None) -> dict[str, Any]:
+    """``--input-size H,W`` as the detector's own resize: the shorter side to ``min(H, W)``,
+    the longer at most ``max(H, W)``."""
+    if input_size is None:
+        return {}
+    return {"min_size": min(input_size), "max_size": max(input_size)}
 
 
 def _call(module: Any, x: Any) -> Any:
@@ -86,13 +142,14 @@ DETECTION = Family(
     preprocessing=_preprocessing,
     classifies=False,
     gradients=(
-        "a detector has no class scores per image: Grad-CAM takes the score of one "
-        "detection (--cam with --detection)"
+        "a detector has no class score per image to take the gradient of; --cam draws "
+        "EigenCAM and the Grad-CAM of one detection's score (--detection N)"
     ),
     commands={
         "optimize": "a detector's output is a list of boxes, not a score to maximize",
-        "top-images": "a detector has no per-image class to rank images by",
     },
+    selector=_selector,
+    builder_kwargs=_builder_kwargs,
     meta_stops=(
         "the heads' box selection (NMS) has data-dependent shapes, which the meta device "
         "cannot compute: the modules after it are listed without shapes"

@@ -48,7 +48,7 @@ def is_quantized(module: nn.Module) -> bool:
     )
 
 
-def _builder_kwargs() -> dict[str, Any]:
+def _builder_kwargs(input_size: tuple[int, int] | None) -> dict[str, Any]:
     return {"quantize": True, "backend": quantized_engine()}
 
 

@@ -17,9 +17,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ModelError, UnknownModelError, WeightsError, first_line
+from actviz.errors import ModelError, UnknownModelError, UsageError, WeightsError, first_line
 from actviz.models.checkpoints import checkpoint_classes, load_checkpoint, load_state_dict_into
 from actviz.models.families import torchvision_family
+from actviz.models.families.detection import detector_classes, is_detector
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from actviz.models.pretrained import (
     default_weights,
@@ -135,7 +136,7 @@ class TorchvisionSource:
             info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
 
         preset = chosen if chosen is not None else default_weights(enum_cls)
-        kwargs = architecture_kwargs(model, state_dict, preset)
+        kwargs = architecture_kwargs(model, state_dict, preset, input_size=input_size)
         if info.source == "pretrained" and model in ("inception_v3", "googlenet"):
             # torchvision builds these with transform_input=True whenever it loads their
             # pretrained weights: they were trained on inputs normalized another way.
@@ -155,7 +156,9 @@ class TorchvisionSource:
         """The architecture of the default weights, with no memory and nothing downloaded."""
         import torch
 
-        kwargs = architecture_kwargs(model, None, default_weights(weights_enum(model)))
+        kwargs = architecture_kwargs(
+            model, None, default_weights(weights_enum(model)), input_size=input_size
+        )
         family = torchvision_family(model)
         if family is not None and family.meta is not None:
             # Quantized models are calibrated on real tensors while they are built.
@@ -185,7 +188,7 @@ class TorchvisionSource:
         categories = getattr(preset, "meta", {}).get("categories") if preset else None
         if not isinstance(categories, list):
             return None
-        out_features = output_classes(module)
+        out_features = detector_classes(module) if is_detector(module) else output_classes(module)
         if out_features is not None and out_features != len(categories):
             return None  # a checkpoint with its own head: the labels would lie
         return [str(c) for c in categories]
@@ -303,6 +306,10 @@ def build_architecture(name: str, **kwargs: Any) -> nn.Module:
         # is torchvision's business, not something a user of actviz can act on.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
+            # Quantizing announces PyTorch's own deprecation of quantized dtypes, every time.
+            warnings.filterwarnings("ignore", ".*quantiz", UserWarning)
+            warnings.filterwarnings("ignore", ".*quantiz", DeprecationWarning)
+            warnings.filterwarnings("ignore", ".*reduce_range", UserWarning)
             built: nn.Module = builder(weights=None, **kwargs)
     except (urllib.error.URLError, OSError) as exc:  # a download, though none was asked for
         why = getattr(exc, "reason", None) or first_line(exc)
@@ -321,6 +328,8 @@ def architecture_kwargs(
     name: str,
     state_dict: Mapping[str, torch.Tensor] | None = None,
     weights: WeightsEnum | None = None,
+    *,
+    input_size: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Builder arguments for the architecture that weights were made for.
 
@@ -334,6 +343,8 @@ def architecture_kwargs(
         state_dict: The weights about to be loaded (pretrained or a checkpoint), if any.
         weights: The weights whose preprocessing feeds the model, when there is no
             state_dict (random weights shaped like the defaults).
+        input_size: ``--input-size``, for a family whose builders take it (a detector's
+            own resize).
 
     Returns:
         Keyword arguments for :func:`build_architecture`; empty for most models.
@@ -351,7 +362,11 @@ def architecture_kwargs(
         kwargs["aux_loss"] = True
     family = torchvision_family(name)
     if family is not None:
-        kwargs.update(family.builder_kwargs())
+        if input_size is not None and builder.__module__.endswith((".ssd", ".ssdlite")):
+            raise UsageError(
+                f"{name} resizes every image to its fixed size itself; leave out --input-size"
+            )
+        kwargs.update(family.builder_kwargs(input_size))
     if builder.__module__.endswith(".vision_transformer"):
         size = _vit_image_size(state_dict, weights)
         if size is not None and size != 224:
