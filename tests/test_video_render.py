@@ -172,3 +172,21 @@ def test_video_and_flow_models_default_to_their_blocks(
         model = models.get_model(name)
     assert default_selector(model) == selector
     assert len(select_layers(layer_refs(model), selector)) == count
+
+
+def test_statistics_of_a_channels_last_clip_count_its_channels() -> None:
+    import torch
+
+    from actviz.stats import stats_callback
+
+    contexts = {
+        "swin": LayerContext("LayerNorm", channels_hint=8, channels_last=True, frames=True),
+        "conv": LayerContext("Conv3d", channels_hint=8, channels_last=False, frames=True),
+    }
+    summarize = stats_callback(contexts)
+    clip = torch.zeros(1, 2, 3, 3, 8)
+    clip[..., :5] = 1.0  # three dead channels
+    (last,) = summarize("swin", clip)
+    assert (last.channels, last.dead_channels) == (8, 3)
+    (first,) = summarize("conv", clip.permute(0, 4, 1, 2, 3))
+    assert (first.channels, first.dead_channels) == (8, 3)
