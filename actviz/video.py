@@ -148,12 +148,16 @@ def _av_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
                 # Jump to the key frame before the clip: a long video is not decoded from 0.
                 container.seek(int(start / stream.time_base), stream=stream, backward=True)
 
-            def decoded() -> Iterator[tuple[float, Image.Image]]:
+            def decoded() -> Iterator[tuple[float, Any]]:
                 for frame in container.decode(stream):
                     t = frame.time if frame.time is not None else 0.0
-                    yield float(t), frame.to_image()
+                    yield float(t), frame
 
-            return _take(decoded(), times, path)
+            # Only the frames picked become pictures (once each, though a short video's
+            # frames repeat): the others are decoded and let go.
+            picked = _take(decoded(), times, path)
+            pictures = {id(f): f.to_image() for f in picked}
+            return [pictures[id(f)] for f in picked]
     except VideoLoadError:
         raise
     except (av.FFmpegError, OSError, ValueError, UnicodeDecodeError) as exc:

@@ -20,17 +20,23 @@ VIDEO_FPS = 12
 VIDEO_FRAMES = 24
 
 
-def write_video(path: Path, frames: int = VIDEO_FRAMES, size: tuple[int, int] = (48, 40)) -> Path:
-    """An mp4 whose frame i is flat grey at level 10 * i (so a decoded frame says its index)."""
+def write_video(
+    path: Path,
+    frames: int = VIDEO_FRAMES,
+    size: tuple[int, int] = (48, 40),
+    step: int = 10,
+    codec: str = "mpeg4",
+) -> Path:
+    """An mp4 whose frame i is flat grey at level step * i (a decoded frame says its index)."""
     import av
 
     width, height = size
     path.parent.mkdir(parents=True, exist_ok=True)
     with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=VIDEO_FPS)
+        stream = container.add_stream(codec, rate=VIDEO_FPS)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for i in range(frames):
-            pixels = np.full((height, width, 3), 10 * i, dtype=np.uint8)
+            pixels = np.full((height, width, 3), step * i, dtype=np.uint8)
             frame = av.VideoFrame.from_ndarray(pixels, format="rgb24")
             for packet in stream.encode(frame):
                 container.mux(packet)
@@ -79,6 +85,15 @@ def test_a_video_is_sampled_at_the_recipe_rate_from_its_middle(tmp_path: Path) -
     times = sample_times(VIDEO_FRAMES / VIDEO_FPS, 4, 15.0)
     expected = [10 * int(t * VIDEO_FPS + 1e-9) for t in times]
     assert grey_levels(pictures) == pytest.approx(expected, abs=4)  # mpeg4 is lossy
+
+
+def test_a_long_video_is_entered_at_a_key_frame_before_its_clip(tmp_path: Path) -> None:
+    # 5 s, lossless (ffv1 in mkv): the clip starts at 2.4 s.
+    video = write_video(tmp_path / "long.mkv", frames=60, step=4, codec="ffv1")
+    times = sample_times(60 / VIDEO_FPS, 4, 15.0)
+    assert times[0] > 1.0  # read after a seek, not decoded from the start
+    expected = [4 * int(t * VIDEO_FPS + 1e-9) for t in times]
+    assert grey_levels(read_frames(video, 4, 15.0)) == pytest.approx(expected, abs=1)
 
 
 def test_an_animated_gif_is_sampled_by_its_frame_durations(tmp_path: Path) -> None:
