@@ -98,6 +98,9 @@ class ImageResult:
     models."""
     detections_file: str | None = None
     """``<image>/detections.png``, relative to the output folder."""
+    detection_heads_file: str | None = None
+    """``<image>/detection_heads.png`` (mask logits, keypoint heatmaps of the first
+    detections), relative to the output folder."""
     detection_cam_file: str | None = None
     """``<image>/detection_cam.png`` (EigenCAM and one detection's Grad-CAM), relative to the
     output folder."""

@@ -16,7 +16,7 @@ from actviz.api import read_images
 from actviz.cli import app
 from actviz.hooks import ActivationRecorder
 from actviz.models import default_selector
-from actviz.models.families import DETECTION
+from actviz.models.families import DETECTION, lower_score_threshold
 from actviz.models.registry import load_model
 from actviz.render.detection import Detection, detection_colour, detection_picture
 from tests.conftest import make_image
@@ -200,3 +200,77 @@ def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
     projection = get_2d_projection(side.numpy())[0]
     reference = np.maximum(projection * np.sign(projection[np.abs(projection).argmax()]), 0)
     np.testing.assert_allclose(maps[0].numpy(), reference / reference.max(), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_mask_head_of_each_detection_is_its_row_of_the_mask_predictor(tmp_path: Path) -> None:
+    from actviz.run.detection import DetectionProbe, found_in, with_heads
+
+    loaded = load_model("maskrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(96, 128))
+    model = loaded.module
+    x = torch.stack(
+        [
+            loaded.preprocess(Image.open(make_image(tmp_path / f"{i}.png", (128, 96), seed=i)))
+            for i in range(2)
+        ]
+    )
+    plain: list[torch.Tensor] = []
+    handle = model.roi_heads.mask_predictor.register_forward_hook(
+        lambda _m, _i, out: plain.append(out.detach().clone())
+    )
+    with DetectionProbe(model) as probe, torch.inference_mode():
+        outputs = DETECTION.call(model, x)
+    handle.remove()
+    found = with_heads([found_in(o, 0.0, loaded.categories) for o in outputs], outputs, probe)
+    (logits,) = plain
+    assert found[0].heads and found[1].heads  # a threshold of 0 keeps every detection
+    assert len(logits) == sum(len(o["boxes"]) for o in outputs)
+    start = len(outputs[0]["boxes"])  # the second image's rows follow the first's
+    for image, offset in ((0, 0), (1, start)):
+        f = found[image]
+        assert len(f.heads) == min(4, len(f.scores))
+        for rank, panels in enumerate(f.heads):
+            ((name, heat),) = panels
+            row = offset + f.indices[rank]
+            assert name == "mask logits"
+            np.testing.assert_array_equal(heat, logits[row, f.labels[rank]].numpy())
+
+
+def test_grad_cam_of_a_detection_takes_the_gradient_of_its_score(tmp_path: Path) -> None:
+    from torch.nn import functional as F
+
+    from actviz.run.detection import DetectionProbe, found_in
+    from actviz.run.detection_cam import grad_cam_maps
+
+    loaded = load_model(
+        "fasterrcnn_mobilenet_v3_large_320_fpn", weights="none", device="cpu", input_size=(128, 160)
+    )
+    model = loaded.module
+    assert lower_score_threshold(model, 0.0) == 0.05  # the R-CNNs' own cut, now none
+    x = loaded.preprocess(Image.open(make_image(tmp_path / "a.png", (160, 100)))).unsqueeze(0)
+    with DetectionProbe(model) as probe, torch.inference_mode():
+        outputs = DETECTION.call(model, x)
+    found = [found_in(o, 0.0, loaded.categories) for o in outputs]
+    assert found[0].scores
+    (heat,) = grad_cam_maps(model, DETECTION.call, x, found, 0, probe)
+
+    # The same by hand: the FPN's levels from a plain hook, autograd of the top score.
+    levels: dict[str, torch.Tensor] = {}
+    handle = model.backbone.fpn.register_forward_hook(lambda _m, _i, out: levels.update(out))
+    (output,) = model(list(x))
+    handle.remove()
+    assert float(output["scores"][0]) == pytest.approx(found[0].scores[0], rel=1e-5)
+    grads = torch.autograd.grad(output["scores"][0], list(levels.values()), allow_unused=True)
+    # The box head pools from levels 0 and 1 only ('pool' feeds the proposals, which carry
+    # no gradient): the levels the score does not depend on are left out.
+    used = [(a, g) for a, g in zip(levels.values(), grads, strict=True) if g is not None]
+    assert len(used) == 2
+    size = tuple(levels["0"].shape[-2:])
+    acts = torch.cat([F.interpolate(a.detach(), size=size, mode="bilinear") for a, _ in used], 1)
+    grad = torch.cat([F.interpolate(g, size=size, mode="bilinear") for _, g in used], 1)
+    cam = torch.relu((grad.mean(dim=(2, 3), keepdim=True) * acts).sum(1))[0]
+    # 160x100 after the model's resize, padded to 160x128: the rows that see the image kept.
+    assert probe.padded == (128, 160) and probe.image_sizes == [(100, 160)]
+    cam = cam[: -(-100 * size[0] // 128)]
+    assert heat is not None and heat.shape == cam.shape
+    torch.testing.assert_close(heat, cam / cam.max(), atol=1e-4, rtol=1e-3)

@@ -55,6 +55,20 @@ RunExecution = Annotated[
     ExecutionFlags,
     Group(without=("engine", "ray_address"), replace={"workers": DecodeWorkersOption}),
 ]
+#: A detector's cut for the detections a run records and draws.
+ScoreThresholdOption = Annotated[
+    float,
+    typer.Option(
+        "--score-threshold",
+        min=0.0,
+        max=1.0,
+        help=(
+            "A detector's detections are recorded (and drawn, detections.png) from this score "
+            "up; lower it when an untrained detector finds nothing."
+        ),
+        rich_help_panel="Detection",
+    ),
+]
 #: What ``list-layers`` needs of the model: its input, never its weights or device.
 ShapeFlags = Annotated[LoadFlags, Group(without=("weights", "device", "trust_checkpoint"))]
 
@@ -79,19 +93,7 @@ def run(
     gradients: GradientFlags,
     no_images: NoImagesOption = False,
     no_report: NoReportOption = False,
-    score_threshold: Annotated[
-        float,
-        typer.Option(
-            "--score-threshold",
-            min=0.0,
-            max=1.0,
-            help=(
-                "A detector's detections are recorded and drawn from this score up "
-                "(detections.png); lower it when an untrained detector finds nothing."
-            ),
-            rich_help_panel="Detection",
-        ),
-    ] = 0.5,
+    score_threshold: ScoreThresholdOption = 0.5,
     detection: Annotated[
         int,
         typer.Option(
@@ -152,6 +154,7 @@ def stats(
         bool,
         typer.Option("--report", help="Also write the HTML report.", rich_help_panel="Output"),
     ] = False,
+    score_threshold: ScoreThresholdOption = 0.5,
     checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -170,6 +173,7 @@ def stats(
         report=report,
         frames=frames,
         flow_updates=flow_updates,
+        score_threshold=score_threshold,
         load=load.options(),
         draw=DrawOptions(grids=False),
         execution=execution.options(),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ActvizError, ModelError, UsageError, first_line
-from actviz.models.families import FUSED_NOTE, QUANTIZED, family_of
+from actviz.models.families import FUSED_NOTE, QUANTIZED, family_named, family_of
 
 if TYPE_CHECKING:
     import torch
@@ -92,10 +92,10 @@ def list_layers(
     preprocess = source.preprocessing(model, None, input_size=input_size, in_chans=in_chans)
     module, recorder, input_shape, stopped = _traced(source, model, preprocess, input_size)
     listing = listing_of(module, recorder, model=model, input_shape=input_shape, layers=layers)
-    if stopped is None:
-        return listing
-    note = f"{listing.note}; {stopped}" if listing.note else stopped
-    return dataclasses.replace(listing, note=note)
+    # Why the shapes are not from the meta device, or stop part way, where they are not.
+    built_on_cpu = family_named(listing.family).meta
+    notes = [n for n in (listing.note, built_on_cpu, stopped) if n]
+    return dataclasses.replace(listing, note="; ".join(notes) or None)
 
 
 def listing_of(

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageDraw
 
-__all__ = ["Detection", "detection_picture", "detection_colour"]
+__all__ = ["HEAD_PANEL", "Detection", "detection_colour", "detection_picture", "heads_picture"]
 
 _BACKGROUND_RGB = (38, 38, 38)
 _TEXT_RGB = (235, 235, 235)
@@ -130,3 +130,71 @@ def _keypoints(
         if shown:
             x, y = float(point[0]), float(point[1])
             draw.ellipse((x - 3, y - 3, x + 3, y + 3), fill=colour, outline=(255, 255, 255))
+
+
+#: The side, in pixels, of each panel of a detection's row of head outputs.
+HEAD_PANEL = 112
+
+
+def heads_picture(
+    rows: Sequence[tuple[str, Image.Image, Sequence[tuple[str, npt.NDArray[np.float32]]]]],
+    *,
+    title: str = "",
+    notes: Sequence[str] = (),
+) -> Image.Image:
+    """One row per detection: its crop of the picture, then each head output as a heat map
+    (min-max scaled, viridis), every panel ``HEAD_PANEL`` pixels square under its label.
+
+    Args:
+        rows: ``(label, crop, [(panel label, (h, w) map), ...])`` per detection.
+        title: The first line above the rows.
+        notes: Further lines.
+    """
+    from actviz.render.legend import font, line_height
+    from actviz.render.palette import colormap_lut
+
+    face = font(_FONT_SIZE)
+    text_h = line_height(_FONT_SIZE) + 2
+    lut = colormap_lut("viridis", 256)
+    columns = 1 + max((len(heats) for _, _, heats in rows), default=0)
+    cell_w, cell_h = HEAD_PANEL + _PAD, HEAD_PANEL + text_h + _PAD
+    lines = [line for line in (title, *notes) if line]
+    head_h = _PAD + len(lines) * (text_h + 2) if lines else 0
+    text_w = max((int(face.getlength(line)) for line in lines), default=0) + 2 * _PAD
+    width = max(_PAD + columns * cell_w, text_w)
+    canvas = Image.new("RGB", (width, head_h + len(rows) * cell_h + _PAD), _BACKGROUND_RGB)
+    draw = ImageDraw.Draw(canvas)
+    for i, line in enumerate(lines):
+        draw.text(
+            (_PAD, _PAD + i * (text_h + 2)),
+            line,
+            font=face,
+            fill=_TEXT_RGB if i == 0 else _MUTED_RGB,
+        )
+    for r, (label, crop, heats) in enumerate(rows):
+        y = head_h + _PAD + r * cell_h
+        panels = [(label, crop.convert("RGB").resize((HEAD_PANEL, HEAD_PANEL)))]
+        for name, heat in heats:
+            values = np.nan_to_num(np.asarray(heat, dtype=np.float32))
+            low, high = float(values.min()), float(values.max())
+            scaled = (values - low) / (high - low) if high > low else np.zeros_like(values)
+            coloured = lut[np.clip(np.rint(scaled * 255), 0, 255).astype(np.uint8)]
+            picture = Image.fromarray(coloured).resize(
+                (HEAD_PANEL, HEAD_PANEL), Image.Resampling.NEAREST
+            )
+            panels.append((name, picture))
+        for c, (name, picture) in enumerate(panels):
+            x = _PAD + c * cell_w
+            draw.text((x, y), _clipped(name, face, HEAD_PANEL), font=face, fill=_TEXT_RGB)
+            canvas.paste(picture, (x, y + text_h))
+    return canvas
+
+
+def _clipped(text: str, face: object, width: int) -> str:
+    """``text`` cut with an ellipsis to fit ``width`` pixels."""
+    length = getattr(face, "getlength", None)
+    if length is None or length(text) <= width:
+        return text
+    while text and length(text + "…") > width:
+        text = text[:-1]
+    return text + "…"

@@ -22,34 +22,61 @@ from actviz.hooks.session import HookSession
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+    import torch
     from PIL import Image
     from torch import nn
 
     from actviz.hooks import Capture
 
-__all__ = ["DetectionProbe", "Found", "crop_padding", "found_in", "write_detections"]
+__all__ = [
+    "HEADS",
+    "DetectionProbe",
+    "Found",
+    "crop_padding",
+    "found_in",
+    "with_heads",
+    "write_detections",
+]
 
 #: Modules whose maps lie on the padded input grid (the heads after RoI pooling do not).
 _ON_THE_GRID = ("backbone", "rpn", "head.")
 
 
+#: The heads whose rows are the detections themselves (of every image of the batch, in order).
+HEADS = {
+    "roi_heads.mask_predictor": "mask logits",
+    "roi_heads.keypoint_predictor": "keypoint heatmaps",
+}
+
+
 class DetectionProbe(HookSession):
     """Watches a detector's ``transform``: each image's size after resizing
-    (``image_sizes``) and the padded batch's size, as ``(height, width)``."""
+    (``image_sizes``) and the padded batch's size, as ``(height, width)``; and the heads that
+    run once per detection (Mask R-CNN's mask logits, Keypoint R-CNN's heatmaps), whose
+    outputs it keeps (``heads``, on the CPU)."""
 
     def __init__(self, model: nn.Module) -> None:
-        super().__init__(model, ["transform"])
+        names = dict(model.named_modules())
+        super().__init__(model, ["transform", *(head for head in HEADS if head in names)])
         self.image_sizes: list[tuple[int, int]] = []
         self.padded: tuple[int, int] | None = None
+        self.heads: dict[str, torch.Tensor] = {}
+
+    def _start_record(self) -> None:
+        super()._start_record()
+        self.heads = {}
 
     def _register(self, name: str, module: nn.Module) -> None:
-        def hook(_module: nn.Module, _args: object, output: Any) -> None:
+        def sizes(_module: nn.Module, _args: object, output: Any) -> None:
             images = output[0]  # (ImageList, targets)
             self.image_sizes = [(int(h), int(w)) for h, w in images.image_sizes]
             height, width = images.tensors.shape[-2:]
             self.padded = (int(height), int(width))
 
-        self._add_forward_hook(module, hook)
+        def head(_module: nn.Module, _args: object, output: Any) -> None:
+            self.heads[name] = output.detach().float().cpu()
+
+        self._add_forward_hook(module, sizes if name == "transform" else head)
 
 
 def crop_padding(captures: Sequence[Capture], probe: DetectionProbe) -> list[Capture]:
@@ -103,6 +130,10 @@ class Found:
         keypoints: ``(N, K, 3)`` keypoints ``x, y, visibility`` (Keypoint R-CNN), or None.
         returned: How many detections the model returned before the threshold.
         threshold: The score threshold.
+        indices: Each detection's row in the model's output for the image.
+        heads: Per detection (the first few), the outputs of the heads that run once per
+            detection: ``(label, (h, w) map)`` pairs (its class's mask logits, the maximum
+            over its keypoint heatmaps).
     """
 
     boxes: npt.NDArray[np.float32]
@@ -113,6 +144,8 @@ class Found:
     keypoints: npt.NDArray[np.float32] | None
     returned: int
     threshold: float
+    indices: list[int] = dataclasses.field(default_factory=list)
+    heads: list[list[tuple[str, Any]]] = dataclasses.field(default_factory=list)
 
     def records(self) -> list[dict[str, Any]]:
         """The detections as the image's record holds them."""
@@ -152,7 +185,42 @@ def found_in(
         keypoints=None if keypoints is None else keypoints.detach().float().cpu()[keep].numpy(),
         returned=int(scores.numel()),
         threshold=threshold,
+        indices=[int(v) for v in keep.tolist()],
     )
+
+
+#: Detections per image whose head outputs are drawn.
+_HEAD_ROWS = 4
+
+
+def with_heads(
+    found: Sequence[Found], outputs: Sequence[Any], probe: DetectionProbe
+) -> list[Found]:
+    """Each image's detections with their per-detection head outputs (the first few): the
+    heads' rows are every image's detections in order, so image ``i``'s start after the
+    detections of the images before it."""
+    if not probe.heads:
+        return list(found)
+    out = []
+    start = 0
+    for f, output in zip(found, outputs, strict=True):
+        rows = []
+        for rank, (index, label) in enumerate(zip(f.indices, f.labels, strict=True)):
+            if rank >= _HEAD_ROWS:
+                break
+            panels = []
+            for name, tensor in probe.heads.items():
+                row = start + index
+                if row >= len(tensor):
+                    continue
+                if name.endswith("mask_predictor") and label < tensor.shape[1]:
+                    panels.append(("mask logits", tensor[row, label].numpy()))
+                elif name.endswith("keypoint_predictor"):
+                    panels.append(("keypoints, max", tensor[row].amax(0).numpy()))
+            rows.append(panels)
+        out.append(dataclasses.replace(f, heads=rows))
+        start += len(output["boxes"])
+    return out
 
 
 #: Detections drawn at most, highest score first (the record holds all of them).
@@ -215,4 +283,26 @@ def write_detections(
     picture = detection_picture(view, drawn, title=title, notes=notes, skeleton=skeleton)
     rel = job_folder / "detections.png"
     output.write_bytes(out_dir / rel, picture_png(picture, compression))
+    if any(found.heads):
+        heads = _heads_picture(view, found, random_weights=random_weights)
+        output.write_bytes(out_dir / job_folder / "detection_heads.png", picture_png(heads))
     return rel.as_posix()
+
+
+def _heads_picture(view: Image.Image, found: Found, *, random_weights: bool) -> Image.Image:
+    """The first detections' rows: the box's crop, then each per-detection head output."""
+    from actviz.command.session import RANDOM_NOTE
+    from actviz.render.detection import heads_picture
+
+    rows = []
+    for rank, panels in enumerate(found.heads):
+        x1, y1, x2, y2 = (float(v) for v in found.boxes[rank])
+        crop = view.crop((int(x1), int(y1), max(int(x2), int(x1) + 1), max(int(y2), int(y1) + 1)))
+        rows.append((f"#{rank + 1} {found.names[rank]} {found.scores[rank]:.2f}", crop, panels))
+    notes = [
+        "each row a detection: its box, then what its heads computed for it (mask logits of "
+        "its class; the maximum over its keypoint heatmaps)"
+    ]
+    if random_weights:
+        notes.append(RANDOM_NOTE)
+    return heads_picture(rows, title="per-detection heads", notes=notes)

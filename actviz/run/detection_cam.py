@@ -71,9 +71,10 @@ def batch_detections(
     """Each image's detections of one batch and, with ``cam``, its maps: EigenCAM from the
     captures, Grad-CAM of detection ``rank`` from a second forward with gradients, during
     which ``paused()`` keeps the run's recorder from replacing its captures."""
-    from actviz.run.detection import found_in
+    from actviz.run.detection import found_in, with_heads
 
     found = [found_in(output, threshold, categories) for output in outputs]
+    found = with_heads(found, outputs, probe)
     if not cam:
         return [(f, None) for f in found]
     eigen = eigen_maps(captures)
@@ -87,10 +88,16 @@ def batch_detections(
 
 
 def _levels(captures: Sequence[Capture]) -> list[Capture]:
-    """The FPN's levels among the captures, else the last 4-D backbone map."""
-    fpn = [c for c in captures if c.module == "backbone.fpn" and c.tensor is not None]
-    if fpn:
-        return [c for c in fpn if c.tensor is not None and c.tensor.ndim == 4]
+    """The FPN's levels among the captures (SSD: its backbone's maps, a dict as well), else
+    the last 4-D backbone map."""
+    for module in ("backbone.fpn", "backbone"):
+        levels = [
+            c
+            for c in captures
+            if c.module == module and c.tensor is not None and c.tensor.ndim == 4
+        ]
+        if levels:
+            return levels
     maps = [
         c
         for c in captures

@@ -224,8 +224,8 @@ def capture_and_render(
                 random = " (random weights: an untrained detector finds nothing)"
                 notify.warn(
                     f"no detection scored {opts.score_threshold:g} or more in {empty} "
-                    f"image(s){random if loaded.weights.random else ''}; the feature maps are "
-                    "drawn anyway, and --score-threshold lowers the cut"
+                    f"image(s){random if loaded.weights.random else ''}; the layers are "
+                    "recorded anyway, and --score-threshold lowers the cut"
                 )
             if pca is not None:
                 if note := pca.note():
@@ -262,6 +262,8 @@ def _record_detections(result: ImageResult, found: Found, opts: RunOptions) -> N
     result.detections = found.records()
     if opts.draw.grids:
         result.detections_file = (result.out_dir / "detections.png").as_posix()
+    if any(found.heads) and opts.draw.grids:
+        result.detection_heads_file = (result.out_dir / "detection_heads.png").as_posix()
     if opts.gradients.cam and opts.draw.grids:
         result.detection_cam_file = (result.out_dir / "detection_cam.png").as_posix()
 

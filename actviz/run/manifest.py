@@ -69,6 +69,7 @@ def image_record(result: ImageResult) -> dict[str, Any]:
             {
                 "detections": result.detections,
                 "detections_file": result.detections_file,
+                "detection_heads_file": result.detection_heads_file,
                 "detection_cam_file": result.detection_cam_file,
             }
             if result.detections is not None
@@ -122,6 +123,7 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
         pictures=dict(record.get("pictures") or {}),
         detections=record.get("detections"),
         detections_file=record.get("detections_file"),
+        detection_heads_file=record.get("detection_heads_file"),
         detection_cam_file=record.get("detection_cam_file"),
         record=stub.record,
         predictions=[
