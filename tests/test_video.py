@@ -246,7 +246,7 @@ def test_a_users_own_video_model_takes_clips_and_images_are_refused(tmp_path: Pa
     gif = write_gif(tmp_path / "in" / "a.gif", frames=6)
     out = tmp_path / "out"
     args = ["-w", "none", "--input-size", "24,24", "--frames", "3", "--no-report", "-q"]
-    argv = ["run", f"{net}:build", str(gif), "-o", str(out), "--cam", *args]
+    argv = ["run", f"{net}:build", str(gif), "-o", str(out), "--cam", "--grads", *args]
     result = CliRunner().invoke(app, argv)
     assert result.exit_code == 0, result.output
     layers = run_images(out)[0]["layers"]
@@ -257,6 +257,7 @@ def test_a_users_own_video_model_takes_clips_and_images_are_refused(tmp_path: Pa
     cams = [layer["cam"] for layer in layers if layer["cam"]]
     assert cams == ["a/00_0_cam.png"]  # the Conv3d (the default selection), per frame
     assert Image.open(out / cams[0]).width >= 3 * 112  # one panel per frame
+    assert conv["gradient_file"] == "a/00_0_grad.png"  # the gradient as time strips too
 
     image = make_image(tmp_path / "x.png")
     refused = CliRunner().invoke(

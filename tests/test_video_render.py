@@ -190,3 +190,13 @@ def test_statistics_of_a_channels_last_clip_count_its_channels() -> None:
     assert (last.channels, last.dead_channels) == (8, 3)
     (first,) = summarize("conv", clip.permute(0, 4, 1, 2, 3))
     assert (first.channels, first.dead_channels) == (8, 3)
+
+
+def test_clipping_keeps_one_outlier_from_flattening_the_strips() -> None:
+    clip = np.random.default_rng(4).normal(size=(2, 3, 8, 8)).astype(np.float32)
+    clip[0, 0, 0, 0] = 1e4
+    plain = render_time_strips(clip, title="x", norm="layer", min_tile=8)
+    clipped = render_time_strips(clip, title="x", norm="layer", clip=(1, 99), min_tile=8)
+    spread = [np.unique(tile(g, 1, 2)).size for g in (plain, clipped)]
+    assert spread[0] <= 3 < spread[1]  # one colour (near 0) without the clip, a range with it
+    assert abs(clipped.vmax) < 10

@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz.render.legend import Header, new_canvas
-from actviz.render.normalize import as_float32, map_levels, range_is_signed
+from actviz.render.normalize import as_float32, check_clip, map_levels, range_is_signed
 from actviz.render.palette import CENTER_LEVEL, GridImage, choose_cmap, palette_for
 from actviz.render.scales import (
     channel_ranges,
@@ -44,6 +44,7 @@ def render_time_strips(
     order: str = "index",
     norm: str = "channel",
     value_range: tuple[float, float] | None = None,
+    clip: tuple[float, float] | None = None,
     cmap: str | None = None,
     min_tile: int = 24,
     notes: Sequence[str] = (),
@@ -61,6 +62,8 @@ def render_time_strips(
         norm: ``channel``: each channel (row) one range over all its frames; ``layer``: one
             range for every row.
         value_range: A fixed ``(low, high)`` for every row.
+        clip: Percentiles ``(low, high)``: each range is taken between them (heavy-tailed
+            values such as gradients).
         cmap: Colormap name; None picks viridis, or RdBu_r centred on 0 for signed data.
         min_tile: Small maps are upscaled (nearest) until their longer side reaches this.
         notes: Further header lines.
@@ -90,10 +93,11 @@ def render_time_strips(
     chosen = choose_channels(flat, finite, ranges, max_channels, order, None)
     lo, hi = value_range if value_range is not None else (ranges.layer_lo, ranges.layer_hi)
     cmap_name, centred = choose_cmap(cmap, range_is_signed(lo, hi))
+    percentiles = check_clip(clip) if clip is not None and value_range is None else None
     if value_range is not None or norm == "layer":
-        scale = layer_scale(flat, finite, ranges, chosen.count, value_range, None, centred)
+        scale = layer_scale(flat, finite, ranges, chosen.count, value_range, percentiles, centred)
     else:
-        scale = channel_scale(ranges, chosen, None, centred)
+        scale = channel_scale(ranges, chosen, percentiles, centred)
     neutral = CENTER_LEVEL if centred else 0
     levels = map_levels(
         chosen.maps, scale.row_lo, scale.row_hi, scale.constant, neutral, chosen.finite

@@ -120,6 +120,7 @@ def _clip_picture(view: LayerView, notes: list[str]) -> Drawn:
         order=opts.order,
         norm="layer" if opts.norm == "layer" else "channel",
         value_range=job.ranges.get(cap.key) if opts.norm == "shared" else None,
+        clip=opts.clip,
         cmap=opts.cmap,
         notes=notes,
         prefix=drawable.prefix,
