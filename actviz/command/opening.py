@@ -188,6 +188,7 @@ def open_command(
     channels_last: bool = False,
     guard: Callable[[Path], None] | None = None,
     restore: Sequence[Any] = (),
+    discover: Callable[[Sequence[Path]], Discovery] | None = None,
     name: str = "",
 ) -> Iterator[Command]:
     """Open an image command on ``model`` writing into ``out``, for the block.
@@ -199,8 +200,9 @@ def open_command(
     ``overwrite``; ``hint``: the fix named when it is not empty; ``guard`` replaces that
     whole step for a command with its own rule) and removed again if the block fails before
     writing into it. ``model`` and every module of ``restore`` are given back in their
-    training mode and device. ``name`` (``top-images``): the command, whose model's family
-    may refuse it (:meth:`actviz.models.families.Family.refusal`).
+    training mode and device. ``discover`` finds the inputs instead of the image walk (see
+    :mod:`actviz.command.inputs`). ``name`` (``top-images``): the command, whose model's
+    family may refuse it (:meth:`actviz.models.families.Family.refusal`).
 
     Raises:
         UsageError: For a module object with ``engine='ray'``, inputs that hold no image, or
@@ -226,7 +228,9 @@ def open_command(
     )
     if inputs is not None:
         paths = input_paths(inputs)
-        command.found = images.discover(paths).require(paths)
+        # ``discover``: inputs that are not images (clips, pairs), found once the model is.
+        found = discover(paths) if discover is not None else images.discover(paths)
+        command.found = found if discover is not None else found.require(paths)
         if check_inputs is not None:
             check_inputs(command.found)
     with contextlib.ExitStack() as stack:

@@ -65,7 +65,8 @@ def run(
             keywords given together with ``options``, is a
             :class:`~actviz.command.options.KeywordError` (also a ``TypeError``).
     """
-    from actviz.command import open_command
+    from actviz.command import input_paths, open_command
+    from actviz.command.inputs import discovery_for, inputs_for
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
 
@@ -81,12 +82,15 @@ def run(
         overwrite=ex.overwrite,
         engine=ex.engine,
         channels_last=ex.channels_last,
+        discover=discovery_for(model),
     ) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
         opened = cmd.load(
             opts.load, shows="The grids show", check=lambda m: _check_classifier(m, opts, cmd)
         )
         loaded = opened.model
+        cmd.found = inputs_for(loaded, input_paths(inputs), cmd.found)
+        _clip_options(loaded, opts)
         if loaded.family.key == "detection":
             from actviz.models.families import lower_score_threshold
 
@@ -130,6 +134,28 @@ def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
         offset = done.get((str(result.path), result.out_dir.as_posix()))
         if offset is not None:
             result.status, result.record = "reused", offset
+
+
+def _clip_options(loaded: LoadedModel, opts: RunOptions) -> None:
+    """``frames`` for a video model's clips, ``flow_updates`` for a flow model's iterations."""
+    from actviz.models.clips import ClipPreprocessing
+    from actviz.models.families.flow import flow_updates
+
+    if opts.execution.engine == "ray" and loaded.family.key in ("video", "optical_flow"):
+        raise UsageError(
+            f"--engine ray runs image models; {loaded.name} takes "
+            f"{'clips' if loaded.family.key == 'video' else 'pairs of images'}: leave it out"
+        )
+    if opts.frames is not None:
+        if not isinstance(loaded.preprocess, ClipPreprocessing):
+            raise UsageError(f"--frames is for video models; {loaded.name} takes no clips")
+        loaded.preprocess = loaded.preprocess.with_frames(opts.frames)
+    if opts.flow_updates is not None:
+        if loaded.family.key != "optical_flow":
+            raise UsageError(f"--flow-updates is for optical-flow models, not {loaded.name}")
+        if opts.flow_updates < 1:
+            raise UsageError(f"--flow-updates must be at least 1, not {opts.flow_updates}")
+        flow_updates(loaded.module, opts.flow_updates)
 
 
 def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> None:
@@ -220,6 +246,9 @@ def _plan(
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
         **({"sae": str(opts.sae)} if opts.sae is not None else {}),
     }
+    frames = getattr(loaded.preprocess, "frames", None)
+    if frames is not None or opts.flow_updates is not None:  # a clip's length, flow's updates
+        settings["clip"] = [frames, opts.flow_updates]
     if loaded.family.key == "detection":  # the detections an earlier run recorded
         settings["score_threshold"] = opts.score_threshold
         settings["detection"] = opts.detection

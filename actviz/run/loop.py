@@ -25,6 +25,7 @@ from actviz.results import ImageResult, LayerResult
 from actviz.run.detection import DetectionProbe, Found, crop_padding
 from actviz.run.detection_cam import batch_detections
 from actviz.run.draw import draw_image, summaries
+from actviz.run.flow import flow_iterations
 from actviz.run.gradients import write_flow_chart
 from actviz.run.job import ImageJob, thumbnail_path, top_k_predictions
 from actviz.run.scales import SharedScales, shared_ranges
@@ -202,6 +203,10 @@ def capture_and_render(
                     job = _image_job(
                         shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
                     )
+                    if loaded.family.key == "optical_flow":
+                        job = dataclasses.replace(job, flows=flow_iterations(logits, i))
+                        if opts.draw.grids and job.flows is not None:
+                            result.pictures["flow"] = (result.out_dir / "flow.png").as_posix()
                     if detected is not None:
                         found, cams = detected[i]
                         _record_detections(result, found, opts)
@@ -352,6 +357,7 @@ def _image_job(
             or opts.report
             or opts.gradients.cam
             or loaded.segmentation
+            or loaded.family.key == "optical_flow"
             or loaded.family.key == "detection"  # detections.png
             else None
         ),

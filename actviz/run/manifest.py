@@ -64,6 +64,7 @@ def image_record(result: ImageResult) -> dict[str, Any]:
         "thumbnail": result.thumbnail,
         "gradient_flow": result.gradient_flow,
         "note": result.note,
+        "pictures": dict(result.pictures),
         **(
             {
                 "detections": result.detections,
@@ -119,6 +120,7 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
         thumbnail=record.get("thumbnail"),
         gradient_flow=record.get("gradient_flow"),
         note=record.get("note"),
+        pictures=dict(record.get("pictures") or {}),
         detections=record.get("detections"),
         detections_file=record.get("detections_file"),
         detection_heads_file=record.get("detection_heads_file"),

@@ -168,6 +168,8 @@ class RunOptions:
         top_k: How many predictions to record per image for classifiers.
         sae: A dictionary ``actviz sae`` trained (``sae.safetensors`` or its folder): its
             layer is drawn as feature maps instead of channels.
+        frames: Frames of a video model's clips (None: as the weights' recipe says).
+        flow_updates: Refinement iterations of an optical-flow model (None: its own, 12).
         score_threshold: A detector's detections are recorded and drawn from this score up
             (the detector's own cut is lowered to it when it is higher).
         detection: With ``cam``, which of a detector's detections (1: the highest score)
@@ -183,6 +185,8 @@ class RunOptions:
     thresholds: Thresholds | None = None
     top_k: int = 5
     sae: Path | None = None
+    frames: int | None = None
+    flow_updates: int | None = None
     score_threshold: float = 0.5
     detection: int = 1
     load: LoadOptions = field(default_factory=LoadOptions)

@@ -1,6 +1,9 @@
 """Video classification: a clip ``(B, C, T, H, W)`` in, ``(B, classes)`` Kinetics scores out.
 
-Listed and traced by ``list-layers``; ``run`` does not take it yet (no clip decoding).
+torchvision's r3d_18, mc3_18, r2plus1d_18, s3d, mvit_v1_b, mvit_v2_s and swin3d_t/s/b, and a
+user's own model whose first convolution is 3-D (or that says ``actviz_family = "video"``).
+Inputs are video files, animations or folders of frames, sampled into clips as the weights'
+transforms say (:class:`~actviz.models.clips.ClipPreprocessing`).
 """
 
 from __future__ import annotations
@@ -12,17 +15,33 @@ from actviz.models.families.base import Family
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["VIDEO"]
+    from actviz.models.preprocessing import Preprocessing
+
+__all__ = ["VIDEO", "declared_family", "is_video_model"]
 
 #: Frames of the still clip an image batch becomes for tracing (MViT needs 16).
 _TRACE_FRAMES = 16
+#: The attribute a user's own model may carry to say which family it is.
+FAMILY_ATTRIBUTE = "actviz_family"
 
 
-def _is_video(module: nn.Module) -> bool:
-    """torchvision's architectures of the family (and models built on them)."""
-    from actviz.contexts import type_names
+def declared_family(module: nn.Module) -> str | None:
+    """The family a model says it is (``model.actviz_family = "video"``), if it says."""
+    value = getattr(module, FAMILY_ATTRIBUTE, None)
+    return value.replace("-", "_") if isinstance(value, str) else None
 
-    return bool(type_names(module) & {"VideoResNet", "S3D", "MViT", "SwinTransformer3d"})
+
+def is_video_model(module: nn.Module) -> bool:
+    """A model that says it is a video model, or whose first convolution is 3-D (torchvision's
+    video models all start with a ``Conv3d``)."""
+    declared = declared_family(module)
+    if declared is not None:
+        return declared == "video"
+    for sub in module.modules():
+        kind = type(sub).__name__
+        if kind.startswith(("Conv", "LazyConv")) and kind[-2:] in ("1d", "2d", "3d"):
+            return kind.endswith("3d")
+    return False
 
 
 def _call(module: Any, x: Any) -> Any:
@@ -33,15 +52,26 @@ def _call(module: Any, x: Any) -> Any:
     return module(x)
 
 
+def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessing:
+    """The weights' clip preprocessing, or (a user's own model) its image preprocessing made
+    one: 16 frames at 15 fps."""
+    from actviz.models.clips import ClipPreprocessing, clip_preprocessing
+
+    if isinstance(preprocess, ClipPreprocessing):
+        return preprocess
+    return clip_preprocessing(None, base=preprocess, input_size=preprocess.crop_size)
+
+
 VIDEO = Family(
     key="video",
     label="video",
     torchvision="video",
-    claims=_is_video,
+    claims=is_video_model,
     call=_call,
-    refused=(
-        "actviz does not run video models yet: they take clips, not images "
-        "(`actviz list-layers MODEL` lists their layers)"
-    ),
+    preprocessing=_preprocessing,
+    commands={
+        "optimize": "a video model's input is a clip; actviz optimizes images",
+        "top-images": "top-images ranks images; a video model takes clips",
+    },
     outputs="(B, classes) Kinetics scores of a clip",
 )

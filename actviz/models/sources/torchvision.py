@@ -209,6 +209,13 @@ def weights_preprocessing(
     """The preprocessing of torchvision weights (ImageNet's standard one without weights),
     adapted to another input size or to greyscale input."""
     transform: Any = weights.transforms() if weights is not None else None
+    kind = type(transform).__name__
+    if kind in ("VideoClassification", "OpticalFlow"):  # clips and pairs, not images
+        from actviz.models.clips import clip_preprocessing, pair_preprocessing
+
+        if kind == "OpticalFlow":
+            return pair_preprocessing(input_size)
+        return clip_preprocessing(weights, input_size=input_size)
     resize = _first_int(getattr(transform, "resize_size", None), 256)
     crop = _first_int(getattr(transform, "crop_size", None), resize if transform else 224)
     return Preprocessing.fitted(
