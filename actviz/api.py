@@ -148,7 +148,8 @@ def render_activation(
 
     Args:
         activation: One image's output: ``(C, H, W)`` maps, ``(H, W, C)`` channels-last,
-            ``(1 + H*W, C)`` tokens, or ``(C,)``. A leading batch dimension of 1 is dropped.
+            ``(1 + H*W, C)`` tokens, or ``(C,)``; a clip's ``(C, T, H, W)`` (drawn as time
+            strips). A leading batch dimension of 1 is dropped.
         title: The header's first line.
         max_channels: Channels drawn at most (0 = all).
         context: What the model says about the layer (``actviz.layouts.layer_contexts``).
@@ -171,13 +172,20 @@ def render_activation(
         activation.detach().cpu().float().numpy() if hasattr(activation, "detach") else activation,
         dtype=np.float32,
     )
-    if array.ndim == 4 and array.shape[0] == 1:
+    if array.ndim in (4, 5) and array.shape[0] == 1:
         array = array[0]
     drawable = to_drawable(array, context, layout=layout)
     if drawable.kind == "none" or drawable.array is None:
         raise ValueError(drawable.note or f"cannot draw an output of shape {array.shape}")
     if drawable.kind == "vector":
         return render.render_vector(drawable.array, title=title, cmap=render_options.get("cmap"))
+    if drawable.kind == "clip":
+        from actviz.render.timestrips import render_time_strips
+
+        shared = {k: v for k, v in render_options.items() if k in ("order", "norm", "cmap")}
+        return render_time_strips(
+            drawable.array, title=title, max_channels=max_channels, prefix=drawable.prefix, **shared
+        )
     return render.render_grid(
         drawable.array, title=title, max_channels=max_channels, **render_options
     )

@@ -49,6 +49,12 @@ class LayerContext:
     prefix_tokens: int = 0
     channels_last: bool | None = None
     windows: tuple[int, int, int, bool] | None = None
+    clip_grid: tuple[int, int, int] | None = None
+    """For a video transformer's token outputs (MViT), the ``(T, H, W)`` grid of its patch
+    tokens at the first stage; later stages pool H and W (never T) by powers of 2."""
+    frames: bool = False
+    """The model's outputs may hold a time axis, ``(C, T, H, W)`` per input: a video model
+    (3-D layers) or an optical-flow model (its encoder sees both pictures of a pair)."""
 
 
 #: Modules whose output is channels-first by contract (they only accept ``(N, C, *)``).
@@ -107,6 +113,10 @@ def layer_contexts(
 
     tokens = _token_regions(modules, input_hw)
     windows = _window_regions(modules)
+    clips = _clip_grids(modules)
+    frames = bool(type_names(model) & {"RAFT"}) or any(
+        type(module).__name__.endswith("3d") for _, module in modules
+    )
     # Windowed attention's rows are put back into each image's grid, channels last
     # (actviz.windows), whatever layer came before.
     for name, (block, inside) in windowed_blocks(model).items():
@@ -123,8 +133,26 @@ def layer_contexts(
             prefix_tokens=prefix,
             channels_last=last_state.get(name),
             windows=windows.get(name),
+            clip_grid=next((g for owner, g in clips.items() if _inside(name, owner)), None),
+            frames=frames,
         )
     return contexts
+
+
+def _inside(name: str, owner: str) -> bool:
+    return not owner or name == owner or name.startswith(owner + ".")
+
+
+def _clip_grids(modules: list[tuple[str, nn.Module]]) -> dict[str, tuple[int, int, int]]:
+    """Models whose positional encoding states the ``(T, H, W)`` token grid (torchvision's
+    MViT: ``temporal_size`` and ``spatial_size``) -> that grid, for all their modules."""
+    grids: dict[str, tuple[int, int, int]] = {}
+    for name, module in modules:
+        t = getattr(module, "temporal_size", None)
+        hw = _as_pair(getattr(module, "spatial_size", None))
+        if isinstance(t, int) and t > 0 and hw is not None:
+            grids[name.rpartition(".")[0]] = (t, hw[0], hw[1])
+    return grids
 
 
 def _self_and_ancestors(name: str) -> list[str]:

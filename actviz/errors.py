@@ -26,6 +26,7 @@ __all__ = [
     "UsageError",
     "UnknownModelError",
     "UnknownWeightsError",
+    "VideoLoadError",
     "WeightsError",
 ]
 
@@ -116,6 +117,15 @@ class ImageLoadError(ActvizError):
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"cannot read image {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class VideoLoadError(ImageLoadError):
+    """An input video (a file, an animation or a folder of frames) cannot be read."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        ActvizError.__init__(self, f"cannot read video {path}: {reason}")
         self.path = path
         self.reason = reason
 

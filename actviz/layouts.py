@@ -58,8 +58,9 @@ class Drawable:
     """One image's slice of an output, ready for ``render_grid`` or ``render_vector``.
 
     Attributes:
-        kind: ``"maps"`` for ``render_grid``, ``"vector"`` for ``render_vector``, ``"none"``
-            when it cannot be drawn.
+        kind: ``"maps"`` for ``render_grid``, ``"vector"`` for ``render_vector``, ``"clip"``
+            for ``render_time_strips`` (a video layer's ``(C, T, H, W)``), ``"none"`` when it
+            cannot be drawn.
         array: ``(C, H, W)`` float32 for maps, ``(C,)`` float32 for a vector, None otherwise
             (and always None from :func:`plan_layout`).
         layout: What was decided: ``"nchw"``, ``"nhwc"``, ``"tokens"``, ``"windows"``,
@@ -72,7 +73,7 @@ class Drawable:
         prefix_note: ``note`` for a picture that shows ``prefix`` beside the maps.
     """
 
-    kind: Literal["maps", "vector", "none"]
+    kind: Literal["maps", "vector", "clip", "none"]
     array: FloatArray | None
     layout: str
     note: str | None
@@ -91,7 +92,7 @@ class Drawable:
 
 @dataclass(frozen=True)
 class _Plan:
-    kind: Literal["maps", "vector", "none"]
+    kind: Literal["maps", "vector", "clip", "none"]
     layout: str
     note: str | None
     convert: Callable[[FloatArray], FloatArray] | None = None
@@ -123,6 +124,8 @@ def plan_layout(
     plan = _decide(tuple(int(n) for n in shape), ctx, _check_layout(layout))
     if plan.kind == "maps" and _single_pixel(plan, tuple(int(n) for n in shape)):
         return Drawable("vector", None, "vector", _POOLED_NOTE)
+    if plan.kind == "clip" and plan.layout != "tokens" and math.prod(shape) == max(shape):
+        return Drawable("vector", None, "vector", _POOLED_NOTE)  # pooled (C, 1, 1, 1)
     return Drawable(plan.kind, None, plan.layout, plan.note)
 
 
@@ -162,16 +165,19 @@ def to_drawable(
     if plan.kind == "none":
         return Drawable("none", None, "none", plan.note)
     out = plan.convert(array) if plan.convert is not None else array
-    if plan.kind == "maps" and out.ndim == 3 and out.shape[1] * out.shape[2] == 1:
+    kind = plan.kind
+    if kind == "clip" and out.shape[1] == 1:  # one frame left: an ordinary grid
+        out, kind = out[:, 0], "maps"
+    if kind == "maps" and out.ndim == 3 and out.shape[1] * out.shape[2] == 1:
         # Per-channel scaling makes a 1 x 1 tile one flat colour: pooled features and
         # squeeze-excitation outputs say more as a strip of values.
         vector = np.ascontiguousarray(out.reshape(out.shape[0]), dtype=np.float32)
         return Drawable("vector", vector, "vector", _POOLED_NOTE)
     maps = np.ascontiguousarray(out, dtype=np.float32)
-    if plan.kind == "maps" and plan.skip > 0:
+    if kind in ("maps", "clip") and plan.skip > 0:
         prefix = np.ascontiguousarray(array[: plan.skip].T, dtype=np.float32)
-        return Drawable("maps", maps, plan.layout, plan.note, prefix, plan.skip_note)
-    return Drawable(plan.kind, maps, plan.layout, plan.note)
+        return Drawable(kind, maps, plan.layout, plan.note, prefix, plan.skip_note)
+    return Drawable(kind, maps, plan.layout, plan.note)
 
 
 _POOLED_NOTE = "1 x 1 maps drawn as a strip of values"
@@ -229,6 +235,8 @@ def _decide(shape: tuple[int, ...], ctx: LayerContext | None, layout: Layout) ->
         return _decide_2d(shape, ctx, layout)
     if len(shape) == 3:
         return _decide_3d(shape, ctx, layout)
+    if len(shape) == 4 and (layout != "auto" or ctx is None or ctx.frames) and layout != "tokens":
+        return _decide_clip(shape, ctx, layout)
     return _Plan(
         "none",
         "none",
@@ -273,6 +281,41 @@ def _decide_3d(shape: tuple[int, ...], ctx: LayerContext | None, layout: Layout)
         f"layout of {shape} is ambiguous; drawn channels-first, use --layout nhwc "
         "if channels are last",
     )
+
+
+def _decide_clip(shape: tuple[int, ...], ctx: LayerContext | None, layout: Layout) -> _Plan:
+    """A video layer's ``(C, T, H, W)``, or channels-last ``(T, H, W, C)`` (Swin3D)."""
+    hint = ctx.channels_hint if ctx is not None else None
+    last = layout == "nhwc" or (
+        layout == "auto"
+        and (
+            (hint is not None and shape[3] == hint != shape[0])
+            or (hint not in (shape[0], shape[3]) and ctx is not None and ctx.channels_last is True)
+        )
+    )
+    if not last:
+        return _Plan("clip", "ncthw", None)
+    t, h, w, c = shape
+    note = f"channels-last {shape} drawn as {c} channels of {t} frames of {h} x {w}"
+    return _Plan("clip", "nthwc", note, lambda x: x.transpose(3, 0, 1, 2))
+
+
+def _clip_tokens(shape: tuple[int, ...], grid: tuple[int, int, int]) -> _Plan | None:
+    """A video transformer's ``(1 + T*H*W, C)`` tokens (MViT) as ``(C, T, H, W)``, its class
+    token apart; later stages pool H and W by powers of 2."""
+    n, c = shape
+    t = grid[0]
+    for k in (1, 2, 4, 8, 16, 32):
+        h, w = grid[1] // k, grid[2] // k
+        if min(h, w) < 1 or n != 1 + t * h * w:
+            continue
+
+        def convert(x: FloatArray, h: int = h, w: int = w) -> FloatArray:
+            return x[1:].reshape(t, h, w, c).transpose(3, 0, 1, 2)
+
+        note = f"class token shown apart; {n - 1} tokens as {t} frames of {h} x {w}"
+        return _Plan("clip", "tokens", note, convert, 1, note)
+    return None
 
 
 def _nhwc(shape: tuple[int, ...], why: str) -> _Plan:
@@ -326,6 +369,10 @@ def _decide_2d(shape: tuple[int, ...], ctx: LayerContext | None, layout: Layout)
         )
     if layout == "auto" and n == 1:
         return _Plan("vector", "vector", f"one token {shape} drawn as a vector", lambda x: x[0])
+    if ctx is not None and ctx.clip_grid is not None and layout in ("auto", "tokens"):
+        clip = _clip_tokens(shape, ctx.clip_grid)
+        if clip is not None:
+            return clip
     grid = ctx.token_grid if ctx is not None else None
     prefix = ctx.prefix_tokens if ctx is not None else 0
     # Without a known grid, a square token count is only trusted when the module does not

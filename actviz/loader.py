@@ -54,6 +54,11 @@ class _Decoder:
         from actviz.images import load_rgb
 
         try:
+            # Clips and pairs are read from their file (or folder) by the preprocessing.
+            read = getattr(self.preprocess, "read_file", None)
+            if read is not None:
+                tensor, size = read(self.paths[index])
+                return Decoded(index, tensor, size)
             picture = load_rgb(self.paths[index])
             return Decoded(index, self.preprocess(picture), picture.size)
         except ImageLoadError as exc:

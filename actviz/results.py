@@ -89,6 +89,21 @@ class ImageResult:
     gradient_flow: str | None = None
     note: str | None = None
     """What the model saw of an image it barely sees (a far-off aspect ratio, a tiny image)."""
+    pictures: dict[str, str] = field(default_factory=dict)
+    """Pictures of the whole input by kind (``flow``: an optical-flow model's estimate at
+    every iteration), relative to the output folder."""
+    detections: list[dict[str, Any]] | None = None
+    """A detector's detections at or above the score threshold: ``label``, ``name``,
+    ``score``, ``box`` (``x1, y1, x2, y2`` in the model input's pixels); None for other
+    models."""
+    detections_file: str | None = None
+    """``<image>/detections.png``, relative to the output folder."""
+    detection_heads_file: str | None = None
+    """``<image>/detection_heads.png`` (mask logits, keypoint heatmaps of the first
+    detections), relative to the output folder."""
+    detection_cam_file: str | None = None
+    """``<image>/detection_cam.png`` (EigenCAM and one detection's Grad-CAM), relative to the
+    output folder."""
     record: int | None = None
     """The byte offset of this image's line in the run's ledger, once it has one."""
 
@@ -96,6 +111,7 @@ class ImageResult:
         """Drop what the ledger now holds (layers, predictions): the stub stays small."""
         self.layers = []
         self.predictions = []
+        self.detections = None
 
 
 def layer_notes(result: ImageResult) -> list[str]:

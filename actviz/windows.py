@@ -98,6 +98,8 @@ class ImageRows:
         self.batch: int | None = None
         self._blocks: dict[str, tuple[WindowedBlock, bool]] | None = None
         self._sizes: dict[str, tuple[int, int]] = {}
+        self.pair = False
+        """The model was called on a pair of image batches (optical flow: ``model(a, b)``)."""
 
     def attach(self, names: Sequence[str], add_pre_hook: AddPreHook) -> None:
         """Register the pre-hooks that watch the batch size and the windowed blocks' maps."""
@@ -115,6 +117,7 @@ class ImageRows:
     def _watch_batch(self, _module: nn.Module, args: tuple[Any, ...], kwargs: Any) -> None:
         self.batch = _batch_size([*args, *kwargs.values()])
         self._sizes = {}
+        self.pair = _is_pair([*args, *kwargs.values()])
 
     def _watcher(self, block: WindowedBlock) -> Callable[..., None]:
         def watch(_module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
@@ -129,6 +132,12 @@ class ImageRows:
     def split(self, name: str, tensor: torch.Tensor) -> tuple[torch.Tensor | None, str | None]:
         """``tensor`` (from module ``name``) with one row per image, and a note on what was
         done (None when nothing was); or None and why its rows cannot be the images."""
+        batch = self.batch
+        if self.pair and batch and tensor.ndim == 4 and int(tensor.shape[0]) == 2 * batch:
+            # An encoder run on both images of each pair in one batch (RAFT's): image i's
+            # rows i and batch + i as its two frames, (B, C, 2, H, W).
+            frames = tensor.reshape(2, batch, *tensor.shape[1:]).permute(1, 2, 0, 3, 4)
+            return frames, "both images of each pair in one batch: drawn as frame 1 and frame 2"
         scheme, why = self.scheme(name, tensor)
         if why is not None and scheme is None:
             return None, why
@@ -191,6 +200,14 @@ def _batch_size(values: Sequence[Any]) -> int | None:
         if isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
             return len(value)
     return None
+
+
+def _is_pair(values: Sequence[Any]) -> bool:
+    """Whether a model's first two inputs are two image batches of one shape (a pair)."""
+    import torch
+
+    tensors = [v for v in values[:2] if isinstance(v, torch.Tensor)]
+    return len(tensors) == 2 and tensors[0].ndim == 4 and tensors[0].shape == tensors[1].shape
 
 
 def _map_size(

@@ -85,14 +85,15 @@ for i, (name, act) in enumerate(acts.items()):
 IMPORT_ONLY = "import torch, torchvision\n"
 
 
-def timed(argv: list[str], out: Path) -> float:
+def timed(argv: list[str], out: Path, grids: int = 36) -> float:
+    """Seconds one process takes; it must leave ``grids`` layer pictures in ``out``."""
     start = time.perf_counter()
     subprocess.run(argv, check=True, capture_output=True)
     seconds = time.perf_counter() - start
     if argv[-1] == "--no-output":
         return seconds
-    grids = [p for p in out.rglob("[0-9]*_*.png") if "report" not in p.parts]
-    assert len(grids) == 36, (argv[:3], len(grids))
+    found = [p for p in out.rglob("[0-9]*_*.png") if "report" not in p.parts]
+    assert len(found) == grids, (argv[:3], len(found))
     return seconds
 
 

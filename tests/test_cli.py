@@ -408,9 +408,9 @@ def test_models_lists_segmentation_models_too() -> None:
     assert result.exit_code == 0
     names = result.stdout.split()
     assert "resnet18" in names and "fcn_resnet50" in names and "lraspp_mobilenet_v3_large" in names
-    assert "fasterrcnn_resnet50_fpn" not in names
+    assert "fasterrcnn_resnet50_fpn" in names and "quantized_resnet18" in names
     everything = runner.invoke(app, ["models", "--all"]).stdout.split()
-    assert "fasterrcnn_resnet50_fpn" in everything and "fcn_resnet50" in everything
+    assert "raft_small" in everything and "fcn_resnet50" in everything
 
 
 @pytest.mark.parametrize(

@@ -189,7 +189,7 @@ def test_vectors_are_vectors_under_every_layout() -> None:
     ("sample", "words"),
     [
         (np.float32(3.0), "shape ()"),
-        (rand(2, 3, 4, 5), "4-D output (2, 3, 4, 5)"),
+        (rand(2, 3, 4, 5, 2, 2), "6-D output (2, 3, 4, 5, 2, 2)"),
         (rand(1, 2, 3, 4, 5), "5-D output"),
         (np.zeros((0, 4, 4), np.float32), "empty output (0, 4, 4)"),
         (np.zeros((4, 4), np.int64), "int64 output holds indices or a mask"),
@@ -216,7 +216,9 @@ def test_what_cannot_be_drawn_says_why(sample: object, words: str) -> None:
         ((197, 768), "nchw", None),
         ((197, 768), "nhwc", None),
         ((4, 5, 6), "tokens", None),
-        ((2, 3, 4, 5), "nchw", None),
+        ((2, 3, 4, 5), "tokens", None),
+        ((2, 3, 4, 96), "nchw", (2, 3, 4, 96)),
+        ((2, 3, 4, 96), "nhwc", (96, 2, 3, 4)),
     ],
 )
 def test_forced_layouts_apply_or_refuse_naming_the_shape(

@@ -19,7 +19,8 @@ from actviz.errors import (
     WeightsError,
 )
 from actviz.models import cached_weights_path, resolve_device
-from actviz.models.registry import load_model
+from actviz.models.families import OPTICAL_FLOW, family_named
+from actviz.models.registry import list_models, load_model
 from tests.oracles import list_model_names
 
 
@@ -186,7 +187,6 @@ def test_a_missing_checkpoint_file_is_named_as_such(
         ("resnet-34", "did you mean resnet34"),
         ("resnt18", "did you mean resnet18"),
         ("zzzz", "actviz models"),
-        ("fasterrcnn_resnet50_fpn", "detection model"),
     ],
 )
 def test_unknown_or_unsupported_models(name: str, match: str) -> None:
@@ -220,10 +220,10 @@ def test_model_names_filter() -> None:
         default
     )
     assert default == sorted(default) and "resnet18" in default
-    assert "fasterrcnn_resnet50_fpn" not in default
-    assert "fasterrcnn_resnet50_fpn" not in list_model_names("fasterrcnn")
-    assert "fasterrcnn_resnet50_fpn" in list_model_names("fasterrcnn", include_all=True)
-    assert set(default) < set(list_model_names(include_all=True))
+    # Without --all, exactly the names of the families run takes.
+    assert default == [e.name for e in list_models(include_all=True) if e.runnable]
+    assert "fasterrcnn_resnet50_fpn" in list_model_names("fasterrcnn")
+    assert "raft_small" in list_model_names("raft", include_all=True)
 
 
 def test_a_fine_tuned_head_sets_the_class_count(tmp_path: Path) -> None:
@@ -464,25 +464,34 @@ def test_an_unknown_weights_name_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_models_all_marks_what_run_takes() -> None:
-    from actviz.models.registry import list_models
-
     entries = {e.name: e for e in list_models(include_all=True)}
     assert (entries["resnet18"].family, entries["resnet18"].runnable) == ("classification", True)
     assert (entries["fcn_resnet50"].family, entries["fcn_resnet50"].runnable) == (
         "segmentation",
         True,
     )
-    for name, family in [
+    for name, key in [
         ("fasterrcnn_resnet50_fpn", "detection"),
         ("r3d_18", "video"),
-        ("raft_small", "optical-flow"),
+        ("raft_small", "optical_flow"),
         ("quantized_resnet18", "quantized"),
     ]:
-        assert (entries[name].family, entries[name].runnable) == (family, False)
-        # What list_models calls runnable is exactly what load_model takes.
-        with pytest.raises(UnknownModelError, match=f"is a {family} model"):
-            load_model(name, weights="none", device="cpu")
+        family = family_named(key)
+        assert (entries[name].family, entries[name].runnable) == (family.label, family.runnable)
+        if not family.runnable:  # what list_models calls runnable is what load_model takes
+            with pytest.raises(UsageError, match=f"{name}: actviz does not run"):
+                load_model(name, weights="none", device="cpu")
     assert all(e.runnable for e in list_models())
+    assert len(list_models(include_all=True)) == 121
+    detectors = list_models(include_all=True, family="detection")
+    assert len(detectors) == 12 and {e.family for e in detectors} == {"detection"}
+    assert [e.name for e in list_models("quantized_resnet1", family="quantized")] == [
+        "quantized_resnet18"
+    ]
+    with pytest.raises(UsageError, match="unknown model family 'boxes'"):
+        list_models(family="boxes")
+    code, out, _ = _cli("models", "--family", "detection", "ssd")
+    assert code == 0 and out.split() == ["ssd300_vgg16", "ssdlite320_mobilenet_v3_large"]
 
     code, out, _ = _cli("models", "--all", "r*")
     assert code == 0
@@ -490,14 +499,18 @@ def test_models_all_marks_what_run_takes() -> None:
     assert rows[0] == ["NAME", "FAMILY", "RUN"]
     table = {row[0]: row[1:] for row in rows[1:]}
     assert table["resnet18"] == ["classification", "yes"]
-    assert table["raft_small"] == ["optical-flow", "no"]
-    assert table["retinanet_resnet50_fpn"] == ["detection", "no"]
+    assert table["raft_small"] == ["optical-flow", "yes" if OPTICAL_FLOW.runnable else "no"]
+    assert table["retinanet_resnet50_fpn"] == ["detection", "yes"]
     code, out, _ = _cli("models", "--all", "--json", "fcn_resnet5")
     assert json.loads(out) == [
         {"name": "fcn_resnet50", "family": "segmentation", "runnable": True},
     ]
     code, out, _ = _cli("models", "--json", "raft")
-    assert code == 0 and json.loads(out) == []
+    flow = [
+        {"name": n, "family": "optical-flow", "runnable": True}
+        for n in ("raft_large", "raft_small")
+    ]
+    assert code == 0 and json.loads(out) == (flow if OPTICAL_FLOW.runnable else [])
 
 
 # --------------------------------------------------------------------------------------------

@@ -119,7 +119,10 @@ def test_browser_state_follows_the_chosen_layer_and_channel() -> None:
     pytest.importorskip("anywidget")
     look = actviz.show(tiny_classifier(), torch.randn(3, 16, 16), layers="0,2")
     browser = actviz.browse(look)
-    assert [layer["key"] for layer in browser.layers] == ["0", "2"]
+    assert [(x["key"], x["type"], x["shape"]) for x in browser.layers] == [
+        ("0", "Conv2d", "1x6x16x16"),
+        ("2", "Conv2d", "1x8x16x16"),
+    ]
     assert browser.layer == "0" and len(browser.channels) == 6 and browser.detail == {}
     thumb = browser.channels[4]
     shown = Image.open(io.BytesIO(base64.b64decode(thumb["uri"].split(",", 1)[1])))
@@ -181,45 +184,91 @@ def test_browser_without_anywidget_says_how_to_install(monkeypatch: pytest.Monke
     widget.widget_class.cache_clear()
 
 
-FAKE_MODEL = """
+# The shipped module, imported as a module (Chromium runs with --allow-file-access-from-files).
+# A stand-in model plays the kernel: a click sets `channel` and saves, and the kernel answers
+# with `detail`. Everything happens before the page's load event (which waits for the images
+# the widget adds), so what the page shows is read then, however loaded the machine.
+BROWSER_PAGE = """<!doctype html><html><body><div id="root"></div>
+<script>
+window.addEventListener("error", (e) => document.body.setAttribute("data-error", e.message));
+</script>
 <script type="module">
-%s
-const state = %s;
+import widget from "%(esm)s";
+const state = %(state)s;
+const answers = %(answers)s;
 const handlers = {};
 const model = {
   get: (k) => state[k],
   set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
   on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); },
-  save_changes: () => {},
+  save_changes: () => model.set("detail", answers[state.channel] || {}),
 };
 const root = document.getElementById("root");
+window.addEventListener("load", () => {
+  const seen = { ready: root.getAttribute("data-actviz-ready"), channel: state.channel };
+  seen.thumbs = [...root.querySelectorAll(".actviz-channels img")]
+    .map((img) => [img.naturalWidth, img.clientWidth]);
+  const large = root.querySelector(".actviz-detail img");
+  if (large) seen.large = [large.naturalWidth, large.clientWidth];
+  seen.stats = Object.fromEntries([...root.querySelectorAll(".actviz-stats tr")]
+    .map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent]));
+  const marked = root.querySelector('.actviz-channels img[data-channel="%(click)s"]');
+  if (marked) seen.marked = marked.style.borderColor;
+  document.body.setAttribute("data-seen", JSON.stringify(seen));
+});
 widget.render({ model, el: root });
-document.querySelector('.actviz-channels img[data-channel="1"]').click();
-document.body.setAttribute("data-channel", String(state.channel));
-document.body.setAttribute("data-images", String(document.images.length));
-</script>
-"""
+if (%(click)s >= 0) root.querySelector('img[data-channel="%(click)s"]').click();
+</script></body></html>"""
+
+
+def browser_page(widget: Any, click: int = -1) -> str:
+    """A page that runs browser.js on ``widget``'s state and, for ``click`` >= 0, clicks that
+    channel's thumbnail, answered with ``widget``'s own detail of it."""
+    state = widget.get_state()
+    keep = {k: state[k] for k in ("layers", "layer", "channels", "channel", "detail", "source")}
+    answers = {}
+    if click >= 0:
+        widget.channel = click
+        answers[click] = widget.detail
+        widget.channel = -1
+    return BROWSER_PAGE % {
+        "esm": (ROOT / "actviz" / "notebook" / "browser.js").as_uri(),
+        "state": json.dumps(keep).replace("</", "<\\/"),
+        "answers": json.dumps(answers).replace("</", "<\\/"),
+        "click": click,
+    }
 
 
 def test_browser_front_end_in_headless_chromium(tmp_path: Path) -> None:
+    import html
+    import re
+
     from tests.test_report_browser import browse, find_chromium
 
     chromium = find_chromium()
     if chromium is None:
         pytest.skip("Chromium is not installed; install it with `apt-get install chromium`")
     pytest.importorskip("anywidget")
-    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0")
-    state = actviz.browse(look).get_state()
-    keep = {k: state[k] for k in ("layers", "layer", "channels", "channel", "detail", "source")}
-    # The module inline: a page from disk may not import another file as a module.
-    esm = (ROOT / "actviz" / "notebook" / "browser.js").read_text()
-    esm = esm.replace("export default { render };", "const widget = { render };")
+    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0,2")
+    widget = actviz.browse(look)
     page = tmp_path / "page.html"
-    page.write_text(f'<div id="root"></div>{FAKE_MODEL % (esm, json.dumps(keep))}')
-    shown = browse(chromium, tmp_path / "profile", "--dump-dom", page.as_uri())
-    assert 'data-actviz-ready="1"' in shown.stdout, shown.stderr[-2000:]
-    assert 'data-channel="1"' in shown.stdout
-    assert 'data-images="6"' in shown.stdout  # six channel thumbnails
+    page.write_text(browser_page(widget, click=2))
+    flags = ("--allow-file-access-from-files", "--dump-dom")
+    shown = browse(chromium, tmp_path / "profile", *flags, page.as_uri())
+    assert 'data-error="' not in shown.stdout, re.findall(r'data-error="[^"]*"', shown.stdout)
+    found = re.search(r'data-seen="([^"]*)"', shown.stdout)
+    assert found is not None, shown.stderr[-2000:]
+    seen = json.loads(html.unescape(found.group(1)))
+    assert seen["ready"] == "2" and seen["channel"] == 2
+    # Layer 0's six channels, each decoded and drawn on the page at 48 pixels.
+    assert seen["thumbs"] == [[48, 48]] * 6
+    # The clicked channel, large, beside its statistics, which are the kernel's numbers.
+    assert seen["large"][0] == 288 and seen["large"][1] >= 200
+    maps = look["0"][0, 2]
+    assert float(seen["stats"]["min"]) == pytest.approx(float(maps.min()), rel=1e-3)
+    assert float(seen["stats"]["max"]) == pytest.approx(float(maps.max()), rel=1e-3)
+    assert float(seen["stats"]["mean"]) == pytest.approx(float(maps.mean()), rel=1e-3, abs=1e-4)
+    assert seen["marked"] == "rgb(9, 105, 218)"  # the clicked thumbnail is marked
 
 
 # Where Chromium is missing, Node runs the same ES module against a small stand-in DOM.

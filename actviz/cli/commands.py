@@ -33,6 +33,8 @@ from actviz.cli.draw import (
 from actviz.cli.groups import CheckFlags, ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
     DecodeWorkersOption,
+    FlowUpdatesOption,
+    FramesOption,
     FreshOutOption,
     InputsArg,
     JsonOption,
@@ -54,6 +56,20 @@ RunExecution = Annotated[
     ExecutionFlags,
     Group(without=("engine", "ray_address"), replace={"workers": DecodeWorkersOption}),
 ]
+#: A detector's cut for the detections a run records and draws.
+ScoreThresholdOption = Annotated[
+    float,
+    typer.Option(
+        "--score-threshold",
+        min=0.0,
+        max=1.0,
+        help=(
+            "A detector's detections are recorded (and drawn, detections.png) from this score "
+            "up; lower it when an untrained detector finds nothing."
+        ),
+        rich_help_panel="Detection",
+    ),
+]
 #: What ``list-layers`` needs of the model: its input, never its weights or device.
 ShapeFlags = Annotated[LoadFlags, Group(without=("weights", "device", "trust_checkpoint"))]
 
@@ -70,6 +86,8 @@ def run(
     layers: LayersOption = None,
     out: FreshOutOption = None,
     load: LoadFlags,
+    frames: FramesOption = None,
+    flow_updates: FlowUpdatesOption = None,
     capture: CaptureOption = "output",
     sae: SaeFileOption = None,
     draw: DrawFlags,
@@ -77,6 +95,19 @@ def run(
     gradients: GradientFlags,
     no_images: NoImagesOption = False,
     no_report: NoReportOption = False,
+    score_threshold: ScoreThresholdOption = 0.5,
+    detection: Annotated[
+        int,
+        typer.Option(
+            "--detection",
+            min=1,
+            help=(
+                "With --cam on a detector: which detection's score Grad-CAM explains "
+                "(1: the highest); EigenCAM needs none (detection_cam.png)."
+            ),
+            rich_help_panel="Detection",
+        ),
+    ] = 1,
     checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -97,6 +128,10 @@ def run(
         thresholds=checks.thresholds(),
         report=not no_report,
         sae=sae,
+        frames=frames,
+        flow_updates=flow_updates,
+        score_threshold=score_threshold,
+        detection=detection,
         load=load.options(),
         draw=draw.options(grids=not no_images),
         gradients=gradients.options(),
@@ -115,11 +150,14 @@ def stats(
     layers: LayersOption = None,
     out: FreshOutOption = None,
     load: LoadFlags,
+    frames: FramesOption = None,
+    flow_updates: FlowUpdatesOption = None,
     execution: ExecutionFlags,
     report: Annotated[
         bool,
         typer.Option("--report", help="Also write the HTML report.", rich_help_panel="Output"),
     ] = False,
+    score_threshold: ScoreThresholdOption = 0.5,
     checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -136,6 +174,9 @@ def stats(
         out=fresh_out(out, reuse=execution.resume or execution.overwrite),
         thresholds=checks.thresholds(),
         report=report,
+        frames=frames,
+        flow_updates=flow_updates,
+        score_threshold=score_threshold,
         load=load.options(),
         draw=DrawOptions(grids=False),
         execution=execution.options(),
@@ -227,8 +268,24 @@ def models(
     ] = None,
     include_all: Annotated[
         bool,
-        typer.Option("--all", help="Also list detection, video and other model families."),
+        typer.Option(
+            "--all",
+            help=(
+                "List every name, with its family and whether run takes it (RUN yes/no), "
+                "not only the names run takes."
+            ),
+        ),
     ] = False,
+    family: Annotated[
+        str | None,
+        typer.Option(
+            "--family",
+            help=(
+                "Only this family: classification, segmentation, detection, video, "
+                "optical_flow or quantized."
+            ),
+        ),
+    ] = None,
     source: Annotated[
         str,
         typer.Option(
@@ -249,14 +306,14 @@ def models(
     """
     from actviz.models.registry import list_models
 
-    entries = list_models(pattern, include_all=include_all, source=source)
+    entries = list_models(pattern, include_all=include_all, source=source, family=family)
     if as_json:
         out_console.print_json(
             data=[{"name": e.name, "family": e.family, "runnable": e.runnable} for e in entries]
         )
         return
     if not entries:
-        warn(_nothing_listed(source, pattern))
+        warn(_nothing_listed(source, pattern, family, include_all))
         raise typer.Exit(int(ExitCode.ERROR))
     if not include_all:  # every one of these runs: names only, one per line
         for entry in entries:
@@ -272,10 +329,14 @@ def models(
         )
 
 
-def _nothing_listed(source: str, pattern: str | None) -> str:
+def _nothing_listed(source: str, pattern: str | None, family: str | None, include_all: bool) -> str:
     """Why ``actviz models`` lists nothing, and what to do about it."""
     if pattern is not None:
         return f"no {source} model name matches '{pattern}'"
+    if family is not None:
+        return f"no {source} model of the {family} family" + (
+            "" if include_all else " that run takes (--all lists every one)"
+        )
     if source == "hf":
         from huggingface_hub.constants import HF_HUB_CACHE
 

@@ -257,6 +257,10 @@ def print_listing(listing: LayerListing) -> None:
             f"{len(listing.layers)} modules; preview a selection with --layers, e.g. --layers conv",
             markup=False,
         )
+    if listing.family != "classification":
+        out_console.print(f"family: {listing.family}", markup=False)
+    if listing.note is not None:
+        out_console.print(f"note: {listing.note}", markup=False)
 
 
 def _listing_rows(listing: LayerListing) -> list[list[str]]:
@@ -313,6 +317,8 @@ def _listing_table(listing: LayerListing) -> None:
 def listing_json(listing: LayerListing) -> dict[str, Any]:
     return {
         "model": listing.model,
+        "family": listing.family,
+        "note": listing.note,
         "input_shape": list(listing.input_shape),
         "selector": listing.selector,
         "grids": listing.grids,

@@ -12,6 +12,8 @@ __all__ = [
     "fresh_out",
     "AmpOption",
     "BatchSizeOption",
+    "FlowUpdatesOption",
+    "FramesOption",
     "ChannelsLastOption",
     "DecodeWorkersOption",
     "DeviceOption",
@@ -229,6 +231,26 @@ InputSizeOption = Annotated[
         "--input-size",
         metavar="H,W",
         help="Model input size, for models that do not take 224 x 224.",
+        rich_help_panel="Model",
+    ),
+]
+
+FramesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--frames",
+        min=1,
+        help="Frames per clip for a video model (default: the weights' recipe, 16 mostly).",
+        rich_help_panel="Model",
+    ),
+]
+
+FlowUpdatesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--flow-updates",
+        min=1,
+        help="Refinement iterations of an optical-flow model (default: its own, 12).",
         rich_help_panel="Model",
     ),
 ]

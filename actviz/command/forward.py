@@ -97,17 +97,18 @@ class BatchForward:
                 torch.inference_mode(),
                 torch.autocast(device.type, dtype=autocast_dtype, enabled=self.amp),
             ):
-                logits = _call(loaded.name, self.module, x, first)
+                logits = _call(loaded, self.module, x, first)
                 if self.second is not None:
-                    _call(self.second.name, self.second.module, x, first)
+                    _call(self.second, self.second.module, x, first)
             yield good, logits, x
 
 
-def _call(name: str, module: Any, x: Any, first: Path) -> Any:
-    """One model on one batch; its own code's failure, of any type, as one line."""
+def _call(loaded: LoadedModel, module: Any, x: Any, first: Path) -> Any:
+    """One model on one batch, called as its family feeds it (a detector takes a list of
+    images); its own code's failure, of any type, as one line."""
     try:
-        return module(x)
+        return loaded.family.call(module, x)
     except ActvizError:
         raise
     except Exception as exc:
-        raise model_failure(name, first, exc, x) from exc
+        raise model_failure(loaded.name, first, exc, x) from exc

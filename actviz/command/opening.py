@@ -83,6 +83,8 @@ class Command:
     found: Discovery | None = None
     warnings: list[str] = field(default_factory=list)
     channels_last: bool = False
+    name: str = ""
+    """The command (``top-images``), for the families that refuse it; empty: none does."""
 
     def warn(self, message: str) -> None:
         """Give a warning that does not stop the command, and list it."""
@@ -109,6 +111,9 @@ class Command:
         pictures show, ``"The grids show"``; ``flag``: the option that asks for random
         weights), and put it in the command's memory format (in place)."""
         loaded = open_model(self.given if given is None else given, options, weights=weights)
+        why = loaded.family.refusal(self.name) if self.name else None
+        if why is not None:
+            raise UsageError(f"{self.name} does not take {loaded.name}: {why}")
         if check is not None:
             check(loaded)
         if self.channels_last:
@@ -183,6 +188,8 @@ def open_command(
     channels_last: bool = False,
     guard: Callable[[Path], None] | None = None,
     restore: Sequence[Any] = (),
+    discover: Callable[[Sequence[Path]], Discovery] | None = None,
+    name: str = "",
 ) -> Iterator[Command]:
     """Open an image command on ``model`` writing into ``out``, for the block.
 
@@ -193,7 +200,9 @@ def open_command(
     ``overwrite``; ``hint``: the fix named when it is not empty; ``guard`` replaces that
     whole step for a command with its own rule) and removed again if the block fails before
     writing into it. ``model`` and every module of ``restore`` are given back in their
-    training mode and device.
+    training mode and device. ``discover`` finds the inputs instead of the image walk (see
+    :mod:`actviz.command.inputs`). ``name`` (``top-images``): the command, whose model's
+    family may refuse it (:meth:`actviz.models.families.Family.refusal`).
 
     Raises:
         UsageError: For a module object with ``engine='ray'``, inputs that hold no image, or
@@ -215,10 +224,13 @@ def open_command(
         notify=reporter or SilentReporter(),
         started=time.perf_counter(),
         channels_last=channels_last,
+        name=name,
     )
     if inputs is not None:
         paths = input_paths(inputs)
-        command.found = images.discover(paths).require(paths)
+        # ``discover``: inputs that are not images (clips, pairs), found once the model is.
+        found = discover(paths) if discover is not None else images.discover(paths)
+        command.found = found if discover is not None else found.require(paths)
         if check_inputs is not None:
             check_inputs(command.found)
     with contextlib.ExitStack() as stack:

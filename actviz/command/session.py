@@ -115,6 +115,8 @@ def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedMod
         segmentation_logits,
     )
     from actviz.models.checkpoints import load_state_dict_into
+    from actviz.models.families import family_of
+    from actviz.models.registry import family_device
     from actviz.models.weights import existing_checkpoint
 
     label = hookable_module(model, options.in_chans, takes="model must be", chans="--in-chans")
@@ -130,9 +132,14 @@ def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedMod
         module = copy.deepcopy(model)  # the caller's model keeps its own weights
         load_state_dict_into(module, state, name=label, source=str(path))
         info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
+    family = family_of(module)
+    if family.refused is not None:
+        raise UsageError(f"{label}: {family.refused}")
+    device = family_device(label, family, device, options.device)
     module.eval()
     module.to(device)
     preprocess = Preprocessing.fitted(input_size=options.input_size, in_chans=options.in_chans)
+    preprocess = family.preprocessing(preprocess, module)
     return LoadedModel(
         name=label,
         module=module,
@@ -144,6 +151,8 @@ def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedMod
         channel_names=class_channel_names(module, None),
         segmentation=segmentation_logits(module),
         source="module",
+        classifier=family.classifies,
+        family=family,
     )
 
 

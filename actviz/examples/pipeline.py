@@ -79,6 +79,7 @@ def top_images(
         overwrite=ex.overwrite,
         engine=ex.engine,
         channels_last=ex.channels_last,
+        name="top-images",
     ) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
         opened = cmd.load(opts.load, shows="The top images show")

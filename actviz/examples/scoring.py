@@ -294,10 +294,11 @@ def score_batch(
     import torch
 
     from actviz.hooks import eval_mode
+    from actviz.models.families import family_of
 
     with ScoreRecorder(module, names, plans, score) as recorder, eval_mode(module):
         with torch.inference_mode():
-            logits: Any = module(x)
+            logits: Any = family_of(module).call(module, x)  # as its family feeds it
         scores = recorder.take()
     candidates = batch_candidates(paths, scores, predicted_classes(logits, len(paths)), k)
     return ScoredBatch(candidates, dict(recorder.resized), dict(recorder.unfit))

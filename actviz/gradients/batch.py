@@ -31,7 +31,7 @@ def choose_cam_keys(
         cap
         for cap in captures
         if cap.kind == "output"
-        and plan_layout(cap.shape[1:], contexts.get(cap.module)).kind == "maps"
+        and plan_layout(cap.shape[1:], contexts.get(cap.module)).kind in ("maps", "clip")
         and len(cap.shape) >= 3
     ]
     if not spatial:

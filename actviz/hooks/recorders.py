@@ -12,6 +12,7 @@
   capture per call: ``layer1.0.relu``, ``layer1.0.relu:2``, ...
 - Tuple, list, dict and namedtuple outputs give one capture per tensor element:
   ``block[0]``, ``heads[out]``.
+- A quantized model's ``quint8`` outputs are recorded dequantized.
 """
 
 from __future__ import annotations
@@ -139,8 +140,10 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
 
         def store(call: int, key: str, value: object, *, what: str) -> None:
             found = False
-            for element, raw in tensor_items(value):
+            for element, out in tensor_items(value):
                 found = True
+                # A quantized model's outputs are quint8: recorded as the values they stand for.
+                raw = out.dequantize() if out.is_quantized else out
                 tensor, rows, refused = self._per_image(name, raw)
                 copy = (
                     # contiguous_format: channels-last outputs come back in plain NCHW order.

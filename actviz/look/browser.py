@@ -189,6 +189,7 @@ class LiveData:
             self._layout, self._cmap = "auto", None
             self.source = "captured tensors"
         self._tops = tops
+        self._types = {c.key: c.module_type for c in getattr(source, "captures", ())}
         self._maps: dict[str, tuple[Any, str | None]] = {}
 
     def _drawable(self, layer: str) -> tuple[Any, str | None]:
@@ -210,7 +211,11 @@ class LiveData:
 
     def layers(self) -> list[dict[str, Any]]:
         return [
-            {"key": key, "type": "", "shape": "x".join(str(n) for n in getattr(v, "shape", ()))}
+            {
+                "key": key,
+                "type": self._types.get(key, ""),
+                "shape": "x".join(str(n) for n in getattr(v, "shape", ())),
+            }
             for key, v in self._arrays.items()
         ]
 

@@ -35,8 +35,9 @@ def default_selector(model: nn.Module) -> str:
 
     Convolutions for CNNs (without auxiliary heads that never run in eval mode, with a
     segmentation model's class-logits head); the patch embedding and each encoder block for
-    ViTs; the stage outputs for Swin and ConvNeXt (``features.N`` in torchvision,
-    ``stages.N`` or ``layers.N`` in timm and Hugging Face); the stem and each layer for
+    ViTs and each block for MViT; the stage outputs for Swin (Swin3D too) and ConvNeXt
+    (``features.N`` in torchvision, ``stages.N`` or ``layers.N`` in timm and Hugging Face);
+    RAFT's two encoders and its update block at each iteration; the stem and each layer for
     MaxViT; otherwise the items of the first numbered block list, or every leaf module.
 
     Args:
@@ -46,8 +47,12 @@ def default_selector(model: nn.Module) -> str:
         A selector string for :func:`actviz.selectors.select_layers`.
     """
     from actviz.hooks import layer_refs
+    from actviz.models.families import family_of
     from actviz.selectors import TYPE_ALIASES
 
+    own = family_of(model).selector(model)
+    if own is not None:  # a family's own view (a detector's stages and FPN levels)
+        return own
     refs = layer_refs(model)
     names = {ref.name for ref in refs}
     types = {t for ref in refs for t in ref.types}
@@ -55,7 +60,13 @@ def default_selector(model: nn.Module) -> str:
 
     if "VisionTransformer" in family and "EncoderBlock" in types:
         return "conv_proj,EncoderBlock" if "conv_proj" in names else "EncoderBlock"
-    if family & {"SwinTransformer", "ConvNeXt"}:
+    if "MViT" in family and "MultiscaleBlock" in types:  # video transformer: each block
+        return "conv_proj,MultiscaleBlock" if "conv_proj" in names else "MultiscaleBlock"
+    if "RAFT" in family:  # both encoders, then the update block at each iteration
+        return ",".join(
+            n for n in ("feature_encoder", "context_encoder", "update_block") if n in names
+        )
+    if family & {"SwinTransformer", "SwinTransformer3d", "ConvNeXt"}:
         # torchvision names the stages features.N, timm stages.N (ConvNeXt) or layers.N (Swin).
         for stages in ("features", "stages", "layers"):
             if any(re.fullmatch(rf"{stages}\.\d+", n) for n in names):

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ActvizError, ModelError, UsageError, first_line
+from actviz.models.families import FUSED_NOTE, QUANTIZED, family_named, family_of
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
     from actviz.hooks import ActivationRecorder
+    from actviz.models.preprocessing import Preprocessing
     from actviz.models.sources import ModelSource
 
 __all__ = [
@@ -44,6 +47,10 @@ class LayerListing:
     layers: list[LayerInfo]
     selector: str | None
     grids: int
+    family: str = "classification"
+    """The model's family (:mod:`actviz.models.families`)."""
+    note: str | None = None
+    """What the names mean, where the model changed them (a quantized model's fused layers)."""
 
     def __repr__(self) -> str:
         from actviz.notebook import listing_card
@@ -93,10 +100,12 @@ def list_layers(
     source = source_for(model)
     source.check_name(model)
     preprocess = source.preprocessing(model, None, input_size=input_size, in_chans=in_chans)
-    height, width = preprocess.crop_size
-    input_shape = (1, in_chans, height, width)
-    module, recorder = _traced(source, model, input_shape, input_size)
-    return listing_of(module, recorder, model=model, input_shape=input_shape, layers=layers)
+    module, recorder, input_shape, stopped = _traced(source, model, preprocess, input_size)
+    listing = listing_of(module, recorder, model=model, input_shape=input_shape, layers=layers)
+    # Why the shapes are not from the meta device, or stop part way, where they are not.
+    built_on_cpu = family_named(listing.family).meta
+    notes = [n for n in (listing.note, built_on_cpu, stopped) if n]
+    return dataclasses.replace(listing, note="; ".join(notes) or None)
 
 
 def listing_of(
@@ -108,7 +117,8 @@ def listing_of(
     layers: str | Sequence[str] | None,
 ) -> LayerListing:
     """The listing of ``module`` from a recorder that traced it once with every module hooked:
-    shapes, calls and parameters per module, and the rows ``layers`` selects marked."""
+    shapes, calls and parameters per module, the rows ``layers`` selects marked, its family
+    and what its names mean (a quantized model's fused layers)."""
     from actviz.hooks import layer_refs
     from actviz.selectors import named_exactly, select_layers
 
@@ -144,9 +154,12 @@ def listing_of(
         for row in rows
         if row.selected
     )
+    family = family_of(module)
     return LayerListing(
         model=model,
         input_shape=input_shape,
+        family=family.key,
+        note=FUSED_NOTE if family is QUANTIZED else None,
         layers=rows,
         selector=None
         if layers is None
@@ -208,16 +221,24 @@ _SKIPPED_SHOWN = 3
 def _traced(
     source: ModelSource,
     model: str,
-    input_shape: tuple[int, ...],
+    preprocess: Preprocessing,
     input_size: tuple[int, int] | None,
-) -> tuple[nn.Module, ActivationRecorder]:
-    """The model traced on the meta device or, where its source allows, on the CPU on zeros."""
+) -> tuple[nn.Module, ActivationRecorder, tuple[int, ...], str | None]:
+    """The model traced on the meta device or, where its source allows, on the CPU on zeros;
+    with the input shape it was traced with (its family's preprocessing decides it) and why
+    the trace stopped early, if it did."""
     import torch
 
     build = source.build_meta(model, input_size)
     if build.module is not None:
+        input_shape = _input_shape(build.module, preprocess, input_size)
+        family = family_of(build.module)
+        meta = torch.device("meta")
         try:
-            return build.module, trace(build.module, input_shape, torch.device("meta"))
+            if family.meta_stops is not None:
+                recorder, stopped = trace_until_stopped(build.module, input_shape, meta)
+                return build.module, recorder, input_shape, family.meta_stops if stopped else None
+            return build.module, trace(build.module, input_shape, meta), input_shape, None
         except ActvizError as exc:
             if build.on_cpu is None or not isinstance(exc, ModelError):
                 raise
@@ -229,8 +250,9 @@ def _traced(
                 ) from exc
     assert build.on_cpu is not None  # a source without a CPU fallback builds on meta
     module = build.on_cpu()
+    input_shape = _input_shape(module, preprocess, input_size)
     try:
-        return module, trace(module, input_shape, torch.device("cpu"))
+        return module, trace(module, input_shape, torch.device("cpu")), input_shape, None
     except Exception as exc:  # the user's forward: report it, whatever it raised
         raise ModelError(
             f"cannot run {model} on a zero input of shape {input_shape}: "
@@ -239,17 +261,52 @@ def _traced(
         ) from exc
 
 
+def _input_shape(
+    module: nn.Module, preprocess: Preprocessing, input_size: tuple[int, int] | None
+) -> tuple[int, ...]:
+    """``(1, C, H, W)`` of the input a trace feeds: the size the family's preprocessing
+    gives (a detector's ``min_size``), unless ``--input-size`` asks for another."""
+    if input_size is None:
+        preprocess = family_of(module).preprocessing(preprocess, module)
+    height, width = preprocess.crop_size
+    return (1, preprocess.channels, height, width)
+
+
+def trace_until_stopped(
+    module: nn.Module, input_shape: tuple[int, ...], device: torch.device
+) -> tuple[ActivationRecorder, bool]:
+    """:func:`trace` for a family whose forward cannot finish on the meta device: what ran
+    before it stopped, and whether it stopped."""
+    recorder = _recorder(module)
+    with recorder:
+        try:
+            _forward_zeros(module, input_shape, device)
+        except (RuntimeError, NotImplementedError):
+            return recorder, True
+    return recorder, False
+
+
 def trace(
     module: nn.Module, input_shape: tuple[int, ...], device: torch.device
 ) -> ActivationRecorder:
     """One forward on zeros with every module hooked for its output shape and call count."""
-    import torch
+    recorder = _recorder(module)
+    with recorder:
+        _forward_zeros(module, input_shape, device)
+    return recorder
 
+
+def _recorder(module: nn.Module) -> ActivationRecorder:
     from actviz.hooks import ActivationRecorder, layer_refs
 
     module.eval()
     names = [ref.name for ref in layer_refs(module)]
-    recorder = ActivationRecorder(module, names, keep_tensors=False)
-    with recorder, torch.inference_mode():
-        module(torch.zeros(input_shape, device=device))
-    return recorder
+    return ActivationRecorder(module, names, keep_tensors=False)
+
+
+def _forward_zeros(module: nn.Module, input_shape: tuple[int, ...], device: torch.device) -> None:
+    """The model on zeros, fed as its family feeds it."""
+    import torch
+
+    with torch.inference_mode():
+        family_of(module).call(module, torch.zeros(input_shape, device=device))

@@ -14,6 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
 from actviz.models.devices import resolve_device
+from actviz.models.families import (
+    CLASSIFICATION,
+    Family,
+    family_named,
+    family_of,
+    torchvision_family,
+)
 
 # The ``name as name`` imports mark re-exports for mypy --strict: other modules import them here.
 from actviz.models.preprocessing import IMAGENET_MEAN as IMAGENET_MEAN
@@ -65,7 +72,10 @@ class LoadedModel:
     versions: dict[str, str] = field(default_factory=dict)
     """The versions of the libraries the model source depends on, for the manifest."""
     classifier: bool = True
-    """False for a backbone whose output is features: no top-k predictions, no Grad-CAM."""
+    """False for a backbone whose output is features, or a family whose output is not class
+    scores (a detector's boxes): no top-k predictions, no Grad-CAM of a class."""
+    family: Family = CLASSIFICATION
+    """How the model is fed and its output read (:mod:`actviz.models.families`)."""
 
     def record(self) -> dict[str, Any]:
         """The model as a manifest records it: its source, name, the source's library
@@ -75,28 +85,37 @@ class LoadedModel:
             "name": self.name,
             "versions": dict(self.versions),
             "preprocessing": self.preprocess.record(),
+            "family": self.family.key,
         }
 
 
 def list_models(
-    pattern: str | None = None, *, include_all: bool = False, source: str = "torchvision"
+    pattern: str | None = None,
+    *,
+    include_all: bool = False,
+    source: str = "torchvision",
+    family: str | None = None,
 ) -> list[ModelEntry]:
     """A source's models with their family and whether ``run`` takes them.
 
     Args:
         pattern: A glob such as ``resnet*``; a pattern without wildcards matches as a
             substring.
-        include_all: Also list detection, video, optical-flow and quantized models, which
-            ``run`` does not take. Without it, the classification and segmentation models.
+        include_all: Also list the models of families ``run`` does not take (see
+            :attr:`actviz.models.families.Family.refused`).
         source: The model source to list (see :data:`actviz.models.sources.SOURCES`).
+        family: Only the models of this family (``detection``; see
+            :data:`actviz.models.families.FAMILIES`).
 
     Returns:
         Entries sorted by name.
 
     Raises:
-        UsageError: If ``source`` names no source.
+        UsageError: If ``source`` names no source or ``family`` no family.
     """
-    return source_named(source).list_models(pattern, include_all=include_all)
+    wanted = family_named(family).label if family is not None else None
+    entries = source_named(source).list_models(pattern, include_all=include_all)
+    return [e for e in entries if wanted is None or e.family == wanted]
 
 
 def check_model_name(name: str) -> None:
@@ -142,18 +161,27 @@ def load_model(
         CheckpointError: If a checkpoint is unreadable, unsafe or does not fit.
         DeviceError: If the device is not available.
     """
-    torch_device = resolve_device(device)
     if in_chans not in (1, 3):
         raise UsageError(f"--in-chans must be 1 or 3, not {in_chans}")
     source = source_for(name)
+    named = torchvision_family(name) if source.key == "torchvision" else None
+    if named is not None and named.cpu_only is not None:
+        # Before the device is looked for: a usage error whatever this machine has.
+        family_device(name, named, _cpu(), device, cpu=device.strip().lower() == "cpu")
+    torch_device = resolve_device(device)
     built = source.load(
         name, weights.strip(), trust_checkpoint=trust_checkpoint, input_size=input_size
     )
     module = built.module
+    family = family_of(module)
+    if family.refused is not None:
+        raise UsageError(f"{name}: {family.refused}")
+    torch_device = family_device(name, family, torch_device, device)
     module.eval()
     module.to(torch_device)
 
     preprocess = source.preprocessing(name, built.preset, input_size=input_size, in_chans=in_chans)
+    preprocess = family.preprocessing(preprocess, module)
     categories = source.class_names(module, built.preset)
     return LoadedModel(
         name=name,
@@ -167,8 +195,33 @@ def load_model(
         segmentation=segmentation_logits(module),
         source=source.key,
         versions=source.versions(),
-        classifier=built.classifier,
+        classifier=built.classifier and family.classifies,
+        family=family,
     )
+
+
+def family_device(
+    name: str, family: Family, device: torch.device, asked: str, *, cpu: bool | None = None
+) -> torch.device:
+    """The device a model of ``family`` runs on: ``device``, or the CPU for a CPU-only family
+    when the device was left to ``auto`` (``cpu``: whether ``asked`` is the CPU, when
+    ``device`` is not resolved yet).
+
+    Raises:
+        UsageError: If a CPU-only family's model was sent to another device.
+    """
+    on_cpu = device.type == "cpu" if cpu is None else cpu
+    if family.cpu_only is None or on_cpu:
+        return device
+    if asked.strip().lower() == "auto":
+        return _cpu()
+    raise UsageError(f"{name} cannot run on {asked.strip()}: {family.cpu_only}")
+
+
+def _cpu() -> torch.device:
+    import torch
+
+    return torch.device("cpu")
 
 
 def load_with(name: str, options: LoadOptions, *, weights: str | None = None) -> LoadedModel:

@@ -169,6 +169,11 @@ def _draw(array: np.ndarray, title: str, options: dict[str, Any]) -> GridImage |
         if drawable.kind == "vector":
             shared = {k: v for k, v in options.items() if k in ("value_range", "notes")}
             return render_vector(drawable.array, title=title, **shared)
+        if drawable.kind == "clip":
+            from actviz.render.timestrips import render_time_strips
+
+            shared = {k: v for k, v in options.items() if k in ("value_range", "notes")}
+            return render_time_strips(drawable.array, title=title, **shared)
         return render_grid(drawable.array, title=title, max_channels=_CHANNELS, **options)
     except ValueError:
         return None

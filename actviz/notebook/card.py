@@ -149,12 +149,7 @@ class Card:
             f'<div style="font-weight:600;font-size:14px">actviz {_e(self.kind)} '
             f"&middot; {_e(self.title)}</div>",
         ]
-        if self.facts:
-            rows = "".join(
-                f'<tr><td style="{_HEAD}">{_e(k)}</td><td style="{_CELL}">{_e(v)}</td></tr>'
-                for k, v in self.facts[:MAX_ROWS]
-            )
-            parts.append(f'<table style="border-collapse:collapse;margin:4px 0">{rows}</table>')
+        # Warnings (random weights first) right under the title, where the eye lands.
         parts.extend(
             f'<div class="actviz-warning" style="{_WARN}">&#9888; {_e(w)}</div>'
             for w in self.warnings[:MAX_FLAGS]
@@ -163,6 +158,12 @@ class Card:
             parts.append(
                 f'<div style="{_MUTED}">{len(self.warnings) - MAX_FLAGS} more warnings</div>'
             )
+        if self.facts:
+            rows = "".join(
+                f'<tr><td style="{_HEAD}">{_e(k)}</td><td style="{_CELL}">{_e(v)}</td></tr>'
+                for k, v in self.facts[:MAX_ROWS]
+            )
+            parts.append(f'<table style="border-collapse:collapse;margin:4px 0">{rows}</table>')
         parts.extend(
             f'<div class="actviz-flag" style="{_FLAG}">&#9873; {_e(f)}</div>'
             for f in self.flags[:MAX_FLAGS]

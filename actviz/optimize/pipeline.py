@@ -173,7 +173,9 @@ def optimize(
     opts = options or OptimizeOptions.from_keywords(**keywords)
     # Other commands' results may share the folder (pages link each other), so optimize
     # guards only its own files.
-    with open_command(model, opts.out, reporter=reporter, guard=lambda _: _prepare(opts)) as cmd:
+    with open_command(
+        model, opts.out, reporter=reporter, guard=lambda _: _prepare(opts), name="optimize"
+    ) as cmd:
         opened = cmd.load(opts.load, shows="These images are noise with structure, optimized for")
         return _run(cmd, opened.model, opts, opened.warning)
 

@@ -26,6 +26,7 @@ __all__ = [
     "HEADER_MIN_WIDTH",
     "TILE_LABEL_SIZE",
     "Header",
+    "bar_box",
     "digit_rows",
     "fmt_value",
     "font",
@@ -287,6 +288,12 @@ def _draw_header(canvas: U8Array, header: Header, layout: _Layout) -> None:
         canvas[bar_y : bar_y + _BAR_HEIGHT, swatch_x : swatch_x + _BAR_HEIGHT] = NONFINITE
         legend_y = bar_y + _BAR_HEIGHT // 2 - line_height(_LABEL_SIZE) // 2
         paste_text(canvas, _NONFINITE_LEGEND, _LABEL_SIZE, swatch_x + _BAR_HEIGHT + 4, legend_y)
+
+
+def bar_box(header: Header, width: int) -> tuple[int, int, int, int]:
+    """``(top, left, height, width)`` of the colour bar in ``header`` drawn ``width`` wide,
+    for a picture whose colours are not a colormap's (flow fields) to paint its own key."""
+    return _layout(header, width).bar_y, _PAD_X, _BAR_HEIGHT, _BAR_WIDTH
 
 
 def new_canvas(

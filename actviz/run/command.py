@@ -65,7 +65,8 @@ def run(
             keywords given together with ``options``, is a
             :class:`~actviz.command.options.KeywordError` (also a ``TypeError``).
     """
-    from actviz.command import open_command
+    from actviz.command import input_paths, open_command
+    from actviz.command.inputs import discovery_for, inputs_for
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
 
@@ -81,12 +82,19 @@ def run(
         overwrite=ex.overwrite,
         engine=ex.engine,
         channels_last=ex.channels_last,
+        discover=discovery_for(model),
     ) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
         opened = cmd.load(
             opts.load, shows="The grids show", check=lambda m: _check_classifier(m, opts, cmd)
         )
         loaded = opened.model
+        cmd.found = inputs_for(loaded, input_paths(inputs), cmd.found)
+        _clip_options(loaded, opts)
+        if loaded.family.key == "detection":
+            from actviz.models.families import lower_score_threshold
+
+            lower_score_threshold(loaded.module, opts.score_threshold)
         if opts.report:
             from actviz.report import warm_up
 
@@ -128,9 +136,38 @@ def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
             result.status, result.record = "reused", offset
 
 
+def _clip_options(loaded: LoadedModel, opts: RunOptions) -> None:
+    """``frames`` for a video model's clips, ``flow_updates`` for a flow model's iterations."""
+    from actviz.models.clips import ClipPreprocessing
+    from actviz.models.families.flow import flow_updates
+
+    if opts.execution.engine == "ray" and loaded.family.key in ("video", "optical_flow"):
+        raise UsageError(
+            f"--engine ray runs image models; {loaded.name} takes "
+            f"{'clips' if loaded.family.key == 'video' else 'pairs of images'}: leave it out"
+        )
+    if opts.frames is not None:
+        if not isinstance(loaded.preprocess, ClipPreprocessing):
+            raise UsageError(f"--frames is for video models; {loaded.name} takes no clips")
+        loaded.preprocess = loaded.preprocess.with_frames(opts.frames)
+    if opts.flow_updates is not None:
+        if loaded.family.key != "optical_flow":
+            raise UsageError(f"--flow-updates is for optical-flow models, not {loaded.name}")
+        if opts.flow_updates < 1:
+            raise UsageError(f"--flow-updates must be at least 1, not {opts.flow_updates}")
+        flow_updates(loaded.module, opts.flow_updates)
+
+
 def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> None:
-    """A backbone without a classifier: no gradients to take, no predictions to record."""
-    if loaded.classifier:
+    """A family without gradients, or a backbone without a classifier: no gradients to take,
+    no predictions to record."""
+    family = loaded.family
+    if family.key == "detection" and opts.gradients.cam and not opts.gradients.grads:
+        return  # EigenCAM and the Grad-CAM of one detection (detection_cam.png)
+    if family.gradients is not None and opts.gradients.backward:
+        flag = "--cam" if opts.gradients.cam else "--grads"
+        raise UsageError(f"{flag} does not apply to {loaded.name}: {family.gradients}")
+    if loaded.classifier or not family.classifies:  # a detector's output is read otherwise
         return
     if opts.gradients.backward:
         flag = "--cam" if opts.gradients.cam else "--grads"
@@ -199,7 +236,7 @@ def _plan(
         for item, folder in zip(found.images, dirs, strict=True)
     ]
     grads = opts.gradients
-    settings = {
+    settings: dict[str, Any] = {
         "model": model,
         "weights": loaded.weights.name or loaded.weights.source,
         "selector": selector,
@@ -209,6 +246,12 @@ def _plan(
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
         **({"sae": str(opts.sae)} if opts.sae is not None else {}),
     }
+    frames = getattr(loaded.preprocess, "frames", None)
+    if frames is not None or opts.flow_updates is not None:  # a clip's length, flow's updates
+        settings["clip"] = [frames, opts.flow_updates]
+    if loaded.family.key == "detection":  # the detections an earlier run recorded
+        settings["score_threshold"] = opts.score_threshold
+        settings["detection"] = opts.detection
     records = RunRecords(opts.out, settings)
     kept: list[Path] = []
     if opts.execution.resume:

@@ -1,6 +1,7 @@
 """Drawing one image's captured layers: each layer's record, then its pictures of every kind
 (:data:`~actviz.run.pictures.PICTURE_KINDS`), its raw tensor, and the image's own pictures
-(what the model saw, a segmentation model's class map).
+(what the model saw, a segmentation model's class map, a detector's detections, a flow model's
+iterations).
 
 Runs in the render threads: everything here works on CPU copies of one batch and writes
 through ``output`` only.
@@ -14,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.render.png import picture_png
 from actviz.results import LayerResult
+from actviz.run.detection import write_detections
+from actviz.run.detection_cam import write_detection_cams
+from actviz.run.flow import write_flow
 from actviz.run.job import ImageJob, model_view, thumbnail_path
 from actviz.run.pictures import PICTURE_KINDS
 from actviz.run.record import LayerView, layer_record, layer_view, summaries
@@ -33,6 +37,27 @@ def draw_image(job: ImageJob) -> list[LayerResult]:
     layers = [_draw_layer(view, order) for order, view in _views(job)]
     if job.segmentation is not None and job.options.grids:
         write_segmentation(job)
+    if job.flows is not None and job.options.grids:
+        write_flow(job)
+    if job.detections is not None and job.options.grids and job.model_input is not None:
+        write_detections(
+            job.folder,
+            job.out_dir,
+            model_view(job),
+            job.detections,
+            random_weights=job.random_weights,
+            compression=job.options.png_compression,
+        )
+        if job.detection_cams is not None:
+            write_detection_cams(
+                job.folder,
+                job.out_dir,
+                model_view(job),
+                job.detection_cams,
+                job.detections,
+                random_weights=job.random_weights,
+                compression=job.options.png_compression,
+            )
     return layers
 
 

@@ -49,16 +49,31 @@ def gradient_picture(view: LayerView) -> Drawn | None:
     if captured is None:
         return None
     info, grad_maps = _gradient(job, cap, captured)
-    if not (job.gradient_grids and grad_maps.kind == "maps" and grad_maps.array is not None):
+    drawable = grad_maps.kind in ("maps", "clip") and grad_maps.array is not None
+    if not (job.gradient_grids and drawable and grad_maps.array is not None):
         return Drawn(None, {"gradient": info})
     opts = job.options
     zero_note = None
     if info["zero"]:
         zero_note = "the gradient is all zero" + (f": {captured.note}" if captured.note else "")
+    title = f"{view.title}   gradient of the logit of {class_name(job.target, job.target_label)}"
+    if grad_maps.kind == "clip":  # a video layer's gradient: time strips on one scale
+        from actviz.render.timestrips import render_time_strips
+
+        strips = render_time_strips(
+            grad_maps.array,
+            title=title,
+            max_channels=min(opts.max_channels, 16) if opts.max_channels > 0 else 16,
+            order=opts.order,
+            norm="layer",
+            clip=opts.clip or (1.0, 99.0),
+            notes=header_notes(job, grad_maps.note, zero_note),
+        )
+        return Drawn(strips.to_png(opts.png_compression), {"gradient": info})
     # Gradients are heavy-tailed: one scale per layer, clipped, diverging around 0.
     picture = render_grid(
         grad_maps.array,
-        title=f"{view.title}   gradient of the logit of {class_name(job.target, job.target_label)}",
+        title=title,
         max_channels=opts.max_channels,
         order=opts.order,
         norm="layer",
@@ -105,6 +120,14 @@ def cam_picture(view: LayerView) -> Drawn | None:
     if captured is None or cap.key not in job.cam_keys or job.model_input is None:
         return None
     _, grad_maps = _gradient(job, cap, captured)
+    if grad_maps.kind == "clip" and grad_maps.array is not None:  # a video layer: per frame
+        from actviz.run.clipcam import clip_cam_picture
+
+        clip = view.drawable.array
+        if clip is None:
+            return None
+        name = class_name(job.target, job.target_label)
+        return clip_cam_picture(job, cap, clip, grad_maps.array, name)
     if grad_maps.kind != "maps" or grad_maps.array is None:
         return None
     ranked = job.class_cams.get(cap.key)

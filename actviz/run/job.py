@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from actviz.hooks import Capture
     from actviz.layouts import LayerContext
     from actviz.render.pca import PcaFit
+    from actviz.run.detection import Found
+    from actviz.run.detection_cam import DetectionCams
 
 __all__ = [
     "RANDOM_NOTE",
@@ -72,6 +74,13 @@ class ImageJob:
     """With ``--view pca``: capture key -> the components fitted over the run."""
     features: Mapping[str, Any] = field(default_factory=dict)
     """With ``--sae``: capture key -> the sparse dictionary whose feature maps are drawn."""
+    flows: Any = None
+    """An optical-flow model's estimate for this pair at each iteration, ``(N, 2, H, W)``:
+    ``flow.png``."""
+    detections: Found | None = None
+    """A detector's detections in this image: ``detections.png``."""
+    detection_cams: DetectionCams | None = None
+    """A detector's maps of this image (``--cam``): ``detection_cam.png``."""
 
 
 def model_view(job: ImageJob) -> Image.Image:
@@ -80,6 +89,8 @@ def model_view(job: ImageJob) -> Image.Image:
 
     assert job.model_input is not None
     x = job.model_input.numpy()
+    if x.ndim == 4:  # a clip (C, T, H, W): its middle frame; a flow pair: its first picture
+        x = x[:, (x.shape[1] - 1) // 2]
     mean, std = list(job.mean), list(job.std)
     if x.shape[0] == 1:  # a greyscale model: show its one channel as grey
         x = x.repeat(3, axis=0)

@@ -8,6 +8,7 @@ one is in the model, and no more is kept alive, so memory stays flat over any fo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections import deque
 from collections.abc import Mapping
@@ -21,7 +22,10 @@ from actviz.command.progress import Reporter
 from actviz.errors import ActvizError
 from actviz.gradients import backward, choose_cam_keys
 from actviz.results import ImageResult, LayerResult
+from actviz.run.detection import DetectionProbe, Found, crop_padding
+from actviz.run.detection_cam import batch_detections
 from actviz.run.draw import draw_image, summaries
+from actviz.run.flow import flow_iterations
 from actviz.run.gradients import write_flow_chart
 from actviz.run.job import ImageJob, thumbnail_path, top_k_predictions
 from actviz.run.scales import SharedScales, shared_ranges
@@ -139,15 +143,34 @@ def capture_and_render(
         ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
         contextlib.ExitStack() as stack,
     ):
+        probe = _probe(loaded, plan, stack)
+        empty = 0  # images of a detector with no detection above the threshold
         try:
             for good, logits, x in forward.batches([r.path for r in todo], stack, failed):
                 never_ran.update(recorder.never_called())
                 captures = recorder.captures
-                if grads.cam and cam_keys is None:
+                if probe is not None:
+                    captures = crop_padding(captures, probe)
+                if grads.cam and cam_keys is None and probe is None:
                     explicit = opts.layers is not None
                     cam_keys = choose_cam_keys(captures, plan.contexts, explicit=explicit)
                 backward_pass = _Backward()
-                if grads.backward:
+                detected = None
+                if probe is not None:  # a detector: its maps are of one detection, not a class
+                    detected = batch_detections(
+                        logits,
+                        captures,
+                        x,
+                        module=plan.module,
+                        family_call=loaded.family.call,
+                        probe=probe,
+                        threshold=opts.score_threshold,
+                        categories=loaded.categories,
+                        cam=grads.cam,
+                        rank=opts.detection - 1,
+                        paused=recorder.paused,
+                    )
+                elif grads.backward:
                     with recorder.paused():
                         backward_pass = _backward(
                             model, loaded, plan, x, todo[good[0][0]].path, cam_keys, grads
@@ -155,7 +178,14 @@ def capture_and_render(
                 if pca is not None:
                     pca.check(captures)
                 # With statistics on, each image's min, max and mean come from them.
-                minmax = [] if opts.stats else [summaries(recorder[c.key]) for c in captures]
+                minmax = (
+                    []
+                    if opts.stats
+                    else [
+                        summaries(recorder[c.key] if c.tensor is None else c.tensor)
+                        for c in captures
+                    ]
+                )
                 shared = _BatchCaptures(captures, minmax, backward_pass)
                 futures = []
                 jobs = []
@@ -173,6 +203,15 @@ def capture_and_render(
                     job = _image_job(
                         shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
                     )
+                    if loaded.family.key == "optical_flow":
+                        job = dataclasses.replace(job, flows=flow_iterations(logits, i))
+                        if opts.draw.grids and job.flows is not None:
+                            result.pictures["flow"] = (result.out_dir / "flow.png").as_posix()
+                    if detected is not None:
+                        found, cams = detected[i]
+                        _record_detections(result, found, opts)
+                        empty += not found.scores
+                        job = dataclasses.replace(job, detections=found, detection_cams=cams)
                     futures.append(pool.submit(draw_image, job))
                     jobs.append((index, job))
                 if pca is not None:
@@ -183,6 +222,13 @@ def capture_and_render(
                     settle(*in_flight.popleft())
             while in_flight:
                 settle(*in_flight.popleft())
+            if empty:
+                random = " (random weights: an untrained detector finds nothing)"
+                notify.warn(
+                    f"no detection scored {opts.score_threshold:g} or more in {empty} "
+                    f"image(s){random if loaded.weights.random else ''}; the layers are "
+                    "recorded anyway, and --score-threshold lowers the cut"
+                )
             if pca is not None:
                 if note := pca.note():
                     notify.warn(note)
@@ -196,6 +242,32 @@ def capture_and_render(
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     return never_ran
+
+
+def _tensor(cap: Any, recorder: Any) -> Any:
+    """A capture's tensor (cropped, for a detector), else the recorder's."""
+    return recorder[cap.key] if cap.tensor is None else cap.tensor
+
+
+def _probe(loaded: LoadedModel, plan: Plan, stack: contextlib.ExitStack) -> DetectionProbe | None:
+    """For a detector, the watch on its own transform (padding to crop, sizes), open for the
+    run; None for other models."""
+    from actviz.models.families import detection_transform, is_detector
+
+    if not is_detector(plan.module) or detection_transform(plan.module) is None:
+        return None
+    return stack.enter_context(DetectionProbe(plan.module))
+
+
+def _record_detections(result: ImageResult, found: Found, opts: RunOptions) -> None:
+    """One image's detections above the threshold, in its record."""
+    result.detections = found.records()
+    if opts.draw.grids:
+        result.detections_file = (result.out_dir / "detections.png").as_posix()
+    if any(found.heads) and opts.draw.grids:
+        result.detection_heads_file = (result.out_dir / "detection_heads.png").as_posix()
+    if opts.gradients.cam and opts.draw.grids:
+        result.detection_cam_file = (result.out_dir / "detection_cam.png").as_posix()
 
 
 @dataclass
@@ -285,6 +357,8 @@ def _image_job(
             or opts.report
             or opts.gradients.cam
             or loaded.segmentation
+            or loaded.family.key == "optical_flow"
+            or loaded.family.key == "detection"  # detections.png
             else None
         ),
         mean=loaded.preprocess.mean,

@@ -64,6 +64,17 @@ def image_record(result: ImageResult) -> dict[str, Any]:
         "thumbnail": result.thumbnail,
         "gradient_flow": result.gradient_flow,
         "note": result.note,
+        "pictures": dict(result.pictures),
+        **(
+            {
+                "detections": result.detections,
+                "detections_file": result.detections_file,
+                "detection_heads_file": result.detection_heads_file,
+                "detection_cam_file": result.detection_cam_file,
+            }
+            if result.detections is not None
+            else {}
+        ),
         "predictions": [
             {"index": p.index, "label": p.label, "probability": _finite(p.probability)}
             for p in result.predictions
@@ -109,6 +120,11 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
         thumbnail=record.get("thumbnail"),
         gradient_flow=record.get("gradient_flow"),
         note=record.get("note"),
+        pictures=dict(record.get("pictures") or {}),
+        detections=record.get("detections"),
+        detections_file=record.get("detections_file"),
+        detection_heads_file=record.get("detection_heads_file"),
+        detection_cam_file=record.get("detection_cam_file"),
         record=stub.record,
         predictions=[
             Prediction(p["index"], p["label"], nan_if_none(p["probability"]))

@@ -65,7 +65,7 @@ def stats_summaries(
             eval_mode(module),
             torch.inference_mode(),
         ):
-            logits = module(x)
+            logits = loaded.family.call(module, x)  # as the family feeds it (a detector)
         never_ran = recorder.never_called()
         for i, item in enumerate(good):
             job = ImageJob(

@@ -168,6 +168,12 @@ class RunOptions:
         top_k: How many predictions to record per image for classifiers.
         sae: A dictionary ``actviz sae`` trained (``sae.safetensors`` or its folder): its
             layer is drawn as feature maps instead of channels.
+        frames: Frames of a video model's clips (None: as the weights' recipe says).
+        flow_updates: Refinement iterations of an optical-flow model (None: its own, 12).
+        score_threshold: A detector's detections are recorded and drawn from this score up
+            (the detector's own cut is lowered to it when it is higher).
+        detection: With ``cam``, which of a detector's detections (1: the highest score)
+            Grad-CAM explains.
         load, draw, gradients, execution: The option groups.
     """
 
@@ -179,6 +185,10 @@ class RunOptions:
     thresholds: Thresholds | None = None
     top_k: int = 5
     sae: Path | None = None
+    frames: int | None = None
+    flow_updates: int | None = None
+    score_threshold: float = 0.5
+    detection: int = 1
     load: LoadOptions = field(default_factory=LoadOptions)
     draw: DrawOptions = field(default_factory=DrawOptions)
     gradients: GradientOptions = field(default_factory=GradientOptions)
@@ -196,6 +206,10 @@ class RunOptions:
                 )
             if self.execution.engine != "local":
                 raise UsageError("--sae draws in this process: drop --engine ray")
+        if self.detection < 1:
+            raise UsageError(f"--detection counts from 1 (the highest score), not {self.detection}")
+        if not 0.0 <= self.score_threshold <= 1.0:
+            raise UsageError(f"--score-threshold must be within 0 to 1, not {self.score_threshold}")
 
 
 GROUPS: dict[str, type[Any]] = {**COMMON_GROUPS, "draw": DrawOptions, "gradients": GradientOptions}

@@ -53,8 +53,12 @@ def grid_picture(view: LayerView) -> Drawn | None:
     opts = job.options
     # A token layer's prefix tokens go in a band above each tile, and its note says so.
     prefix = drawable.prefix if drawable.kind == "maps" else None
-    notes = header_notes(job, drawable.prefix_note if prefix is not None else drawable.note)
+    notes = header_notes(
+        job, drawable.prefix_note if drawable.prefix is not None else drawable.note
+    )
     shared = opts.norm == "shared"
+    if drawable.kind == "clip":
+        return _clip_picture(view, notes)
     if drawable.kind == "vector":
         grid = render.render_vector(
             drawable.array,
@@ -93,6 +97,43 @@ def grid_picture(view: LayerView) -> Drawn | None:
             "channels_total": grid.channels_total,
             "channels": list(grid.channel_ids) if drawable.kind == "maps" else None,
             "prefix_tokens": 0 if prefix is None else int(prefix.shape[1]),
+        },
+    )
+
+
+#: Rows of a video layer's time strips at most: each row is a channel's every frame.
+CLIP_ROWS = 16
+
+
+def _clip_picture(view: LayerView, notes: list[str]) -> Drawn:
+    """A video layer's ``(C, T, H, W)`` as time strips: channels as rows, frames as columns."""
+    from actviz.render.timestrips import render_time_strips
+
+    job, cap, drawable = view.job, view.cap, view.drawable
+    assert drawable.array is not None
+    opts = job.options
+    rows = min(opts.max_channels, CLIP_ROWS) if opts.max_channels > 0 else CLIP_ROWS
+    strips = render_time_strips(
+        drawable.array,
+        title=view.title,
+        max_channels=rows,
+        order=opts.order,
+        norm="layer" if opts.norm == "layer" else "channel",
+        value_range=job.ranges.get(cap.key) if opts.norm == "shared" else None,
+        clip=opts.clip,
+        cmap=opts.cmap,
+        notes=notes,
+        prefix=drawable.prefix,
+        # Both pictures of a flow pair in one batch (actviz.windows): frame 1 and frame 2.
+        frame_names=("frame 1", "frame 2") if cap.rows and "pair" in cap.rows else None,
+    )
+    return Drawn(
+        strips.to_png(opts.png_compression),
+        {
+            "channels_shown": strips.channels_shown,
+            "channels_total": strips.channels_total,
+            "channels": list(strips.channel_ids),
+            "prefix_tokens": 0 if drawable.prefix is None else int(drawable.prefix.shape[1]),
         },
     )
 

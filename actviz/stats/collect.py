@@ -14,7 +14,10 @@ def stats_callback(contexts: Mapping[str, Any]) -> Callable[[str, Any], Any]:
 
     def summarize(module: str, tensor: Any) -> Any:
         ctx = contexts.get(module)
-        channels_last = tensor.ndim == 4 and ctx is not None and ctx.channels_last
+        channels_last = tensor.ndim in (4, 5) and ctx is not None and bool(ctx.channels_last)
+        hint = getattr(ctx, "channels_hint", None)
+        if tensor.ndim == 5 and hint is not None:  # a clip: (B, T, H, W, C) as Swin3D's
+            channels_last = tensor.shape[-1] == hint != tensor.shape[1]
         dim = -1 if channels_last else default_channel_dim(tensor.shape)
         try:
             return compute_stats(tensor, channel_dim=dim)

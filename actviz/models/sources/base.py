@@ -22,10 +22,11 @@ class ModelEntry:
 
     Attributes:
         name: The name as MODEL takes it (``resnet50``).
-        family: ``classification``, ``segmentation``, ``detection``, ``video``,
+        family: The family's label (:attr:`actviz.models.families.Family.label`):
+            ``classification``, ``segmentation``, ``detection``, ``video``,
             ``optical-flow`` or ``quantized``.
-        runnable: True when :func:`~actviz.models.load_model` (and so ``run``, ``stats`` and
-            ``list-layers``) takes it: image classification and segmentation models.
+        runnable: True when :func:`~actviz.models.load_model` (and so ``run`` and
+            ``stats``) takes it (``list-layers`` takes every name).
     """
 
     name: str

@@ -17,8 +17,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ModelError, UnknownModelError, WeightsError, first_line
+from actviz.errors import ModelError, UnknownModelError, UsageError, WeightsError, first_line
 from actviz.models.checkpoints import checkpoint_classes, load_checkpoint, load_state_dict_into
+from actviz.models.families import torchvision_family
+from actviz.models.families.detection import detector_classes, is_detector
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from actviz.models.pretrained import (
     default_weights,
@@ -53,16 +55,6 @@ __all__ = [
     "weights_preprocessing",
 ]
 
-#: Families whose input and output contracts differ from "an image batch in, a tensor out".
-_UNSUPPORTED_FAMILIES = {
-    "detection": "detection",
-    "video": "video",
-    "optical_flow": "optical-flow",
-    "quantization": "quantized",
-}
-#: The families ``run`` takes: an image batch in, class scores or class maps out.
-_RUNNABLE_FAMILIES = frozenset({"classification", "segmentation"})
-
 
 class TorchvisionSource:
     """torchvision's models by registry name: the source of every plain MODEL name."""
@@ -77,19 +69,22 @@ class TorchvisionSource:
         """torchvision's models with their family and whether ``run`` takes them."""
         from torchvision import models
 
-        families = dict.fromkeys(models.list_models(module=models), "classification")
-        families.update(
-            (name, "segmentation") for name in models.list_models(module=models.segmentation)
-        )
+        from actviz.models.families import FAMILIES
+
+        families: dict[str, tuple[str, bool]] = {}
+        for family in FAMILIES:
+            if family.torchvision is None or not (include_all or family.runnable):
+                continue
+            module = getattr(models, family.torchvision) if family.torchvision else models
+            families.update(
+                (name, (family.label, family.runnable))
+                for name in models.list_models(module=module)
+            )
         if include_all:
-            for module, label in _UNSUPPORTED_FAMILIES.items():
-                families.update(
-                    (name, label) for name in models.list_models(module=getattr(models, module))
-                )
             for name in models.list_models():  # a family torchvision adds later: not runnable
-                families.setdefault(name, "other")
+                families.setdefault(name, ("other", False))
         names = matching(sorted(families), pattern)
-        return [ModelEntry(n, families[n], families[n] in _RUNNABLE_FAMILIES) for n in names]
+        return [ModelEntry(n, *families[n]) for n in names]
 
     def check_name(self, model: str) -> None:
         """See :func:`check_model_name`."""
@@ -141,7 +136,7 @@ class TorchvisionSource:
             info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
 
         preset = chosen if chosen is not None else default_weights(enum_cls)
-        kwargs = architecture_kwargs(model, state_dict, preset)
+        kwargs = architecture_kwargs(model, state_dict, preset, input_size=input_size)
         if info.source == "pretrained" and model in ("inception_v3", "googlenet"):
             # torchvision builds these with transform_input=True whenever it loads their
             # pretrained weights: they were trained on inputs normalized another way.
@@ -161,7 +156,16 @@ class TorchvisionSource:
         """The architecture of the default weights, with no memory and nothing downloaded."""
         import torch
 
-        kwargs = architecture_kwargs(model, None, default_weights(weights_enum(model)))
+        kwargs = architecture_kwargs(
+            model, None, default_weights(weights_enum(model)), input_size=input_size
+        )
+        family = torchvision_family(model)
+        if family is not None and family.meta is not None:
+            # Quantized models are calibrated on real tensors while they are built.
+            def on_cpu() -> nn.Module:
+                return seeded(lambda: build_architecture(model, **kwargs))
+
+            return MetaBuild(None, on_cpu=on_cpu)
         try:
             with torch.device("meta"):  # no memory for parameters, and nothing to download
                 module = build_architecture(model, **kwargs)
@@ -184,7 +188,7 @@ class TorchvisionSource:
         categories = getattr(preset, "meta", {}).get("categories") if preset else None
         if not isinstance(categories, list):
             return None
-        out_features = output_classes(module)
+        out_features = detector_classes(module) if is_detector(module) else output_classes(module)
         if out_features is not None and out_features != len(categories):
             return None  # a checkpoint with its own head: the labels would lie
         return [str(c) for c in categories]
@@ -205,6 +209,13 @@ def weights_preprocessing(
     """The preprocessing of torchvision weights (ImageNet's standard one without weights),
     adapted to another input size or to greyscale input."""
     transform: Any = weights.transforms() if weights is not None else None
+    kind = type(transform).__name__
+    if kind in ("VideoClassification", "OpticalFlow"):  # clips and pairs, not images
+        from actviz.models.clips import clip_preprocessing, pair_preprocessing
+
+        if kind == "OpticalFlow":
+            return pair_preprocessing(input_size)
+        return clip_preprocessing(weights, input_size=input_size)
     resize = _first_int(getattr(transform, "resize_size", None), 256)
     crop = _first_int(getattr(transform, "crop_size", None), resize if transform else 224)
     return Preprocessing.fitted(
@@ -233,10 +244,13 @@ def _first_int(value: object, default: int) -> int:
 
 
 def check_model_name(name: str) -> None:
-    """Raise a helpful error unless ``name`` is a torchvision model actviz can run.
+    """Raise a helpful error unless ``name`` is in torchvision's registry.
+
+    Whether a command takes the model is its family's business
+    (:attr:`actviz.models.families.Family.refused`).
 
     Raises:
-        UnknownModelError: With close names, or the family when it is not supported.
+        UnknownModelError: With close names.
     """
     from torchvision import models
 
@@ -249,12 +263,6 @@ def check_model_name(name: str) -> None:
             f"(`actviz run net.py:build IMAGE --weights {name}`)"
         )
     if name in every:
-        for family, label in _UNSUPPORTED_FAMILIES.items():
-            if name in models.list_models(module=getattr(models, family)):
-                raise UnknownModelError(
-                    f"{name} is a {label} model; actviz runs image classification and "
-                    "segmentation models: see `actviz models`"
-                )
         return
     close = difflib.get_close_matches(name, every, n=3, cutoff=0.6) or difflib.get_close_matches(
         name.lower().replace("-", "_"), every, n=3, cutoff=0.6
@@ -298,6 +306,10 @@ def build_architecture(name: str, **kwargs: Any) -> nn.Module:
         # is torchvision's business, not something a user of actviz can act on.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
+            # Quantizing announces PyTorch's own deprecation of quantized dtypes, every time.
+            warnings.filterwarnings("ignore", ".*quantiz", UserWarning)
+            warnings.filterwarnings("ignore", ".*quantiz", DeprecationWarning)
+            warnings.filterwarnings("ignore", ".*reduce_range", UserWarning)
             built: nn.Module = builder(weights=None, **kwargs)
     except (urllib.error.URLError, OSError) as exc:  # a download, though none was asked for
         why = getattr(exc, "reason", None) or first_line(exc)
@@ -316,6 +328,8 @@ def architecture_kwargs(
     name: str,
     state_dict: Mapping[str, torch.Tensor] | None = None,
     weights: WeightsEnum | None = None,
+    *,
+    input_size: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """Builder arguments for the architecture that weights were made for.
 
@@ -329,6 +343,8 @@ def architecture_kwargs(
         state_dict: The weights about to be loaded (pretrained or a checkpoint), if any.
         weights: The weights whose preprocessing feeds the model, when there is no
             state_dict (random weights shaped like the defaults).
+        input_size: ``--input-size``, for a family whose builders take it (a detector's
+            own resize).
 
     Returns:
         Keyword arguments for :func:`build_architecture`; empty for most models.
@@ -344,6 +360,13 @@ def architecture_kwargs(
         and any(k.startswith("aux_classifier.") for k in state_dict)
     ):
         kwargs["aux_loss"] = True
+    family = torchvision_family(name)
+    if family is not None:
+        if input_size is not None and builder.__module__.endswith((".ssd", ".ssdlite")):
+            raise UsageError(
+                f"{name} resizes every image to its fixed size itself; leave out --input-size"
+            )
+        kwargs.update(family.builder_kwargs(input_size))
     if builder.__module__.endswith(".vision_transformer"):
         size = _vit_image_size(state_dict, weights)
         if size is not None and size != 224:

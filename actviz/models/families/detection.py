@@ -1,0 +1,161 @@
+"""Object detection and instance segmentation: torchvision's Faster/Mask/Keypoint R-CNN,
+RetinaNet, FCOS, SSD and SSDlite (and a user's own model built on them).
+
+These models take a list of ``(C, H, W)`` images in 0..1 and run their own transform
+(``GeneralizedRCNNTransform``): normalize, resize to ``min_size``/``max_size`` (SSD: a fixed
+size), and batch with padding to ``size_divisible``. So actviz hands them the decoded images
+unnormalized, resized only as far as the model would resize them itself, and lets the model do
+the rest; the maps it records are at the model's internal resolution, padding included.
+In eval mode the output is one dict per image: ``boxes``, ``labels``, ``scores`` (and
+``masks``, ``keypoints``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from actviz.models.families.base import Family
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from actviz.models.preprocessing import Preprocessing
+
+__all__ = [
+    "DETECTION",
+    "detection_transform",
+    "detector_classes",
+    "is_detector",
+    "lower_score_threshold",
+]
+
+#: torchvision's detector classes (and their bases): a subclass is a detector too.
+_DETECTORS = frozenset({"GeneralizedRCNN", "RetinaNet", "FCOS", "SSD"})
+
+
+def is_detector(module: nn.Module) -> bool:
+    """True for torchvision's detectors and models built on them."""
+    from actviz.contexts import type_names
+
+    return bool(type_names(module) & _DETECTORS)
+
+
+def detector_classes(module: nn.Module) -> int | None:
+    """How many classes a torchvision detector scores (background included, as the weights'
+    categories list them); None when it does not say."""
+    roi_heads = getattr(module, "roi_heads", None)
+    predictor = getattr(roi_heads, "box_predictor", None)
+    score = getattr(predictor, "cls_score", None)
+    if score is not None:  # Faster, Mask and Keypoint R-CNN
+        return int(score.out_features)
+    head = getattr(getattr(module, "head", None), "classification_head", None)
+    classes = getattr(head, "num_classes", None)  # RetinaNet, FCOS, SSD
+    return int(classes) if isinstance(classes, int) else None
+
+
+def detection_transform(module: nn.Module) -> Any:
+    """The detector's own ``GeneralizedRCNNTransform`` (None when it has none)."""
+    transform = getattr(module, "transform", None)
+    return transform if type(transform).__name__ == "GeneralizedRCNNTransform" else None
+
+
+def _selector(module: nn.Module) -> str | None:
+    """The backbone's stages, every FPN level (``backbone.fpn[0]`` ... ``[pool]``) and the
+    RPN's objectness per level (``rpn.head.cls_logits``, ``:2``...); SSD's feature maps."""
+    names = {name for name, _ in module.named_modules()}
+    terms = []
+    if "backbone.body" in names:
+        stages = [n for n in names if re.fullmatch(r"backbone\.body\.layer\d+", n)]
+        terms.append(r"re:^backbone\.body\.layer\d+$" if stages else r"re:^backbone\.body\.\d+$")
+    if "backbone.fpn" in names:
+        terms.append("backbone.fpn")
+    elif "backbone" in names and not terms:
+        terms.append("backbone")  # SSD's extractor returns its feature maps as a dict
+    if "rpn.head.cls_logits" in names:
+        terms.append("rpn.head.cls_logits")
+    return ",".join(terms) or None
+
+
+def lower_score_threshold(module: nn.Module, threshold: float) -> float | None:
+    """Make the detector keep boxes down to ``threshold`` (its own cut is 0.05 for the R-CNNs,
+    0.01 to 0.2 for the others); returns the cut it had when it was lowered, else None."""
+    owner = getattr(module, "roi_heads", module)
+    current = getattr(owner, "score_thresh", None)
+    if not isinstance(current, float) or threshold >= current:
+        return None
+    owner.score_thresh = threshold
+    return current
+
+
+def _builder_kwargs(input_size: tuple[int, int] | None) -> dict[str, Any]:
+    """``--input-size H,W`` as the detector's own resize: the shorter side to ``min(H, W)``,
+    the longer at most ``max(H, W)``."""
+    if input_size is None:
+        return {}
+    return {"min_size": min(input_size), "max_size": max(input_size)}
+
+
+def _call(module: Any, x: Any) -> Any:
+    """The batch as the list of images a detector takes."""
+    return module(list(x.unbind(0)))
+
+
+def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessing:
+    """0..1 images (the model normalizes them itself), the shorter side resized to the
+    model's ``min_size`` (which its transform would do, capped by ``max_size``), no crop."""
+    from actviz.models.preprocessing import Preprocessing
+
+    transform = detection_transform(module)
+    if transform is None:
+        return preprocess
+    fixed = getattr(transform, "fixed_size", None)
+    sizes = tuple(getattr(transform, "min_size", (800,)))
+    side = int(min(fixed) if fixed else sizes[-1])
+    how = (
+        f"fixed size {fixed[1]}x{fixed[0]}"
+        if fixed
+        else f"min_size {side}, max_size {int(transform.max_size)}"
+    )
+    return Preprocessing(
+        resize_size=side,
+        crop_size=(int(fixed[0]), int(fixed[1])) if fixed else (side, side),
+        mean=(0.0,) * preprocess.channels,
+        std=(1.0,) * preprocess.channels,
+        channels=preprocess.channels,
+        interpolation="bilinear",
+        crop=False,
+        origin=(
+            f"the model's own transform (GeneralizedRCNNTransform: {how}, padded to a "
+            f"multiple of {int(transform.size_divisible)}, normalized with mean "
+            f"{list(transform.image_mean)} and std {list(transform.image_std)})"
+        ),
+    )
+
+
+DETECTION = Family(
+    key="detection",
+    label="detection",
+    torchvision="detection",
+    claims=is_detector,
+    call=_call,
+    preprocessing=_preprocessing,
+    classifies=False,
+    gradients=(
+        "a detector has no class score per image to take the gradient of; --cam draws "
+        "EigenCAM and the Grad-CAM of one detection's score (--detection N)"
+    ),
+    commands={
+        "optimize": "a detector's output is a list of boxes, not a score to maximize",
+    },
+    selector=_selector,
+    builder_kwargs=_builder_kwargs,
+    meta_stops=(
+        "the heads' box selection (NMS) has data-dependent shapes, which the meta device "
+        "cannot compute: the modules after it are listed without shapes"
+    ),
+    outputs=(
+        "one dict per image: boxes (x1, y1, x2, y2 in input pixels), labels, scores "
+        "(masks, keypoints)"
+    ),
+)

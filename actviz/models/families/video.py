@@ -1,0 +1,77 @@
+"""Video classification: a clip ``(B, C, T, H, W)`` in, ``(B, classes)`` Kinetics scores out.
+
+torchvision's r3d_18, mc3_18, r2plus1d_18, s3d, mvit_v1_b, mvit_v2_s and swin3d_t/s/b, and a
+user's own model whose first convolution is 3-D (or that says ``actviz_family = "video"``).
+Inputs are video files, animations or folders of frames, sampled into clips as the weights'
+transforms say (:class:`~actviz.models.clips.ClipPreprocessing`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from actviz.models.families.base import Family
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from actviz.models.preprocessing import Preprocessing
+
+__all__ = ["VIDEO", "declared_family", "is_video_model"]
+
+#: Frames of the still clip an image batch becomes for tracing (MViT needs 16).
+_TRACE_FRAMES = 16
+#: The attribute a user's own model may carry to say which family it is.
+FAMILY_ATTRIBUTE = "actviz_family"
+
+
+def declared_family(module: nn.Module) -> str | None:
+    """The family a model says it is (``model.actviz_family = "video"``), if it says."""
+    value = getattr(module, FAMILY_ATTRIBUTE, None)
+    return value.replace("-", "_") if isinstance(value, str) else None
+
+
+def is_video_model(module: nn.Module) -> bool:
+    """A model that says it is a video model, or whose first convolution is 3-D (torchvision's
+    video models all start with a ``Conv3d``)."""
+    declared = declared_family(module)
+    if declared is not None:
+        return declared == "video"
+    for sub in module.modules():
+        kind = type(sub).__name__
+        if kind.startswith(("Conv", "LazyConv")) and kind[-2:] in ("1d", "2d", "3d"):
+            return kind.endswith("3d")
+    return False
+
+
+def _call(module: Any, x: Any) -> Any:
+    """A clip batch ``(B, C, T, H, W)`` as it is; an image batch (``list-layers``' zeros) as
+    a still clip."""
+    if x.ndim == 4:
+        x = x.unsqueeze(2).expand(-1, -1, _TRACE_FRAMES, -1, -1)
+    return module(x)
+
+
+def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessing:
+    """The weights' clip preprocessing, or (a user's own model) its image preprocessing made
+    one: 16 frames at 15 fps."""
+    from actviz.models.clips import ClipPreprocessing, clip_preprocessing
+
+    if isinstance(preprocess, ClipPreprocessing):
+        return preprocess
+    return clip_preprocessing(None, base=preprocess, input_size=preprocess.crop_size)
+
+
+VIDEO = Family(
+    key="video",
+    label="video",
+    torchvision="video",
+    claims=is_video_model,
+    call=_call,
+    preprocessing=_preprocessing,
+    commands={
+        "optimize": "a video model's input is a clip; actviz optimizes images",
+        "top-images": "top-images ranks images; a video model takes clips",
+    },
+    outputs="(B, classes) Kinetics scores of a clip",
+)

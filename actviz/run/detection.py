@@ -1,0 +1,308 @@
+"""A detector in a run: the geometry of its own transform, its maps with the padding cropped
+off, and each image's detections as records and as ``<image>/detections.png``.
+
+torchvision's detectors resize each image and pad the batch to a multiple of
+``size_divisible`` (32) before the backbone, so a backbone or FPN map covers the padding too.
+A hook on the model's ``transform`` records the resized size and the padded size of the batch;
+each map of the backbone and the RPN is then cropped to ``ceil(size / stride)`` cells, the part
+that sees the image, and its note says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from actviz.hooks.session import HookSession
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+    import torch
+    from PIL import Image
+    from torch import nn
+
+    from actviz.hooks import Capture
+
+__all__ = [
+    "HEADS",
+    "DetectionProbe",
+    "Found",
+    "crop_padding",
+    "found_in",
+    "with_heads",
+    "write_detections",
+]
+
+#: Modules whose maps lie on the padded input grid (the heads after RoI pooling do not).
+_ON_THE_GRID = ("backbone", "rpn", "head.")
+
+
+#: The heads whose rows are the detections themselves (of every image of the batch, in order).
+HEADS = {
+    "roi_heads.mask_predictor": "mask logits",
+    "roi_heads.keypoint_predictor": "keypoint heatmaps",
+}
+
+
+class DetectionProbe(HookSession):
+    """Watches a detector's ``transform``: each image's size after resizing
+    (``image_sizes``) and the padded batch's size, as ``(height, width)``; and the heads that
+    run once per detection (Mask R-CNN's mask logits, Keypoint R-CNN's heatmaps), whose
+    outputs it keeps (``heads``, on the CPU)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        names = dict(model.named_modules())
+        super().__init__(model, ["transform", *(head for head in HEADS if head in names)])
+        self.image_sizes: list[tuple[int, int]] = []
+        self.padded: tuple[int, int] | None = None
+        self.heads: dict[str, torch.Tensor] = {}
+
+    def _start_record(self) -> None:
+        super()._start_record()
+        self.heads = {}
+
+    def _register(self, name: str, module: nn.Module) -> None:
+        def sizes(_module: nn.Module, _args: object, output: Any) -> None:
+            images = output[0]  # (ImageList, targets)
+            self.image_sizes = [(int(h), int(w)) for h, w in images.image_sizes]
+            height, width = images.tensors.shape[-2:]
+            self.padded = (int(height), int(width))
+
+        def head(_module: nn.Module, _args: object, output: Any) -> None:
+            self.heads[name] = output.detach().float().cpu()
+
+        self._add_forward_hook(module, sizes if name == "transform" else head)
+
+
+def crop_padding(captures: Sequence[Capture], probe: DetectionProbe) -> list[Capture]:
+    """The captures with each map on the padded input grid cropped to the cells that see the
+    image; the others as they are. All images of a batch have one size (the loader batches
+    inputs of one shape), so one crop serves the batch."""
+    if probe.padded is None or not probe.image_sizes:
+        return list(captures)
+    padded_h, padded_w = probe.padded
+    valid_h = max(h for h, _ in probe.image_sizes)
+    valid_w = max(w for _, w in probe.image_sizes)
+    if (valid_h, valid_w) == (padded_h, padded_w):
+        return list(captures)
+    out = []
+    for cap in captures:
+        tensor = cap.tensor
+        if (
+            tensor is None
+            or tensor.ndim != 4
+            or cap.refused is not None
+            or not cap.module.startswith(_ON_THE_GRID)
+        ):
+            out.append(cap)
+            continue
+        h, w = int(tensor.shape[-2]), int(tensor.shape[-1])
+        keep_h = min(h, math.ceil(valid_h * h / padded_h))
+        keep_w = min(w, math.ceil(valid_w * w / padded_w))
+        if (keep_h, keep_w) == (h, w):
+            out.append(cap)
+            continue
+        note = (
+            f"padding cropped: the model padded its {valid_w}x{valid_h} input to "
+            f"{padded_w}x{padded_h}; the {keep_w}x{keep_h} of {w}x{h} cells that see it are shown"
+        )
+        cropped = tensor[..., :keep_h, :keep_w].contiguous()
+        shape = (*cap.shape[:2], keep_h, keep_w)
+        out.append(dataclasses.replace(cap, tensor=cropped, shape=shape, rows=note))
+    return out
+
+
+@dataclass(frozen=True)
+class Found:
+    """One image's detections at or above the score threshold, highest score first.
+
+    Attributes:
+        boxes: ``(N, 4)`` boxes ``x1, y1, x2, y2`` in the pixels of the model's input.
+        labels: Each detection's class index.
+        names: Each detection's class name (``class N`` without names).
+        scores: Each detection's score.
+        masks: ``(N, H, W)`` mask probabilities (Mask R-CNN), or None.
+        keypoints: ``(N, K, 3)`` keypoints ``x, y, visibility`` (Keypoint R-CNN), or None.
+        returned: How many detections the model returned before the threshold.
+        threshold: The score threshold.
+        indices: Each detection's row in the model's output for the image.
+        heads: Per detection (the first few), the outputs of the heads that run once per
+            detection: ``(label, (h, w) map)`` pairs (its class's mask logits, the maximum
+            over its keypoint heatmaps).
+    """
+
+    boxes: npt.NDArray[np.float32]
+    labels: list[int]
+    names: list[str]
+    scores: list[float]
+    masks: npt.NDArray[np.float32] | None
+    keypoints: npt.NDArray[np.float32] | None
+    returned: int
+    threshold: float
+    indices: list[int] = dataclasses.field(default_factory=list)
+    heads: list[list[tuple[str, Any]]] = dataclasses.field(default_factory=list)
+
+    def records(self) -> list[dict[str, Any]]:
+        """The detections as the image's record holds them."""
+        return [
+            {
+                "label": label,
+                "name": name,
+                "score": round(score, 6),
+                "box": [round(float(v), 2) for v in box],
+            }
+            for label, name, score, box in zip(
+                self.labels, self.names, self.scores, self.boxes.tolist(), strict=True
+            )
+        ]
+
+
+def found_in(
+    output: Mapping[str, Any], threshold: float, categories: Sequence[str] | None
+) -> Found:
+    """The detections of one image's output dict with a score of at least ``threshold``."""
+    scores = output["scores"].detach().float().cpu()
+    keep = (scores >= threshold).nonzero().flatten()
+    keep = keep[scores[keep].argsort(descending=True)]
+    labels = [int(v) for v in output["labels"].detach().cpu()[keep].tolist()]
+    names = [
+        str(categories[i]) if categories is not None and i < len(categories) else f"class {i}"
+        for i in labels
+    ]
+    masks = output.get("masks")
+    keypoints = output.get("keypoints")
+    return Found(
+        boxes=output["boxes"].detach().float().cpu()[keep].numpy(),
+        labels=labels,
+        names=names,
+        scores=[float(v) for v in scores[keep].tolist()],
+        masks=None if masks is None else masks.detach().float().cpu()[keep][:, 0].numpy(),
+        keypoints=None if keypoints is None else keypoints.detach().float().cpu()[keep].numpy(),
+        returned=int(scores.numel()),
+        threshold=threshold,
+        indices=[int(v) for v in keep.tolist()],
+    )
+
+
+#: Detections per image whose head outputs are drawn.
+_HEAD_ROWS = 4
+
+
+def with_heads(
+    found: Sequence[Found], outputs: Sequence[Any], probe: DetectionProbe
+) -> list[Found]:
+    """Each image's detections with their per-detection head outputs (the first few): the
+    heads' rows are every image's detections in order, so image ``i``'s start after the
+    detections of the images before it."""
+    if not probe.heads:
+        return list(found)
+    out = []
+    start = 0
+    for f, output in zip(found, outputs, strict=True):
+        rows = []
+        for rank, (index, label) in enumerate(zip(f.indices, f.labels, strict=True)):
+            if rank >= _HEAD_ROWS:
+                break
+            panels = []
+            for name, tensor in probe.heads.items():
+                row = start + index
+                if row >= len(tensor):
+                    continue
+                if name.endswith("mask_predictor") and label < tensor.shape[1]:
+                    panels.append(("mask logits", tensor[row, label].numpy()))
+                elif name.endswith("keypoint_predictor"):
+                    panels.append(("keypoints, max", tensor[row].amax(0).numpy()))
+            rows.append(panels)
+        out.append(dataclasses.replace(f, heads=rows))
+        start += len(output["boxes"])
+    return out
+
+
+#: Detections drawn at most, highest score first (the record holds all of them).
+_DRAWN = 20
+
+#: The person skeleton of COCO keypoints (torchvision's keypoint order), 0-based.
+_COCO_SKELETON = (
+    (15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7),
+    (6, 8), (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6),
+)  # fmt: skip
+
+
+def write_detections(
+    job_folder: PurePosixPath,
+    out_dir: Path,
+    view: Image.Image,
+    found: Found,
+    *,
+    random_weights: bool,
+    compression: int,
+) -> str:
+    """Write ``<image folder>/detections.png``: the detections drawn on what the model saw
+    (``view``), under a title that gives the threshold and notes that say why little is drawn.
+
+    Returns:
+        The file's path relative to the output folder.
+    """
+    from actviz import output
+    from actviz.command.session import RANDOM_NOTE
+    from actviz.render.detection import Detection, detection_picture
+    from actviz.render.png import picture_png
+
+    shown = min(len(found.scores), _DRAWN)
+    drawn = [
+        Detection(
+            box=(float(box[0]), float(box[1]), float(box[2]), float(box[3])),
+            label=f"{name} {score:.2f}",
+            mask=None if found.masks is None else found.masks[i],
+            keypoints=None if found.keypoints is None else found.keypoints[i],
+        )
+        for i, (box, name, score) in enumerate(
+            zip(found.boxes[:shown], found.names[:shown], found.scores[:shown], strict=True)
+        )
+    ]
+    count = len(found.scores)
+    title = (
+        f"detections: {count} with a score of {found.threshold:g} or more "
+        f"(of {found.returned} the model returned)"
+    )
+    notes = []
+    if not count:
+        notes.append(
+            f"no detection scores {found.threshold:g} or more; --score-threshold lowers the cut"
+        )
+    elif shown < count:
+        notes.append(f"the {shown} highest scores are drawn; all {count} are in the record")
+    if random_weights:
+        notes.append(RANDOM_NOTE)
+    skeleton = _COCO_SKELETON if found.keypoints is not None else ()
+    picture = detection_picture(view, drawn, title=title, notes=notes, skeleton=skeleton)
+    rel = job_folder / "detections.png"
+    output.write_bytes(out_dir / rel, picture_png(picture, compression))
+    if any(found.heads):
+        heads = _heads_picture(view, found, random_weights=random_weights)
+        output.write_bytes(out_dir / job_folder / "detection_heads.png", picture_png(heads))
+    return rel.as_posix()
+
+
+def _heads_picture(view: Image.Image, found: Found, *, random_weights: bool) -> Image.Image:
+    """The first detections' rows: the box's crop, then each per-detection head output."""
+    from actviz.command.session import RANDOM_NOTE
+    from actviz.render.detection import heads_picture
+
+    rows = []
+    for rank, panels in enumerate(found.heads):
+        x1, y1, x2, y2 = (float(v) for v in found.boxes[rank])
+        crop = view.crop((int(x1), int(y1), max(int(x2), int(x1) + 1), max(int(y2), int(y1) + 1)))
+        rows.append((f"#{rank + 1} {found.names[rank]} {found.scores[rank]:.2f}", crop, panels))
+    notes = [
+        "each row a detection: its box, then what its heads computed for it (mask logits of "
+        "its class; the maximum over its keypoint heatmaps)"
+    ]
+    if random_weights:
+        notes.append(RANDOM_NOTE)
+    return heads_picture(rows, title="per-detection heads", notes=notes)

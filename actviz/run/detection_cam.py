@@ -1,0 +1,263 @@
+"""Class-activation maps of a detector, per image: EigenCAM over the FPN levels (no gradient,
+no target: what the features respond to most), and Grad-CAM of one detection (the gradient of
+its score), as pytorch-grad-cam's detection tutorial computes them.
+
+Both read the FPN's levels (or, without an FPN, the backbone's last map) the way that tutorial
+does: every level resized to one grid and their channels put side by side, so the map sees
+every scale; EigenCAM takes the levels' absolute values first, as the tutorial does. Maps are
+cropped to the cells that see the image (the model pads its input) before they are drawn over
+it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from actviz.hooks.session import HookSession
+
+if TYPE_CHECKING:
+    import torch
+    from PIL import Image
+    from torch import nn
+
+    from actviz.hooks import Capture
+    from actviz.run.detection import DetectionProbe, Found
+
+__all__ = [
+    "DetectionCams",
+    "GradientTap",
+    "batch_detections",
+    "eigen_maps",
+    "grad_cam_maps",
+    "write_detection_cams",
+]
+
+
+@dataclass(frozen=True)
+class DetectionCams:
+    """One image's maps over what the model saw, each ``(h, w)`` in 0..1.
+
+    Attributes:
+        eigen: EigenCAM over the FPN levels; None without a 4-D map to read.
+        grad: Grad-CAM of the detection ``rank``; None without a detection.
+        rank: Which detection (0: the highest score) ``grad`` explains.
+        source: What the maps were computed from (``backbone.fpn, 5 levels``).
+    """
+
+    eigen: Any
+    grad: Any
+    rank: int
+    source: str
+
+
+def batch_detections(
+    outputs: Sequence[Any],
+    captures: Sequence[Capture],
+    x: torch.Tensor,
+    *,
+    module: nn.Module,
+    family_call: Any,
+    probe: DetectionProbe,
+    threshold: float,
+    categories: Sequence[str] | None,
+    cam: bool,
+    rank: int,
+    paused: Any,
+) -> list[tuple[Found, DetectionCams | None]]:
+    """Each image's detections of one batch and, with ``cam``, its maps: EigenCAM from the
+    captures, Grad-CAM of detection ``rank`` from a second forward with gradients, during
+    which ``paused()`` keeps the run's recorder from replacing its captures."""
+    from actviz.run.detection import found_in, with_heads
+
+    found = [found_in(output, threshold, categories) for output in outputs]
+    found = with_heads(found, outputs, probe)
+    if not cam:
+        return [(f, None) for f in found]
+    eigen = eigen_maps(captures)
+    with paused():
+        grads = grad_cam_maps(module, family_call, x, found, rank, probe)
+    source = eigen[1] if eigen is not None else "backbone.fpn"
+    return [
+        (f, DetectionCams(eigen[0][i] if eigen is not None else None, grads[i], rank, source))
+        for i, f in enumerate(found)
+    ]
+
+
+def _levels(captures: Sequence[Capture]) -> list[Capture]:
+    """The FPN's levels among the captures (SSD: its backbone's maps, a dict as well), else
+    the last 4-D backbone map."""
+    for module in ("backbone.fpn", "backbone"):
+        levels = [
+            c
+            for c in captures
+            if c.module == module and c.tensor is not None and c.tensor.ndim == 4
+        ]
+        if levels:
+            return levels
+    maps = [
+        c
+        for c in captures
+        if c.module.startswith("backbone") and c.tensor is not None and c.tensor.ndim == 4
+    ]
+    return maps[-1:]
+
+
+def _side_by_side(levels: Sequence[torch.Tensor], size: tuple[int, int]) -> torch.Tensor:
+    """Every level resized to ``size`` (bilinear) and their channels concatenated."""
+    import torch
+    from torch.nn import functional as F
+
+    return torch.cat(
+        [F.interpolate(t.float(), size=size, mode="bilinear", align_corners=False) for t in levels],
+        dim=1,
+    )
+
+
+def eigen_maps(captures: Sequence[Capture]) -> tuple[Any, str] | None:
+    """EigenCAM of every image of the batch from its (cropped) FPN captures: ``(B, h, w)``
+    maps at the finest level's size, and what they were computed from; None without a map."""
+    import torch
+
+    from actviz.gradients.eigen import eigen_cam
+
+    levels = _levels(captures)
+    if not levels:
+        return None
+    tensors = [c.tensor for c in levels if c.tensor is not None]
+    size = (int(tensors[0].shape[-2]), int(tensors[0].shape[-1]))
+    stacked = _side_by_side([torch.abs(t) for t in tensors], size)
+    module = levels[0].module
+    what = f"{module}, {len(levels)} level{'s' if len(levels) != 1 else ''}"
+    return eigen_cam(stacked), what
+
+
+class GradientTap(HookSession):
+    """Keeps the output of the detector's FPN (or backbone) from a forward with gradients on,
+    each level's gradient to be read after the backward pass."""
+
+    def __init__(self, model: nn.Module, layer: str) -> None:
+        super().__init__(model, [layer])
+        self.levels: dict[str, torch.Tensor] = {}
+
+    def _register(self, name: str, module: nn.Module) -> None:
+        def hook(_module: nn.Module, _args: object, output: Any) -> None:
+            import torch
+
+            items = output.items() if isinstance(output, dict) else [("0", output)]
+            self.levels = {}
+            for key, value in items:
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    value.retain_grad()
+                    self.levels[str(key)] = value
+
+        self._add_forward_hook(module, hook)
+
+
+def grad_cam_maps(
+    module: nn.Module,
+    family_call: Any,
+    x: torch.Tensor,
+    found: Sequence[Found],
+    rank: int,
+    probe: DetectionProbe,
+) -> list[Any]:
+    """Grad-CAM of detection ``rank`` of each image (None for an image without it): the
+    gradient of its score with respect to the FPN levels, side by side at the finest level's
+    size, cropped to the cells that see the image."""
+    import torch
+
+    from actviz.gradients.cam import grad_cam
+
+    layer = "backbone.fpn" if "backbone.fpn" in dict(module.named_modules()) else "backbone"
+    wanted = [i for i, f in enumerate(found) if rank < len(f.scores)]
+    if not wanted:
+        return [None] * len(found)
+    # The batch forward yields inside inference mode; this pass needs autograd.
+    with torch.inference_mode(False), torch.enable_grad(), GradientTap(module, layer) as tap:
+        x = x.clone()  # a tensor made in inference mode cannot enter autograd
+        outputs = family_call(module, x)
+        score = sum(outputs[i]["scores"][rank] for i in wanted)
+        module.zero_grad(set_to_none=True)
+        score.backward()
+        levels = [t for t in tap.levels.values() if t.grad is not None and t.ndim == 4]
+        if not levels:
+            return [None] * len(found)
+        size = (int(levels[0].shape[-2]), int(levels[0].shape[-1]))
+        acts = _side_by_side([t.detach() for t in levels], size)
+        grads = _side_by_side([t.grad for t in levels if t.grad is not None], size)
+    module.zero_grad(set_to_none=True)
+    keep_h, keep_w = _kept(size, probe)
+    maps = grad_cam(acts[..., :keep_h, :keep_w], grads[..., :keep_h, :keep_w]).cpu()
+    return [maps[i] if i in wanted else None for i in range(len(found))]
+
+
+def _kept(size: tuple[int, int], probe: DetectionProbe) -> tuple[int, int]:
+    """The cells of a ``size`` map on the padded grid that see the image."""
+    if probe.padded is None or not probe.image_sizes:
+        return size
+    padded_h, padded_w = probe.padded
+    valid_h = max(h for h, _ in probe.image_sizes)
+    valid_w = max(w for _, w in probe.image_sizes)
+    return (
+        min(size[0], math.ceil(valid_h * size[0] / padded_h)),
+        min(size[1], math.ceil(valid_w * size[1] / padded_w)),
+    )
+
+
+def write_detection_cams(
+    job_folder: PurePosixPath,
+    out_dir: Path,
+    view: Image.Image,
+    cams: DetectionCams,
+    found: Found,
+    *,
+    random_weights: bool,
+    compression: int,
+) -> str | None:
+    """Write ``<image folder>/detection_cam.png``: the input, EigenCAM and the Grad-CAM of one
+    detection (its box outlined), side by side under a header.
+
+    Returns:
+        The file's path relative to the output folder; None without any map.
+    """
+    from PIL import Image as PILImage
+    from PIL import ImageDraw
+
+    from actviz import output
+    from actviz.command.session import RANDOM_NOTE
+    from actviz.render.detection import detection_colour, detection_picture
+    from actviz.render.overlay import LABEL_HEIGHT, PANEL_GAP, cam_panel
+    from actviz.render.png import picture_png
+
+    panels: list[tuple[str, Any]] = []
+    if cams.eigen is not None:
+        panels.append(("EigenCAM (no target)", cams.eigen.numpy()))
+    if cams.grad is not None:
+        name, score = found.names[cams.rank], found.scores[cams.rank]
+        panels.append((f"Grad-CAM of #{cams.rank + 1}: {name} {score:.2f}", cams.grad.numpy()))
+    if not panels:
+        return None
+    pixels = cam_panel(view, panels)
+    picture = PILImage.fromarray(pixels)
+    if cams.grad is not None:  # the explained detection, outlined on its panel
+        draw = ImageDraw.Draw(picture)
+        offset = len(panels) * (view.width + PANEL_GAP)
+        x1, y1, x2, y2 = (float(v) for v in found.boxes[cams.rank])
+        box = (offset + x1, LABEL_HEIGHT + y1, offset + x2, LABEL_HEIGHT + y2)
+        draw.rectangle(box, outline=detection_colour(cams.rank), width=2)
+    notes = [f"maps from {cams.source}, over the input the model saw"]
+    if cams.grad is None:
+        notes.append(
+            f"no detection #{cams.rank + 1} at a score of {found.threshold:g} or more to "
+            "explain with Grad-CAM; --score-threshold lowers the cut"
+        )
+    if random_weights:
+        notes.append(RANDOM_NOTE)
+    framed = detection_picture(picture, [], title="class activation maps", notes=notes)
+    rel = job_folder / "detection_cam.png"
+    output.write_bytes(out_dir / rel, picture_png(framed, compression))
+    return rel.as_posix()

@@ -1,0 +1,276 @@
+"""Detectors: fed through their own transform, FPN levels recorded as the library computes
+them, padding cropped, detections recorded and drawn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from typer.testing import CliRunner
+
+from actviz.api import read_images
+from actviz.cli import app
+from actviz.hooks import ActivationRecorder
+from actviz.models import default_selector
+from actviz.models.families import DETECTION, lower_score_threshold
+from actviz.models.registry import load_model
+from actviz.render.detection import Detection, detection_colour, detection_picture
+from tests.conftest import make_image
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def detector() -> object:
+    # min_size 128, max_size 160: the model resizes a 200x100 picture to 160x80 and pads
+    # it to 160x96.
+    return load_model(
+        "fasterrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(128, 160)
+    )
+
+
+def test_an_fpn_level_equals_the_backbone_on_the_models_own_transform(
+    detector: object, tmp_path: Path
+) -> None:
+    loaded = detector
+    assert loaded.family is DETECTION and not loaded.classifier  # type: ignore[attr-defined]
+    model = loaded.module  # type: ignore[attr-defined]
+    assert model.transform.min_size == (128,) and model.transform.max_size == 160
+    assert loaded.categories[1] == "person"  # type: ignore[attr-defined]
+    x = loaded.preprocess(  # type: ignore[attr-defined]
+        Image.open(make_image(tmp_path / "a.png", (200, 100)))
+    ).unsqueeze(0)
+    assert x.shape == (1, 3, 128, 256) and float(x.min()) >= 0.0 and float(x.max()) <= 1.0
+    with (
+        ActivationRecorder(model, ["backbone.fpn", "backbone.body.layer2"]) as acts,
+        torch.inference_mode(),
+    ):
+        out = DETECTION.call(model, x)
+        images, _ = model.transform(list(x))
+        expected = model.backbone(images.tensors)
+    assert isinstance(out, list) and set(out[0]) == {"boxes", "labels", "scores"}
+    assert set(acts) >= {f"backbone.fpn[{k}]" for k in ("0", "1", "2", "3", "pool")}
+    for level, tensor in expected.items():
+        torch.testing.assert_close(acts[f"backbone.fpn[{level}]"], tensor)
+    # The selector a user gets by default: stages, every FPN level, objectness per level.
+    assert default_selector(model) == (
+        r"re:^backbone\.body\.layer\d+$,backbone.fpn,rpn.head.cls_logits"
+    )
+
+
+@pytest.mark.slow
+def test_a_run_crops_the_padding_and_records_the_detections(tmp_path: Path) -> None:
+    # 200x100 -> 256x128 by the decoder (shorter side to min_size), 160x80 by the model's
+    # own transform (longer side to max_size), padded to 160x96.
+    image = make_image(tmp_path / "wide.png", (200, 100))
+    out = tmp_path / "out"
+    argv = ["run", "fasterrcnn_resnet50_fpn", str(image), "--weights", "none"]
+    argv += ["--input-size", "128,160", "--score-threshold", "0", "--save-tensors"]
+    result = runner.invoke(app, [*argv, "-l", "backbone.fpn", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (record,) = list(read_images(out))
+    layers = {layer["name"]: layer for layer in record["layers"]}
+    # Level 0 (stride 4): 24 rows of which 20 see the 80-pixel-high image.
+    assert layers["backbone.fpn[0]"]["shape"] == [1, 256, 20, 40]
+    assert "padded its 160x80 input to 160x96" in layers["backbone.fpn[0]"]["note"]
+    saved = np.load(out / "wide" / "00_backbone.fpn_0.npy")
+    loaded = load_model(
+        "fasterrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(128, 160)
+    )
+    x = loaded.preprocess(Image.open(image)).unsqueeze(0)
+    with torch.inference_mode():
+        images, _ = loaded.module.transform(list(x))
+        assert images.tensors.shape[-2:] == (96, 160) and images.image_sizes == [(80, 160)]
+        level = loaded.module.backbone(images.tensors)["0"][0, :, :20, :40]
+    np.testing.assert_allclose(saved, level.numpy(), rtol=1e-4, atol=1e-5)
+    # The coarsest levels have no padding row to crop: no note.
+    assert layers["backbone.fpn[pool]"]["note"] is None
+
+    detections = record["detections"]
+    assert len(detections) == 100 and record["detections_file"] == "wide/detections.png"
+    scores = [d["score"] for d in detections]
+    assert scores == sorted(scores, reverse=True)
+    assert all(d["name"] == loaded.categories[d["label"]] for d in detections)
+    picture = np.asarray(Image.open(out / "wide" / "detections.png").convert("RGB"))
+    # Under the header, the 160x80 input the model saw; the best box outlined in its colour
+    # (later boxes may cover part of it).
+    below = picture[picture.shape[0] - 80 :].astype(int)
+    x1, y1, x2, y2 = (
+        min(max(int(round(v)), 0), bound)
+        for v, bound in zip(detections[0]["box"], (159, 79, 159, 79), strict=True)
+    )
+    outline = np.concatenate([below[y1, x1 : x2 + 1], below[y2, x1 : x2 + 1]])
+    matches = np.abs(outline - np.asarray(detection_colour(0))).sum(axis=-1) == 0
+    assert matches.any()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model_info"]["family"] == "detection"
+    assert "GeneralizedRCNNTransform" in manifest["model_info"]["preprocessing"]["from"]
+
+
+def test_no_detection_above_the_threshold_is_said_and_the_maps_are_drawn(tmp_path: Path) -> None:
+    image = make_image(tmp_path / "a.png", (96, 64))
+    out = tmp_path / "out"
+    argv = ["run", "fasterrcnn_mobilenet_v3_large_320_fpn", str(image), "--weights", "none"]
+    result = runner.invoke(app, [*argv, "--score-threshold", "0.99", "-o", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    assert "no detection scored 0.99 or more in 1 image(s)" in result.stderr
+    assert "--score-threshold lowers the cut" in result.stderr
+    (record,) = list(read_images(out))
+    assert record["detections"] == []
+    grids = sorted(p.name for p in (out / "a").glob("*backbone.fpn*.png"))
+    assert grids == ["17_backbone.fpn_0.png", "18_backbone.fpn_1.png", "19_backbone.fpn_pool.png"]
+    # A class score to explain is one detection's: a class target is a usage error.
+    cam = runner.invoke(app, [*argv, "--grads", "-o", str(tmp_path / "g")])
+    assert cam.exit_code == 2 and "detector" in cam.stderr
+
+
+def test_the_detection_picture_draws_boxes_masks_and_keypoints() -> None:
+    view = Image.new("RGB", (120, 80), (0, 0, 0))
+    mask = np.zeros((80, 120), np.float32)
+    mask[40:60, 20:50] = 0.9  # below the label, which sits inside the box at the top edge
+    keypoints = np.array([[80, 50, 1], [100, 50, 1], [75, 70, 0]], np.float32)
+    found = [
+        Detection((10, 10, 60, 70), "cat 0.90", mask=mask),
+        Detection((70, 5, 110, 75), "dog 0.40", keypoints=keypoints),
+    ]
+    picture = np.asarray(detection_picture(view, found, title="t", skeleton=[(0, 1), (1, 2)]))
+    body = picture[picture.shape[0] - 80 :].astype(int)
+    first, second = np.asarray(detection_colour(0)), np.asarray(detection_colour(1))
+    assert (body[50, 10] == first).all()  # the left edge of the first box
+    # The mask is blended in its box's colour; the black picture elsewhere stays black.
+    assert np.abs(body[50, 35] / 0.45 - first).max() < 3
+    assert (body[35, 35] == 0).all() and (body[78, 2] == 0).all()
+    # The visible keypoints joined by a line; the invisible one not drawn.
+    assert np.abs(body[50, 90] - second).sum() < 10
+    assert (body[70, 75] == 0).all()
+
+
+@pytest.mark.slow
+def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
+    tmp_path: Path,
+) -> None:
+    from torch.nn import functional as F
+
+    image = make_image(tmp_path / "wide.png", (200, 100))
+    out = tmp_path / "out"
+    argv = ["run", "fasterrcnn_resnet50_fpn", str(image), "--weights", "none", "--cam"]
+    argv += ["--input-size", "128,160", "--score-threshold", "0", "--detection", "2"]
+    result = runner.invoke(app, [*argv, "-l", "backbone.fpn", "-o", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    (record,) = list(read_images(out))
+    assert record["detection_cam_file"] == "wide/detection_cam.png"
+    picture = np.asarray(Image.open(out / "wide" / "detection_cam.png").convert("RGB"))
+    # Three panels of the 256x128 decoded input (input, EigenCAM, Grad-CAM) under the header.
+    assert picture.shape[1] == 3 * 256 + 2 * 4 and picture.shape[0] > 128
+    eigen_panel = picture[-128:, 260:516].astype(int)
+    grad_panel = picture[-128:, 520:776].astype(int)
+    assert np.abs(eigen_panel - grad_panel).mean() > 5  # two different maps
+    # The second detection, which Grad-CAM explains, is outlined in its colour.
+    second = np.asarray(detection_colour(1))
+    assert (np.abs(grad_panel - second).sum(axis=-1) == 0).sum() > 20
+
+    # EigenCAM: every FPN level cropped, resized to level 0 and side by side, projected on
+    # the first principal component as pytorch-grad-cam computes it (up to its sign).
+    from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection
+
+    from actviz.hooks import Capture
+    from actviz.run.detection_cam import eigen_maps
+
+    loaded = load_model(
+        "fasterrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(128, 160)
+    )
+    x = loaded.preprocess(Image.open(image)).unsqueeze(0)
+    with torch.inference_mode():
+        images, _ = loaded.module.transform(list(x))
+        levels = loaded.module.backbone(images.tensors)
+    kept = {k: v[..., : -(-80 * v.shape[-2] // 96), :] for k, v in levels.items()}
+    captures = [
+        Capture(f"backbone.fpn[{k}]", "backbone.fpn", "FeaturePyramidNetwork", 1, tuple(v.shape), v)
+        for k, v in kept.items()
+    ]
+    maps, source = eigen_maps(captures)  # type: ignore[misc]
+    assert source == "backbone.fpn, 5 levels" and maps.shape == (1, 20, 40)
+    side = torch.cat(
+        [F.interpolate(v.abs(), size=(20, 40), mode="bilinear") for v in kept.values()], dim=1
+    )
+    projection = get_2d_projection(side.numpy())[0]
+    reference = np.maximum(projection * np.sign(projection[np.abs(projection).argmax()]), 0)
+    np.testing.assert_allclose(maps[0].numpy(), reference / reference.max(), atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_mask_head_of_each_detection_is_its_row_of_the_mask_predictor(tmp_path: Path) -> None:
+    from actviz.run.detection import DetectionProbe, found_in, with_heads
+
+    loaded = load_model("maskrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(96, 128))
+    model = loaded.module
+    x = torch.stack(
+        [
+            loaded.preprocess(Image.open(make_image(tmp_path / f"{i}.png", (128, 96), seed=i)))
+            for i in range(2)
+        ]
+    )
+    plain: list[torch.Tensor] = []
+    handle = model.roi_heads.mask_predictor.register_forward_hook(
+        lambda _m, _i, out: plain.append(out.detach().clone())
+    )
+    with DetectionProbe(model) as probe, torch.inference_mode():
+        outputs = DETECTION.call(model, x)
+    handle.remove()
+    found = with_heads([found_in(o, 0.0, loaded.categories) for o in outputs], outputs, probe)
+    (logits,) = plain
+    assert found[0].heads and found[1].heads  # a threshold of 0 keeps every detection
+    assert len(logits) == sum(len(o["boxes"]) for o in outputs)
+    start = len(outputs[0]["boxes"])  # the second image's rows follow the first's
+    for image, offset in ((0, 0), (1, start)):
+        f = found[image]
+        assert len(f.heads) == min(4, len(f.scores))
+        for rank, panels in enumerate(f.heads):
+            ((name, heat),) = panels
+            row = offset + f.indices[rank]
+            assert name == "mask logits"
+            np.testing.assert_array_equal(heat, logits[row, f.labels[rank]].numpy())
+
+
+def test_grad_cam_of_a_detection_takes_the_gradient_of_its_score(tmp_path: Path) -> None:
+    from torch.nn import functional as F
+
+    from actviz.run.detection import DetectionProbe, found_in
+    from actviz.run.detection_cam import grad_cam_maps
+
+    loaded = load_model(
+        "fasterrcnn_mobilenet_v3_large_320_fpn", weights="none", device="cpu", input_size=(128, 160)
+    )
+    model = loaded.module
+    assert lower_score_threshold(model, 0.0) == 0.05  # the R-CNNs' own cut, now none
+    x = loaded.preprocess(Image.open(make_image(tmp_path / "a.png", (160, 100)))).unsqueeze(0)
+    with DetectionProbe(model) as probe, torch.inference_mode():
+        outputs = DETECTION.call(model, x)
+    found = [found_in(o, 0.0, loaded.categories) for o in outputs]
+    assert found[0].scores
+    (heat,) = grad_cam_maps(model, DETECTION.call, x, found, 0, probe)
+
+    # The same by hand: the FPN's levels from a plain hook, autograd of the top score.
+    levels: dict[str, torch.Tensor] = {}
+    handle = model.backbone.fpn.register_forward_hook(lambda _m, _i, out: levels.update(out))
+    (output,) = model(list(x))
+    handle.remove()
+    assert float(output["scores"][0]) == pytest.approx(found[0].scores[0], rel=1e-5)
+    grads = torch.autograd.grad(output["scores"][0], list(levels.values()), allow_unused=True)
+    # The box head pools from levels 0 and 1 only ('pool' feeds the proposals, which carry
+    # no gradient): the levels the score does not depend on are left out.
+    used = [(a, g) for a, g in zip(levels.values(), grads, strict=True) if g is not None]
+    assert len(used) == 2
+    size = tuple(levels["0"].shape[-2:])
+    acts = torch.cat([F.interpolate(a.detach(), size=size, mode="bilinear") for a, _ in used], 1)
+    grad = torch.cat([F.interpolate(g, size=size, mode="bilinear") for _, g in used], 1)
+    cam = torch.relu((grad.mean(dim=(2, 3), keepdim=True) * acts).sum(1))[0]
+    # 160x100 after the model's resize, padded to 160x128: the rows that see the image kept.
+    assert probe.padded == (128, 160) and probe.image_sizes == [(100, 160)]
+    cam = cam[: -(-100 * size[0] // 128)]
+    assert heat is not None and heat.shape == cam.shape
+    torch.testing.assert_close(heat, cam / cam.max(), atol=1e-4, rtol=1e-3)

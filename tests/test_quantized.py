@@ -1,0 +1,131 @@
+"""Quantized models: built and quantized on the CPU, recorded dequantized, named as the fused
+model has them, refused on another device."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from actviz.cli import app
+from actviz.errors import UsageError
+from actviz.hooks import ActivationRecorder
+from actviz.models import list_layers
+from actviz.models.families import QUANTIZED
+from actviz.models.registry import load_model
+from tests.conftest import make_image
+
+runner = CliRunner()
+
+_FACTORY = """
+import torch
+from torch import nn
+from torch.ao import quantization as tq
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.quant = tq.QuantStub()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(8)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(8, 6, 3, padding=1)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(6, 4)
+        self.dequant = tq.DeQuantStub()
+
+    def forward(self, x):
+        x = self.conv2(self.relu(self.bn1(self.conv1(self.quant(x)))))
+        return self.dequant(self.fc(self.pool(x).flatten(1)))
+
+
+def build():
+    engines = torch.backends.quantized.supported_engines
+    engine = "fbgemm" if "fbgemm" in engines else "qnnpack"
+    torch.backends.quantized.engine = engine
+    torch.manual_seed(0)
+    model = Net().eval()
+    tq.fuse_modules(model, [["conv1", "bn1", "relu"]], inplace=True)
+    model.qconfig = tq.get_default_qconfig(engine)
+    tq.prepare(model, inplace=True)
+    model(torch.rand(4, 3, 32, 32))
+    tq.convert(model, inplace=True)
+    return model
+"""
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> str:
+    (tmp_path / "qnet.py").write_text(_FACTORY)
+    return str(tmp_path / "qnet.py") + ":build"
+
+
+def test_a_quantized_layer_is_recorded_as_a_plain_hook_dequantizes_it(
+    factory: str, tmp_path: Path
+) -> None:
+    loaded = load_model(factory, device="cpu", input_size=(32, 32))
+    assert loaded.family is QUANTIZED and loaded.device.type == "cpu"
+    from PIL import Image
+
+    x = loaded.preprocess(Image.open(make_image(tmp_path / "a.png", (40, 36)))).unsqueeze(0)
+    plain: dict[str, torch.Tensor] = {}
+    handle = loaded.module.conv1.register_forward_hook(
+        lambda _m, _i, out: plain.__setitem__("conv1", out.dequantize())
+    )
+    with torch.inference_mode():
+        loaded.module(x)
+    handle.remove()
+    with ActivationRecorder(loaded.module, ["conv1", "conv2"]) as acts, torch.inference_mode():
+        loaded.module(x)
+    assert acts["conv1"].dtype == torch.float32
+    assert torch.equal(acts["conv1"], plain["conv1"])
+    assert acts["conv2"].shape == (1, 6, 32, 32)
+
+    # The same through the command, its grids and the saved tensors.
+    out = tmp_path / "out"
+    argv = ["run", factory, str(tmp_path / "a.png"), "--input-size", "32,32", "--save-tensors"]
+    result = runner.invoke(app, [*argv, "-l", "conv1,conv2", "-o", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    saved = np.load(out / "a" / "00_conv1.npy")
+    np.testing.assert_array_equal(saved, plain["conv1"][0].numpy())
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["model_info"]["family"] == "quantized"
+    # No gradients through quantized kernels: a one-line usage error.
+    cam = runner.invoke(app, [*argv, "--cam", "-o", str(tmp_path / "cam")])
+    assert cam.exit_code == 2 and "quantized kernels have no gradients" in cam.stderr
+
+
+def test_list_layers_says_the_layers_are_fused(factory: str) -> None:
+    listing = list_layers(factory, input_size=(32, 32))
+    rows = {row.name: row for row in listing.layers}
+    assert listing.family == "quantized" and "fused" in (listing.note or "")
+    assert rows["conv1"].module_type == "ConvReLU2d" and rows["conv1"].shape == (1, 8, 32, 32)
+    assert rows["bn1"].module_type == "Identity"
+    result = runner.invoke(app, ["list-layers", factory, "--input-size", "32,32"])
+    assert result.exit_code == 0 and "conv+bn+relu are fused" in result.stdout
+
+
+def test_a_torchvision_quantized_model_runs_on_the_cpu_only(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="quantized kernels run on the CPU only"):
+        load_model("quantized_mobilenet_v2", weights="none", device="cuda")
+    image = str(make_image(tmp_path / "x.png"))
+    out = str(tmp_path / "out")
+    result = runner.invoke(
+        app, ["run", "quantized_resnet18", image, "--device", "cuda:0", "-o", out]
+    )
+    assert result.exit_code == 2
+    assert result.stderr.strip().count("\n") == 0 and "--device cpu" in result.stderr
+
+
+def test_a_torchvision_quantized_model_lists_fused_layers() -> None:
+    listing = list_layers("quantized_resnet18")
+    rows = {row.name: row for row in listing.layers}
+    assert listing.family == "quantized"
+    assert rows["conv1"].module_type == "ConvReLU2d" and rows["conv1"].shape == (1, 64, 112, 112)
+    assert rows["layer4.1.conv2"].shape == (1, 512, 7, 7)
+    assert rows["fc"].shape == (1, 1000)
