@@ -66,9 +66,11 @@ class PcaFit:
 def project(maps: F32, fit: PcaFit) -> F32:
     """``(C, H, W)`` maps -> ``(H, W, 3)`` projections on the fit's components."""
     c, h, w = maps.shape
-    vectors = maps.reshape(c, h * w).T.astype(np.float64) - fit.mean
-    projected = vectors @ fit.components.T.astype(np.float64)
-    return projected.reshape(h, w, 3).astype(np.float32)
+    # Channels first all the way: the float64 copy and the product read memory in order.
+    centred = maps.reshape(c, h * w).astype(np.float64)
+    centred -= fit.mean.astype(np.float64)[:, None]
+    projected = fit.components.astype(np.float64) @ centred
+    return np.ascontiguousarray(projected.T.reshape(h, w, 3), dtype=np.float32)
 
 
 def pca_rgb(projected: F32, fit: PcaFit, *, mask: bool = False) -> U8:

@@ -135,9 +135,9 @@ class PcaPass:
                 for good, _logits, _x in forward.batches(paths, stack):
                     rows = [(reused[i][0], row) for row, (i, _, _) in enumerate(good)]
                     self._sample(recorder.captures, rows)
-            plan.pca, plan.pca_notes = self.sampler.fits(), dict(self.sampler.notes)
-            self._draw(pool, [(plan.todo[i], j) for i, j in self.kept])
-            self.kept = []
+            kept, self.kept = self.kept, []
+            plan.pca = self._fit_and_draw(pool, kept)
+            plan.pca_notes = dict(self.sampler.notes)
             if self.rest is not None:
                 self._second_pass(forward, recorder, stack, pool)
         for result in self.pending:
@@ -177,9 +177,57 @@ class PcaPass:
         for cap in captures:
             if cap.kind == "attention" or cap.tensor is None:
                 continue
+            if cap.refused is not None:  # its rows are not the images
+                self.sampler.notes.setdefault(cap.key, cap.refused)
+                continue
             ctx = self.plan.contexts.get(cap.module)
             for index, row in rows:
                 self.sampler.add_sample(cap.key, index, cap.tensor[row], ctx, self.layout)
+
+    def _fit_and_draw(self, pool: Executor, kept: list[tuple[int, ImageJob]]) -> dict[str, Any]:
+        """Fit every layer and draw its PCA picture of every kept image, one task per layer
+        in the render threads, the costliest fits first: a layer's pictures are drawn as
+        soon as its own fit is done, while other layers fit. Returns the fits, in the order
+        the layers were sampled."""
+        keys = self.sampler.keys()
+        seen: dict[int, Any] = {}
+        tasks = {
+            key: pool.submit(self._fit_layer, key, kept, seen)
+            for key in sorted(keys, key=self.sampler.cost, reverse=True)
+        }
+        fits = {}
+        drawn: list[tuple[int, int, str]] = []
+        for key in keys:
+            fit, pictures = tasks[key].result()
+            if fit is not None:
+                fits[key] = fit
+            drawn += pictures
+        todo = self.plan.todo
+        for i, order, rel in sorted(drawn):
+            _add_picture(todo[i], order, rel)
+        return fits
+
+    def _fit_layer(
+        self, key: str, kept: list[tuple[int, ImageJob]], seen: dict[int, Any]
+    ) -> tuple[Any, list[tuple[int, int, str]]]:
+        """One layer's fit, and its picture of each kept image: ``(index in todo, capture
+        order, file)``."""
+        fit = self.sampler.fit(key)
+        if fit is None:
+            return None, []
+        fits = {key: fit}
+        drawn = []
+        for i, job in kept:
+            for order, cap in enumerate(job.captures):
+                if cap.key != key:
+                    continue
+                if i not in seen and job.model_input is not None:
+                    seen[i] = _seen(job)  # once per image; two layers at once do it twice
+                fitted = dataclasses.replace(job, pca=fits)
+                rel = _draw_layer(fitted, order, cap, seen.get(i))
+                if rel is not None:
+                    drawn.append((i, order, rel))
+        return fit, drawn
 
     def _second_pass(
         self, forward: BatchForward, recorder: Any, stack: contextlib.ExitStack, pool: Executor
@@ -205,32 +253,44 @@ class PcaPass:
         futures = [pool.submit(_draw_pca, dataclasses.replace(j, pca=fits)) for _, j in jobs]
         for (result, _), future in zip(jobs, futures, strict=True):
             for order, rel in future.result().items():
-                layer = result.layers[order]
-                result.layers[order] = dataclasses.replace(
-                    layer, pictures={**layer.pictures, _PCA.name: rel}
-                )
+                _add_picture(result, order, rel)
+
+
+def _add_picture(result: ImageResult, order: int, rel: str) -> None:
+    layer = result.layers[order]
+    result.layers[order] = dataclasses.replace(layer, pictures={**layer.pictures, _PCA.name: rel})
+
+
+def _seen(job: ImageJob) -> Any:
+    """What the model saw, as RGB: the left panel of each of the image's PCA pictures."""
+    import numpy as np
+
+    return np.asarray(model_view(job).convert("RGB"))
 
 
 def _draw_pca(job: ImageJob) -> dict[int, str]:
     """One image's PCA pictures, written: capture order -> file (relative to the output)."""
-    import numpy as np
-
-    captures = list(job.captures)
-    width = max(2, len(str(len(captures) - 1)))
-    # What the model saw, once for every layer.
-    seen = np.asarray(model_view(job).convert("RGB")) if job.model_input is not None else None
+    seen = _seen(job) if job.model_input is not None else None  # once for every layer
     written = {}
-    for order, cap in enumerate(captures):
-        if cap.key not in job.pca:
-            continue
-        view = layer_view(job, cap, output.layer_filename(order, cap.key, width=width))
-        drawn = pca_picture(view, seen)
-        if drawn is None or drawn.png is None:
-            continue
-        rel = job.folder / f"{view.stem}{_PCA.suffix}.png"
-        output.write_bytes(job.out_dir / rel, drawn.png)
-        written[order] = rel.as_posix()
+    for order, cap in enumerate(job.captures):
+        if cap.key in job.pca:
+            rel = _draw_layer(job, order, cap, seen)
+            if rel is not None:
+                written[order] = rel
     return written
+
+
+def _draw_layer(job: ImageJob, order: int, cap: Any, seen: Any) -> str | None:
+    """One PCA picture, written; its file relative to the output, or None when the layer
+    has nothing to colour."""
+    width = max(2, len(str(len(job.captures) - 1)))
+    view = layer_view(job, cap, output.layer_filename(order, cap.key, width=width))
+    drawn = pca_picture(view, seen)
+    if drawn is None or drawn.png is None:
+        return None
+    rel = job.folder / f"{view.stem}{_PCA.suffix}.png"
+    output.write_bytes(job.out_dir / rel, drawn.png)
+    return rel.as_posix()
 
 
 def _drawn(job: ImageJob) -> ImageJob:
