@@ -36,10 +36,17 @@ _FRAMES = 8
 
 @dataclass(frozen=True)
 class Panel:
-    """One picture of a sheet and the line under it."""
+    """One picture of a sheet and the line under it; ``scale``: each pixel drawn as a block
+    of that many pixels a side (nearest-neighbour enlargement, made as it is pasted)."""
 
     pixels: U8
     label: str = ""
+    scale: int = 1
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """Height and width on the sheet."""
+        return self.pixels.shape[0] * self.scale, self.pixels.shape[1] * self.scale
 
 
 def _fit(text: str, width: int) -> str:
@@ -59,15 +66,33 @@ def panel_sheet(
     """
     count = max(1, len(panels))
     columns = max(1, min(columns, count))
-    cell_h = max((p.pixels.shape[0] for p in panels), default=1)
-    cell_w = max((p.pixels.shape[1] for p in panels), default=1)
+    cell_h = max((p.size[0] for p in panels), default=1)
+    cell_w = max((p.size[1] for p in panels), default=1)
     labels = tuple(p.label for p in panels)
     frame, spots = _frame(title, tuple(lines), labels, columns, cell_h, cell_w)
     rgb = frame.copy()
     for (top, left), panel in zip(spots, panels, strict=True):
-        h, w = panel.pixels.shape[:2]
-        rgb[top : top + h, left : left + w] = panel.pixels
+        h, w = panel.size
+        _paste(rgb[top : top + h, left : left + w], panel.pixels, panel.scale)
     return rgb
+
+
+def _paste(target: U8, pixels: U8, scale: int) -> None:
+    """``pixels`` into ``target``, each one a ``scale`` x ``scale`` block: the rows widened
+    once, then each written ``scale`` times through a strided view of the target (whole rows
+    at a time, no enlarged copy)."""
+    if scale == 1:
+        target[...] = pixels
+        return
+    wide = pixels.repeat(scale, axis=1)
+    rows = target.strides[0]
+    blocks = np.lib.stride_tricks.as_strided(
+        target,
+        shape=(pixels.shape[0], scale, *target.shape[1:]),
+        strides=(rows * scale, rows, *target.strides[1:]),
+        writeable=True,
+    )
+    blocks[...] = wide[:, None]
 
 
 @functools.lru_cache(maxsize=_FRAMES)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actviz import output
@@ -83,11 +83,19 @@ class PcaPass:
         """The index in todo of the first image not kept, once the budget is spent."""
         self.pending: list[ImageResult] = []
         self.checked = False
+        self.sampling: list[Future[None]] = []
+        """The batches being sampled in the render threads."""
 
-    def add_batch(self, captures: list[Any], jobs: list[tuple[int, ImageJob]]) -> None:
-        """Sample one batch of the run's pass (``(index in todo, job)`` per image) and keep
-        it while the budget allows."""
-        self._sample(captures, [(self.run_index[i], job.index) for i, job in jobs])
+    def add_batch(
+        self, captures: list[Any], jobs: list[tuple[int, ImageJob]], pool: Executor | None = None
+    ) -> None:
+        """Sample one batch of the run's pass (``(index in todo, job)`` per image), in
+        ``pool`` when given (while the next batch runs), and keep it while the budget allows."""
+        rows = [(self.run_index[i], job.index) for i, job in jobs]
+        if pool is None:
+            self._sample(captures, rows)
+        else:
+            self.sampling.append(pool.submit(self._sample, captures, rows))
         if self.rest is None:
             self.held += sum(c.tensor.nbytes for c in captures if c.tensor is not None)
             self.held += sum(_nbytes(job.model_input) for _, job in jobs)
@@ -128,6 +136,9 @@ class PcaPass:
         """Sample the reused images, fit, draw every image's PCA pictures (the images past
         the budget through the model again), then record every image in order."""
         plan = self.plan
+        sampling, self.sampling = self.sampling, []
+        for future in sampling:
+            future.result()
         reused = [(i, r.path) for i, r in enumerate(plan.results) if r.status == "reused"]
         with contextlib.ExitStack() as stack:
             if reused:
