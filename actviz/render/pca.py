@@ -90,7 +90,7 @@ def pca_rgb(projected: F32, fit: PcaFit, *, mask: bool = False) -> U8:
 def _scale(pixels: U8, height: int, width: int) -> int:
     """The whole factor that enlarges ``pixels`` to about ``height`` x ``width``."""
     h, w = pixels.shape[:2]
-    return max(1, min(height // max(h, 1), width // max(w, 1)))
+    return int(max(1, min(height // max(h, 1), width // max(w, 1))))
 
 
 def pca_picture(
