@@ -79,9 +79,13 @@ def pca_rgb(projected: F32, fit: PcaFit, *, mask: bool = False) -> U8:
     """Projections -> RGB, each component scaled by the fit's range (the same for every
     image); with ``mask``, positions where the first component is negative are black."""
     span = np.where(fit.high > fit.low, fit.high - fit.low, 1.0)
-    scaled = np.clip((projected - fit.low) / span, 0.0, 1.0)
-    scaled = np.nan_to_num(scaled, nan=0.0)
-    rgb = np.rint(scaled * 255).astype(np.uint8)
+    scaled = projected - fit.low  # then in place: one array for every step
+    scaled /= span
+    np.clip(scaled, 0.0, 1.0, out=scaled)
+    np.nan_to_num(scaled, copy=False, nan=0.0)
+    scaled *= 255
+    np.rint(scaled, out=scaled)
+    rgb: U8 = scaled.astype(np.uint8)
     if mask:
         rgb[projected[..., 0] < 0] = _MASKED
     return rgb
