@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from actviz.hooks import call_key, tensor_items
 from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
@@ -133,8 +134,6 @@ class OriginTracker:
     def begin(self, name: str, module: torch.nn.Module, args: tuple[Any, ...], call: int) -> int:
         """A module call starts (a forward pre-hook): its inputs become slots. Returns the
         call's index, to hand to :meth:`end`."""
-        from actviz.hooks import call_key, tensor_items
-
         relaxed = name in self.allow_inf
         if len(args) == 1 and isinstance(args[0], self._tensor):  # the usual call: one tensor
             inputs = [self._slot(args[0], relaxed=relaxed)]
@@ -153,8 +152,6 @@ class OriginTracker:
     def end(self, index: int, name: str, output: object) -> list[int]:
         """The call ``index`` returned ``output`` (a forward hook): its tensors become slots.
         Returns the new slots' indices."""
-        from actviz.hooks import tensor_items
-
         relaxed = name in self.allow_inf
         if isinstance(output, self._tensor):
             outputs = [self._slot(output, relaxed=relaxed, new=True)]
