@@ -57,6 +57,9 @@ class LayerResult:
     """Why the Grad-CAM map is all zero, when it is (``class: why; ...`` when only some of
     several classes' maps are); ``gradient["zero"]`` and ``gradient["note"]`` say the same
     of the gradient."""
+    cam_method: str | None = None
+    """The method of the layer's class activation map (``gradcam``, ``eigencam``, ...), when
+    one was drawn."""
     pictures: Mapping[str, str] = field(default_factory=dict)
     prefix_tokens: int = 0
     """Prefix tokens (class, register) drawn in the band above each tile of the grid."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from actviz.errors import UsageError
-from actviz.gradients.cam import CamLayout, to_nchw
+from actviz.gradients.nchw import CamLayout, to_nchw
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -26,6 +26,7 @@ __all__ = [
     "CamMethod",
     "cam_method",
     "cam_title",
+    "method_cams",
     "raw_cam",
     "scale_cams",
     "score_cam",
@@ -184,3 +185,34 @@ def score_cam(
                 scores[i, c] = value
     weights = torch.softmax(scores, dim=1)
     return (weights[..., None, None] * a.detach().double().cpu()).sum(dim=1)
+
+
+def method_cams(
+    method: str,
+    activation: torch.Tensor,
+    gradient: torch.Tensor | None,
+    *,
+    layout: CamLayout = "nchw",
+    grid: tuple[int, int] | None = None,
+    prefix_tokens: int = 1,
+    model: nn.Module | None = None,
+    x: torch.Tensor | None = None,
+    targets: Sequence[int] = (),
+) -> torch.Tensor:
+    """One method's maps in ``[0, 1]`` (:func:`scale_cams` of :func:`raw_cam`; Score-CAM's by
+    :func:`score_cam`, which needs ``model``, ``x`` and ``targets``).
+
+    Raises:
+        ValueError: For a shape that does not fit the layout, or an unknown method.
+    """
+    if method == "scorecam":
+        if model is None or x is None:
+            raise ValueError("scorecam needs the model, its input and the targets")
+        raw = score_cam(
+            model, x, activation, targets, layout=layout, grid=grid, prefix_tokens=prefix_tokens
+        )
+    else:
+        raw = raw_cam(
+            method, activation, gradient, layout=layout, grid=grid, prefix_tokens=prefix_tokens
+        )
+    return scale_cams(raw)
