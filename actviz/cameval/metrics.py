@@ -229,10 +229,15 @@ def _perturbed(
     return torch.where(gone, x[i], base[i])
 
 
+#: How much higher the masked image's probability must be to count as an increase: the two
+#: probabilities come from different batches, whose float32 sums round differently.
+INCREASE_TOLERANCE = 1e-6
+
+
 def confidence_change(before: torch.Tensor, after: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per image: ``drop`` = max(0, p - p_masked) (pytorch-grad-cam's ``DropInConfidence``),
-    ``drop_pct`` = 100 * drop / p (Average Drop), ``increase`` = 1 where p_masked > p
-    (``IncreaseInConfidence``)."""
+    ``drop_pct`` = 100 * drop / p (Average Drop), ``increase`` = 1 where p_masked > p by more
+    than :data:`INCREASE_TOLERANCE` (``IncreaseInConfidence``)."""
     import torch
 
     drop = torch.clamp(before - after, min=0)
@@ -240,7 +245,7 @@ def confidence_change(before: torch.Tensor, after: torch.Tensor) -> dict[str, to
     return {
         "drop": drop,
         "drop_pct": 100 * drop / safe,
-        "increase": (after > before).double(),
+        "increase": (after > before + INCREASE_TOLERANCE).double(),
     }
 
 

@@ -183,7 +183,7 @@ def _cases(
         canvas, top = new_canvas(height, width, header)
         rgb = palette_for("jet")[canvas]
         rgb[top:, :width] = pixels
-        rel = f"{CASES_DIR}/{output.safe_name(m)}_{which}.png"
+        rel = f"{CASES_DIR}/{output.safe_name(m.replace('+', 'p'))}_{which}.png"
         output.write_bytes(state.opts.out / rel, picture_png(Image.fromarray(rgb)))
         cases.append(
             {"method": m, "case": which, "image": r["image"], "balance": balance(r, m), "file": rel}
