@@ -71,3 +71,7 @@ class EvalState:
     stages: list[str]
     twins: list[nn.Module]
     rels: dict[str, str]
+    scorer: nn.Module | None = None
+    """The model the perturbed images go through: the model itself, or on a CPU a
+    channels-last copy of it (the same numbers to float rounding, several times faster)."""
+    channels_last: bool = False
