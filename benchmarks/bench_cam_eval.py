@@ -104,8 +104,13 @@ def loop_pytorch_grad_cam(record: dict, steps: int, size: int) -> tuple[float, d
                     gone[order[:count]] = True
                     gone = gone.view(size, size)
 
-                    def perturb(image: torch.Tensor, _cam: torch.Tensor, gone=gone,
-                                substrate=substrate, keep_first=keep_first) -> torch.Tensor:
+                    def perturb(
+                        image: torch.Tensor,
+                        _cam: torch.Tensor,
+                        gone=gone,
+                        substrate=substrate,
+                        keep_first=keep_first,
+                    ) -> torch.Tensor:
                         if keep_first:  # insertion: the salient pixels come back
                             return torch.where(gone, image, substrate[0])
                         return torch.where(gone, substrate[0], image)

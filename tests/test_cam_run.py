@@ -148,3 +148,68 @@ def test_unknown_method_is_a_usage_error(tmp_path: Path) -> None:
         result.output
     )
     assert not (tmp_path / "o").exists()
+
+
+def _hf_vit(folder: Path) -> str:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=32,
+        patch_size=8,
+        num_labels=3,
+    )
+    torch.manual_seed(1)
+    transformers.ViTForImageClassification(config).eval().save_pretrained(folder)
+    return f"hf:{folder}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("source", "layer", "grid"),
+    [
+        ("timm/test_vit", "blocks.0", (10, 10)),
+        ("timm/test_convnext", "stages.1", (20, 20)),
+        ("hf", "vit.layers.0", (4, 4)),
+    ],
+)
+def test_timm_and_hugging_face_models_with_each_layout(
+    tmp_path: Path, headers: list[Header], source: str, layer: str, grid: tuple[int, int]
+) -> None:
+    """LayerCAM and EigenCAM on timm's ViT (tokens), timm's ConvNeXt and a Hugging Face ViT,
+    with random weights said in every CAM header."""
+    pytest.importorskip("timm")
+    model = _hf_vit(tmp_path / "hf") if source == "hf" else source
+    image = make_image(tmp_path / "in" / "x.png", size=(40, 30))
+    for method in ("layercam", "eigencam"):
+        out = tmp_path / method
+        args = ["run", model, str(image), "-w", "none", "-l", layer, "-o", str(out), "-q"]
+        result = CliRunner().invoke(app, [*args, "--cam-method", method, "--no-report"])
+        assert result.exit_code == 0, result.output
+        record = run_images(out)[0]["layers"][0]
+        assert record["name"] == layer and record["cam_method"] == method
+        assert (out / "x" / f"00_{layer}_cam.png").is_file()
+    cams = [h for h in headers if h.title.endswith(("LayerCAM", "EigenCAM"))]
+    assert len(cams) == 2
+    assert all(any("random weights" in n.lower() for n in h.notes) for h in cams)
+    # The maps themselves, on the layer's own grid, from the library on the same output.
+    from actviz.gradients.core import compute_gradients
+    from actviz.gradients.methods import raw_cam, scale_cams
+    from actviz.layouts import layer_contexts
+    from actviz.models import load_model
+
+    loaded = load_model(model, weights="none", device="cpu")
+    ctx = layer_contexts(loaded.module, loaded.input_size)[layer]
+    x = torch.rand(1, 3, *loaded.input_size, generator=torch.Generator().manual_seed(0))
+    capture = compute_gradients(loaded.module, x, [layer]).captures[layer]
+    layout = "tokens" if ctx.token_grid else ("nhwc" if ctx.channels_last else "nchw")
+    shape = {"layout": layout, "grid": ctx.token_grid, "prefix_tokens": ctx.prefix_tokens or 1}
+    for method in ("layercam", "eigencam"):
+        maps = scale_cams(raw_cam(method, capture.activation, capture.gradient, **shape))
+        assert tuple(maps.shape[-2:]) == grid and not maps.isnan().any()
+        # EigenCAM's strongest response is positive by its sign rule; LayerCAM's map may be
+        # all zero (no positive evidence for the class, as the header says when it is).
+        peak = float(maps.max())
+        assert peak == pytest.approx(1.0) if method == "eigencam" else peak in (0.0, 1.0)
