@@ -20,6 +20,7 @@ from actviz._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
+    from actviz.cameval import cam_eval
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.examples import top_images
@@ -34,6 +35,7 @@ __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "cam_eval",
     "capture",
     "diff",
     "list_layers",
@@ -50,6 +52,7 @@ __all__ = [
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "cam_eval": "actviz.cameval",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
