@@ -157,6 +157,9 @@ def test_one_layer_only_and_unknown_methods(tmp_path: Path) -> None:
         tmp_path, TINY_CNN, str(folder), "-m", "smooth", "-o", str(tmp_path / "b")
     )
     assert code == 2 and "--methods takes one of" in stderr
+    code, _, stderr = _invoke(tmp_path, TINY_CNN, str(folder), "-l", "8", "-o", f"{tmp_path}/c")
+    assert code == 2 and "the output of 8 (1, 4) is not a spatial map" in stderr
+    assert not (tmp_path / "c").exists()  # nothing half-written
 
 
 def test_vit_tokens_with_score_cam(tmp_path: Path) -> None:

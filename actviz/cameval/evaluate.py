@@ -95,11 +95,15 @@ def cam_eval(
         todo = [item.path for item in images if state.rels[str(item.path)] not in done]
         start_progress(cmd.notify, len(images), [_progress(r) for r in done.values()])
         journal = output.Journal(opts.out / LEDGER, keep=None if done else 0)
+        # The settings go first with the first record: a command that fails before any image
+        # is scored leaves no ledger behind (and a new folder is removed).
+        head = [] if done else [_line({"settings": settings})]
         try:
-            if not done:
-                journal.append(_line({"settings": settings}))
             for record in _stream(state, todo, cmd.notify):
                 done[record["image"]] = record
+                for line in head:
+                    journal.append(line)
+                head = []
                 journal.append(_line(record))
             journal.sync()
         finally:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ModelError
+from actviz.errors import ModelError, UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -52,6 +52,7 @@ def method_maps(
 
     Raises:
         ModelError: If the layer gives no output or no gradient.
+        UsageError: If its output is not a spatial map.
     """
     from actviz.gradients.core import compute_gradients
     from actviz.gradients.methods import raw_cam, scale_cams, score_cam
@@ -60,13 +61,34 @@ def method_maps(
     capture = result.captures.get(layer)
     if capture is None:
         raise ModelError(f"no output and gradient of {layer}: pick another layer with --layers")
-    layout = {"layout": shape.layout, "grid": shape.grid, "prefix_tokens": shape.prefix_tokens}
     maps: dict[str, torch.Tensor] = {}
     for method in methods:
-        if method == "scorecam":
-            raw = score_cam(model, x, capture.activation, targets, batch_size=batch_size, **layout)  # type: ignore[arg-type]
-        else:
-            raw = raw_cam(method, capture.activation, capture.gradient, **layout)  # type: ignore[arg-type]
+        try:
+            if method == "scorecam":
+                raw = score_cam(
+                    model,
+                    x,
+                    capture.activation,
+                    targets,
+                    layout=shape.layout,
+                    grid=shape.grid,
+                    prefix_tokens=shape.prefix_tokens,
+                    batch_size=batch_size,
+                )
+            else:
+                raw = raw_cam(
+                    method,
+                    capture.activation,
+                    capture.gradient,
+                    layout=shape.layout,
+                    grid=shape.grid,
+                    prefix_tokens=shape.prefix_tokens,
+                )
+        except ValueError as exc:
+            raise UsageError(
+                f"the output of {layer} {tuple(capture.activation.shape)} is not a spatial map "
+                f"({exc}); pick a convolution, stage or encoder block with --layers"
+            ) from None
         maps[method] = scale_cams(raw).cpu()
     return maps
 
