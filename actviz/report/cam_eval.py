@@ -33,7 +33,9 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
         cells = []
         for metric in metrics:
             ci = (entry.get("metrics") or {}).get(metric) or {}
-            cells.append(_interval(ci, pct=metric == "increase"))
+            cells.append(
+                _interval(ci, pct=metric == "increase", digits=1 if metric == "drop_pct" else 3)
+            )
         sanity = entry.get("sanity") or {}
         stages = sanity.get("stages") or []
         last = stages[-1]["spearman"]["mean"] if stages else None
@@ -43,7 +45,9 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
                 "baseline": bool(entry.get("baseline")),
                 "cells": cells,
                 "beats": [
-                    (base, (entry.get("beats") or {}).get(base, {}).get("overall", ""))
+                    "\N{EM DASH}"
+                    if base == name
+                    else (entry.get("beats") or {}).get(base, {}).get("overall", "")
                     for base in record.get("baselines") or []
                 ],
                 "sanity": "\N{EN DASH}" if last is None else f"{last:.2f}",
@@ -104,14 +108,14 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
     )
 
 
-def _interval(ci: Mapping[str, Any], *, pct: bool = False) -> str:
+def _interval(ci: Mapping[str, Any], *, pct: bool = False, digits: int = 3) -> str:
     """``0.412 [0.371, 0.455]``; percentages for a rate."""
     mean, low, high = ci.get("mean"), ci.get("low"), ci.get("high")
     if mean is None:
         return "\N{EN DASH}"
     if pct:
         return f"{mean:.0%} [{low:.0%}, {high:.0%}]"
-    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def _fixed(value: Any) -> str:
