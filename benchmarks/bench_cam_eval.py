@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -143,7 +144,8 @@ def main() -> None:
     print(
         f"{MODEL} (random weights) at layer4, {len(ok)} images at {args.size} px, "
         f"{maps} maps (Grad-CAM, EigenCAM, 3 baselines), {args.steps} steps: {forwards} "
-        "perturbed images; the machine is shared with other jobs (timings are noisy)"
+        f"perturbed images; {torch.get_num_threads()} torch threads, load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs (shared with other jobs: noisy)"
     )
     print(f"    actviz cam-eval (whole command)             {ours:7.1f} s")
     print(f"    pytorch-grad-cam metrics, image by image    {theirs:7.1f} s")
