@@ -20,6 +20,7 @@ from actviz._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
+    from actviz.cameval import cam_eval
     from actviz.dictionary import load_sae
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
@@ -38,6 +39,7 @@ __all__ = [
     "ActvizError",
     "__version__",
     "browse",
+    "cam_eval",
     "capture",
     "diff",
     "list_layers",
@@ -58,6 +60,7 @@ __all__ = [
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
     "browse": "actviz.look",
+    "cam_eval": "actviz.cameval",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",

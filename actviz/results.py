@@ -57,6 +57,9 @@ class LayerResult:
     """Why the Grad-CAM map is all zero, when it is (``class: why; ...`` when only some of
     several classes' maps are); ``gradient["zero"]`` and ``gradient["note"]`` say the same
     of the gradient."""
+    cam_method: str | None = None
+    """The method of the layer's class activation map (``gradcam``, ``eigencam``, ...), when
+    one was drawn."""
     pictures: Mapping[str, str] = field(default_factory=dict)
     prefix_tokens: int = 0
     """Prefix tokens (class, register) drawn in the band above each tile of the grid."""
@@ -117,24 +120,33 @@ class ImageResult:
 def layer_notes(result: ImageResult) -> list[str]:
     """One image's notes on its pictures: each all-zero gradient or Grad-CAM map, and why;
     layers with the same note are named together."""
-    return notes_of((layer.key, layer.gradient, layer.cam_note) for layer in result.layers)
+    return notes_of(
+        (layer.key, layer.gradient, layer.cam_note, layer.cam_method) for layer in result.layers
+    )
 
 
-def notes_of(layers: Iterable[tuple[str, Mapping[str, Any] | None, str | None]]) -> list[str]:
-    """:func:`layer_notes` of ``(layer, gradient record, Grad-CAM note)`` triples: what an
-    image's record holds."""
+def notes_of(
+    layers: Iterable[
+        tuple[str, Mapping[str, Any] | None, str | None]
+        | tuple[str, Mapping[str, Any] | None, str | None, str | None]
+    ],
+) -> list[str]:
+    """:func:`layer_notes` of ``(layer, gradient record, CAM note[, CAM method])`` tuples:
+    what an image's record holds (the method, ``--cam-method``'s name, is Grad-CAM when
+    left out)."""
     found: dict[str, list[str]] = {}
-    for key, gradient, cam_note in layers:
+    for key, gradient, cam_note, *method in layers:
         gradient = gradient or {}
         why = gradient.get("note")
+        cam = "Grad-CAM" if not method or method[0] in (None, "gradcam") else method[0]
         if gradient.get("zero") and why is not None and why == cam_note:
-            messages = [f"the gradient and the Grad-CAM map are all zero: {why}"]
+            messages = [f"the gradient and the {cam} map are all zero: {why}"]
         else:
             messages = []
             if gradient.get("zero"):
                 messages.append("the gradient is all zero" + (f": {why}" if why else ""))
             if cam_note:
-                messages.append(f"the Grad-CAM map is all zero: {cam_note}")
+                messages.append(f"the {cam} map is all zero: {cam_note}")
         for message in messages:
             found.setdefault(message, []).append(key)
     return [f"{_names(keys)}: {message}" for message, keys in found.items()]

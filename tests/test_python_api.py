@@ -70,7 +70,7 @@ def test_the_literal_options_are_the_ones_expected() -> None:
     found = {cls.__name__: sorted(_literal_fields(cls)) for cls in OPTION_CLASSES}
     assert found == {
         "DrawOptions": ["layout", "norm", "order", "save_tensors"],
-        "GradientOptions": [],
+        "GradientOptions": ["cam_method"],
         "RunOptions": ["capture"],
         "ExecutionOptions": ["engine"],
         "LoadOptions": [],

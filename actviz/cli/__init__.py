@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
+from actviz.cli import cam_eval as cam_eval
 from actviz.cli import commands as commands
 from actviz.cli import diff as diff
 from actviz.cli import examples as examples

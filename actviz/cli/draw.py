@@ -190,6 +190,21 @@ CamClassesOption = Annotated[
     ),
 ]
 
+CamMethodOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cam-method",
+        metavar="METHOD",
+        help=(
+            "Which class activation map --cam draws: gradcam (default), gradcam++, layercam, "
+            "scorecam (one forward per channel, batched) or eigencam (first principal "
+            "component, class-agnostic). Implies --cam."
+        ),
+        rich_help_panel="Gradients",
+        show_default=False,
+    ),
+]
+
 NoImagesOption = Annotated[
     bool,
     typer.Option(
@@ -252,19 +267,26 @@ class DrawFlags(Flags):
 
 @dataclass(frozen=True)
 class GradientFlags(Flags):
-    """``--grads``, ``--target`` and Grad-CAM."""
+    """``--grads``, ``--target`` and the class activation maps (``--cam``, its method)."""
 
     grads: GradsOption = False
     target: TargetOption = "top1"
     cam: CamOption = False
     cam_classes: CamClassesOption = 1
+    cam_method: CamMethodOption = None
 
     def options(self) -> GradientOptions:
-        """The library's gradient options (the same fields)."""
+        """The library's gradient options (the same fields; ``--cam-method`` implies
+        ``--cam``)."""
+        from actviz.gradients.methods import cam_method
         from actviz.run.options import GradientOptions
 
         return GradientOptions(
-            grads=self.grads, target=self.target, cam=self.cam, cam_classes=self.cam_classes
+            grads=self.grads,
+            target=self.target,
+            cam=self.cam or self.cam_method is not None,
+            cam_classes=self.cam_classes,
+            cam_method=cam_method(self.cam_method) if self.cam_method else "gradcam",
         )
 
 
@@ -277,6 +299,7 @@ def check_no_images(draw: DrawFlags, gradients: GradientFlags) -> None:
         ("--grads", gradients.grads),
         ("--cam", gradients.cam),
         ("--cam-classes", gradients.cam_classes > 1),
+        ("--cam-method", gradients.cam_method is not None),
     ]
     named = [flag for flag, given in asked if given]
     if named:

@@ -85,9 +85,11 @@ def backward(
     cam_keys: frozenset[str],
     cam_classes: int,
     contexts: Mapping[str, Any],
+    cam_method: str = "gradcam",
 ) -> tuple[Mapping[str, Any], list[int], dict[str, list[list[Any]]]]:
     """Gradients of the target logit for ``layers``, and per CAM layer each image's class
-    maps: the target's, or the top ``cam_classes`` classes' when more than one.
+    maps (drawn by ``cam_method``): the target's, or the top ``cam_classes`` classes' when
+    more than one.
 
     A gradient whose drawn positions are all zero gets a note saying why, when the reason
     is known (see :func:`actviz.gradients.core.explain_zero_gradients`); so does an all-zero
@@ -117,9 +119,12 @@ def backward(
                 layout=layout,
                 grid=grid,
                 prefix_tokens=prefix,
+                method=cam_method,
             )
         elif capture is not None:
-            maps = _target_cams(result, capture, categories, layout, grid, prefix)
+            maps = _target_cams(
+                result, capture, categories, layout, grid, prefix, cam_method, module, x
+            )
         else:
             continue
         if maps:
@@ -134,13 +139,26 @@ def _target_cams(
     layout: CamLayout,
     grid: tuple[int, int] | None,
     prefix: int,
+    method: str,
+    module: Any,
+    x: Any,
 ) -> list[list[Any]]:
-    """Each image's Grad-CAM of its target class, from the gradients already taken."""
-    from actviz.gradients.cam import ClassCam, grad_cam
+    """Each image's map of its target class, from the gradients already taken (Score-CAM's
+    from the masked forwards it runs)."""
+    from actviz.gradients.cam import ClassCam
+    from actviz.gradients.methods import method_cams
 
     try:
-        cams = grad_cam(
-            capture.activation, capture.gradient, layout=layout, grid=grid, prefix_tokens=prefix
+        cams = method_cams(
+            method,
+            capture.activation,
+            capture.gradient,
+            layout=layout,
+            grid=grid,
+            prefix_tokens=prefix,
+            model=module,
+            x=x,
+            targets=list(result.targets),
         )
     except ValueError:
         return []  # a layout the formula cannot read (MaxViT windows): drawn from the grid
@@ -148,7 +166,7 @@ def _target_cams(
     rows = []
     for i, index in enumerate(result.targets):
         label = categories[index] if categories and index < len(categories) else None
-        rows.append([ClassCam(index, label, float(probabilities[i, index]), cams[i])])
+        rows.append([ClassCam(index, label, float(probabilities[i, index]), cams[i], None, method)])
     return rows
 
 

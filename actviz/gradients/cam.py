@@ -4,12 +4,12 @@ architecture goes through the same formula."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from actviz.errors import ModelError, UsageError
+from actviz.gradients.nchw import CamLayout, to_nchw
 from actviz.gradients.recorder import GradientRecorder
 
 if TYPE_CHECKING:
@@ -18,9 +18,6 @@ if TYPE_CHECKING:
     from torch import nn
 
 __all__ = ["CamLayout", "ClassCam", "class_cams", "grad_cam", "to_nchw"]
-
-CamLayout = Literal["nchw", "nhwc", "tokens"]
-"""How a layer output is laid out, for :func:`to_nchw` and :func:`grad_cam`."""
 
 
 @dataclass(frozen=True)
@@ -33,6 +30,7 @@ class ClassCam:
         probability: The class's softmax probability for the image.
         cam: ``(h, w)`` map in ``[0, 1]``.
         note: Why the map is all zero, when it is and the reason is known.
+        method: The method that drew it (:data:`actviz.gradients.methods.CAM_METHODS`).
     """
 
     index: int
@@ -40,6 +38,7 @@ class ClassCam:
     probability: float
     cam: torch.Tensor
     note: str | None = None
+    method: str = "gradcam"
 
     @property
     def name(self) -> str:
@@ -62,10 +61,13 @@ def class_cams(
     layout: CamLayout = "nchw",
     grid: tuple[int, int] | None = None,
     prefix_tokens: int = 1,
+    method: str = "gradcam",
 ) -> list[list[ClassCam]]:
-    """Grad-CAM maps of each image's ``k`` most likely classes, from one forward.
+    """Grad-CAM (or ``method``'s) maps of each image's ``k`` most likely classes, from one
+    forward.
 
-    One forward, then ``k`` backward passes over the same graph (rank 1, rank 2, ...).
+    One forward, then ``k`` backward passes over the same graph (rank 1, rank 2, ...);
+    Score-CAM's masked forwards follow (:func:`actviz.gradients.methods.score_cam`).
 
     Args:
         model: A classifier returning ``(B, K)`` logits.
@@ -94,7 +96,7 @@ def class_cams(
             raise UsageError(f"--cam-classes must be between 1 and {classes}, got {k}")
         probs = logits.detach().float().softmax(dim=1).cpu()
         top = probs.topk(k, dim=1)
-        per_image: list[list[ClassCam]] = [[] for _ in range(logits.shape[0])]
+        taken = []
         for rank in range(k):
             index = top.indices[:, rank].to(logits.device).unsqueeze(1)
             rec.backward(
@@ -107,64 +109,29 @@ def class_cams(
             if not caps:
                 reason = rec.skipped[0].reason if rec.skipped else "it did not run"
                 raise ModelError(f"no gradient for {layer}: {reason}; pick another layer")
-            cams = grad_cam(
-                caps[0].activation,
-                caps[0].gradient,
-                layout=layout,
-                grid=grid,
-                prefix_tokens=prefix_tokens,
-            )
-            for i, maps in enumerate(per_image):
-                c = int(top.indices[i, rank])
-                label = categories[c] if categories and c < len(categories) else None
-                maps.append(ClassCam(c, label, float(top.values[i, rank]), cams[i]))
-        return per_image
+            taken.append((caps[0].activation, caps[0].gradient))
+    from actviz.gradients.methods import method_cams
 
-
-def to_nchw(
-    tensor: torch.Tensor,
-    layout: CamLayout = "nchw",
-    *,
-    grid: tuple[int, int] | None = None,
-    prefix_tokens: int = 1,
-) -> torch.Tensor:
-    """Reshape a layer output to ``(B, C, H, W)`` (or one image's to ``(C, H, W)``).
-
-    Args:
-        tensor: ``nchw``: ``(B, C, H, W)``; ``nhwc`` (Swin): ``(B, H, W, C)``; ``tokens``
-            (ViT): ``(B, prefix + h*w, C)``. The batch dimension may be left out.
-        layout: One of ``nchw``, ``nhwc``, ``tokens``.
-        grid: For ``tokens``: the patch grid ``(h, w)``; None assumes a square one.
-        prefix_tokens: For ``tokens``: how many class/register tokens come first.
-
-    Returns:
-        A view or copy laid out channels-first.
-
-    Raises:
-        ValueError: For a shape that does not fit the layout.
-    """
-    unbatched = {"nchw": 3, "nhwc": 3, "tokens": 2}.get(layout)
-    if unbatched is None:
-        raise ValueError(f"layout must be nchw, nhwc or tokens, got {layout!r}")
-    if tensor.ndim == unbatched:
-        return to_nchw(tensor.unsqueeze(0), layout, grid=grid, prefix_tokens=prefix_tokens)[0]
-    if tensor.ndim != unbatched + 1:
-        raise ValueError(f"a {layout} output must have {unbatched + 1} dims, got {tensor.ndim}")
-    if layout == "nchw":
-        return tensor
-    if layout == "nhwc":
-        return tensor.permute(0, 3, 1, 2)
-    batch, count, channels = tensor.shape
-    patches = count - prefix_tokens
-    if grid is None:
-        side = math.isqrt(max(patches, 0))
-        grid = (side, side)
-    if patches <= 0 or grid[0] * grid[1] != patches:
-        raise ValueError(
-            f"{count} tokens minus {prefix_tokens} prefix tokens do not fill a "
-            f"{grid[0]}x{grid[1]} grid; pass grid=(h, w) and prefix_tokens"
+    # The maps once the hooks are gone: Score-CAM runs the model again.
+    per_image: list[list[ClassCam]] = [[] for _ in range(int(top.indices.shape[0]))]
+    for rank, (activation, gradient) in enumerate(taken):
+        targets = [int(c) for c in top.indices[:, rank]]
+        cams = method_cams(
+            method,
+            activation,
+            gradient,
+            layout=layout,
+            grid=grid,
+            prefix_tokens=prefix_tokens,
+            model=model,
+            x=x,
+            targets=targets,
         )
-    return tensor[:, prefix_tokens:].reshape(batch, grid[0], grid[1], channels).permute(0, 3, 1, 2)
+        for i, maps in enumerate(per_image):
+            c = targets[i]
+            label = categories[c] if categories and c < len(categories) else None
+            maps.append(ClassCam(c, label, float(top.values[i, rank]), cams[i], None, method))
+    return per_image
 
 
 def grad_cam(

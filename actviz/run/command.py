@@ -243,7 +243,9 @@ def _plan(
         "capture": opts.capture,
         "draw": {k: v for k, v in opts.draw.describe().items() if k != "png_compression"},
         "input_size": list(loaded.input_size),
-        "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes],
+        "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes]
+        # Grad-CAM runs keep the settings they always had, so their --resume still matches.
+        + ([grads.cam_method] if grads.cam_method != "gradcam" else []),
         **({"sae": str(opts.sae)} if opts.sae is not None else {}),
     }
     frames = getattr(loaded.preprocess, "frames", None)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.gradients.cam import grad_cam
 from actviz.gradients.core import zero_cam_note
+from actviz.gradients.methods import cam_title
 from actviz.render import Header, cam_panel, render_grid
 from actviz.render.png import picture_png
 from actviz.results import ImageResult
@@ -131,6 +132,8 @@ def cam_picture(view: LayerView) -> Drawn | None:
     if grad_maps.kind != "maps" or grad_maps.array is None:
         return None
     ranked = job.class_cams.get(cap.key)
+    method = ranked[0].method if ranked else "gradcam"
+    title = cam_title(method)
     if ranked:
         panels = [(c.caption, c.cam.numpy()) for c in ranked]
         zeros = [(c.name, c.note or zero_cam_note(None)) for c in ranked if not c.cam.any()]
@@ -152,19 +155,20 @@ def cam_picture(view: LayerView) -> Drawn | None:
     # One line when every map is blank for the same reason, else one per blank map.
     if len({reason for _, reason in zeros}) == 1 and len(zeros) == len(panels):
         cam_note = zeros[0][1]
-        zero_lines = [f"the Grad-CAM map is all zero: {cam_note}"]
+        zero_lines = [f"the {title} map is all zero: {cam_note}"]
     else:
         cam_note = "; ".join(f"{name}: {reason}" for name, reason in zeros) or None
-        zero_lines = [f"the Grad-CAM map of {name} is all zero: {reason}" for name, reason in zeros]
+        zero_lines = [f"the {title} map of {name} is all zero: {reason}" for name, reason in zeros]
     header = Header(
-        title=f"{cap.key}   {cap.module_type}   Grad-CAM",
+        title=f"{cap.key}   {cap.module_type}   {title}",
         info=f"{what}  |  each map scaled to its maximum",
         labels=("0", "max"),
         nonfinite=False,
         notes=tuple(header_notes(job, *zero_lines)),
     )
     pixels = cam_panel(display_view(job), panels)
-    return Drawn(picture_png(headed(pixels, header, "jet")), {"cam_note": cam_note})
+    fields = {"cam_note": cam_note, "cam_method": method}
+    return Drawn(picture_png(headed(pixels, header, "jet")), fields)
 
 
 def _json_number(value: float) -> float | None:

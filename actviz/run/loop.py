@@ -311,6 +311,7 @@ def _backward(
             cam_keys=keys,
             cam_classes=grads.cam_classes,
             contexts=plan.contexts,
+            cam_method=grads.cam_method,
         )
     except ActvizError:
         raise

@@ -100,6 +100,7 @@ def image_record(result: ImageResult) -> dict[str, Any]:
                 "stats": layer.stats,
                 "gradient": layer.gradient,
                 "cam_note": layer.cam_note,
+                **({"cam_method": layer.cam_method} if layer.cam_method else {}),
                 # Only token layers whose grid shows prefix tokens carry the count.
                 **({"prefix_tokens": layer.prefix_tokens} if layer.prefix_tokens else {}),
             }
@@ -152,6 +153,7 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
                 gradient=x.get("gradient"),
                 channels=x.get("channels"),
                 cam_note=x.get("cam_note"),
+                cam_method=x.get("cam_method"),
                 prefix_tokens=x.get("prefix_tokens", 0),
             )
             for x in record.get("layers") or []

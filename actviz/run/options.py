@@ -132,12 +132,15 @@ class GradientOptions:
             spatial layer), ``<NN>_<layer>_cam.png``.
         cam_classes: Grad-CAMs of this many top classes side by side (more than 1 implies
             ``cam``).
+        cam_method: Which class activation map ``cam`` draws: ``gradcam``, ``gradcam++``,
+            ``layercam``, ``scorecam`` or ``eigencam`` (:mod:`actviz.gradients.methods`).
     """
 
     grads: bool = False
     target: str = "top1"
     cam: bool = False
     cam_classes: int = 1
+    cam_method: Literal["gradcam", "gradcam++", "layercam", "scorecam", "eigencam"] = "gradcam"
 
     def __post_init__(self) -> None:
         check_choices(self)

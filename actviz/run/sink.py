@@ -263,7 +263,9 @@ class RunSink:
         if self.running is not None and status in ("ok", "reused"):
             self._add_stats(record, layers)
         where = record["out_dir"]
-        notes = notes_of((x["name"], x.get("gradient"), x.get("cam_note")) for x in layers)
+        notes = notes_of(
+            (x["name"], x.get("gradient"), x.get("cam_note"), x.get("cam_method")) for x in layers
+        )
         for message in notes:
             self.notes.setdefault(message, where)
         for x in layers:

@@ -1,0 +1,289 @@
+"""``actviz cam-eval``: which CAM method's maps the model really follows, over a folder.
+
+The verdict table on stdout (a rich table on a terminal, plain columns when piped, or
+``cam-eval.json`` with ``--json``); progress and the summary on stderr. Torch is imported inside
+the command, never here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from actviz.cli.boundary import app, boundary, reporting
+from actviz.cli.console import err_console, error, out_console
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
+from actviz.cli.options import (
+    DecodeWorkersOption,
+    InputsArg,
+    JsonOption,
+    LayersOption,
+    ModelArg,
+    NoReportOption,
+    QuietOption,
+    fresh_out,
+)
+from actviz.errors import ExitCode
+
+if TYPE_CHECKING:
+    from actviz.cameval import CamEvalResult
+
+__all__ = ["cam_eval"]
+
+MethodsOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--methods",
+        "-m",
+        metavar="METHODS",
+        help=(
+            "CAM methods to score: gradcam, gradcam++, layercam, scorecam, eigencam "
+            "(comma-separate or repeat). [default: gradcam,gradcam++,layercam,eigencam; "
+            "scorecam runs one forward per channel and image]"
+        ),
+        rich_help_panel="Evaluation",
+        show_default=False,
+    ),
+]
+
+TargetOption = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help="The class the maps explain: top1 (each image its own), a class index or name.",
+        rich_help_panel="Evaluation",
+    ),
+]
+
+StepsOption = Annotated[
+    int,
+    typer.Option(
+        "--steps",
+        min=2,
+        max=1000,
+        help="Points of each deletion and insertion curve after the first.",
+        rich_help_panel="Evaluation",
+    ),
+]
+
+SanityBlocksOption = Annotated[
+    int,
+    typer.Option(
+        "--sanity-blocks",
+        min=0,
+        help=(
+            "Blocks re-initialised one more at a time from the output down for the sanity "
+            "check (0: none)."
+        ),
+        rich_help_panel="Evaluation",
+    ),
+]
+
+SeedOption = Annotated[
+    int,
+    typer.Option(
+        "--seed",
+        help="Seed of the random-map baseline and the re-initialised weights.",
+        rich_help_panel="Evaluation",
+    ),
+]
+
+ChunkOption = Annotated[
+    int,
+    typer.Option(
+        "--chunk",
+        min=0,
+        help="Perturbed images per forward (0: 8 times --batch-size).",
+        rich_help_panel="Speed",
+    ),
+]
+
+CamEvalOutOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        "-o",
+        help=(
+            "Output folder. [default: actviz-cam-eval, or the first free actviz-cam-eval-2, "
+            "-3, ... when it holds earlier files and neither --resume nor --overwrite is given]"
+        ),
+        show_default=False,
+        rich_help_panel="Output",
+    ),
+]
+
+CamEvalExecution = Annotated[
+    ExecutionFlags,
+    Group(without=("engine", "ray_address", "amp"), replace={"workers": DecodeWorkersOption}),
+]
+
+
+@app.command("cam-eval")
+@boundary
+@grouped
+def cam_eval(
+    model: ModelArg,
+    inputs: InputsArg,
+    *,
+    methods: MethodsOption = None,
+    layers: LayersOption = None,
+    target: TargetOption = "top1",
+    steps: StepsOption = 32,
+    sanity_blocks: SanityBlocksOption = 3,
+    seed: SeedOption = 0,
+    out: CamEvalOutOption = None,
+    load: LoadFlags,
+    chunk: ChunkOption = 0,
+    execution: CamEvalExecution,
+    no_report: NoReportOption = False,
+    as_json: JsonOption = False,
+    quiet: QuietOption = False,
+) -> None:
+    """Score CAM methods: deletion/insertion curves, confidence drop, baselines, sanity check.
+
+    Per image and method: the deletion and insertion curves and their areas, the average drop
+    and increase in confidence on the map-masked image, and the same for a random map, a
+    centred Gaussian and a Sobel edge map; then the maps again as the last blocks are
+    re-initialised (a method whose maps do not change is flagged).
+
+    Writes OUT/cam-eval.json, OUT/curves.png, OUT/cam-eval.html and OUT/cases/.
+    """
+    from actviz.cameval import DEFAULT_METHODS, CamEvalOptions
+    from actviz.cameval import cam_eval as run_cam_eval
+
+    options = CamEvalOptions(
+        methods=tuple(methods) if methods else DEFAULT_METHODS,
+        layers=selector(layers),
+        target=target,
+        out=fresh_out(out, base="actviz-cam-eval", reuse=execution.resume or execution.overwrite),
+        steps=steps,
+        sanity_blocks=sanity_blocks,
+        seed=seed,
+        chunk=chunk,
+        report=not no_report,
+        load=load.options(),
+        execution=execution.options(),
+    )
+    with reporting(quiet) as reporter:
+        result = run_cam_eval(model, inputs, options, reporter=reporter)
+    if as_json:
+        out_console.print_json(result.record.read_text(encoding="utf-8"))
+    else:
+        print_cam_eval(result)
+    if not quiet:
+        _summary(result)
+    if result.failed:
+        if len(result.failed) == len(result.images):
+            error(f"no image could be scored ({len(result.failed)} failed); see messages above")
+            raise typer.Exit(int(ExitCode.ERROR))
+        raise typer.Exit(int(ExitCode.PARTIAL))
+
+
+_COLUMNS = ["map", "deletion AUC", "insertion AUC", "avg drop %", "increase", "beats", "sanity"]
+
+
+def _rows(result: CamEvalResult) -> list[tuple[list[str], bool, bool]]:
+    """Per map: its cells, whether it is a baseline, whether the sanity check flagged it."""
+    from actviz.gradients.methods import cam_title
+
+    rows = []
+    for name, entry in result.summary.items():
+        metrics = entry["metrics"]
+        beats = entry.get("beats") or {}
+        verdict = " ".join(f"{base}:{v['overall']}" for base, v in beats.items())
+        stages = (entry.get("sanity") or {}).get("stages") or []
+        last = stages[-1]["spearman"]["mean"] if stages else None
+        flagged = bool((entry.get("sanity") or {}).get("flagged"))
+        sanity = "-" if last is None else f"{last:.2f}" + (" UNCHANGED" if flagged else "")
+        title = cam_title(name) if not entry.get("baseline") else f"({name})"
+        rows.append(
+            (
+                [
+                    title,
+                    _ci(metrics["deletion_auc"]),
+                    _ci(metrics["insertion_auc"]),
+                    _ci(metrics["drop_pct"], digits=1),
+                    _ci(metrics["increase"], pct=True),
+                    verdict,
+                    sanity,
+                ],
+                bool(entry.get("baseline")),
+                flagged,
+            )
+        )
+    return rows
+
+
+def print_cam_eval(result: CamEvalResult) -> None:
+    """The verdict table, and what was written."""
+    if result.random_weights:
+        out_console.print(
+            Text("RANDOM WEIGHTS: these scores describe an untrained model", style="bold red")
+        )
+    rows = _rows(result)
+    if rows:
+        out_console.print(
+            f"{len(result.images) - len(result.failed)} images, layer {result.layer}; mean "
+            "[95% bootstrap interval]; beats: insertion minus deletion AUC against each "
+            "baseline (yes / no / tie)",
+            markup=False,
+        )
+        if out_console.is_terminal:
+            table = Table()
+            for i, head in enumerate(_COLUMNS):
+                table.add_column(head, justify="left" if i in (0, 5) else "right", overflow="fold")
+            for cells, baseline, flagged in rows:
+                style = "dim" if baseline else ("bold red" if flagged else None)
+                table.add_row(*(Text(c) for c in cells), style=style)
+            out_console.print(table)
+        else:
+            _plain([_COLUMNS, *(cells for cells, _, _ in rows)])
+    written = [result.record.name]
+    if result.chart is not None:
+        written.append(result.chart.name)
+    if result.report is not None:
+        written.append(result.report.name)
+    out_console.print(f"wrote {', '.join(written)} to {result.out}/", markup=False)
+
+
+def _plain(rows: list[list[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(widths[i]) if i in (0, 5) else c.rjust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    out_console.file.write("\n".join(lines) + "\n")
+
+
+def _ci(ci: dict[str, Any], *, digits: int = 3, pct: bool = False) -> str:
+    mean, low, high = ci.get("mean"), ci.get("low"), ci.get("high")
+    if mean is None:
+        return "-"
+    if pct:
+        return f"{mean:.0%} [{low:.0%},{high:.0%}]"
+    return f"{mean:.{digits}f} [{low:.{digits}f},{high:.{digits}f}]"
+
+
+def _summary(result: CamEvalResult) -> None:
+    ok = len(result.images) - len(result.failed)
+    rate = ok / result.seconds if result.seconds > 0 else 0.0
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row(
+        "images",
+        f"{ok} scored, {len(result.failed)} failed, {len(result.skipped)} non-image skipped",
+    )
+    table.add_row("methods", ", ".join(result.methods) + f" at {result.layer}")
+    table.add_row("time", f"{result.seconds:.1f} s ({rate:.2f} images/s) on {result.device}")
+    err_console.print(table)
+    for record in result.failed[:5]:
+        err_console.print(
+            Text.assemble(
+                ("  failed ", "bold red"), str(record.get("path")), f": {record.get('error')}"
+            )
+        )
