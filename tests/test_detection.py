@@ -54,8 +54,13 @@ def test_an_fpn_level_equals_the_backbone_on_the_models_own_transform(
         expected = model.backbone(images.tensors)
     assert isinstance(out, list) and set(out[0]) == {"boxes", "labels", "scores"}
     assert set(acts) >= {f"backbone.fpn[{k}]" for k in ("0", "1", "2", "3", "pool")}
+    # The model resized the picture to 160x80 and padded it to 160x96: every recorder crops
+    # each level to the rows that see the image, ceil(80 / stride).
+    assert images.image_sizes == [(80, 160)] and images.tensors.shape[-2:] == (96, 160)
     for level, tensor in expected.items():
-        torch.testing.assert_close(acts[f"backbone.fpn[{level}]"], tensor)
+        kept = tensor[..., : -(-80 * tensor.shape[-2] // 96), :]
+        torch.testing.assert_close(acts[f"backbone.fpn[{level}]"], kept)
+    assert acts["backbone.fpn[0]"].shape[-2:] == (20, 40)
     # The selector a user gets by default: stages, every FPN level, objectness per level.
     assert default_selector(model) == (
         r"re:^backbone\.body\.layer\d+$,backbone.fpn,rpn.head.cls_logits"
@@ -274,3 +279,86 @@ def test_grad_cam_of_a_detection_takes_the_gradient_of_its_score(tmp_path: Path)
     cam = cam[: -(-100 * size[0] // 128)]
     assert heat is not None and heat.shape == cam.shape
     torch.testing.assert_close(heat, cam / cam.max(), atol=1e-4, rtol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def small_detector() -> object:
+    # min_size 128, max_size 160: a 160x100 picture stays 160x100 and is padded to 160x128.
+    return load_model(
+        "fasterrcnn_mobilenet_v3_large_320_fpn", weights="none", device="cpu", input_size=(128, 160)
+    )
+
+
+def test_every_recorder_sees_the_maps_cropped_to_the_image(small_detector: object) -> None:
+    import re
+
+    from actviz.examples.plan import plan_layers
+    from actviz.examples.scoring import ScoreRecorder
+    from actviz.hooks import eval_mode
+
+    loaded = small_detector
+    model = loaded.module  # type: ignore[attr-defined]
+    names = [n for n, _ in model.named_modules() if re.fullmatch(r"backbone\.body\.\d+", n)]
+    x = torch.rand((2, 3, 100, 160), generator=torch.Generator().manual_seed(0))
+    padded: dict[str, torch.Tensor] = {}
+    handles = [
+        model.get_submodule(n).register_forward_hook(
+            lambda _m, _i, out, n=n: padded.setdefault(n, out.clone())
+        )
+        for n in names
+    ]
+    with torch.inference_mode():
+        images, _ = model.transform(list(x))
+        model.backbone(images.tensors)
+    for handle in handles:
+        handle.remove()
+    assert images.image_sizes == [(100, 160)] * 2 and images.tensors.shape[-2:] == (128, 160)
+    # Each map keeps the rows that see the 100 rows of image: ceil(100 * h / 128).
+    kept = {n: t[..., : -(-100 * t.shape[-2] // 128), :] for n, t in padded.items()}
+    cropped = [n for n in names if kept[n].shape != padded[n].shape]
+    assert "backbone.body.12" in cropped  # stride 16: 7 of 8 rows (112 channels)
+    assert kept["backbone.body.12"].shape[-2:] == (7, 10)
+
+    # A run's recorder: its tensors, and the statistics computed in the hook (on an
+    # accelerator), see the cropped maps; so do --norm shared and --view pca, which read it.
+    shapes: dict[str, tuple[int, ...]] = {}
+    with (
+        ActivationRecorder(
+            model, names, summarize=lambda n, t: shapes.setdefault(n, tuple(t.shape))
+        ) as acts,
+        eval_mode(model),
+        torch.inference_mode(),
+    ):
+        DETECTION.call(model, x)
+    for name in names:
+        torch.testing.assert_close(acts[name], kept[name], rtol=1e-4, atol=1e-9)
+        assert shapes[name] == tuple(kept[name].shape)
+    (cap,) = [c for c in acts.captures if c.key == "backbone.body.12"]
+    assert "padded its 160x100 input to 160x128" in str(cap.rows)
+
+    # top-images: the plan and the scores are of the cropped map (the padding's cells differ).
+    with eval_mode(model):
+        planned = plan_layers(
+            model,
+            ["backbone.body.12"],
+            {},
+            input_size=(100, 160),
+            in_chans=3,
+            device=torch.device("cpu"),
+            model_name="det",
+        )
+    assert planned.plans["backbone.body.12"].shape == tuple(kept["backbone.body.12"].shape[1:])
+    with (
+        ScoreRecorder(model, ["backbone.body.12"], planned.plans, "mean") as recorder,
+        eval_mode(model),
+        torch.inference_mode(),
+    ):
+        DETECTION.call(model, x)
+        scores = recorder.take()["backbone.body.12"].scores
+    assert not recorder.resized and not recorder.unfit
+    means = kept["backbone.body.12"].mean(dim=(2, 3)).numpy()
+    # Random weights give maps of about 1e-6: compared relative to their size.
+    tiny = float(np.abs(means).max()) * 1e-4
+    np.testing.assert_allclose(scores, means, rtol=1e-4, atol=tiny)
+    whole = padded["backbone.body.12"].mean(dim=(2, 3)).numpy()
+    assert np.abs(scores - whole).max() > 100 * tiny

@@ -3,15 +3,15 @@ off, and each image's detections as records and as ``<image>/detections.png``.
 
 torchvision's detectors resize each image and pad the batch to a multiple of
 ``size_divisible`` (32) before the backbone, so a backbone or FPN map covers the padding too.
-A hook on the model's ``transform`` records the resized size and the padded size of the batch;
-each map of the backbone and the RPN is then cropped to ``ceil(size / stride)`` cells, the part
-that sees the image, and its note says so.
+The recorders crop each map of the backbone and the RPN to ``ceil(size / stride)`` cells, the
+part that sees the image, in their hooks (:func:`actviz.windows.padding_crop`), so every
+picture and statistic sees the same maps; :class:`DetectionProbe` records the same sizes for
+what is computed apart from the recorder (Grad-CAM of a detection).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -26,21 +26,14 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import nn
 
-    from actviz.hooks import Capture
-
 __all__ = [
     "HEADS",
     "DetectionProbe",
     "Found",
-    "crop_padding",
     "found_in",
     "with_heads",
     "write_detections",
 ]
-
-#: Modules whose maps lie on the padded input grid (the heads after RoI pooling do not).
-_ON_THE_GRID = ("backbone", "rpn", "head.")
-
 
 #: The heads whose rows are the detections themselves (of every image of the batch, in order).
 HEADS = {
@@ -77,44 +70,6 @@ class DetectionProbe(HookSession):
             self.heads[name] = output.detach().float().cpu()
 
         self._add_forward_hook(module, sizes if name == "transform" else head)
-
-
-def crop_padding(captures: Sequence[Capture], probe: DetectionProbe) -> list[Capture]:
-    """The captures with each map on the padded input grid cropped to the cells that see the
-    image; the others as they are. All images of a batch have one size (the loader batches
-    inputs of one shape), so one crop serves the batch."""
-    if probe.padded is None or not probe.image_sizes:
-        return list(captures)
-    padded_h, padded_w = probe.padded
-    valid_h = max(h for h, _ in probe.image_sizes)
-    valid_w = max(w for _, w in probe.image_sizes)
-    if (valid_h, valid_w) == (padded_h, padded_w):
-        return list(captures)
-    out = []
-    for cap in captures:
-        tensor = cap.tensor
-        if (
-            tensor is None
-            or tensor.ndim != 4
-            or cap.refused is not None
-            or not cap.module.startswith(_ON_THE_GRID)
-        ):
-            out.append(cap)
-            continue
-        h, w = int(tensor.shape[-2]), int(tensor.shape[-1])
-        keep_h = min(h, math.ceil(valid_h * h / padded_h))
-        keep_w = min(w, math.ceil(valid_w * w / padded_w))
-        if (keep_h, keep_w) == (h, w):
-            out.append(cap)
-            continue
-        note = (
-            f"padding cropped: the model padded its {valid_w}x{valid_h} input to "
-            f"{padded_w}x{padded_h}; the {keep_w}x{keep_h} of {w}x{h} cells that see it are shown"
-        )
-        cropped = tensor[..., :keep_h, :keep_w].contiguous()
-        shape = (*cap.shape[:2], keep_h, keep_w)
-        out.append(dataclasses.replace(cap, tensor=cropped, shape=shape, rows=note))
-    return out
 
 
 @dataclass(frozen=True)
