@@ -225,19 +225,25 @@ def test_the_mask_head_of_each_detection_is_its_row_of_the_mask_predictor(tmp_pa
     )
     with DetectionProbe(model) as probe, torch.inference_mode():
         outputs = DETECTION.call(model, x)
-    handle.remove()
+        handle.remove()
+        probe.pool_boxes()
     found = with_heads([found_in(o, 0.0, loaded.categories) for o in outputs], outputs, probe)
     (logits,) = plain
+    n = len(logits)
+    assert found[0].head_shapes == {
+        "box features": [len(outputs[0]["boxes"]), 1024],
+        "mask logits": [len(outputs[0]["boxes"]), 91, 28, 28],
+    }
     assert found[0].heads and found[1].heads  # a threshold of 0 keeps every detection
-    assert len(logits) == sum(len(o["boxes"]) for o in outputs)
+    assert n == sum(len(o["boxes"]) for o in outputs)
     start = len(outputs[0]["boxes"])  # the second image's rows follow the first's
     for image, offset in ((0, 0), (1, start)):
         f = found[image]
         assert len(f.heads) == min(4, len(f.scores))
         for rank, panels in enumerate(f.heads):
-            ((name, heat),) = panels
+            (_box, features), (name, heat) = panels  # the box head's features first
             row = offset + f.indices[rank]
-            assert name == "mask logits"
+            assert name == "mask logits" and features.shape == (32, 32)
             np.testing.assert_array_equal(heat, logits[row, f.labels[rank]].numpy())
 
 
@@ -362,3 +368,59 @@ def test_every_recorder_sees_the_maps_cropped_to_the_image(small_detector: objec
     np.testing.assert_allclose(scores, means, rtol=1e-4, atol=tiny)
     whole = padded["backbone.body.12"].mean(dim=(2, 3)).numpy()
     assert np.abs(scores - whole).max() > 100 * tiny
+
+
+def test_the_box_features_of_each_detection_are_the_box_head_on_its_final_box(
+    small_detector: object, tmp_path: Path
+) -> None:
+    from actviz.hooks import eval_mode
+    from actviz.run.detection import DetectionProbe, found_in, with_heads
+
+    loaded = small_detector
+    model = loaded.module  # type: ignore[attr-defined]
+    x = torch.rand((2, 3, 100, 160), generator=torch.Generator().manual_seed(1))
+    lower_score_threshold(model, 0.0)
+    try:
+        with DetectionProbe(model) as probe, eval_mode(model), torch.inference_mode():
+            outputs = DETECTION.call(model, x)
+            probe.pool_boxes()
+            # The same by hand, as torchvision's RoI heads pool their proposals.
+            images, _ = model.transform(list(x))
+            features = model.backbone(images.tensors)
+            proposals, _ = model.rpn(images, features)
+            detections, _ = model.roi_heads(features, proposals, images.image_sizes)
+            boxes = [d["boxes"] for d in detections]
+            pooled = model.roi_heads.box_roi_pool(features, boxes, images.image_sizes)
+            expected = model.roi_heads.box_head(pooled)
+    finally:
+        model.roi_heads.score_thresh = 0.05
+    found = with_heads([found_in(o, 0.0, loaded.categories) for o in outputs], outputs, probe)
+    counts = [len(o["boxes"]) for o in outputs]
+    assert counts == [len(b) for b in boxes] and min(counts) >= 4
+    assert expected.shape == (sum(counts), 1024)
+    for image, offset in ((0, 0), (1, counts[0])):
+        f = found[image]
+        assert f.head_shapes == {"box features": [counts[image], 1024]}
+        assert len(f.heads) == 4
+        for rank, panels in enumerate(f.heads):
+            ((name, grid),) = panels
+            assert name == "box features" and grid.shape == (32, 32)
+            row = expected[offset + f.indices[rank]]
+            np.testing.assert_allclose(grid.reshape(-1), row.numpy(), rtol=1e-4, atol=1e-6)
+
+    # A run shows them for the top detections and records their shape.
+    image = make_image(tmp_path / "wide.png", (160, 100))
+    out = tmp_path / "out"
+    argv = ["run", "fasterrcnn_mobilenet_v3_large_320_fpn", str(image), "--weights", "none"]
+    argv += ["--input-size", "128,160", "--score-threshold", "0", "-l", "backbone.fpn"]
+    result = runner.invoke(app, [*argv, "-o", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    (record,) = list(read_images(out))
+    returned = record["detection_heads"]["box features"]
+    assert returned[1] == 1024 and returned[0] >= len(record["detections"]) > 0
+    assert record["detection_heads_file"] == "wide/detection_heads.png"
+    picture = np.asarray(Image.open(out / "wide" / "detection_heads.png").convert("RGB"))
+    from actviz.render.detection import HEAD_PANEL
+
+    # Four rows of two panels (the box's crop, its features), each HEAD_PANEL wide.
+    assert picture.shape[1] >= 2 * HEAD_PANEL and picture.shape[0] > 4 * HEAD_PANEL

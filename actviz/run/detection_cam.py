@@ -73,6 +73,8 @@ def batch_detections(
     from actviz.run.detection import found_in, with_heads
 
     found = [found_in(output, threshold, categories) for output in outputs]
+    with paused():  # the box head runs again, on the final boxes
+        probe.pool_boxes()
     found = with_heads(found, outputs, probe)
     if not cam:
         return [(f, None) for f in found]

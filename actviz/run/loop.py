@@ -261,6 +261,7 @@ def _probe(loaded: LoadedModel, plan: Plan, stack: contextlib.ExitStack) -> Dete
 def _record_detections(result: ImageResult, found: Found, opts: RunOptions) -> None:
     """One image's detections above the threshold, in its record."""
     result.detections = found.records()
+    result.detection_heads = dict(found.head_shapes) or None
     if opts.draw.grids:
         result.detections_file = (result.out_dir / "detections.png").as_posix()
     if any(found.heads) and opts.draw.grids:
