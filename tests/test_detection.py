@@ -424,3 +424,26 @@ def test_the_box_features_of_each_detection_are_the_box_head_on_its_final_box(
 
     # Four rows of two panels (the box's crop, its features), each HEAD_PANEL wide.
     assert picture.shape[1] >= 2 * HEAD_PANEL and picture.shape[0] > 4 * HEAD_PANEL
+
+
+def test_a_detector_object_is_given_back_with_its_score_threshold(tmp_path: Path) -> None:
+    from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn
+
+    import actviz
+
+    model = fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, min_size=128, max_size=160
+    )
+    model.train()
+    image = make_image(tmp_path / "a.png", (160, 100))
+    result = actviz.run(
+        model, image, out=tmp_path / "out", layers="backbone.fpn", score_threshold=0.0,
+        report=False, stats=False,
+    )  # fmt: skip
+    # The run kept every box the model returned (its own cut lowered to 0)...
+    (record,) = list(read_images(result.out))
+    assert len(record["detections"]) == 100
+    assert min(d["score"] for d in record["detections"]) < 0.05
+    # ... and the model comes back with its own cut, in training mode, as it was given.
+    assert model.roi_heads.score_thresh == 0.05
+    assert model.training and model.roi_heads.training
