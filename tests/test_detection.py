@@ -447,3 +447,43 @@ def test_a_detector_object_is_given_back_with_its_score_threshold(tmp_path: Path
     # ... and the model comes back with its own cut, in training mode, as it was given.
     assert model.roi_heads.score_thresh == 0.05
     assert model.training and model.roi_heads.training
+
+
+def test_pca_over_a_detectors_maps_is_fitted_on_the_cropped_maps(
+    small_detector: object, tmp_path: Path
+) -> None:
+    loaded = small_detector
+    model = loaded.module  # type: ignore[attr-defined]
+    out = tmp_path / "out"
+    argv = ["run", "fasterrcnn_mobilenet_v3_large_320_fpn", str(tmp_path / "in"), "-w", "none"]
+    argv += ["--input-size", "128,160", "-l", "backbone.body.12", "--view", "pca"]
+    argv += ["--norm", "shared", "-o", str(out), "--no-report"]
+    paths = [make_image(tmp_path / "in" / "0.png", (160, 100), seed=0)]
+    assert runner.invoke(app, argv).exit_code == 0
+    # A second image, and --resume: the first is only sampled for the fit, in a pass of its
+    # own, which sees the cropped maps too.
+    paths.append(make_image(tmp_path / "in" / "1.png", (160, 100), seed=1))
+    result = runner.invoke(app, [*argv, "--resume"])
+    assert result.exit_code == 0, result.output
+    records = list(read_images(out))
+    assert [r["layers"][0]["shape"] for r in records] == [[1, 112, 7, 10]] * 2
+    assert all(r["layers"][0]["pca"] for r in records)
+    fit = json.loads((out / "manifest.json").read_text())["pca"]["backbone.body.12"]
+    assert fit["vectors"] == 2 * 7 * 10  # every position of the cropped maps, none of the padding
+
+    # The explained variance of the positions of both images' cropped maps, by hand.
+    maps: list[torch.Tensor] = []
+    handle = model.backbone.body.get_submodule("12").register_forward_hook(
+        lambda _m, _i, o: maps.append(o)
+    )
+    with torch.inference_mode():
+        for path in paths:
+            x = loaded.preprocess(Image.open(path))  # type: ignore[attr-defined]
+            images, _ = model.eval().transform([x])
+            assert images.tensors.shape[-2:] == (128, 160)
+            model.backbone(images.tensors)
+    handle.remove()
+    vectors = torch.cat([m[0, :, :7].reshape(112, -1).T for m in maps]).double()
+    variances = torch.linalg.svdvals(vectors - vectors.mean(0)) ** 2
+    expected = (variances[:3] / variances.sum()).numpy()
+    np.testing.assert_allclose(fit["explained_variance"], expected, rtol=1e-3, atol=1e-5)
