@@ -64,6 +64,7 @@ def streaming(
         k=K,
         expansion=EXPANSION,
         sae_batch=SAE_BATCH,
+        min_steps=0,  # exactly the epochs the recipe trains
         buffer=buffer,
         held_out=0.0,
         pages=False,

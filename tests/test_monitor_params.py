@@ -103,3 +103,30 @@ def test_update_ratios_stay_right_over_steps_and_a_swapped_storage(tmp_path: Pat
         # A view of a storage the optimizer no longer updates would give 0.
         assert numbers["update_ratio"] == pytest.approx(ratio, rel=1e-4)
         assert numbers["weight_norm"] == pytest.approx(norm, rel=1e-5)
+
+
+def test_gradients_accumulated_over_two_backwards_are_measured_after_the_second(
+    tmp_path: Path,
+) -> None:
+    """The norms before clipping are taken together when a backward ends: with two backward
+    passes in a step, the record holds the norms of the summed gradients, and clipping after
+    the second does not reach them."""
+    model = make_model().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    seen: dict[str, float] = {}
+    with actviz.watch(model, optimizer, every=1, out=tmp_path) as w:
+        for step in range(2):
+            for half in (0, 1):
+                x, y = batch(2 * step + half)
+                nn.functional.cross_entropy(model(x), y).backward()
+            seen = {n: float(p.grad.norm()) for n, p in model.named_parameters()}
+            total = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3))
+            optimizer.step()
+            optimizer.zero_grad()
+            w.step()
+    record = read_log(tmp_path).steps[-1]
+    assert record["grad_norm"] == pytest.approx(total, rel=1e-5)
+    for name, norm in seen.items():
+        assert record["params"][name]["grad_norm"] == pytest.approx(norm, rel=1e-5)
+        clipped = record["params"][name]["grad_norm_clipped"]
+        assert clipped == pytest.approx(norm * 1e-3 / total, rel=1e-4)

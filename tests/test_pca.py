@@ -288,3 +288,20 @@ def test_one_pass_draws_what_two_passes_drew(
         assert other[0].keys() == kept[0].keys()
         for rel, picture in kept[0].items():
             assert np.array_equal(picture, other[0][rel]), rel
+
+
+def test_a_panel_enlarged_as_it_is_pasted_equals_its_enlarged_copy() -> None:
+    from actviz.render.panels import Panel, panel_sheet
+
+    rng = np.random.default_rng(5)
+    view = rng.integers(0, 256, (48, 48, 3), dtype=np.uint8)
+    for shape, scale in (((6, 6, 3), 8), ((12, 7, 3), 4), ((48, 48, 3), 1)):
+        pixels = rng.integers(0, 256, shape, dtype=np.uint8)
+        copy = pixels.repeat(scale, axis=0).repeat(scale, axis=1)
+        lines = ["a line", "another"]
+        one = panel_sheet("t", lines, [Panel(view, "in"), Panel(pixels, "pc", scale=scale)])
+        two = panel_sheet("t", lines, [Panel(view, "in"), Panel(copy, "pc")])
+        assert np.array_equal(one, two), (shape, scale)
+        # The sheet kept for the layout is not changed by the panels pasted on a copy of it.
+        again = panel_sheet("t", lines, [Panel(view, "in"), Panel(copy, "pc")])
+        assert np.array_equal(again, two)

@@ -4,6 +4,7 @@ be checked against the truth."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,7 @@ FAST: dict[str, Any] = {
     "input_size": (32, 32),
     "sae_batch": 256,
     "buffer": 4096,
+    "min_steps": 0,  # exactly the epochs asked (the default adds passes on a small folder)
     "lr": 3e-3,
     "weights": "none",
 }
@@ -256,15 +258,30 @@ def test_cli_trains_and_reports(planted: Any, tmp_path: Path) -> None:
     out = tmp_path / "o"
     args = ["sae", f"{factory}:build", str(photos), "-o", str(out), "-w", "none"]
     flags = ["--input-size", "32,32", "--layers", "mix", "--features", "48", "-k", "3"]
-    result = CliRunner().invoke(app, [*args, *flags, "--epochs", "1", "--no-pages", "-q"])
+    steps = ["--epochs", "1", "--min-steps", "40"]
+    result = CliRunner().invoke(app, [*args, *flags, *steps, "--no-pages", "-q"])
     assert result.exit_code == 0, result.output
     assert "variance explained" in result.output and "mix: 48 features" in result.output
+    # n training images of 256 vectors: batches of 16 n (16 a pass), 3 passes for 40 steps.
+    images = json.loads((out / "sae.json").read_text())["training"]["images"]
+    said = (
+        "3 passes (1 epoch(s) asked, more to reach --min-steps 40), 48 steps of "
+        f"{16 * images} vectors"
+    )
+    assert said in " ".join(result.output.split())
     assert load_sae(out).features == 48
 
 
 def _peaks(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tensor]:
     """Every image of the folder and its largest activation of each feature, computed from
     the planted model and the dictionary's weights: ``(images, features)``."""
+    paths, codes = _codes(factory, photos, d)
+    return paths, codes.amax(dim=(2, 3))
+
+
+def _codes(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tensor]:
+    """Every image of the folder and its feature maps ``(images, features, H, W)``, computed
+    from the planted model and the dictionary's weights."""
     import importlib.util
 
     from actviz.models import Preprocessing
@@ -279,7 +296,7 @@ def _peaks(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tenso
     with torch.no_grad():
         x = torch.stack([prep(Image.open(p).convert("RGB")) for p in paths])
         acts = torch.einsum("bfhw,fc->bchw", model.codes(x), model.directions)
-        return paths, d.encode_maps(acts).amax(dim=(2, 3))
+        return paths, d.encode_maps(acts)
 
 
 def test_top_images_per_feature_equal_a_brute_force_ranking(
@@ -346,6 +363,107 @@ def test_feature_pages_and_index(planted: Any, tmp_path: Path) -> None:
     assert f"{float(d.per_feature['stability'][5]):.3f}" in page
     sheet = out / "top-images" / "00_mix" / "c0005.png"
     assert sheet.is_file() and "../top-images/00_mix/c0005.png" in page
+    # Every column over the same vectors (the whole folder), against the saved weights.
+    _, codes = _codes(factory, photos, d)
+    on = codes > 0
+    density = on.float().mean(dim=(0, 2, 3))
+    images = on.any(dim=3).any(dim=2).float().mean(dim=0)
+    strength = codes.sum(dim=(0, 2, 3)) / on.sum(dim=(0, 2, 3)).clamp_min(1)
+    peak = codes.amax(dim=(0, 2, 3))
+    rows = json.loads((out / "sae-features" / "features.json").read_text())["features"]
+    for f in range(64):
+        row = rows[f]
+        assert row["feature"] == f and row["sheet"] == f"top-images/00_mix/c{f:04d}.png"
+        assert row["density"] == pytest.approx(float(density[f]), abs=1e-6)
+        assert row["images"] == pytest.approx(float(images[f]), abs=1e-6)
+        assert row["strength"] == pytest.approx(float(strength[f]), rel=1e-4, abs=1e-6)
+        assert row["peak"] == pytest.approx(float(peak[f]), rel=1e-4, abs=1e-6)
+        # A feature that fires on no vector fires on no image, and the other way round.
+        assert (row["density"] == 0) == (row["images"] == 0) == (row["peak"] == 0)
+    assert f"<td>{float(density[5]):.3%}</td>" in page
+    assert f"<td>{float(images[5]):.1%}</td>" in page
+    assert "40 images, 10,240 vectors" in index and "RANDOM WEIGHTS" not in index
+    row5 = index.split('<tr data-f="5"')[1].split("</tr>")[0]
+    assert f"<td>{float(density[5]):.3%}</td>\n<td>{float(images[5]):.1%}</td>" in row5
+    _browse_and_card(result, out, rows)
+
+
+# The browser's ES module against a small stand-in DOM: every text it writes, and each
+# thumbnail's title.
+_NODE = """
+class Node {
+  constructor(tag) { this.tag = tag; this.children = []; this.attrs = {}; this.style = {}; }
+  append(...nodes) { this.children.push(...nodes); }
+  replaceChildren() { this.children = []; }
+  setAttribute(k, v) { this.attrs[k] = v; }
+  addEventListener() {}
+  all() { return this.children.flatMap((c) => c instanceof Node ? [c, ...c.all()] : [c]); }
+}
+globalThis.document = { createElement: (t) => new Node(t), createTextNode: (t) => ({ text: t }) };
+const { readFileSync } = await import("node:fs");
+const { default: widget } = await import(process.argv[1]);
+const state = JSON.parse(readFileSync(0, "utf8"));
+const root = new Node("div");
+widget.render({ model: { get: (k) => state[k], on: () => {} }, el: root });
+const all = root.all();
+console.log(JSON.stringify({ texts: all.filter((n) => n.text).map((n) => n.text),
+  titles: all.filter((n) => n.tag === "img").map((n) => n.attrs.title) }));
+"""
+
+
+def _front_end(state: dict[str, Any]) -> None:
+    import shutil
+    import subprocess
+
+    node = shutil.which("node")
+    if node is None:
+        return
+    esm = (Path(__file__).parents[1] / "actviz" / "notebook" / "browser.js").as_uri()
+    keep = {k: state[k] for k in ("layers", "layer", "channels", "channel", "detail", "source")}
+    keep["unit"] = state["unit"]
+    ran = subprocess.run(
+        [node, "--input-type=module", "-e", _NODE, esm],
+        input=json.dumps(keep),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    shown = json.loads(ran.stdout)
+    assert shown["texts"][0].startswith("actviz features \u00b7 ")
+    assert "held-out fve" in shown["texts"]  # the dictionary's detail, without a picture
+    assert shown["titles"][5].startswith("feature 5: density ")
+
+
+def _browse_and_card(result: Any, out: Path, rows: list[dict[str, Any]]) -> None:
+    """The notebook browser lists the dictionary's features with their page's figures and
+    top images; the result's card says its quality and shows its features."""
+    import actviz
+
+    browser = actviz.browse(out)
+    assert browser.unit == "features"
+    assert browser.layers == [{"key": "mix", "type": "features", "shape": "64 of 24 channels"}]
+    assert [c["index"] for c in browser.channels] == list(range(64))
+    assert browser.channels[5]["uri"].startswith("data:image/png")
+    assert "held-out fve" in browser.detail["stats"]
+    browser.channel = 5
+    stats = browser.detail["stats"]
+    assert stats["density (share of vectors)"] == rows[5]["density"]
+    assert stats["images it fires on (share)"] == rows[5]["images"]
+    assert stats["stability across seeds"] == rows[5]["stability"]
+    ranked = json.loads((out / "top-images.json").read_text())["layers"][0]["channels"][5]
+    assert [t["label"] for t in browser.detail["top"]] == [e["path"] for e in ranked["top"]]
+    assert browser.detail["uri"].startswith("data:image/png")  # its contact sheet
+    for same in (result, load_sae(out), out / "sae.json"):
+        assert actviz.browse(same).layers == browser.layers
+    browser.channel = -1  # the dictionary itself: a title and its quality, no picture
+    _front_end(browser.get_state())
+    card = result._repr_html_()
+    assert "sae" in card and f"{result.quality['fve']:.1%}" in card
+    assert "64 features over 24 channels, k 3" in card and "data:image/png" in card
+    best = max(rows, key=lambda r: r["stability"])  # the card lists the most stable first
+    assert card.index(f"{best['stability']:.4g}") < card.index("more features")
+    assert repr(result).startswith("SaeResult(") and "fve=" in repr(result)
 
 
 def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Path) -> None:
@@ -475,3 +593,84 @@ def test_load_sae_reads_only_its_own_safetensors(tmp_path: Path) -> None:
         with pytest.raises(UsageError, match=words) as caught:
             load_sae(path)
         assert "\n" not in str(caught.value)
+
+
+def test_a_small_folder_trains_at_least_min_steps(planted: Any, tmp_path: Path) -> None:
+    """Three training images give 768 vectors: by default the batch shrinks to 64 (not 48)
+    and the kept vectors are reshuffled until 500 steps ran, with the model run once; each
+    pass's figure is its own; the held-out quality is better than with the epochs alone."""
+    import importlib.util
+    import shutil
+
+    factory, photos, _ = planted
+    small = tmp_path / "small"
+    small.mkdir()
+    for name in ("n00.png", "n01.png", "n02.png", "n03.png"):
+        shutil.copy(photos / name, small / name)
+    spec = importlib.util.spec_from_file_location("planted_small", factory)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.build().eval()
+    calls = [0]
+    handle = model.codes.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    kw = {k: v for k, v in FAST.items() if k not in ("sae_batch", "min_steps")}
+    runs, counts = {}, {}
+    try:
+        for min_steps in (500, 0):
+            calls[0] = 0
+            runs[min_steps] = sae(
+                model, [small], out=tmp_path / str(min_steps), epochs=2, pages=False,
+                min_steps=min_steps, batch_size=8, **kw,
+            )  # fmt: skip
+            counts[min_steps] = calls[0]
+    finally:
+        handle.remove()
+    done, bare = runs[500], runs[0]
+    training = done.document["training"]
+    # Which images are held out hangs on their paths: 2 or 3 train, 256 n vectors a pass.
+    n = done.images
+    per_pass = 256 * n // 64
+    passes = -(-500 // per_pass)
+    assert n in (2, 3) and training["sae_batch"] == 64
+    assert done.steps == passes * per_pass and done.epochs == passes
+    assert training["epochs_asked"] == 2
+    assert bare.steps == 2 * per_pass and bare.epochs == 2
+    assert counts[500] == counts[0]  # one training pass and one held-out pass through the model
+    history = [h["fve"] for h in training["history"]]
+    assert [h["epoch"] for h in training["history"]] == list(range(passes))
+    # Each pass measured on its own batches (not one reading repeated), and improving.
+    assert len(set(history)) > len(history) // 2 and history[-1] > history[0] + 0.1
+    assert done.quality["fve"] > bare.quality["fve"] + 0.05
+
+
+def test_random_weights_are_said_atop_the_index(tmp_path: Path, make_photos: Any) -> None:
+    photos = make_photos(3)
+    result = sae(
+        "resnet18", [photos], out=tmp_path / "o", layers="layer2", weights="none",
+        input_size=(32, 32), expansion=1, k=4, epochs=1, min_steps=0, top=1, held_out=0.3,
+    )  # fmt: skip
+    assert result.weights.random and result.index is not None
+    index = result.index.read_text()
+    body = index.split("<body>")[1]
+    assert body.lstrip().startswith('<p class="random">RANDOM WEIGHTS: an untrained model')
+    page = (result.out / "sae-features" / "f00000.html").read_text()
+    assert "RANDOM WEIGHTS" in page
+    assert "random weights" in result._repr_html_()
+
+
+def test_browse_without_pages_says_how_to_get_them(trained: Any) -> None:
+    """A dictionary trained with --no-pages opens as its one layer with no feature strip and
+    the reason; a folder that also holds a run opens as the run unless given its sae.json."""
+    import actviz
+
+    browser = actviz.browse(trained.out)
+    assert browser.layers[0]["type"] == "features" and browser.channels == []
+    assert "--no-pages" in browser.message
+    assert browser.detail["stats"]["held-out fve"] == trained.quality["fve"]
+    (trained.out / "manifest.json").write_text("{}")
+    try:
+        assert actviz.browse(trained.out).unit == "channels"  # the run's browser
+        assert actviz.browse(trained.out / "sae.json").unit == "features"
+    finally:
+        (trained.out / "manifest.json").unlink()

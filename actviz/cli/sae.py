@@ -114,7 +114,25 @@ PrefixOption = Annotated[
     ),
 ]
 SaeBatchOption = Annotated[
-    int, typer.Option("--sae-batch", min=8, help="Vectors per training step.", rich_help_panel=P)
+    int | None,
+    typer.Option(
+        "--sae-batch",
+        min=8,
+        help="Vectors per training step [default: 1024, fewer on a small folder so that an "
+        "epoch gives at least 16 steps, not below 64].",
+        show_default=False,
+        rich_help_panel=P,
+    ),
+]
+MinStepsOption = Annotated[
+    int,
+    typer.Option(
+        "--min-steps",
+        min=0,
+        help="Optimizer steps at least: a small folder gets more passes over its vectors "
+        "(kept from the first epoch when they fit). Not with --tokens; 0: exactly --epochs.",
+        rich_help_panel=P,
+    ),
 ]
 BufferOption = Annotated[
     int,
@@ -215,7 +233,8 @@ def sae(
     seeds: SeedsOption = 1,
     held_out: HeldOutOption = 0.1,
     prefix_tokens: PrefixOption = False,
-    sae_batch: SaeBatchOption = 1024,
+    sae_batch: SaeBatchOption = None,
+    min_steps: MinStepsOption = 500,
     buffer: BufferOption = 65536,
     top: TopOption = 9,
     no_pages: NoPagesOption = False,
@@ -252,6 +271,7 @@ def sae(
         held_out=held_out,
         prefix_tokens=prefix_tokens,
         sae_batch=sae_batch,
+        min_steps=min_steps,
         buffer=buffer,
         pages=not no_pages,
         top=top,
@@ -274,10 +294,19 @@ def _print_result(result: SaeResult) -> None:
     """The dictionary, where it is, and its quality in plain words."""
     q = result.quality
     note = " (random weights: meaningless features)" if result.weights.random else ""
+    training = result.document.get("training") or {}
+    asked = training.get("epochs_asked", result.epochs)
+    passes = (
+        f"{result.epochs} epoch(s)"
+        if result.epochs <= asked
+        else f"{result.epochs} passes ({asked} epoch(s) asked, more to reach --min-steps "
+        f"{training.get('min_steps')})"
+    )
     out_console.print(
         f"{result.layer}: {result.features} features over {result.channels} channels, k "
-        f"{result.k}; {result.epochs} epoch(s), {result.steps} steps, {result.tokens} vectors "
-        f"from {result.images} images on {result.device}: {result.file}{note}",
+        f"{result.k}; {passes}, {result.steps:,} steps of {training.get('sae_batch')} vectors, "
+        f"{result.tokens:,} vectors from {result.images} images on {result.device}: "
+        f"{result.file}{note}",
         markup=False,
     )
     fve = q.get("fve")

@@ -78,6 +78,7 @@ def load_sae(path: Path | str, device: Any = "cpu") -> SparseDictionary:
                 for name, t in tensors.items()
                 if name.startswith(_FEATURE)
             },
+            file=file,
         )
     except (KeyError, TypeError, ValueError, json.JSONDecodeError):
         raise UsageError(

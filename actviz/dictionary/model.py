@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from actviz.errors import UsageError
@@ -43,6 +44,7 @@ class SparseDictionary:
             metrics...).
         per_feature: Per-feature figures saved with the weights (``density``, ``stability``),
             each ``(F,)``.
+        file: The file it was loaded from (:func:`actviz.load_sae`); None for one in memory.
     """
 
     w_enc: torch.Tensor
@@ -56,6 +58,7 @@ class SparseDictionary:
     threshold: float = 0.0
     config: dict[str, Any] = field(default_factory=dict)
     per_feature: dict[str, torch.Tensor] = field(default_factory=dict)
+    file: Path | None = None
 
     @property
     def features(self) -> int:

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from actviz.errors import UsageError
+from actviz.look.tops import MAX_CHANNELS, top_images
 from actviz.notebook import Thumb, thumb_from_array, thumb_from_file
 from actviz.notebook.cards import fmt
 
 __all__ = ["LiveData", "RunData", "browse", "channel_rgb"]
 
-#: Channels a layer's strip shows at most.
-MAX_CHANNELS = 256
 _THUMB = (48, 48)
 _LARGE = (288, 288)
 
@@ -32,7 +31,10 @@ def browse(source: Any, *, top: Any = None, layer: str | None = None, context: A
 
     Args:
         source: A :class:`~actviz.look.Look` (``actviz.show``), a mapping of capture keys to
-            tensors (``actviz.capture``), a ``RunResult``, or a run's folder.
+            tensors (``actviz.capture``), a ``RunResult``, or a run's folder; or a sparse
+            dictionary (``actviz.sae``'s result, ``actviz.load_sae``'s, or the folder or
+            ``sae.json`` of ``actviz sae``): its features instead of channels, with their
+            density, strength, stability and top images.
         top: A ``TopImagesResult`` or its folder: each channel's top images.
         layer: The layer shown first.
         context: For a mapping of tensors: ``actviz.layouts.layer_contexts`` of the model
@@ -42,9 +44,13 @@ def browse(source: Any, *, top: Any = None, layer: str | None = None, context: A
         UsageError: Without anywidget (``pip install 'actviz[notebook]'``), or for a source
             that is none of those.
     """
+    from actviz.look.features import SaeData, sae_folder
     from actviz.look.inline import Look
     from actviz.notebook.widget import browser_widget
 
+    folder = sae_folder(source)
+    if folder is not None:
+        return browser_widget(SaeData(folder), layer)
     tops = _top_document(top)
     if isinstance(source, str | Path) or hasattr(source, "manifest"):
         data: Any = RunData(Path(getattr(source, "out", source)), tops)
@@ -52,8 +58,8 @@ def browse(source: Any, *, top: Any = None, layer: str | None = None, context: A
         data = LiveData(source, tops, context)
     else:
         raise UsageError(
-            "browse() takes actviz.show(...), a mapping of captured tensors, a RunResult or a "
-            f"run's folder, not {type(source).__name__}"
+            "browse() takes actviz.show(...), a mapping of captured tensors, a RunResult, a "
+            f"run's folder or a sparse dictionary, not {type(source).__name__}"
         )
     return browser_widget(data, layer)
 
@@ -126,33 +132,6 @@ def _top_document(top: Any) -> dict[str, Any] | None:
     return loaded
 
 
-def _top_images(tops: dict[str, Any] | None, layer: str, channel: int) -> list[dict[str, Any]]:
-    """A channel's top images (their sheet, or each image file), for the detail view."""
-    if tops is None:
-        return []
-    for entry in tops.get("layers") or []:
-        if entry.get("name") != layer:
-            continue
-        for found in entry.get("channels") or []:
-            if found.get("channel") != channel:
-                continue
-            out = []
-            for rank, item in enumerate((found.get("top") or [])[:9]):
-                thumb = thumb_from_file(item.get("path", ""), str(item.get("path")), (96, 96))
-                if thumb is not None:
-                    caption = f"#{rank + 1} {fmt(item.get('score'))}"
-                    out.append(
-                        {
-                            "uri": thumb.uri,
-                            "width": thumb.width,
-                            "caption": caption,
-                            "label": item.get("path"),
-                        }
-                    )
-            return out
-    return []
-
-
 def _top_stats(tops: dict[str, Any] | None, layer: str, channel: int) -> dict[str, Any]:
     for entry in (tops or {}).get("layers") or []:
         if entry.get("name") == layer:
@@ -187,7 +166,7 @@ def _channel_detail(
         "uri": large.uri,
         "width": large.width,
         "stats": {k: v for k, v in stats.items() if v is not None},
-        "top": _top_images(tops, layer, channel),
+        "top": top_images(tops, layer, channel),
     }
 
 
@@ -330,5 +309,5 @@ class RunData:
             "uri": grid.uri if grid else "",
             "width": grid.width if grid else 0,
             "stats": stats,
-            "top": _top_images(self._tops, layer, channel) if channel >= 0 else [],
+            "top": top_images(self._tops, layer, channel) if channel >= 0 else [],
         }

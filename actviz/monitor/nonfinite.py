@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from actviz.hooks import call_key, tensor_items
 from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
@@ -106,6 +107,10 @@ class OriginTracker:
     """
 
     def __init__(self, scalars: ScalarBatch, allow_inf: Iterable[str] = ()) -> None:
+        import torch
+
+        self._tensor = torch.Tensor
+        self._float32 = torch.float32
         self.scalars = scalars
         self.allow_inf = frozenset(allow_inf)
         self._slots: list[_Slot] = []
@@ -129,10 +134,11 @@ class OriginTracker:
     def begin(self, name: str, module: torch.nn.Module, args: tuple[Any, ...], call: int) -> int:
         """A module call starts (a forward pre-hook): its inputs become slots. Returns the
         call's index, to hand to :meth:`end`."""
-        from actviz.hooks import call_key, tensor_items
-
         relaxed = name in self.allow_inf
-        inputs = [self._slot(t, relaxed=relaxed) for _, t in tensor_items(args)]
+        if len(args) == 1 and isinstance(args[0], self._tensor):  # the usual call: one tensor
+            inputs = [self._slot(args[0], relaxed=relaxed)]
+        else:
+            inputs = [self._slot(t, relaxed=relaxed) for _, t in tensor_items(args)]
         self._calls.append(
             _Call(
                 call_key(name, call),
@@ -146,10 +152,11 @@ class OriginTracker:
     def end(self, index: int, name: str, output: object) -> list[int]:
         """The call ``index`` returned ``output`` (a forward hook): its tensors become slots.
         Returns the new slots' indices."""
-        from actviz.hooks import tensor_items
-
         relaxed = name in self.allow_inf
-        outputs = [self._slot(t, relaxed=relaxed, new=True) for _, t in tensor_items(output)]
+        if isinstance(output, self._tensor):
+            outputs = [self._slot(output, relaxed=relaxed, new=True)]
+        else:
+            outputs = [self._slot(t, relaxed=relaxed, new=True) for _, t in tensor_items(output)]
         call = self._calls[index]
         call.outputs = [i for i in outputs if i >= 0]
         call.done = True
@@ -163,8 +170,6 @@ class OriginTracker:
     def _slot(self, tensor: torch.Tensor, *, relaxed: bool, new: bool = False) -> int:
         """The slot of ``tensor`` as it is now; made (and reduced) when first seen. An output
         is always a new version unless the module returned its input untouched."""
-        import torch
-
         if not tensor.is_floating_point() or tensor.numel() == 0:
             return -1
         key = (id(tensor), tensor._version)
@@ -173,8 +178,8 @@ class OriginTracker:
             if relaxed:
                 self._slots[known].relaxed = True
             return known
-        with torch.no_grad():
-            total = self.scalars.add(tensor.detach().sum(dtype=torch.float32))
+        # Of a detached tensor: no graph is recorded, with or without grad mode.
+        total = self.scalars.add(tensor.detach().sum(dtype=self._float32))
         index = len(self._slots)
         self._slots.append(_Slot(total, relaxed, tensor))
         self._by_key[key] = index
@@ -184,12 +189,9 @@ class OriginTracker:
 
     def _grad_hook(self, index: int) -> Any:
         def hook(grad: torch.Tensor) -> None:
-            import torch
-
             if grad.numel() == 0 or not grad.is_floating_point():
                 return
-            with torch.no_grad():
-                total = self.scalars.add(grad.detach().sum(dtype=torch.float32))
+            total = self.scalars.add(grad.detach().sum(dtype=self._float32))
             slot = self._slots[index]
             slot.grad.append(total)
             self._grad_order.append((index, len(slot.grad) - 1))

@@ -52,6 +52,9 @@ class ParamWatch:
         # optimizer steps on the same, untouched tensor (no clipping), its norm is reused.
         self._pre_clip_grad: dict[str, tuple[torch.Tensor, int]] = {}
         self._post_clip: dict[str, int] = {}
+        # Gradients accumulated in the running backward, their norms taken together when it
+        # ends (one fused call instead of one per parameter).
+        self._pending: list[tuple[str, torch.Tensor]] = []
         self._before: list[torch.Tensor] = []
         # Kept from step to step: the optimizer's parameters by name (rebuilt when its
         # parameters change), each parameter's sampled view and a buffer for its copy.
@@ -118,13 +121,22 @@ class ParamWatch:
             import torch
 
             grad = param.grad
-            if self._recording() and grad is not None:
-                with torch.no_grad():
-                    norm = torch.linalg.vector_norm(grad.detach(), dtype=torch.float32)
-                self._pre_clip[name] = self._scalars.add(norm)
-                self._pre_clip_grad[name] = (grad, grad._version)
+            if grad is None or not self._recording():
+                return
+            if not self._pending:
+                # Runs once the backward is done, before anything (a clip) can touch a grad.
+                torch.autograd.Variable._execution_engine.queue_callback(self._take_pre_clip)
+            self._pending.append((name, grad))
 
         return hook
+
+    def _take_pre_clip(self) -> None:
+        """The norms of the gradients the backward just accumulated, before any clipping."""
+        pending, self._pending = self._pending, []
+        norms = _norms([grad for _, grad in pending])
+        for (name, grad), norm in zip(pending, norms, strict=True):
+            self._pre_clip[name] = self._scalars.add(norm)
+            self._pre_clip_grad[name] = (grad, grad._version)
 
     def _on_optimizer_pre(self, *_: Any) -> None:
         import torch
@@ -145,9 +157,9 @@ class ParamWatch:
                 changed.append((name, param))
         with torch.no_grad():
             if changed:
-                norms = torch._foreach_norm([p.grad for _, p in changed])  # type: ignore[misc]
+                norms = _norms([p.grad for _, p in changed if p.grad is not None])
                 for (name, _param), norm in zip(changed, norms, strict=True):
-                    self._post_clip[name] = self._scalars.add(norm.float())
+                    self._post_clip[name] = self._scalars.add(norm)
             views, buffers = self._sampled([p for _, p in pairs])
             torch._foreach_copy_(buffers, views)
             self._before = buffers
@@ -218,9 +230,29 @@ class ParamWatch:
         """Forget the step's queued numbers (and a copy taken before an update)."""
         self._pre_clip.clear()
         self._pre_clip_grad.clear()
+        self._pending = []
         self._post_clip.clear()
         self._update.clear()
         self._before.clear()
+
+
+def _norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each tensor's L2 norm as a 0-d float32 tensor: float32 tensors in one fused call,
+    others (float16, bfloat16) one by one, accumulated in float32 so that they cannot
+    overflow."""
+    import torch
+
+    norms: list[torch.Tensor | None] = [None] * len(tensors)
+    wide = [i for i, t in enumerate(tensors) if t.dtype == torch.float32]
+    with torch.no_grad():
+        if wide:
+            fused = torch._foreach_norm([tensors[i].detach() for i in wide])
+            for i, norm in zip(wide, fused, strict=True):
+                norms[i] = norm
+        for i, tensor in enumerate(tensors):
+            if norms[i] is None:
+                norms[i] = torch.linalg.vector_norm(tensor.detach(), dtype=torch.float32)
+    return [n for n in norms if n is not None]
 
 
 def _sample(param: torch.Tensor) -> torch.Tensor:

@@ -61,7 +61,10 @@ class Watch(HookSession):
         tensorboard: TensorBoardSink | None = None,
         probe: ProbeSink | None = None,
     ) -> None:
+        import torch
+
         super().__init__(model, [name for name, _ in model.named_modules()])
+        self._grad_enabled = torch.is_grad_enabled  # called twice per module call
         self.optimizer = optimizer
         self.selected = list(selected)
         self._selected = frozenset(selected)
@@ -206,9 +209,7 @@ class Watch(HookSession):
         self._calls = {}
 
     def _on_pre(self, name: str, module: nn.Module, args: tuple[Any, ...]) -> None:
-        import torch
-
-        if not torch.is_grad_enabled():
+        if not self._grad_enabled():
             return
         self._active = True
         call = self._step_calls.get(name, 0) + 1
@@ -217,9 +218,7 @@ class Watch(HookSession):
             self._open.setdefault(name, []).append(self._tracker.begin(name, module, args, call))
 
     def _on_forward(self, name: str, module: nn.Module, output: object) -> None:
-        import torch
-
-        if not torch.is_grad_enabled():
+        if not self._grad_enabled():
             return
         slots: list[int] = []
         if self._tracker is not None:

@@ -17,6 +17,7 @@ from actviz.notebook.cards import (
     run_card,
     top_images_card,
 )
+from actviz.notebook.dictionary import sae_card
 from actviz.notebook.picture import Picture, picture_of, rgb_png, side_by_side
 from actviz.notebook.thumbs import THUMB_BOX, fit_size, thumb_from_array, thumb_from_file
 from actviz.notebook.training import (
@@ -48,6 +49,7 @@ __all__ = [
     "picture_of",
     "rgb_png",
     "run_card",
+    "sae_card",
     "side_by_side",
     "thumb_from_array",
     "thumb_from_file",

@@ -43,7 +43,7 @@ function render({ model, el: root }) {
     const layers = model.get("layers") || [];
     const current = model.get("layer");
     const title = el("div", { style: "font-weight:600;margin-bottom:4px" },
-                     "actviz channels \u00b7 " + (model.get("source") || ""));
+                     `actviz ${model.get("unit") || "channels"} \u00b7 ` + (model.get("source") || ""));
     const select = el("select", {
       class: "actviz-layer",
       onchange: (event) => {
@@ -65,7 +65,7 @@ function render({ model, el: root }) {
     const strip = el("div", { class: "actviz-channels", style: "margin:6px 0" },
       ...(model.get("channels") || []).map((channel) => el("img", {
         src: channel.uri,
-        title: `channel ${channel.index}`,
+        title: channel.title || `channel ${channel.index}`,
         "data-channel": String(channel.index),
         width: String(channel.width || 48),
         height: String(channel.height || 48),
@@ -75,14 +75,14 @@ function render({ model, el: root }) {
       })));
     box.append(strip);
     const detail = model.get("detail") || {};
-    if (detail.uri) {
+    if (detail.uri || detail.title) {
       const tops = (detail.top || []).map((top) => el("figure",
         { style: "display:inline-block;margin:2px 6px 2px 0" },
         el("img", { src: top.uri, width: String(top.width || 96), title: top.label || "" }),
         el("figcaption", { style: "font-size:11px;color:#57606a" }, top.caption || "")));
       box.append(el("div", { class: "actviz-detail", style: "display:flex;gap:12px" },
-        el("img", { src: detail.uri, width: String(detail.width || 256),
-                    style: "image-rendering:pixelated;border:1px solid #eee" }),
+        detail.uri ? el("img", { src: detail.uri, width: String(detail.width || 256),
+                    style: "image-rendering:pixelated;border:1px solid #eee" }) : null,
         el("div", {}, el("div", { style: "font-weight:600" }, detail.title || ""),
            statsTable(detail.stats), tops.length ? el("div", {}, "top images") : null,
            ...tops)));

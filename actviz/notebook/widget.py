@@ -55,11 +55,13 @@ def widget_class() -> type:
         channel = traitlets.Int(-1).tag(sync=True)
         detail = traitlets.Dict().tag(sync=True)
         message = traitlets.Unicode("").tag(sync=True)
+        unit = traitlets.Unicode("channels").tag(sync=True)
 
         def __init__(self, data: BrowserData, layer: str | None = None) -> None:
             super().__init__()
             self._data = data
             self.source = data.source
+            self.unit = getattr(data, "unit", "channels")
             self.layers = data.layers()
             self.observe(self._on_layer, names="layer")
             self.observe(self._on_channel, names="channel")

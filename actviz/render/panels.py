@@ -2,10 +2,14 @@
 (optimized images, principal components shown as RGB), where no colour bar applies.
 
 Pure arrays: lines of text and ``(H, W, 3)`` panels in, one ``(H, W, 3)`` uint8 picture out.
+The sheet without its panels (background, header, labels) is kept for the last few layouts:
+a run draws one sheet per layer and image, and every image of a layer has the same header, so
+only the panels are pasted again.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,14 +30,23 @@ _TITLE_SIZE = 15
 _INFO_SIZE = 12
 _LABEL_SIZE = 11
 _MIN_WIDTH = 360
+_FRAMES = 8
+"""Frames kept: a few layers drawn at once in the render threads."""
 
 
 @dataclass(frozen=True)
 class Panel:
-    """One picture of a sheet and the line under it."""
+    """One picture of a sheet and the line under it; ``scale``: each pixel drawn as a block
+    of that many pixels a side (nearest-neighbour enlargement, made as it is pasted)."""
 
     pixels: U8
     label: str = ""
+    scale: int = 1
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """Height and width on the sheet."""
+        return self.pixels.shape[0] * self.scale, self.pixels.shape[1] * self.scale
 
 
 def _fit(text: str, width: int) -> str:
@@ -53,11 +66,47 @@ def panel_sheet(
     """
     count = max(1, len(panels))
     columns = max(1, min(columns, count))
-    rows = -(-count // columns)
-    cell_h = max((p.pixels.shape[0] for p in panels), default=1)
-    cell_w = max((p.pixels.shape[1] for p in panels), default=1)
-    labelled = any(p.label for p in panels)
-    strip = line_height(_LABEL_SIZE) + 2 if labelled else 0
+    cell_h = max((p.size[0] for p in panels), default=1)
+    cell_w = max((p.size[1] for p in panels), default=1)
+    labels = tuple(p.label for p in panels)
+    frame, spots = _frame(title, tuple(lines), labels, columns, cell_h, cell_w)
+    rgb = frame.copy()
+    for (top, left), panel in zip(spots, panels, strict=True):
+        h, w = panel.size
+        _paste(rgb[top : top + h, left : left + w], panel.pixels, panel.scale)
+    return rgb
+
+
+def _paste(target: U8, pixels: U8, scale: int) -> None:
+    """``pixels`` into ``target``, each one a ``scale`` x ``scale`` block: the rows widened
+    once, then each written ``scale`` times through a strided view of the target (whole rows
+    at a time, no enlarged copy)."""
+    if scale == 1:
+        target[...] = pixels
+        return
+    wide = pixels.repeat(scale, axis=1)
+    rows = target.strides[0]
+    blocks = np.lib.stride_tricks.as_strided(
+        target,
+        shape=(pixels.shape[0], scale, *target.shape[1:]),
+        strides=(rows * scale, rows, *target.strides[1:]),
+        writeable=True,
+    )
+    blocks[...] = wide[:, None]
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def _frame(
+    title: str,
+    lines: tuple[str, ...],
+    labels: tuple[str, ...],
+    columns: int,
+    cell_h: int,
+    cell_w: int,
+) -> tuple[U8, tuple[tuple[int, int], ...]]:
+    """The sheet without its panels, read-only, and the top-left corner of each panel."""
+    rows = -(-max(1, len(labels)) // columns)
+    strip = line_height(_LABEL_SIZE) + 2 if any(labels) else 0
     body_w = _GAP + columns * (cell_w + _GAP)
     width = max(body_w, _MIN_WIDTH)
     placed: list[tuple[str, int, int]] = []
@@ -72,18 +121,17 @@ def panel_sheet(
     for text, size, top in placed:
         paste_text(canvas, text, size, _PAD, top)
     spots = []
-    for i, panel in enumerate(panels):
+    for i, label in enumerate(labels):
         row, column = divmod(i, columns)
         top = head + row * (cell_h + strip + _GAP)
         left = _GAP + column * (cell_w + _GAP)
-        if panel.label:
-            label = _fit(panel.label, cell_w)
-            paste_text(canvas, label, _LABEL_SIZE, left, top + cell_h + 1, colour=LABEL)
+        if label:
+            paste_text(
+                canvas, _fit(label, cell_w), _LABEL_SIZE, left, top + cell_h + 1, colour=LABEL
+            )
         spots.append((top, left))
     image = Image.frombytes("P", (width, height), canvas.tobytes())
     image.putpalette(palette_for("gray").tobytes(), rawmode="RGB")
     rgb: U8 = np.array(image.convert("RGB"))
-    for (top, left), panel in zip(spots, panels, strict=True):
-        h, w = panel.pixels.shape[:2]
-        rgb[top : top + h, left : left + w] = panel.pixels
-    return rgb
+    rgb.flags.writeable = False
+    return rgb, tuple(spots)

@@ -214,7 +214,7 @@ def capture_and_render(
                     futures.append(pool.submit(draw_image, job))
                     jobs.append((index, job))
                 if pca is not None:
-                    pca.add_batch(captures, jobs)
+                    pca.add_batch(captures, jobs, pool)
                 in_flight.append(([todo[index] for index, _, _ in good], futures))
                 # One batch renders while the next one runs: no more is kept alive.
                 while len(in_flight) > 1:

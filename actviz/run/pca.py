@@ -78,11 +78,12 @@ def fit_pca(vectors: npt.ArrayLike, *, images: int = 1, seed: int = SEED) -> Pca
     """
     import torch
 
-    data = torch.as_tensor(np.asarray(vectors), dtype=torch.float64)
-    data = torch.nan_to_num(data, nan=0.0, posinf=0.0, neginf=0.0)
+    # One float64 copy of the sample, centred in place.
+    data = torch.from_numpy(np.array(vectors, dtype=np.float64))
+    data.nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
     n, c = data.shape
     mean = data.mean(dim=0) if n else torch.zeros(c, dtype=torch.float64)
-    centred = data - mean
+    centred = data.sub_(mean)
     components = torch.zeros(_COMPONENTS, c, dtype=torch.float64)
     explained = [0.0] * _COMPONENTS
     if n >= 2 and c >= 1:
@@ -121,15 +122,18 @@ def _principal_axes(centred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     They come from the eigendecomposition of the smaller of the two Gram matrices: ``X^T X``
     (``C x C``) when there are more positions than channels, the usual case, or ``X X^T``,
     whose eigenvectors ``u`` give the axes as ``X^T u / |X^T u|``. The same axes and values
-    as the SVD of ``X``, about ten times faster for 4096 positions of 512 channels.
+    as the SVD of ``X``, about ten times faster for 4096 positions of 512 channels. The Gram
+    matrix is numpy's product of the array with its own transpose, which BLAS computes as a
+    symmetric rank-k update: half the work of a general product.
     """
     import torch
 
     n, c = centred.shape
+    x = centred.numpy()
     if n > c:
-        values, vectors = torch.linalg.eigh(centred.T @ centred)
+        values, vectors = torch.linalg.eigh(torch.from_numpy(x.T @ x))
         return values.flip(0), vectors.flip(1).T
-    values, vectors = torch.linalg.eigh(centred @ centred.T)
+    values, vectors = torch.linalg.eigh(torch.from_numpy(x @ x.T))
     values, vectors = values.flip(0), vectors.flip(1)
     axes = (centred.T @ vectors).T  # (n, c): rows scaled by the singular values
     norms = axes.norm(dim=1, keepdim=True)
@@ -179,19 +183,34 @@ class PcaSampler:
             return
         self.add(key, image, maps)
 
-    def fits(self) -> dict[str, PcaFit]:
-        """One fit per key, on its images' samples in image order (cut to ``max_vectors``)."""
-        fitted = {}
-        for key, per_image in self._samples.items():
-            widths = {v.shape[1] for v in per_image.values()}
-            if len(widths) != 1:
+    def keys(self) -> list[str]:
+        """The keys sampled so far, in the order they were first sampled."""
+        return list(self._samples)
+
+    def cost(self, key: str) -> int:
+        """About how much work the fit of ``key`` is: positions times channels squared."""
+        per_image = self._samples.get(key, {})
+        rows = sum(v.shape[0] for v in per_image.values())
+        channels = max((v.shape[1] for v in per_image.values()), default=0)
+        return int(min(rows, self.max_vectors) * channels * channels)
+
+    def fit(self, key: str) -> PcaFit | None:
+        """The fit of one key, on its images' samples in image order (cut to
+        ``max_vectors``); None, with a note, when it has none. Keys may be fitted in any
+        order and at once in several threads, once sampling is over."""
+        per_image = self._samples.get(key, {})
+        widths = {v.shape[1] for v in per_image.values()}
+        if len(widths) != 1:
+            if widths:
                 self.notes[key] = "the channel count changed between images"
-                continue
-            stacked = np.concatenate([per_image[i] for i in sorted(per_image)])
-            fitted[key] = fit_pca(
-                stacked[: self.max_vectors], images=len(per_image), seed=self.seed
-            )
-        return fitted
+            return None
+        stacked = np.concatenate([per_image[i] for i in sorted(per_image)])
+        return fit_pca(stacked[: self.max_vectors], images=len(per_image), seed=self.seed)
+
+    def fits(self) -> dict[str, PcaFit]:
+        """One fit per key (:meth:`fit`), in the order the keys were sampled."""
+        fitted = {key: self.fit(key) for key in self.keys()}
+        return {key: fit for key, fit in fitted.items() if fit is not None}
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actviz import output
@@ -83,11 +83,19 @@ class PcaPass:
         """The index in todo of the first image not kept, once the budget is spent."""
         self.pending: list[ImageResult] = []
         self.checked = False
+        self.sampling: list[Future[None]] = []
+        """The batches being sampled in the render threads."""
 
-    def add_batch(self, captures: list[Any], jobs: list[tuple[int, ImageJob]]) -> None:
-        """Sample one batch of the run's pass (``(index in todo, job)`` per image) and keep
-        it while the budget allows."""
-        self._sample(captures, [(self.run_index[i], job.index) for i, job in jobs])
+    def add_batch(
+        self, captures: list[Any], jobs: list[tuple[int, ImageJob]], pool: Executor | None = None
+    ) -> None:
+        """Sample one batch of the run's pass (``(index in todo, job)`` per image), in
+        ``pool`` when given (while the next batch runs), and keep it while the budget allows."""
+        rows = [(self.run_index[i], job.index) for i, job in jobs]
+        if pool is None:
+            self._sample(captures, rows)
+        else:
+            self.sampling.append(pool.submit(self._sample, captures, rows))
         if self.rest is None:
             self.held += sum(c.tensor.nbytes for c in captures if c.tensor is not None)
             self.held += sum(_nbytes(job.model_input) for _, job in jobs)
@@ -128,6 +136,9 @@ class PcaPass:
         """Sample the reused images, fit, draw every image's PCA pictures (the images past
         the budget through the model again), then record every image in order."""
         plan = self.plan
+        sampling, self.sampling = self.sampling, []
+        for future in sampling:
+            future.result()
         reused = [(i, r.path) for i, r in enumerate(plan.results) if r.status == "reused"]
         with contextlib.ExitStack() as stack:
             if reused:
@@ -135,9 +146,9 @@ class PcaPass:
                 for good, _logits, _x in forward.batches(paths, stack):
                     rows = [(reused[i][0], row) for row, (i, _, _) in enumerate(good)]
                     self._sample(recorder.captures, rows)
-            plan.pca, plan.pca_notes = self.sampler.fits(), dict(self.sampler.notes)
-            self._draw(pool, [(plan.todo[i], j) for i, j in self.kept])
-            self.kept = []
+            kept, self.kept = self.kept, []
+            plan.pca = self._fit_and_draw(pool, kept)
+            plan.pca_notes = dict(self.sampler.notes)
             if self.rest is not None:
                 self._second_pass(forward, recorder, stack, pool)
         for result in self.pending:
@@ -177,9 +188,57 @@ class PcaPass:
         for cap in captures:
             if cap.kind == "attention" or cap.tensor is None:
                 continue
+            if cap.refused is not None:  # its rows are not the images
+                self.sampler.notes.setdefault(cap.key, cap.refused)
+                continue
             ctx = self.plan.contexts.get(cap.module)
             for index, row in rows:
                 self.sampler.add_sample(cap.key, index, cap.tensor[row], ctx, self.layout)
+
+    def _fit_and_draw(self, pool: Executor, kept: list[tuple[int, ImageJob]]) -> dict[str, Any]:
+        """Fit every layer and draw its PCA picture of every kept image, one task per layer
+        in the render threads, the costliest fits first: a layer's pictures are drawn as
+        soon as its own fit is done, while other layers fit. Returns the fits, in the order
+        the layers were sampled."""
+        keys = self.sampler.keys()
+        seen: dict[int, Any] = {}
+        tasks = {
+            key: pool.submit(self._fit_layer, key, kept, seen)
+            for key in sorted(keys, key=self.sampler.cost, reverse=True)
+        }
+        fits = {}
+        drawn: list[tuple[int, int, str]] = []
+        for key in keys:
+            fit, pictures = tasks[key].result()
+            if fit is not None:
+                fits[key] = fit
+            drawn += pictures
+        todo = self.plan.todo
+        for i, order, rel in sorted(drawn):
+            _add_picture(todo[i], order, rel)
+        return fits
+
+    def _fit_layer(
+        self, key: str, kept: list[tuple[int, ImageJob]], seen: dict[int, Any]
+    ) -> tuple[Any, list[tuple[int, int, str]]]:
+        """One layer's fit, and its picture of each kept image: ``(index in todo, capture
+        order, file)``."""
+        fit = self.sampler.fit(key)
+        if fit is None:
+            return None, []
+        fits = {key: fit}
+        drawn = []
+        for i, job in kept:
+            for order, cap in enumerate(job.captures):
+                if cap.key != key:
+                    continue
+                if i not in seen and job.model_input is not None:
+                    seen[i] = _seen(job)  # once per image; two layers at once do it twice
+                fitted = dataclasses.replace(job, pca=fits)
+                rel = _draw_layer(fitted, order, cap, seen.get(i))
+                if rel is not None:
+                    drawn.append((i, order, rel))
+        return fit, drawn
 
     def _second_pass(
         self, forward: BatchForward, recorder: Any, stack: contextlib.ExitStack, pool: Executor
@@ -205,32 +264,44 @@ class PcaPass:
         futures = [pool.submit(_draw_pca, dataclasses.replace(j, pca=fits)) for _, j in jobs]
         for (result, _), future in zip(jobs, futures, strict=True):
             for order, rel in future.result().items():
-                layer = result.layers[order]
-                result.layers[order] = dataclasses.replace(
-                    layer, pictures={**layer.pictures, _PCA.name: rel}
-                )
+                _add_picture(result, order, rel)
+
+
+def _add_picture(result: ImageResult, order: int, rel: str) -> None:
+    layer = result.layers[order]
+    result.layers[order] = dataclasses.replace(layer, pictures={**layer.pictures, _PCA.name: rel})
+
+
+def _seen(job: ImageJob) -> Any:
+    """What the model saw, as RGB: the left panel of each of the image's PCA pictures."""
+    import numpy as np
+
+    return np.asarray(model_view(job).convert("RGB"))
 
 
 def _draw_pca(job: ImageJob) -> dict[int, str]:
     """One image's PCA pictures, written: capture order -> file (relative to the output)."""
-    import numpy as np
-
-    captures = list(job.captures)
-    width = max(2, len(str(len(captures) - 1)))
-    # What the model saw, once for every layer.
-    seen = np.asarray(model_view(job).convert("RGB")) if job.model_input is not None else None
+    seen = _seen(job) if job.model_input is not None else None  # once for every layer
     written = {}
-    for order, cap in enumerate(captures):
-        if cap.key not in job.pca:
-            continue
-        view = layer_view(job, cap, output.layer_filename(order, cap.key, width=width))
-        drawn = pca_picture(view, seen)
-        if drawn is None or drawn.png is None:
-            continue
-        rel = job.folder / f"{view.stem}{_PCA.suffix}.png"
-        output.write_bytes(job.out_dir / rel, drawn.png)
-        written[order] = rel.as_posix()
+    for order, cap in enumerate(job.captures):
+        if cap.key in job.pca:
+            rel = _draw_layer(job, order, cap, seen)
+            if rel is not None:
+                written[order] = rel
     return written
+
+
+def _draw_layer(job: ImageJob, order: int, cap: Any, seen: Any) -> str | None:
+    """One PCA picture, written; its file relative to the output, or None when the layer
+    has nothing to colour."""
+    width = max(2, len(str(len(job.captures) - 1)))
+    view = layer_view(job, cap, output.layer_filename(order, cap.key, width=width))
+    drawn = pca_picture(view, seen)
+    if drawn is None or drawn.png is None:
+        return None
+    rel = job.folder / f"{view.stem}{_PCA.suffix}.png"
+    output.write_bytes(job.out_dir / rel, drawn.png)
+    return rel.as_posix()
 
 
 def _drawn(job: ImageJob) -> ImageJob:

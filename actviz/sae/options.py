@@ -10,9 +10,18 @@ from typing import Any, Literal
 from actviz.command.options import ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
 
-__all__ = ["SaeOptions"]
+__all__ = ["SaeOptions", "Schedule"]
 
 Kind = Literal["topk", "batchtopk"]
+
+#: Default vectors per training step (``sae_batch`` None on a folder that gives enough).
+BATCH = 1024
+#: The automatic batch is never below this.
+SMALLEST_BATCH = 64
+#: The automatic batch is small enough that one epoch gives at least this many steps.
+STEPS_PER_EPOCH = 16
+#: Default least number of optimizer steps when training by epochs.
+MIN_STEPS = 500
 
 
 @dataclass(frozen=True)
@@ -36,7 +45,11 @@ class SaeOptions:
         held_out: Share of the images kept out of training, for the quality figures.
         prefix_tokens: Also train on a ViT's class and register tokens (left out by
             default, as the grids leave them out); the feature maps stay the patches'.
-        sae_batch: Vectors per training step.
+        sae_batch: Vectors per training step; None: 1024, or fewer for a small folder so that
+            an epoch gives at least :data:`STEPS_PER_EPOCH` steps (not below 64).
+        min_steps: Optimizer steps at least, when training by ``epochs``: a small folder
+            gets more passes (over the vectors kept from its first epoch when they fit) until
+            they are reached. 0: exactly ``epochs`` passes.
         buffer: Vectors the shuffle buffer holds at most.
         pages: Write the feature pages (top images per feature, the index).
         top: Top images per feature on its page.
@@ -57,7 +70,8 @@ class SaeOptions:
     seeds: int = 1
     held_out: float = 0.1
     prefix_tokens: bool = False
-    sae_batch: int = 1024
+    sae_batch: int | None = None
+    min_steps: int = MIN_STEPS
     buffer: int = 65536
     pages: bool = True
     top: int = 9
@@ -85,10 +99,14 @@ class SaeOptions:
             raise UsageError(f"--seeds must be 1 to 8 dictionaries, not {self.seeds}")
         if not 0 <= self.held_out < 1:
             raise UsageError(f"--held-out must be a share from 0 to below 1, not {self.held_out}")
-        if self.sae_batch < 8 or self.buffer < 2 * self.sae_batch:
+        batch = self.sae_batch if self.sae_batch is not None else BATCH
+        if batch < 8 or self.buffer < 2 * batch:
             raise UsageError(
-                "--sae-batch must be at least 8 and --buffer at least twice --sae-batch"
+                "--sae-batch must be at least 8 and --buffer at least twice --sae-batch "
+                f"(by default {BATCH})"
             )
+        if self.min_steps < 0:
+            raise UsageError(f"--min-steps must be 0 or more, not {self.min_steps}")
         if not 1 <= self.top <= 100:
             raise UsageError(f"--top must be 1 to 100 images per feature, not {self.top}")
 
@@ -105,6 +123,29 @@ class SaeOptions:
             "held_out": self.held_out,
             "prefix_tokens": self.prefix_tokens,
             "sae_batch": self.sae_batch,
+            "min_steps": self.min_steps,
             "buffer": self.buffer,
             "in_chans": self.load.in_chans,
         }
+
+    def schedule(self, per_epoch: int) -> Schedule:
+        """The batch and the number of passes for ``per_epoch`` training vectors an epoch."""
+        batch = self.sae_batch
+        if batch is None:
+            batch = min(BATCH, max(SMALLEST_BATCH, per_epoch // STEPS_PER_EPOCH))
+        per_epoch = max(per_epoch, 1)
+        if self.tokens is not None:
+            return Schedule(batch, -(-self.tokens // per_epoch), self.epochs)
+        # Each pass gives at least ceil(per_epoch / batch) steps (a partial batch is a step).
+        steps = -(-per_epoch // batch)
+        return Schedule(batch, max(self.epochs, -(-self.min_steps // steps)), self.epochs)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How the training runs: vectors per step, passes over the training images (more than
+    the epochs asked when the folder is too small for ``min_steps``), and the epochs asked."""
+
+    batch: int
+    passes: int
+    asked: int

@@ -1,9 +1,9 @@
 """A page per feature and their index, built on top-images: the trained dictionary ranks the
 folder's images per feature (``top-images --sae``: contact sheets with the feature's heat map
-over the crops where it fires), and each feature's page adds its density and strength on the
-held-out images, its stability across seeds, the class its top images are predicted as, and
-the channels its decoder direction is made of. The index sorts by density, strength and
-stability, filters by stability, and searches by class."""
+over the crops where it fires), and each feature's page adds its figures over the whole folder
+(density, images, strength, peak: one pass, the same vectors), its stability across seeds, the
+classes of the images it fires on, and the channels its decoder direction is made of. The
+index sorts by each figure, filters by stability, and searches by class."""
 
 from __future__ import annotations
 
@@ -21,30 +21,38 @@ if TYPE_CHECKING:
     from actviz.models import LoadedModel
     from actviz.sae.session import Run
 
-__all__ = ["INDEX", "feature_pages"]
+__all__ = ["FEATURES", "FOLDER", "INDEX", "feature_pages"]
 
 INDEX = "sae.html"
 FOLDER = "sae-features"
+#: Every feature's figures, classes and files, as JSON.
+FEATURES = f"{FOLDER}/features.json"
 #: Channels listed per feature: the largest weights of its decoder direction.
 CHANNELS = 8
 
 _STYLE = """body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse}td,th{padding:.2em .6em;border-bottom:1px solid #ddd;
 text-align:right}th{cursor:pointer;background:#f4f4f4}td.l,th.l{text-align:left}
-img{max-width:100%;image-rendering:pixelated}.note{color:#666}"""
+img{max-width:100%;image-rendering:pixelated}.note{color:#666}
+.random{background:#fff1e5;border:1px solid #d4760f;color:#7a3e00;padding:.5em .8em;
+font-weight:600}"""
 
 _INDEX = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</title>
-<style>{{ style }}</style></head><body><h1>{{ title }}</h1>
+<style>{{ style }}</style></head><body>
+{% if random %}<p class="random">{{ random }}</p>{% endif %}<h1>{{ title }}</h1>
 <p class="note">{{ summary }}</p>
+<p class="note">{{ over }}</p>
 <p>Class <input id="cls" placeholder="search a class"> stability at least
 <input id="stab" type="number" step="0.05" value="0" style="width:5em"></p>
 <table id="t"><thead><tr><th class="l" data-k="f">feature</th><th data-k="d">density</th>
-<th data-k="s">strength</th><th data-k="p">peak</th><th data-k="st">stability</th>
-<th class="l" data-k="c">classes where it fires</th></tr></thead><tbody>
+<th data-k="i">images</th><th data-k="s">strength</th><th data-k="p">peak</th>
+<th data-k="st">stability</th>
+<th class="l" data-k="c">top-1 classes of the images it fires on</th></tr></thead><tbody>
 {% for r in rows %}<tr data-f="{{ r.feature }}" data-d="{{ r.density }}"
-data-s="{{ r.strength }}" data-p="{{ r.peak }}" data-st="{{ r.stability_sort }}"
-data-c="{{ r.label }}"><td class="l"><a href="{{ r.page }}">{{ r.feature }}</a></td>
-<td>{{ r.density_text }}</td><td>{{ r.strength_text }}</td><td>{{ r.peak_text }}</td>
+data-i="{{ r.images }}" data-s="{{ r.strength }}" data-p="{{ r.peak }}"
+data-st="{{ r.stability_sort }}" data-c="{{ r.label }}">
+<td class="l"><a href="{{ r.page }}">{{ r.feature }}</a></td><td>{{ r.density_text }}</td>
+<td>{{ r.images_text }}</td><td>{{ r.strength_text }}</td><td>{{ r.peak_text }}</td>
 <td>{{ r.stability_text }}</td><td class="l">{{ r.label }}</td></tr>
 {% endfor %}</tbody></table>
 <script>
@@ -62,15 +70,18 @@ document.getElementById('cls').oninput=filt;document.getElementById('stab').onin
 """
 
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>{{ title }}</title>
-<style>{{ style }}</style></head><body><p><a href="../{{ index }}">all features</a></p>
+<style>{{ style }}</style></head><body>
+{% if random %}<p class="random">{{ random }}</p>{% endif %}
+<p><a href="../{{ index }}">all features</a></p>
 <h1>{{ title }}</h1>
-<table><tr><th class="l">density (share of held-out vectors it fires on)</th>
+<p class="note">{{ over }}</p>
+<table><tr><th class="l">density (share of the vectors it is active on)</th>
 <td>{{ r.density_text }}</td></tr>
-<tr><th class="l">strength (mean activation where it fires)</th><td>{{ r.strength_text }}</td></tr>
-<tr><th class="l">peak</th><td>{{ r.peak_text }}</td></tr>
+<tr><th class="l">images it fires on (share of the images)</th><td>{{ r.images_text }}</td></tr>
+<tr><th class="l">strength (mean activation where active)</th><td>{{ r.strength_text }}</td></tr>
+<tr><th class="l">peak (largest activation)</th><td>{{ r.peak_text }}</td></tr>
 <tr><th class="l">stability across seeds (matched decoder cosine)</th>
 <td>{{ r.stability_text }}</td></tr>
-<tr><th class="l">images it fires on (whole folder)</th><td>{{ active }}</td></tr>
 </table>
 <h2>Top images, with the feature's heat map</h2>
 {% if sheet %}<img src="../{{ sheet }}" alt="top images of feature {{ r.feature }}">{% endif %}
@@ -150,9 +161,12 @@ def feature_pages(
     )
     names = loaded.categories or []
     pages_dir = (opts.out / FOLDER).resolve()
-    per = {name: values.tolist() for name, values in sae.per_feature.items()}
+    stability = sae.per_feature.get("stability")
     env = jinja2.Environment(autoescape=True)
     page = env.from_string(_PAGE)
+    over = f"Every figure over the whole folder: {found.seen:,} images, {found.vectors:,} vectors"
+    index_over = f"{over} (the dictionary's quality above is on the held-out images alone)."
+    random = _random_banner(loaded)
     rows = []
     weights = sae.w_dec.detach().cpu()
     for f, entry in enumerate(layer["channels"]):
@@ -160,15 +174,18 @@ def feature_pages(
             (names[c] if c < len(names) else f"class {c}", share)
             for c, share in found.top_classes(f)
         ]
-        row = _row(f, per, entry, classes)
+        stable = float(stability[f]) if stability is not None else None
+        row = _row(f, found.figures(f), stable, classes)
+        row["sheet"] = entry["sheet"]
         rows.append(row)
         order = weights[f].abs().argsort(descending=True)[:CHANNELS].tolist()
         html = page.render(
             title=f"{plan.key}: feature {f}",
             style=_STYLE,
             index=INDEX,
+            random=random,
+            over=f"{over}.",
             r=row,
-            active=f"{entry['active_frac']:.1%}",
             sheet=entry["sheet"],
             top=entry["top"],
             channels=plan.channels,
@@ -185,10 +202,24 @@ def feature_pages(
     index = env.from_string(_INDEX).render(
         title=f"{cmd.model} {plan.key}: sparse dictionary features",
         style=_STYLE,
+        random=random,
         summary=summary,
+        over=index_over,
         rows=rows,
     )
     output.write_bytes(opts.out / INDEX, index.encode())
+    output.write_json(
+        opts.out / FEATURES,
+        {
+            "model": cmd.model,
+            "layer": plan.key,
+            "random_weights": random,
+            "summary": summary,
+            "images": found.seen,
+            "vectors": found.vectors,
+            "features": [{k: row[k] for k in _KEPT} | {"classes": row["classes"]} for row in rows],
+        },
+    )
     return opts.out / INDEX
 
 
@@ -218,26 +249,40 @@ def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def _row(
-    f: int, per: dict[str, list[float]], entry: dict[str, Any], classes: list[tuple[str, float]]
-) -> dict[str, Any]:
-    def value(name: str) -> float | None:
-        values = per.get(name)
-        return float(values[f]) if values is not None else None
+def _random_banner(loaded: LoadedModel) -> str | None:
+    """The line every page of an untrained model opens with, as the other reports do."""
+    from actviz.command.session import RANDOM_NOTE
 
-    density, strength, stability = value("density"), value("strength"), value("stability")
-    peak = entry.get("max_score")
+    weights = loaded.weights
+    if not weights.random:
+        return None
+    return f"RANDOM WEIGHTS: {RANDOM_NOTE.removeprefix('random weights: ')}" + (
+        f" ({weights.reason})" if weights.reason else ""
+    )
+
+
+#: A feature's figures kept in ``sae-features/features.json`` (for the notebook browser).
+_KEPT = ("feature", "page", "sheet", "density", "images", "strength", "peak", "stability")
+
+
+def _row(
+    f: int,
+    figures: dict[str, float],
+    stability: float | None,
+    classes: list[tuple[str, float]],
+) -> dict[str, Any]:
     label = ", ".join(f"{name} ({share:.0%})" for name, share in classes)
     return {
         "feature": f,
         "page": f"{FOLDER}/f{f:05d}.html",
-        "density": density if density is not None else -1,
-        "strength": strength if strength is not None else -1,
-        "peak": peak if peak is not None else -1,
+        **figures,
+        "stability": stability,
         "stability_sort": stability if stability is not None else -1,
-        "density_text": f"{density:.3%}" if density is not None else "n/a",
-        "strength_text": f"{strength:.3g}" if strength is not None else "n/a",
-        "peak_text": f"{peak:.3g}" if peak is not None else "n/a",
+        "density_text": f"{figures['density']:.3%}",
+        "images_text": f"{figures['images']:.1%}",
+        "strength_text": f"{figures['strength']:.3g}",
+        "peak_text": f"{figures['peak']:.3g}",
         "stability_text": f"{stability:.3f}" if stability is not None else "one seed",
+        "classes": [[name, round(share, 6)] for name, share in classes],
         "label": label,
     }

@@ -91,7 +91,8 @@ def sae(
         settings = _settings(cmd, loaded, plan, train, opts)
         if ex.overwrite:
             _remove_outputs(opts.out)
-        run = Run(opts, plan, features, loaded.device, settings)
+        schedule = opts.schedule(plan.height * plan.width * len(train))
+        run = Run(opts, plan, features, loaded.device, settings, schedule)
         if ex.resume:
             run.resume(read_state(opts.out, settings, loaded.device))
         started = time.perf_counter()
@@ -252,14 +253,10 @@ def _train(cmd: Command, loaded: LoadedModel, plan: LayerPlan, train: list[Path]
     from actviz.sae.tokens import TokenRecorder
 
     opts, notify = run.opts, cmd.notify
-    per_image = plan.height * plan.width
-    epochs = opts.epochs
-    if opts.tokens is not None:
-        epochs = -(-opts.tokens // max(per_image * len(train), 1))
-    notify.start(epochs * len(train))
+    notify.start(run.schedule.passes * len(train))
     for _ in range(run.position.epoch * len(train) + run.position.done):
         notify.advance(None)
-    capacity = max(min(opts.buffer, (512 << 20) // (4 * plan.channels)), 2 * opts.sae_batch)
+    capacity = max(min(opts.buffer, (512 << 20) // (4 * plan.channels)), 2 * run.schedule.batch)
     held: Any = None
     with (
         TokenRecorder(loaded.module, plan, prefix=opts.prefix_tokens) as recorder,
@@ -273,9 +270,13 @@ def _train(cmd: Command, loaded: LoadedModel, plan: LayerPlan, train: list[Path]
                 held = _epoch_from_model(cmd, loaded, plan, train, run, recorder, capacity)
             if run.saes is None:
                 return
-            position.history.append({"epoch": position.epoch, "fve": position.running_fve})
+            position.history.append({"epoch": position.epoch, "fve": _rounded(run.pass_fve())})
             position.epoch += 1
             position.done = 0
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
 
 
 def _epoch_from_model(

@@ -58,3 +58,13 @@ class SaeResult:
     failed: list[tuple[Path, str]] = field(default_factory=list)
     seconds: float = 0.0
     document: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        from actviz.notebook import sae_card
+
+        return sae_card(self, pictures=False).text()
+
+    def _repr_html_(self) -> str:
+        from actviz.notebook import sae_card
+
+        return sae_card(self).html()

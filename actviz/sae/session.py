@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.dictionary import SparseDictionary
-from actviz.sae.options import SaeOptions
+from actviz.sae.options import SaeOptions, Schedule
 from actviz.sae.state import Position
 from actviz.sae.train import Trainer, normalisation
 
@@ -30,6 +30,7 @@ class Run:
     features: int
     device: Any
     settings: dict[str, Any]
+    schedule: Schedule
     saes: list[SparseDictionary] | None = None
     trainer: Trainer | None = None
     position: Position = field(default_factory=Position)
@@ -56,7 +57,7 @@ class Run:
     def finished(self) -> bool:
         if self.opts.tokens is not None:
             return self.position.tokens >= self.opts.tokens
-        return self.position.epoch >= self.opts.epochs
+        return self.position.epoch >= self.schedule.passes
 
     def feed(self, vectors: torch.Tensor) -> None:
         """Train every dictionary on shuffled ``vectors``, a batch at a time (the first
@@ -77,7 +78,7 @@ class Run:
             ]
             self._start_trainer()
         assert self.trainer is not None
-        size = self.opts.sae_batch
+        size = self.schedule.batch
         for start in range(0, vectors.shape[0], size):
             if self.finished():
                 return
@@ -85,6 +86,10 @@ class Run:
             self.position.steps = self.trainer.steps
             self.position.tokens = self.trainer.tokens
             self.position.running_fve = self.trainer.running_fve
+
+    def pass_fve(self) -> float | None:
+        """The first dictionary's figure over the pass that just ended."""
+        return self.trainer.pass_fve() if self.trainer is not None else None
 
     def adam(self) -> dict[str, Any]:
         return self.trainer.state() if self.trainer is not None else {}

@@ -35,6 +35,11 @@ class Survey:
         scores: ``(F, SAMPLE)`` each sampled image's score (its largest activation).
         images: ``(F, SAMPLE)`` each sampled image's index in ``paths``.
         fired: ``(F,)`` images each feature fired on.
+        seen: The images whose vectors were read (those that failed are not counted).
+        vectors: The vectors of all those images.
+        active: ``(F,)`` of those, how many each feature was active on.
+        total: ``(F,)`` the sum of its activations over them.
+        peak: ``(F,)`` its largest activation.
         classes: ``(F, classes)`` of those, how many were predicted as each class; None for
             a model without class scores.
     """
@@ -45,6 +50,23 @@ class Survey:
     images: torch.Tensor
     fired: torch.Tensor
     classes: torch.Tensor | None
+    seen: int
+    vectors: int
+    active: torch.Tensor
+    total: torch.Tensor
+    peak: torch.Tensor
+
+    def figures(self, feature: int) -> dict[str, float]:
+        """The feature over the whole folder, every figure from the same vectors: density
+        (share of vectors it is active on), images (share of images it fires on), strength
+        (mean activation where active) and peak."""
+        active = float(self.active[feature])
+        return {
+            "density": active / max(self.vectors, 1),
+            "images": float(self.fired[feature]) / max(self.seen, 1),
+            "strength": float(self.total[feature]) / active if active else 0.0,
+            "peak": float(self.peak[feature]),
+        }
 
     def examples(self, feature: int) -> list[tuple[float, Path, float]]:
         """The feature's sampled images at :data:`QUANTILES`: ``(quantile, path, score)``."""
@@ -95,6 +117,10 @@ def survey(
     images = torch.zeros((f, SAMPLE), dtype=torch.long, device=device)
     fired = torch.zeros(f, dtype=torch.long, device=device)
     classes: torch.Tensor | None = None
+    active = torch.zeros(f, dtype=torch.float64, device=device)
+    total = torch.zeros(f, dtype=torch.float64, device=device)
+    peak = torch.zeros(f, dtype=torch.float64, device=device)
+    count = seen = 0
     per_image = plan.height * plan.width
     forward = BatchForward(loaded, loaded.module, batch_size, workers, False, False)
     with (
@@ -107,7 +133,13 @@ def survey(
             if found is None:
                 continue
             with torch.no_grad():
-                best = sae.encode(found).reshape(len(good), per_image, f).amax(dim=1)  # (B, F)
+                codes = sae.encode(found)
+                best = codes.reshape(len(good), per_image, f).amax(dim=1)  # (B, F)
+            count += codes.shape[0]
+            seen += len(good)
+            active += (codes > 0).sum(dim=0).double()
+            total += codes.double().sum(dim=0)
+            peak = torch.maximum(peak, best.double().amax(dim=0))
             on = best > 0
             fired += on.sum(dim=0)
             drawn = torch.rand(best.shape, generator=generator).to(device)
@@ -131,4 +163,9 @@ def survey(
         images=images.cpu(),
         fired=fired.cpu(),
         classes=classes.cpu() if classes is not None else None,
+        seen=seen,
+        vectors=count,
+        active=active.cpu(),
+        total=total.cpu(),
+        peak=peak.cpu(),
     )

@@ -94,6 +94,9 @@ class Trainer:
         self.steps = 0
         self.tokens = 0
         self.running_fve: float | None = None
+        # The pass's figure, summed on the device every step (read once, at the pass's end).
+        self._pass_error: Any = None
+        self._pass_spread: Any = None
 
     def step(self, batch: torch.Tensor) -> Step:
         """One Adam step of every dictionary on ``batch`` (raw ``(N, C)`` vectors)."""
@@ -114,6 +117,15 @@ class Trainer:
                 sae.renormalise()
                 if sae.activation == "batchtopk":
                     _update_threshold(sae, z)
+                if index == 0:
+                    with torch.no_grad():
+                        err = error.detach().sum()
+                        spread_sum = (xn - xn.mean(dim=0)).pow(2).sum()
+                    if self._pass_error is None:
+                        self._pass_error, self._pass_spread = err, spread_sum
+                    else:
+                        self._pass_error += err
+                        self._pass_spread += spread_sum
                 # The running figure every few steps: each reading waits for the device.
                 if index == 0 and self.steps % FIGURES_EVERY == 0:
                     with torch.no_grad():
@@ -126,6 +138,16 @@ class Trainer:
         self.steps += 1
         self.tokens += int(batch.shape[0])
         return figures
+
+    def pass_fve(self) -> float | None:
+        """The first dictionary's fraction of variance explained over the training batches
+        since the last call (each batch around its own mean); None without a step."""
+        if self._pass_error is None:
+            return None
+        spread = float(self._pass_spread.item())
+        fve = 1.0 - float(self._pass_error.item()) / spread if spread > 0 else None
+        self._pass_error = self._pass_spread = None
+        return fve
 
     def state(self) -> dict[str, torch.Tensor]:
         """Adam's moments and step counts of every dictionary, flat, for the state file."""

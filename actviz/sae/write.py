@@ -82,6 +82,8 @@ def write_dictionaries(
             },
             "training": {
                 "epochs": run.position.epoch,
+                "epochs_asked": opts.epochs,
+                "min_steps": opts.min_steps,
                 "steps": run.position.steps,
                 "vectors": run.position.tokens,
                 "images": run.settings["images"],
@@ -92,7 +94,7 @@ def write_dictionaries(
                 "lr": opts.lr or run.saes[0].default_lr(run.features),
                 "seed": opts.seed,
                 "seeds": opts.seeds,
-                "sae_batch": opts.sae_batch,
+                "sae_batch": run.schedule.batch,
                 "buffer": opts.buffer,
             },
             "metrics": first.record(spliced=True) if first is not None else None,
