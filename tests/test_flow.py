@@ -206,6 +206,8 @@ def test_a_users_own_flow_model_takes_pairs(tmp_path: Path) -> None:
     assert "encoder" in names and {"update:2", "update:3"} <= set(names)
     encoder = next(layer for layer in record["layers"] if layer["name"] == "encoder")
     assert encoder["shape"] == [1, 4, 2, 16, 17] and "frame 1 and frame 2" in encoder["note"]
+    assert encoder["layout"] == "ncthw" and encoder["file"]  # drawn as its two frames
+    assert "not drawn" not in result.stderr
     # The summary counts pairs, not images.
     assert "1 done" in result.stderr and "pairs/s" in result.stderr
     assert "images/s" not in result.stderr and "for 1 pair(s)" in result.stdout
