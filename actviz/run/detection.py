@@ -98,6 +98,12 @@ class DetectionProbe(HookSession):
         features, boxes, image_sizes = self._pooling
         self._pooling = None
         roi_heads: Any = self.model.get_submodule("roi_heads")
+        # Under --amp the features came out of autocast in half precision: pooled and run
+        # in the head's own precision here, outside it.
+        weight = next(roi_heads.box_head.parameters(), None)
+        dtype = weight.dtype if weight is not None else torch.float32
+        features = {key: value.to(dtype) for key, value in features.items()}
+        boxes = [b.to(dtype) for b in boxes]
         with torch.inference_mode():
             pooled = roi_heads.box_roi_pool(features, boxes, image_sizes)
             vectors = roi_heads.box_head(pooled)
