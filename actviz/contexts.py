@@ -114,8 +114,13 @@ def layer_contexts(
     tokens = _token_regions(modules, input_hw)
     windows = _window_regions(modules)
     clips = _clip_grids(modules)
-    frames = bool(type_names(model) & {"RAFT"}) or any(
-        type(module).__name__.endswith("3d") for _, module in modules
+    # A model that says it takes clips or pairs (``model.actviz_family``, read by
+    # actviz.models.families) has frames however its layers look.
+    declared = str(getattr(model, "actviz_family", "")).replace("-", "_")
+    frames = (
+        bool(type_names(model) & {"RAFT"})
+        or declared in ("video", "optical_flow")
+        or any(type(module).__name__.endswith("3d") for _, module in modules)
     )
     # Windowed attention's rows are put back into each image's grid, channels last
     # (actviz.windows), whatever layer came before.

@@ -102,8 +102,12 @@ class ImageResult:
     detections_file: str | None = None
     """``<image>/detections.png``, relative to the output folder."""
     detection_heads_file: str | None = None
-    """``<image>/detection_heads.png`` (mask logits, keypoint heatmaps of the first
-    detections), relative to the output folder."""
+    """``<image>/detection_heads.png`` (box features, mask logits, keypoint heatmaps of the
+    first detections), relative to the output folder."""
+    detection_heads: dict[str, list[int]] | None = None
+    """The shape of what each per-detection head gave for the image's detections (all the
+    model returned): ``box features`` -> ``[N, 1024]``, ``mask logits`` ->
+    ``[N, 91, 28, 28]``, ``keypoint heatmaps`` -> ``[N, 17, 56, 56]``."""
     detection_cam_file: str | None = None
     """``<image>/detection_cam.png`` (EigenCAM and one detection's Grad-CAM), relative to the
     output folder."""

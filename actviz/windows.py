@@ -11,6 +11,12 @@ image it does not belong to.
 
 torchvision's Swin and MaxViT keep the batch first everywhere (their windows are reassembled
 when drawn, :mod:`actviz.layouts`), so only the guard applies to them.
+
+A torchvision detector pads its resized batch to a multiple of 32 in its own transform, so its
+backbone's, FPN's and RPN's maps cover the padding too. :class:`ImageRows` watches that
+transform and crops each such map to the cells that see the image (:func:`padding_crop`):
+every recorder built on it (a run's grids, statistics, shared scales and PCA, ``top-images``'
+scores) sees the same cropped maps.
 """
 
 from __future__ import annotations
@@ -23,10 +29,50 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["ImageRows", "Scheme", "WindowedBlock", "windowed_blocks"]
+__all__ = [
+    "ImageRows",
+    "Scheme",
+    "WindowedBlock",
+    "kept_cells",
+    "padding_crop",
+    "windowed_blocks",
+]
 
 AddPreHook = Callable[..., None]
 """``add(module, hook, with_kwargs=True)``: how a hook session registers a pre-hook."""
+AddHook = Callable[[Any, Callable[..., None]], None]
+"""``add(module, hook)``: how a hook session registers a forward hook."""
+
+#: A detector's modules whose maps lie on its padded input grid (the heads after RoI pooling
+#: do not): its backbone and FPN, the RPN's head, RetinaNet's and FCOS's head.
+_ON_THE_GRID = ("backbone", "rpn", "head.")
+
+
+def kept_cells(
+    size: tuple[int, int], valid: tuple[int, int], padded: tuple[int, int]
+) -> tuple[int, int]:
+    """The cells of a ``size`` map over a ``padded`` input that see its ``valid`` part
+    (``ceil(valid / stride)``), all as ``(height, width)``."""
+    return (
+        min(size[0], -(-valid[0] * size[0] // padded[0])),
+        min(size[1], -(-valid[1] * size[1] // padded[1])),
+    )
+
+
+def padding_crop(
+    tensor: torch.Tensor, valid: tuple[int, int], padded: tuple[int, int]
+) -> tuple[torch.Tensor, str | None]:
+    """A ``(B, C, H, W)`` map over a padded input cropped to the cells that see the image, and
+    a note saying so (None when no cell was cut)."""
+    h, w = int(tensor.shape[-2]), int(tensor.shape[-1])
+    keep_h, keep_w = kept_cells((h, w), valid, padded)
+    if (keep_h, keep_w) == (h, w):
+        return tensor, None
+    note = (
+        f"padding cropped: the model padded its {valid[1]}x{valid[0]} input to "
+        f"{padded[1]}x{padded[0]}; the {keep_w}x{keep_h} of {w}x{h} cells that see it are shown"
+    )
+    return tensor[..., :keep_h, :keep_w], note
 
 
 @dataclass(frozen=True)
@@ -100,13 +146,22 @@ class ImageRows:
         self._sizes: dict[str, tuple[int, int]] = {}
         self.pair = False
         """The model was called on a pair of image batches (optical flow: ``model(a, b)``)."""
+        self.padding: tuple[tuple[int, int], tuple[int, int]] | None = None
+        """A detector's latest batch: the part that is image (the largest resized image) and
+        the padded size, as ``(height, width)``; None when nothing was padded."""
 
-    def attach(self, names: Sequence[str], add_pre_hook: AddPreHook) -> None:
-        """Register the pre-hooks that watch the batch size and the windowed blocks' maps."""
+    def attach(
+        self, names: Sequence[str], add_pre_hook: AddPreHook, add_hook: AddHook | None = None
+    ) -> None:
+        """Register the pre-hooks that watch the batch size and the windowed blocks' maps,
+        and (with ``add_hook``) the hook that watches a detector's padding."""
         if not self.enabled:
             return
         self._blocks = windowed_blocks(self.model)
         add_pre_hook(self.model, self._watch_batch, with_kwargs=True)
+        transform = getattr(self.model, "transform", None)
+        if add_hook is not None and type(transform).__name__ == "GeneralizedRCNNTransform":
+            add_hook(transform, self._watch_padding)
         watched: set[str] = set()
         for name in names:
             block, _ = self._blocks.get(name, (None, False))
@@ -118,6 +173,14 @@ class ImageRows:
         self.batch = _batch_size([*args, *kwargs.values()])
         self._sizes = {}
         self.pair = _is_pair([*args, *kwargs.values()])
+        self.padding = None
+
+    def _watch_padding(self, _module: nn.Module, _args: object, output: Any) -> None:
+        images = output[0]  # (ImageList, targets)
+        sizes = [(int(h), int(w)) for h, w in images.image_sizes]
+        valid = (max(h for h, _ in sizes), max(w for _, w in sizes)) if sizes else None
+        padded = (int(images.tensors.shape[-2]), int(images.tensors.shape[-1]))
+        self.padding = (valid, padded) if valid is not None and valid != padded else None
 
     def _watcher(self, block: WindowedBlock) -> Callable[..., None]:
         def watch(_module: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
@@ -142,8 +205,15 @@ class ImageRows:
         if why is not None and scheme is None:
             return None, why
         if scheme is None:
-            return tensor, None
+            return self._crop(name, tensor)
         return scheme.reassemble(tensor)
+
+    def _crop(self, name: str, tensor: torch.Tensor) -> tuple[torch.Tensor, str | None]:
+        """A detector's map on its padded input grid cropped to the cells that see the image
+        (all images of a batch have one size: the loader batches inputs of one shape)."""
+        if self.padding is None or tensor.ndim != 4 or not name.startswith(_ON_THE_GRID):
+            return tensor, None
+        return padding_crop(tensor, *self.padding)
 
     def scheme(self, name: str, tensor: torch.Tensor) -> tuple[Scheme | None, str | None]:
         """How ``tensor``'s rows become the images: a :class:`Scheme` to apply (to it, or to

@@ -54,8 +54,13 @@ def test_an_fpn_level_equals_the_backbone_on_the_models_own_transform(
         expected = model.backbone(images.tensors)
     assert isinstance(out, list) and set(out[0]) == {"boxes", "labels", "scores"}
     assert set(acts) >= {f"backbone.fpn[{k}]" for k in ("0", "1", "2", "3", "pool")}
+    # The model resized the picture to 160x80 and padded it to 160x96: every recorder crops
+    # each level to the rows that see the image, ceil(80 / stride).
+    assert images.image_sizes == [(80, 160)] and images.tensors.shape[-2:] == (96, 160)
     for level, tensor in expected.items():
-        torch.testing.assert_close(acts[f"backbone.fpn[{level}]"], tensor)
+        kept = tensor[..., : -(-80 * tensor.shape[-2] // 96), :]
+        torch.testing.assert_close(acts[f"backbone.fpn[{level}]"], kept)
+    assert acts["backbone.fpn[0]"].shape[-2:] == (20, 40)
     # The selector a user gets by default: stages, every FPN level, objectness per level.
     assert default_selector(model) == (
         r"re:^backbone\.body\.layer\d+$,backbone.fpn,rpn.head.cls_logits"
@@ -220,19 +225,25 @@ def test_the_mask_head_of_each_detection_is_its_row_of_the_mask_predictor(tmp_pa
     )
     with DetectionProbe(model) as probe, torch.inference_mode():
         outputs = DETECTION.call(model, x)
-    handle.remove()
+        handle.remove()
+        probe.pool_boxes()
     found = with_heads([found_in(o, 0.0, loaded.categories) for o in outputs], outputs, probe)
     (logits,) = plain
+    n = len(logits)
+    assert found[0].head_shapes == {
+        "box features": [len(outputs[0]["boxes"]), 1024],
+        "mask logits": [len(outputs[0]["boxes"]), 91, 28, 28],
+    }
     assert found[0].heads and found[1].heads  # a threshold of 0 keeps every detection
-    assert len(logits) == sum(len(o["boxes"]) for o in outputs)
+    assert n == sum(len(o["boxes"]) for o in outputs)
     start = len(outputs[0]["boxes"])  # the second image's rows follow the first's
     for image, offset in ((0, 0), (1, start)):
         f = found[image]
         assert len(f.heads) == min(4, len(f.scores))
         for rank, panels in enumerate(f.heads):
-            ((name, heat),) = panels
+            (_box, features), (name, heat) = panels  # the box head's features first
             row = offset + f.indices[rank]
-            assert name == "mask logits"
+            assert name == "mask logits" and features.shape == (32, 32)
             np.testing.assert_array_equal(heat, logits[row, f.labels[rank]].numpy())
 
 
@@ -274,3 +285,205 @@ def test_grad_cam_of_a_detection_takes_the_gradient_of_its_score(tmp_path: Path)
     cam = cam[: -(-100 * size[0] // 128)]
     assert heat is not None and heat.shape == cam.shape
     torch.testing.assert_close(heat, cam / cam.max(), atol=1e-4, rtol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def small_detector() -> object:
+    # min_size 128, max_size 160: a 160x100 picture stays 160x100 and is padded to 160x128.
+    return load_model(
+        "fasterrcnn_mobilenet_v3_large_320_fpn", weights="none", device="cpu", input_size=(128, 160)
+    )
+
+
+def test_every_recorder_sees_the_maps_cropped_to_the_image(small_detector: object) -> None:
+    import re
+
+    from actviz.examples.plan import plan_layers
+    from actviz.examples.scoring import ScoreRecorder
+    from actviz.hooks import eval_mode
+
+    loaded = small_detector
+    model = loaded.module  # type: ignore[attr-defined]
+    names = [n for n, _ in model.named_modules() if re.fullmatch(r"backbone\.body\.\d+", n)]
+    x = torch.rand((2, 3, 100, 160), generator=torch.Generator().manual_seed(0))
+    padded: dict[str, torch.Tensor] = {}
+    handles = [
+        model.get_submodule(n).register_forward_hook(
+            lambda _m, _i, out, n=n: padded.setdefault(n, out.clone())
+        )
+        for n in names
+    ]
+    with torch.inference_mode():
+        images, _ = model.transform(list(x))
+        model.backbone(images.tensors)
+    for handle in handles:
+        handle.remove()
+    assert images.image_sizes == [(100, 160)] * 2 and images.tensors.shape[-2:] == (128, 160)
+    # Each map keeps the rows that see the 100 rows of image: ceil(100 * h / 128).
+    kept = {n: t[..., : -(-100 * t.shape[-2] // 128), :] for n, t in padded.items()}
+    cropped = [n for n in names if kept[n].shape != padded[n].shape]
+    assert "backbone.body.12" in cropped  # stride 16: 7 of 8 rows (112 channels)
+    assert kept["backbone.body.12"].shape[-2:] == (7, 10)
+
+    # A run's recorder: its tensors, and the statistics computed in the hook (on an
+    # accelerator), see the cropped maps; so do --norm shared and --view pca, which read it.
+    shapes: dict[str, tuple[int, ...]] = {}
+    with (
+        ActivationRecorder(
+            model, names, summarize=lambda n, t: shapes.setdefault(n, tuple(t.shape))
+        ) as acts,
+        eval_mode(model),
+        torch.inference_mode(),
+    ):
+        DETECTION.call(model, x)
+    for name in names:
+        torch.testing.assert_close(acts[name], kept[name], rtol=1e-4, atol=1e-9)
+        assert shapes[name] == tuple(kept[name].shape)
+    (cap,) = [c for c in acts.captures if c.key == "backbone.body.12"]
+    assert "padded its 160x100 input to 160x128" in str(cap.rows)
+
+    # top-images: the plan and the scores are of the cropped map (the padding's cells differ).
+    with eval_mode(model):
+        planned = plan_layers(
+            model,
+            ["backbone.body.12"],
+            {},
+            input_size=(100, 160),
+            in_chans=3,
+            device=torch.device("cpu"),
+            model_name="det",
+        )
+    assert planned.plans["backbone.body.12"].shape == tuple(kept["backbone.body.12"].shape[1:])
+    with (
+        ScoreRecorder(model, ["backbone.body.12"], planned.plans, "mean") as recorder,
+        eval_mode(model),
+        torch.inference_mode(),
+    ):
+        DETECTION.call(model, x)
+        scores = recorder.take()["backbone.body.12"].scores
+    assert not recorder.resized and not recorder.unfit
+    means = kept["backbone.body.12"].mean(dim=(2, 3)).numpy()
+    # Random weights give maps of about 1e-6: compared relative to their size.
+    tiny = float(np.abs(means).max()) * 1e-4
+    np.testing.assert_allclose(scores, means, rtol=1e-4, atol=tiny)
+    whole = padded["backbone.body.12"].mean(dim=(2, 3)).numpy()
+    assert np.abs(scores - whole).max() > 100 * tiny
+
+
+def test_the_box_features_of_each_detection_are_the_box_head_on_its_final_box(
+    small_detector: object, tmp_path: Path
+) -> None:
+    from actviz.hooks import eval_mode
+    from actviz.run.detection import DetectionProbe, found_in, with_heads
+
+    loaded = small_detector
+    model = loaded.module  # type: ignore[attr-defined]
+    x = torch.rand((2, 3, 100, 160), generator=torch.Generator().manual_seed(1))
+    lower_score_threshold(model, 0.0)
+    try:
+        with DetectionProbe(model) as probe, eval_mode(model), torch.inference_mode():
+            outputs = DETECTION.call(model, x)
+            probe.pool_boxes()
+            # The same by hand, as torchvision's RoI heads pool their proposals.
+            images, _ = model.transform(list(x))
+            features = model.backbone(images.tensors)
+            proposals, _ = model.rpn(images, features)
+            detections, _ = model.roi_heads(features, proposals, images.image_sizes)
+            boxes = [d["boxes"] for d in detections]
+            pooled = model.roi_heads.box_roi_pool(features, boxes, images.image_sizes)
+            expected = model.roi_heads.box_head(pooled)
+    finally:
+        model.roi_heads.score_thresh = 0.05
+    found = with_heads([found_in(o, 0.0, loaded.categories) for o in outputs], outputs, probe)
+    counts = [len(o["boxes"]) for o in outputs]
+    assert counts == [len(b) for b in boxes] and min(counts) >= 4
+    assert expected.shape == (sum(counts), 1024)
+    for image, offset in ((0, 0), (1, counts[0])):
+        f = found[image]
+        assert f.head_shapes == {"box features": [counts[image], 1024]}
+        assert len(f.heads) == 4
+        for rank, panels in enumerate(f.heads):
+            ((name, grid),) = panels
+            assert name == "box features" and grid.shape == (32, 32)
+            row = expected[offset + f.indices[rank]]
+            np.testing.assert_allclose(grid.reshape(-1), row.numpy(), rtol=1e-4, atol=1e-6)
+
+    # A run shows them for the top detections and records their shape.
+    image = make_image(tmp_path / "wide.png", (160, 100))
+    out = tmp_path / "out"
+    argv = ["run", "fasterrcnn_mobilenet_v3_large_320_fpn", str(image), "--weights", "none"]
+    argv += ["--input-size", "128,160", "--score-threshold", "0", "-l", "backbone.fpn"]
+    result = runner.invoke(app, [*argv, "-o", str(out), "--no-report"])
+    assert result.exit_code == 0, result.output
+    (record,) = list(read_images(out))
+    returned = record["detection_heads"]["box features"]
+    assert returned[1] == 1024 and returned[0] >= len(record["detections"]) > 0
+    assert record["detection_heads_file"] == "wide/detection_heads.png"
+    picture = np.asarray(Image.open(out / "wide" / "detection_heads.png").convert("RGB"))
+    from actviz.render.detection import HEAD_PANEL
+
+    # Four rows of two panels (the box's crop, its features), each HEAD_PANEL wide.
+    assert picture.shape[1] >= 2 * HEAD_PANEL and picture.shape[0] > 4 * HEAD_PANEL
+
+
+def test_a_detector_object_is_given_back_with_its_score_threshold(tmp_path: Path) -> None:
+    from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn
+
+    import actviz
+
+    model = fasterrcnn_mobilenet_v3_large_320_fpn(
+        weights=None, weights_backbone=None, min_size=128, max_size=160
+    )
+    model.train()
+    image = make_image(tmp_path / "a.png", (160, 100))
+    result = actviz.run(
+        model, image, out=tmp_path / "out", layers="backbone.fpn", score_threshold=0.0,
+        report=False, stats=False,
+    )  # fmt: skip
+    # The run kept every box the model returned (its own cut lowered to 0)...
+    (record,) = list(read_images(result.out))
+    assert len(record["detections"]) == 100
+    assert min(d["score"] for d in record["detections"]) < 0.05
+    # ... and the model comes back with its own cut, in training mode, as it was given.
+    assert model.roi_heads.score_thresh == 0.05
+    assert model.training and model.roi_heads.training
+
+
+def test_pca_over_a_detectors_maps_is_fitted_on_the_cropped_maps(
+    small_detector: object, tmp_path: Path
+) -> None:
+    loaded = small_detector
+    model = loaded.module  # type: ignore[attr-defined]
+    out = tmp_path / "out"
+    argv = ["run", "fasterrcnn_mobilenet_v3_large_320_fpn", str(tmp_path / "in"), "-w", "none"]
+    argv += ["--input-size", "128,160", "-l", "backbone.body.12", "--view", "pca"]
+    argv += ["--norm", "shared", "-o", str(out), "--no-report"]
+    paths = [make_image(tmp_path / "in" / "0.png", (160, 100), seed=0)]
+    assert runner.invoke(app, argv).exit_code == 0
+    # A second image, and --resume: the first is only sampled for the fit, in a pass of its
+    # own, which sees the cropped maps too.
+    paths.append(make_image(tmp_path / "in" / "1.png", (160, 100), seed=1))
+    result = runner.invoke(app, [*argv, "--resume"])
+    assert result.exit_code == 0, result.output
+    records = list(read_images(out))
+    assert [r["layers"][0]["shape"] for r in records] == [[1, 112, 7, 10]] * 2
+    assert all(r["layers"][0]["pca"] for r in records)
+    fit = json.loads((out / "manifest.json").read_text())["pca"]["backbone.body.12"]
+    assert fit["vectors"] == 2 * 7 * 10  # every position of the cropped maps, none of the padding
+
+    # The explained variance of the positions of both images' cropped maps, by hand.
+    maps: list[torch.Tensor] = []
+    handle = model.backbone.body.get_submodule("12").register_forward_hook(
+        lambda _m, _i, o: maps.append(o)
+    )
+    with torch.inference_mode():
+        for path in paths:
+            x = loaded.preprocess(Image.open(path))  # type: ignore[attr-defined]
+            images, _ = model.eval().transform([x])
+            assert images.tensors.shape[-2:] == (128, 160)
+            model.backbone(images.tensors)
+    handle.remove()
+    vectors = torch.cat([m[0, :, :7].reshape(112, -1).T for m in maps]).double()
+    variances = torch.linalg.svdvals(vectors - vectors.mean(0)) ** 2
+    expected = (variances[:3] / variances.sum()).numpy()
+    np.testing.assert_allclose(fit["explained_variance"], expected, rtol=1e-3, atol=1e-5)

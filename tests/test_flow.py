@@ -153,3 +153,91 @@ def test_gradients_of_a_flow_model_are_refused(tmp_path: Path) -> None:
     )
     assert result.exit_code == 2
     assert "--cam does not apply to raft_small: a flow model has no class scores" in result.output
+
+
+TINY_FLOW = '''
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class TinyFlow(nn.Module):
+    """A flow-like model: one encoder over both images in one batch, an update per step."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Conv2d(3, 4, 3, stride=8, padding=1)
+        self.update = nn.Conv2d(10, 2, 3, padding=1)
+
+    def forward(self, image1, image2, num_flow_updates=3):
+        first, second = self.encoder(torch.cat([image1, image2])).chunk(2)
+        flow = first.new_zeros((first.shape[0], 2, *first.shape[-2:]))
+        flows = []
+        for _ in range(num_flow_updates):
+            flow = flow + self.update(torch.cat([first, second, flow], 1))
+            flows.append(8 * F.interpolate(flow, size=image1.shape[-2:], mode="bilinear"))
+        return flows
+
+
+def build():
+    model = TinyFlow()
+    model.actviz_family = "optical_flow"
+    return model
+'''
+
+
+def test_a_users_own_flow_model_takes_pairs(tmp_path: Path) -> None:
+    import importlib.util
+
+    import torch
+
+    import actviz
+
+    net = tmp_path / "tinyflow.py"
+    net.write_text(TINY_FLOW)
+    first, second = textured_pair(tmp_path / "in", (136, 128))
+    out = tmp_path / "out"
+    argv = ["run", f"{net}:build", str(first), str(second), "-o", str(out), "-w", "none"]
+    result = CliRunner().invoke(app, [*argv, "--save-tensors", "--no-report"])
+    assert result.exit_code == 0, result.output
+    record = run_images(out)[0]
+    assert record["pictures"] == {"flow": "f1/flow.png"}
+    names = [layer["name"] for layer in record["layers"]]
+    assert "encoder" in names and {"update:2", "update:3"} <= set(names)
+    encoder = next(layer for layer in record["layers"] if layer["name"] == "encoder")
+    assert encoder["shape"] == [1, 4, 2, 16, 17] and "frame 1 and frame 2" in encoder["note"]
+    assert encoder["layout"] == "ncthw" and encoder["file"]  # drawn as its two frames
+    assert "not drawn" not in result.stderr
+    # The summary counts pairs, not images.
+    assert "1 done" in result.stderr and "pairs/s" in result.stderr
+    assert "images/s" not in result.stderr and "for 1 pair(s)" in result.stdout
+
+    # The flows equal the model's own on the pair in [-1, 1] (the factory builds under the
+    # run's seed).
+    spec = importlib.util.spec_from_file_location("tinyflow_copy", net)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from actviz.models.weights import RANDOM_SEED
+
+    torch.manual_seed(RANDOM_SEED)
+    model = module.build().eval()
+    pair = [
+        torch.from_numpy(np.array(Image.open(p).convert("RGB"))).permute(2, 0, 1)[None] / 255.0
+        for p in (first, second)
+    ]
+    with torch.inference_mode():
+        flows = model(pair[0] * 2 - 1, pair[1] * 2 - 1)
+    saved = np.load(out / "f1" / "flow.npy")
+    assert saved.shape == (3, 2, 128, 136)
+    np.testing.assert_allclose(saved[-1], flows[-1][0].numpy(), atol=1e-5, rtol=1e-4)
+
+    # The same model as an object, with fewer iterations for this run: given back as it came.
+    again = actviz.run(
+        model, [first, second], out=tmp_path / "o2", flow_updates=2, save_tensors="npy",
+        report=False,
+    )  # fmt: skip
+    assert np.load(again.out / "f1" / "flow.npy").shape == (2, 2, 128, 136)
+    assert not hasattr(model, "_actviz_flow_updates")
+    with torch.inference_mode():
+        assert len(model(pair[0], pair[1])) == 3

@@ -288,3 +288,21 @@ def test_a_model_says_it_is_a_video_model_with_an_attribute() -> None:
     net.actviz_family = "video"  # type: ignore[assignment]
     assert family_of(net) is VIDEO
     assert family_of(nn.Sequential(nn.Conv3d(3, 2, 1), nn.Conv2d(2, 2, 1))) is VIDEO
+
+
+def test_a_video_runs_summary_counts_clips(tmp_path: Path) -> None:
+    net = tmp_path / "net.py"
+    net.write_text(NET)
+    write_gif(tmp_path / "in" / "a.gif", frames=4)
+    (tmp_path / "in" / "notes.txt").write_text("not a video")
+    out = tmp_path / "out"
+    args = ["-w", "none", "--input-size", "16,16", "--frames", "2", "--no-report"]
+    result = CliRunner().invoke(
+        app, ["run", f"{net}:build", str(tmp_path / "in"), "-o", str(out), *args]
+    )
+    assert result.exit_code == 0, result.output
+    assert run_images(out)[0]["layers"][0]["shape"] == [1, 4, 2, 16, 16]
+    summary = result.stderr
+    assert summary.startswith("clips ") and "clips/s" in summary
+    assert "1 done" in summary and "1 non-video skipped" in summary
+    assert "images/s" not in summary and "for 1 clip(s)" in result.stdout

@@ -161,11 +161,12 @@ def print_run(result: RunResult) -> None:
                 for p, label in zip(image.predictions, labels, strict=True)
             )
             out_console.print(Text.assemble((str(image.path), "bold"), f": {top}"))
+    one = _units(result)[0]
     what = (
-        f"wrote {result.grids_written} grids for {ok} image(s) ({result.files_written} files "
+        f"wrote {result.grids_written} grids for {ok} {one}(s) ({result.files_written} files "
         "in all)"
         if result.render.get("grids", True)
-        else f"wrote statistics for {ok} image(s)"
+        else f"wrote statistics for {ok} {one}(s)"
     )
     extras = [f"manifest: {result.manifest}"]
     if result.report is not None:
@@ -177,17 +178,27 @@ def _percent(value: float, digits: int = 1) -> str:
     return f"{value:.{digits}%}" if math.isfinite(value) else "n/a"
 
 
+#: What a run's inputs are, by model family: one, many, and what a skipped file is not.
+_UNITS = {"video": ("clip", "clips", "non-video"), "optical_flow": ("pair", "pairs", "non-image")}
+
+
+def _units(result: RunResult) -> tuple[str, str, str]:
+    """``image``, ``images``, ``non-image``; a video model's clips, a flow model's pairs."""
+    return _UNITS.get(str(result.model_info.get("family")), ("image", "images", "non-image"))
+
+
 def print_summary(result: RunResult) -> None:
     """One screen on stderr: what the run did, how fast, and what went wrong."""
     done = result.count("ok")
-    rate = f"{done / result.seconds:.1f} images/s" if result.seconds > 0 and done else "nothing new"
+    _one, many, other = _units(result)
+    rate = f"{done / result.seconds:.1f} {many}/s" if result.seconds > 0 and done else "nothing new"
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()
     table.add_row(
-        "images",
+        many,
         f"{done} done, {result.count('reused')} reused (--resume), "
-        f"{result.count('failed')} failed, {len(result.skipped)} non-image skipped",
+        f"{result.count('failed')} failed, {len(result.skipped)} {other} skipped",
     )
     table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
     if result.render.get("grids", True):

@@ -158,7 +158,8 @@ def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedMod
 
 @contextlib.contextmanager
 def restoring(model: Any) -> Iterator[None]:
-    """Give a module object back as it came: training mode and device, whatever happened.
+    """Give a module object back as it came: training mode, device and the settings a run
+    changes (a detector's score cut, a flow model's iterations), whatever happened.
 
     A name (or anything that is not a module) is left alone.
     """
@@ -170,12 +171,16 @@ def restoring(model: Any) -> Iterator[None]:
     if not isinstance(model, nn.Module):
         yield
         return
+    from actviz.models.families import run_settings_kept
+
     modes = {module: module.training for module in model.modules()}
     tensors = [*model.parameters(), *model.buffers()]
     device = tensors[0].device if tensors else None
+    settings = run_settings_kept(model)
     try:
         yield
     finally:
+        settings()
         for module, training in modes.items():
             module.training = training
         if device is not None:

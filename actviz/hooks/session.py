@@ -122,7 +122,7 @@ class HookSession(abc.ABC):
             self._handles.append(start)
             for name in self.layers:
                 self._register(name, modules[name])
-            self._rows.attach(self.layers, self._add_pre_hook)
+            self._rows.attach(self.layers, self._add_pre_hook, self._add_forward_hook)
         except BaseException:
             self._close()
             raise

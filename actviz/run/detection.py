@@ -3,15 +3,15 @@ off, and each image's detections as records and as ``<image>/detections.png``.
 
 torchvision's detectors resize each image and pad the batch to a multiple of
 ``size_divisible`` (32) before the backbone, so a backbone or FPN map covers the padding too.
-A hook on the model's ``transform`` records the resized size and the padded size of the batch;
-each map of the backbone and the RPN is then cropped to ``ceil(size / stride)`` cells, the part
-that sees the image, and its note says so.
+The recorders crop each map of the backbone and the RPN to ``ceil(size / stride)`` cells, the
+part that sees the image, in their hooks (:func:`actviz.windows.padding_crop`), so every
+picture and statistic sees the same maps; :class:`DetectionProbe` records the same sizes for
+what is computed apart from the recorder (Grad-CAM of a detection).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -26,24 +26,19 @@ if TYPE_CHECKING:
     from PIL import Image
     from torch import nn
 
-    from actviz.hooks import Capture
-
 __all__ = [
     "HEADS",
     "DetectionProbe",
     "Found",
-    "crop_padding",
     "found_in",
     "with_heads",
     "write_detections",
 ]
 
-#: Modules whose maps lie on the padded input grid (the heads after RoI pooling do not).
-_ON_THE_GRID = ("backbone", "rpn", "head.")
-
-
-#: The heads whose rows are the detections themselves (of every image of the batch, in order).
+#: The heads whose rows are the detections themselves (of every image of the batch, in order):
+#: Faster R-CNN's box head is run again on the final boxes (it ran on the proposals).
 HEADS = {
+    "roi_heads.box_head": "box features",
     "roi_heads.mask_predictor": "mask logits",
     "roi_heads.keypoint_predictor": "keypoint heatmaps",
 }
@@ -53,18 +48,23 @@ class DetectionProbe(HookSession):
     """Watches a detector's ``transform``: each image's size after resizing
     (``image_sizes``) and the padded batch's size, as ``(height, width)``; and the heads that
     run once per detection (Mask R-CNN's mask logits, Keypoint R-CNN's heatmaps), whose
-    outputs it keeps (``heads``, on the CPU)."""
+    outputs it keeps (``heads``, on the CPU). For an R-CNN, it keeps what the RoI heads were
+    given (the features, the image sizes) and the final boxes, for :meth:`pool_boxes`."""
 
     def __init__(self, model: nn.Module) -> None:
         names = dict(model.named_modules())
-        super().__init__(model, ["transform", *(head for head in HEADS if head in names)])
+        watched = [head for head in HEADS if head in names and head != "roi_heads.box_head"]
+        pools = "roi_heads.box_roi_pool" in names and "roi_heads.box_head" in names
+        super().__init__(model, ["transform", *watched, *(["roi_heads"] if pools else [])])
         self.image_sizes: list[tuple[int, int]] = []
         self.padded: tuple[int, int] | None = None
         self.heads: dict[str, torch.Tensor] = {}
+        self._pooling: tuple[Any, list[torch.Tensor], list[tuple[int, int]]] | None = None
 
     def _start_record(self) -> None:
         super()._start_record()
         self.heads = {}
+        self._pooling = None
 
     def _register(self, name: str, module: nn.Module) -> None:
         def sizes(_module: nn.Module, _args: object, output: Any) -> None:
@@ -76,45 +76,38 @@ class DetectionProbe(HookSession):
         def head(_module: nn.Module, _args: object, output: Any) -> None:
             self.heads[name] = output.detach().float().cpu()
 
-        self._add_forward_hook(module, sizes if name == "transform" else head)
+        def roi_heads(_module: nn.Module, args: tuple[Any, ...], output: Any) -> None:
+            # roi_heads(features, proposals, image_shapes, targets) -> (detections, losses);
+            # the detections' boxes are in the resized image's pixels, as the pooling wants.
+            if len(args) >= 3 and isinstance(output, tuple) and isinstance(output[0], list):
+                boxes = [d["boxes"] for d in output[0]]
+                self._pooling = (args[0], boxes, list(args[2]))
 
+        hook = {"transform": sizes, "roi_heads": roi_heads}.get(name, head)
+        self._add_forward_hook(module, hook)
 
-def crop_padding(captures: Sequence[Capture], probe: DetectionProbe) -> list[Capture]:
-    """The captures with each map on the padded input grid cropped to the cells that see the
-    image; the others as they are. All images of a batch have one size (the loader batches
-    inputs of one shape), so one crop serves the batch."""
-    if probe.padded is None or not probe.image_sizes:
-        return list(captures)
-    padded_h, padded_w = probe.padded
-    valid_h = max(h for h, _ in probe.image_sizes)
-    valid_w = max(w for _, w in probe.image_sizes)
-    if (valid_h, valid_w) == (padded_h, padded_w):
-        return list(captures)
-    out = []
-    for cap in captures:
-        tensor = cap.tensor
-        if (
-            tensor is None
-            or tensor.ndim != 4
-            or cap.refused is not None
-            or not cap.module.startswith(_ON_THE_GRID)
-        ):
-            out.append(cap)
-            continue
-        h, w = int(tensor.shape[-2]), int(tensor.shape[-1])
-        keep_h = min(h, math.ceil(valid_h * h / padded_h))
-        keep_w = min(w, math.ceil(valid_w * w / padded_w))
-        if (keep_h, keep_w) == (h, w):
-            out.append(cap)
-            continue
-        note = (
-            f"padding cropped: the model padded its {valid_w}x{valid_h} input to "
-            f"{padded_w}x{padded_h}; the {keep_w}x{keep_h} of {w}x{h} cells that see it are shown"
-        )
-        cropped = tensor[..., :keep_h, :keep_w].contiguous()
-        shape = (*cap.shape[:2], keep_h, keep_w)
-        out.append(dataclasses.replace(cap, tensor=cropped, shape=shape, rows=note))
-    return out
+    def pool_boxes(self) -> None:
+        """The box head's features of the final detections of the latest forward, as
+        torchvision computes them for the proposals (``box_head(box_roi_pool(features,
+        boxes, image_sizes))``), kept in ``heads`` (``(detections, D)``, every image's in
+        order). Call it with the run's recorder paused: it runs two of the model's modules."""
+        import torch
+
+        if self._pooling is None:
+            return
+        features, boxes, image_sizes = self._pooling
+        self._pooling = None
+        roi_heads: Any = self.model.get_submodule("roi_heads")
+        # Under --amp the features came out of autocast in half precision: pooled and run
+        # in the head's own precision here, outside it.
+        weight = next(roi_heads.box_head.parameters(), None)
+        dtype = weight.dtype if weight is not None else torch.float32
+        features = {key: value.to(dtype) for key, value in features.items()}
+        boxes = [b.to(dtype) for b in boxes]
+        with torch.inference_mode():
+            pooled = roi_heads.box_roi_pool(features, boxes, image_sizes)
+            vectors = roi_heads.box_head(pooled)
+        self.heads["roi_heads.box_head"] = vectors.detach().float().cpu().flatten(1)
 
 
 @dataclass(frozen=True)
@@ -132,8 +125,10 @@ class Found:
         threshold: The score threshold.
         indices: Each detection's row in the model's output for the image.
         heads: Per detection (the first few), the outputs of the heads that run once per
-            detection: ``(label, (h, w) map)`` pairs (its class's mask logits, the maximum
-            over its keypoint heatmaps).
+            detection: ``(label, (h, w) map)`` pairs (its box features laid out as a grid,
+            its class's mask logits, the maximum over its keypoint heatmaps).
+        head_shapes: What each per-detection head gave for this image (the rows of every
+            detection the model returned): ``box features`` -> ``[N, 1024]``, ...
     """
 
     boxes: npt.NDArray[np.float32]
@@ -146,6 +141,7 @@ class Found:
     threshold: float
     indices: list[int] = dataclasses.field(default_factory=list)
     heads: list[list[tuple[str, Any]]] = dataclasses.field(default_factory=list)
+    head_shapes: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     def records(self) -> list[dict[str, Any]]:
         """The detections as the image's record holds them."""
@@ -204,23 +200,47 @@ def with_heads(
     out = []
     start = 0
     for f, output in zip(found, outputs, strict=True):
+        count = len(output["boxes"])
         rows = []
         for rank, (index, label) in enumerate(zip(f.indices, f.labels, strict=True)):
             if rank >= _HEAD_ROWS:
                 break
             panels = []
-            for name, tensor in probe.heads.items():
+            for name, tensor in _in_order(probe.heads):
                 row = start + index
                 if row >= len(tensor):
                     continue
-                if name.endswith("mask_predictor") and label < tensor.shape[1]:
+                if name.endswith("box_head"):
+                    panels.append(("box features", _as_grid(tensor[row]).numpy()))
+                elif name.endswith("mask_predictor") and label < tensor.shape[1]:
                     panels.append(("mask logits", tensor[row, label].numpy()))
                 elif name.endswith("keypoint_predictor"):
                     panels.append(("keypoints, max", tensor[row].amax(0).numpy()))
             rows.append(panels)
-        out.append(dataclasses.replace(f, heads=rows))
-        start += len(output["boxes"])
+        shapes = {
+            HEADS[name]: [count, *(int(n) for n in tensor.shape[1:])]
+            for name, tensor in _in_order(probe.heads)
+        }
+        out.append(dataclasses.replace(f, heads=rows, head_shapes=shapes))
+        start += count
     return out
+
+
+def _in_order(heads: Mapping[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+    """The heads' outputs in the order of :data:`HEADS` (the box's features first)."""
+    return [(name, heads[name]) for name in HEADS if name in heads]
+
+
+def _as_grid(vector: torch.Tensor) -> torch.Tensor:
+    """A feature vector laid out as the squarest grid its length divides into (1024: 32x32),
+    row by row, to be drawn as a map."""
+    import math
+
+    length = int(vector.numel())
+    side = max(1, math.isqrt(length))
+    while length % side:
+        side -= 1
+    return vector.reshape(length // side, side)
 
 
 #: Detections drawn at most, highest score first (the record holds all of them).
@@ -299,10 +319,21 @@ def _heads_picture(view: Image.Image, found: Found, *, random_weights: bool) -> 
         x1, y1, x2, y2 = (float(v) for v in found.boxes[rank])
         crop = view.crop((int(x1), int(y1), max(int(x2), int(x1) + 1), max(int(y2), int(y1) + 1)))
         rows.append((f"#{rank + 1} {found.names[rank]} {found.scores[rank]:.2f}", crop, panels))
-    notes = [
-        "each row a detection: its box, then what its heads computed for it (mask logits of "
-        "its class; the maximum over its keypoint heatmaps)"
-    ]
+    notes = ["each row a detection: its box, then what the model's heads computed for it"]
+    said = []
+    for rank_panels in found.heads[:1]:
+        for name, heat in rank_panels:
+            if name == "box features":
+                length = int(heat.size)
+                said.append(
+                    f"box features: the box head's {length} values for its box, "
+                    f"{heat.shape[0]} x {heat.shape[1]} row by row"
+                )
+            elif name == "mask logits":
+                said.append("mask logits: of its class")
+            elif name.startswith("keypoints"):
+                said.append("keypoints, max: the maximum over its keypoint heatmaps")
+    notes += said
     if random_weights:
         notes.append(RANDOM_NOTE)
     return heads_picture(rows, title="per-detection heads", notes=notes)

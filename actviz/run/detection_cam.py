@@ -11,7 +11,6 @@ it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -74,6 +73,8 @@ def batch_detections(
     from actviz.run.detection import found_in, with_heads
 
     found = [found_in(output, threshold, categories) for output in outputs]
+    with paused():  # the box head runs again, on the final boxes
+        probe.pool_boxes()
     found = with_heads(found, outputs, probe)
     if not cam:
         return [(f, None) for f in found]
@@ -197,15 +198,12 @@ def grad_cam_maps(
 
 def _kept(size: tuple[int, int], probe: DetectionProbe) -> tuple[int, int]:
     """The cells of a ``size`` map on the padded grid that see the image."""
+    from actviz.windows import kept_cells
+
     if probe.padded is None or not probe.image_sizes:
         return size
-    padded_h, padded_w = probe.padded
-    valid_h = max(h for h, _ in probe.image_sizes)
-    valid_w = max(w for _, w in probe.image_sizes)
-    return (
-        min(size[0], math.ceil(valid_h * size[0] / padded_h)),
-        min(size[1], math.ceil(valid_w * size[1] / padded_w)),
-    )
+    valid = (max(h for h, _ in probe.image_sizes), max(w for _, w in probe.image_sizes))
+    return kept_cells(size, valid, probe.padded)
 
 
 def write_detection_cams(

@@ -22,7 +22,7 @@ from actviz.command.progress import Reporter
 from actviz.errors import ActvizError
 from actviz.gradients import backward, choose_cam_keys
 from actviz.results import ImageResult, LayerResult
-from actviz.run.detection import DetectionProbe, Found, crop_padding
+from actviz.run.detection import DetectionProbe, Found
 from actviz.run.detection_cam import batch_detections
 from actviz.run.draw import draw_image, summaries
 from actviz.run.flow import flow_iterations
@@ -148,9 +148,8 @@ def capture_and_render(
         try:
             for good, logits, x in forward.batches([r.path for r in todo], stack, failed):
                 never_ran.update(recorder.never_called())
+                # A detector's maps come cropped to the image from the hooks (actviz.windows).
                 captures = recorder.captures
-                if probe is not None:
-                    captures = crop_padding(captures, probe)
                 if grads.cam and cam_keys is None and probe is None:
                     explicit = opts.layers is not None
                     cam_keys = choose_cam_keys(captures, plan.contexts, explicit=explicit)
@@ -245,7 +244,7 @@ def capture_and_render(
 
 
 def _tensor(cap: Any, recorder: Any) -> Any:
-    """A capture's tensor (cropped, for a detector), else the recorder's."""
+    """A capture's tensor, else the recorder's."""
     return recorder[cap.key] if cap.tensor is None else cap.tensor
 
 
@@ -262,6 +261,7 @@ def _probe(loaded: LoadedModel, plan: Plan, stack: contextlib.ExitStack) -> Dete
 def _record_detections(result: ImageResult, found: Found, opts: RunOptions) -> None:
     """One image's detections above the threshold, in its record."""
     result.detections = found.records()
+    result.detection_heads = dict(found.head_shapes) or None
     if opts.draw.grids:
         result.detections_file = (result.out_dir / "detections.png").as_posix()
     if any(found.heads) and opts.draw.grids:

@@ -70,6 +70,7 @@ def image_record(result: ImageResult) -> dict[str, Any]:
                 "detections": result.detections,
                 "detections_file": result.detections_file,
                 "detection_heads_file": result.detection_heads_file,
+                "detection_heads": result.detection_heads,
                 "detection_cam_file": result.detection_cam_file,
             }
             if result.detections is not None
@@ -125,6 +126,7 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
         detections=record.get("detections"),
         detections_file=record.get("detections_file"),
         detection_heads_file=record.get("detection_heads_file"),
+        detection_heads=record.get("detection_heads"),
         detection_cam_file=record.get("detection_cam_file"),
         record=stub.record,
         predictions=[

@@ -79,7 +79,7 @@ class TokenRecorder(HookSession):
         self.prefix = prefix and plan.layout == "tokens"
         self._vectors: torch.Tensor | None = None
         self.unfit: tuple[int, ...] | None = None
-        self._image_rows = ImageRows(model)
+        self._rows = ImageRows(model)  # attached on enter, as every recorder's
 
     def _start_record(self) -> None:
         super()._start_record()
@@ -96,7 +96,7 @@ class TokenRecorder(HookSession):
             raw = _element(output, self.plan, key)
             if raw is None:
                 return
-            tensor, _ = self._image_rows.split(name, raw)
+            tensor, _ = self._rows.split(name, raw)
             if tensor is None:
                 return
             maps = maps_of(tensor, self.plan)

@@ -12,6 +12,7 @@ it (:func:`family_of`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from actviz.errors import UsageError
@@ -21,8 +22,9 @@ from actviz.models.families.detection import (
     detection_transform,
     is_detector,
     lower_score_threshold,
+    score_threshold_kept,
 )
-from actviz.models.families.flow import OPTICAL_FLOW
+from actviz.models.families.flow import OPTICAL_FLOW, flow_updates_kept
 from actviz.models.families.image import CLASSIFICATION, SEGMENTATION
 from actviz.models.families.quantized import FUSED_NOTE, QUANTIZED, is_quantized
 from actviz.models.families.video import VIDEO
@@ -47,6 +49,7 @@ __all__ = [
     "is_quantized",
     "lower_score_threshold",
     "plain_call",
+    "run_settings_kept",
     "torchvision_family",
 ]
 
@@ -93,3 +96,16 @@ def torchvision_family(name: str) -> Family | None:
         if module is not None and name in models.list_models(module=module):
             return family
     return CLASSIFICATION if name in models.list_models(module=models) else None
+
+
+def run_settings_kept(module: nn.Module) -> Callable[[], None]:
+    """A function that puts back what a command may change on a model for its run (a
+    detector's score cut, a flow model's iteration count) as it is now: a module object the
+    caller gave is given back as it came."""
+    undo = [score_threshold_kept(module), flow_updates_kept(module)]
+
+    def put_back() -> None:
+        for step in undo:
+            step()
+
+    return put_back

@@ -13,6 +13,7 @@ In eval mode the output is one dict per image: ``boxes``, ``labels``, ``scores``
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families.base import Family
@@ -28,6 +29,7 @@ __all__ = [
     "detector_classes",
     "is_detector",
     "lower_score_threshold",
+    "score_threshold_kept",
 ]
 
 #: torchvision's detector classes (and their bases): a subclass is a detector too.
@@ -86,6 +88,19 @@ def lower_score_threshold(module: nn.Module, threshold: float) -> float | None:
         return None
     owner.score_thresh = threshold
     return current
+
+
+def score_threshold_kept(module: nn.Module) -> Callable[[], None]:
+    """A function that puts back the score cut the detector has now (what
+    :func:`lower_score_threshold` changes for a run); a no-op for other models."""
+    owner = getattr(module, "roi_heads", module)
+    current = getattr(owner, "score_thresh", None)
+
+    def put_back() -> None:
+        if isinstance(current, float):
+            owner.score_thresh = current
+
+    return put_back
 
 
 def _builder_kwargs(input_size: tuple[int, int] | None) -> dict[str, Any]:

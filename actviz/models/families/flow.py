@@ -8,6 +8,7 @@ consecutive frames of a video or of a folder of frames.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families.base import Family
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
     from actviz.models.preprocessing import Preprocessing
 
-__all__ = ["OPTICAL_FLOW", "flow_updates", "is_flow_model"]
+__all__ = ["OPTICAL_FLOW", "flow_updates", "flow_updates_kept", "is_flow_model"]
 
 #: The attribute :func:`flow_updates` sets on a model for the calls of one command.
 _UPDATES = "_actviz_flow_updates"
@@ -41,6 +42,21 @@ def flow_updates(module: nn.Module, updates: int | None) -> None:
             delattr(module, _UPDATES)
         return
     object.__setattr__(module, _UPDATES, int(updates))
+
+
+def flow_updates_kept(module: nn.Module) -> Callable[[], None]:
+    """A function that puts back the iteration count :func:`flow_updates` set (or its
+    absence) as it is now."""
+    had = hasattr(module, _UPDATES)
+    value = getattr(module, _UPDATES, None)
+
+    def put_back() -> None:
+        if had:
+            object.__setattr__(module, _UPDATES, value)
+        elif hasattr(module, _UPDATES):
+            delattr(module, _UPDATES)
+
+    return put_back
 
 
 def _call(module: Any, x: Any) -> Any:
