@@ -122,6 +122,7 @@ def test_a_folder_run_prints_each_images_top_classes_unambiguously(
     images = [image("a.png", ["crane, bird", "crane, machine"]), image("b.png", ["tench", "x"])]
     result = SimpleNamespace(
         weights=SimpleNamespace(random=False),
+        model_info={},
         count=lambda status: 2,
         images=images,
         render={"grids": True},
