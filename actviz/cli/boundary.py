@@ -8,7 +8,7 @@ import functools
 import signal
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Annotated, Any, ParamSpec, TextIO, TypeVar
+from typing import Annotated, Any, ParamSpec, Protocol, TextIO, TypeVar
 
 import typer
 
@@ -23,11 +23,19 @@ __all__ = [
     "on_sigterm",
     "reporting",
     "state",
+    "stopping",
     "usage_error",
 ]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class _Stops(Protocol):
+    def stop(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Stops)
 
 app = typer.Typer(
     name="actviz",
@@ -135,9 +143,15 @@ def usage_error(exc: BaseException) -> int | None:
 def reporting(quiet: bool, kind: type[RichReporter] = RichReporter) -> Iterator[RichReporter]:
     """A long command's progress bar, stopped however the block ends; SIGTERM stops the
     command like Ctrl-C, so the same cleanup and message run."""
-    signal.signal(signal.SIGTERM, on_sigterm)
-    reporter = kind(quiet=quiet, status=state)
-    try:
+    with stopping(kind(quiet=quiet, status=state)) as reporter:
         yield reporter
+
+
+@contextlib.contextmanager
+def stopping(bar: S) -> Iterator[S]:
+    """``bar``, stopped however the block ends; SIGTERM stops the command like Ctrl-C."""
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield bar
     finally:
-        reporter.stop()
+        bar.stop()

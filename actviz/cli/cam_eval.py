@@ -15,7 +15,8 @@ from rich.table import Table
 from rich.text import Text
 
 from actviz.cli.boundary import app, boundary, reporting
-from actviz.cli.console import err_console, error, out_console
+from actviz.cli.console import err_console, out_console
+from actviz.cli.finish import finish
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
     DecodeWorkersOption,
@@ -27,7 +28,6 @@ from actviz.cli.options import (
     QuietOption,
     fresh_out,
 )
-from actviz.errors import ExitCode
 
 if TYPE_CHECKING:
     from actviz.cameval import CamEvalResult
@@ -170,17 +170,16 @@ def cam_eval(
     )
     with reporting(quiet) as reporter:
         result = run_cam_eval(model, inputs, options, reporter=reporter)
-    if as_json:
-        out_console.print_json(result.record.read_text(encoding="utf-8"))
-    else:
-        print_cam_eval(result)
-    if not quiet:
-        _summary(result)
-    if result.failed:
-        if len(result.failed) == len(result.images):
-            error(f"no image could be scored ({len(result.failed)} failed); see messages above")
-            raise typer.Exit(int(ExitCode.ERROR))
-        raise typer.Exit(int(ExitCode.PARTIAL))
+    finish(
+        result.record,
+        lambda: print_cam_eval(result),
+        lambda: _summary(result),
+        as_json=as_json,
+        quiet=quiet,
+        failed=len(result.failed),
+        none_done=0 < len(result.failed) == len(result.images),
+        verb="scored",
+    )
 
 
 _COLUMNS = ["map", "deletion AUC", "insertion AUC", "avg drop %", "increase", "beats", "sanity"]

@@ -30,6 +30,7 @@ from actviz.cli.draw import (
     NoImagesOption,
     check_no_images,
 )
+from actviz.cli.finish import exit_on_failed, print_outcome
 from actviz.cli.groups import CheckFlags, ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
     DecodeWorkersOption,
@@ -205,13 +206,12 @@ def _execute(
 
 def _finish(result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozenset[str]) -> None:
     """Print what a run did and exit with the code that says how it went."""
-    if as_json:
-        out_console.print_json(result.manifest.read_text(encoding="utf-8"))
-    else:
-        print_run(result)
-    if not quiet:
+
+    def summary() -> None:
         print_summary(result)
         print_flags(result)
+
+    print_outcome(result.manifest, lambda: print_run(result), summary, as_json=as_json, quiet=quiet)
     counts = result.flag_counts() if fail_kinds else {}
     fired = sorted(kind for kind in fail_kinds if counts.get(kind))
     if fired:
@@ -224,11 +224,7 @@ def _finish(result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozen
         error(f"--fail-on: {images} image flag(s) ({', '.join(fired)}){first}")
         raise typer.Exit(int(ExitCode.ANOMALY))
     failed = result.count("failed")
-    if failed:
-        if failed == len(result.images):
-            error(f"no image could be read ({failed} failed); see messages above")
-            raise typer.Exit(int(ExitCode.ERROR))
-        raise typer.Exit(int(ExitCode.PARTIAL))
+    exit_on_failed(failed, none_done=0 < failed == len(result.images))
 
 
 @app.command("list-layers")

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from actviz.api import ImageResult, LayerListing, RunResult
 
 __all__ = [
+    "Bar",
     "RichReporter",
     "err_console",
     "error",
@@ -67,6 +68,26 @@ def progress_bar(unit: str, total: int) -> tuple[Any, Any]:
     )
     progress.start()
     return progress, progress.add_task(unit, total=total, rate="")
+
+
+class Bar:
+    """The reporter of a command that counts its own steps: warnings, and a progress bar on
+    stderr that subclasses start (with :func:`progress_bar`) and advance."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.total = self.done = 0
+        self._progress: Any = None
+        self._task: Any = None
+        self._said = 0.0
+
+    def warn(self, message: str) -> None:
+        warn(message)
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
 
 
 class RichReporter:

@@ -11,7 +11,8 @@ import typer
 from rich.text import Text
 
 from actviz.cli.boundary import app, boundary, reporting
-from actviz.cli.console import err_console, error, out_console
+from actviz.cli.console import err_console, out_console
+from actviz.cli.finish import finish
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
     FreshOutOption,
@@ -24,7 +25,6 @@ from actviz.cli.options import (
     SaeFileOption,
     fresh_out,
 )
-from actviz.errors import ExitCode
 
 if TYPE_CHECKING:
     from actviz.examples import TopImagesResult
@@ -106,17 +106,15 @@ def top_images(
     )
     with reporting(quiet) as reporter:
         result = find_top_images(model, inputs, options, reporter=reporter)
-    if as_json:
-        out_console.print_json(data=result.document)
-    else:
-        _print_result(result)
-    if not quiet:
-        _print_summary(result)
-    if result.images == 0:
-        error(f"no image could be read ({result.failed_count} failed); see messages above")
-        raise typer.Exit(int(ExitCode.ERROR))
-    if result.failed_count:
-        raise typer.Exit(int(ExitCode.PARTIAL))
+    finish(
+        result.document,
+        lambda: _print_result(result),
+        lambda: _print_summary(result),
+        as_json=as_json,
+        quiet=quiet,
+        failed=result.failed_count,
+        none_done=result.images == 0,
+    )
 
 
 def _print_result(result: TopImagesResult) -> None:

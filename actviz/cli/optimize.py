@@ -6,15 +6,14 @@ Torch is imported inside the command, never here, so ``actviz --help`` stays ins
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from actviz.cli.boundary import app, boundary, state
-from actviz.cli.console import err_console, out_console, progress_bar, warn
+from actviz.cli.boundary import app, boundary, state, stopping
+from actviz.cli.console import Bar, err_console, out_console, progress_bar
+from actviz.cli.finish import print_outcome
 from actviz.cli.groups import LoadFlags, grouped, selector
 from actviz.cli.options import (
     JsonOption,
@@ -82,25 +81,17 @@ BatchOption = Annotated[
 ]
 
 
-class _Bar:
+class _Bar(Bar):
     """The steps of every batch as one bar, with steps/s and the time left; the cost said
     after the second step, and where stderr is not a terminal, a plain line every tenth of the
     steps or every ``every`` seconds instead of the bar."""
 
     def __init__(self, quiet: bool, *, every: float = 30.0) -> None:
-        self.quiet = quiet
+        super().__init__(quiet)
         self.every = every
-        self.total = 0
-        self.done = 0
-        self._progress: Any = None
-        self._task: Any = None
         self._started = 0.0
         self._first = 0.0  # when the first step ended: the pace after it leaves out warm-up
-        self._said = 0.0
         self._tenths = 0
-
-    def warn(self, message: str) -> None:
-        warn(message)
 
     def start(self, total: int) -> None:
         self.total = total
@@ -151,11 +142,6 @@ class _Bar:
         self._said = now
         err_console.print(line, markup=False, highlight=False)
 
-    def stop(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
 
 def _pace(seconds: float) -> str:
     """``0.031 s``, ``2.5 s``, ``140 s``."""
@@ -169,20 +155,6 @@ def _duration(seconds: float) -> str:
     if seconds < 90 * 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-@contextmanager
-def _bar(quiet: bool) -> Iterator[_Bar]:
-    import signal
-
-    from actviz.cli.boundary import on_sigterm
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    bar = _Bar(quiet)
-    try:
-        yield bar
-    finally:
-        bar.stop()
 
 
 @app.command("optimize")
@@ -232,12 +204,9 @@ def optimize(
         overwrite=overwrite,
         load=load.options(),
     )
-    with _bar(quiet) as bar:
+    with stopping(_Bar(quiet)) as bar:
         result = run_optimize(model, options, reporter=bar)
-    if as_json:
-        out_console.print_json(data=result.document)
-    else:
-        _print_result(result)
+    print_outcome(result.document, lambda: _print_result(result), as_json=as_json)
 
 
 #: A layer's channels in words: channels, a classifier's classes, or output dimensions.

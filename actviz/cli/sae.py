@@ -6,15 +6,14 @@ Torch is imported inside the command, never here, so ``actviz --help`` stays ins
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.text import Text
 
-from actviz.cli.boundary import app, boundary, state
-from actviz.cli.console import err_console, out_console, progress_bar, warn
+from actviz.cli.boundary import app, boundary, state, stopping
+from actviz.cli.console import Bar, err_console, out_console, progress_bar
+from actviz.cli.finish import print_outcome
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
     FreshOutOption,
@@ -161,18 +160,8 @@ SaeExecution = Annotated[
 ]
 
 
-class _Bar:
+class _Bar(Bar):
     """Images over all epochs as one bar, with the running fraction of variance explained."""
-
-    def __init__(self, quiet: bool) -> None:
-        self.quiet = quiet
-        self.total = self.done = 0
-        self._progress: Any = None
-        self._task: Any = None
-        self._said = 0.0
-
-    def warn(self, message: str) -> None:
-        warn(message)
 
     def start(self, total: int) -> None:
         self.total = total
@@ -193,25 +182,6 @@ class _Bar:
         elif not self.quiet and time.monotonic() - self._said > 30 and self.done < self.total:
             self._said = time.monotonic()
             err_console.print(f"sae: {self.done} of {self.total} images, {shown}", markup=False)
-
-    def stop(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
-
-@contextmanager
-def _bar(quiet: bool) -> Iterator[_Bar]:
-    import signal
-
-    from actviz.cli.boundary import on_sigterm
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    bar = _Bar(quiet)
-    try:
-        yield bar
-    finally:
-        bar.stop()
 
 
 @app.command("sae")
@@ -278,12 +248,9 @@ def sae(
         load=load.options(),
         execution=execution.options(),
     )
-    with _bar(quiet) as bar:
+    with stopping(_Bar(quiet)) as bar:
         result = train_sae(model, inputs, options, reporter=bar)
-    if as_json:
-        out_console.print_json(data=result.document)
-    else:
-        _print_result(result)
+    print_outcome(result.document, lambda: _print_result(result), as_json=as_json)
 
 
 def _share(value: float | None) -> str:
