@@ -27,6 +27,7 @@ from actviz.cli.options import (
     NoReportOption,
     QuietOption,
     fresh_out,
+    fresh_out_option,
 )
 
 if TYPE_CHECKING:
@@ -103,17 +104,7 @@ ChunkOption = Annotated[
 ]
 
 CamEvalOutOption = Annotated[
-    Path | None,
-    typer.Option(
-        "--out",
-        "-o",
-        help=(
-            "Output folder. [default: actviz-cam-eval, or the first free actviz-cam-eval-2, "
-            "-3, ... when it holds earlier files and neither --resume nor --overwrite is given]"
-        ),
-        show_default=False,
-        rich_help_panel="Output",
-    ),
+    Path | None, fresh_out_option("actviz-cam-eval", holding="earlier files")
 ]
 
 CamEvalExecution = Annotated[

@@ -29,6 +29,7 @@ from actviz.cli.options import (
     PngCompressionOption,
     QuietOption,
     fresh_out,
+    fresh_out_option,
 )
 
 if TYPE_CHECKING:
@@ -104,15 +105,8 @@ DiffImagesOption = Annotated[
 #: ``--out`` of ``diff``: left out, the first free one of actviz-diff, actviz-diff-2, ...
 DiffOutOption = Annotated[
     Path | None,
-    typer.Option(
-        "--out",
-        "-o",
-        help=(
-            "Output folder. [default: actviz-diff, or the first free actviz-diff-2, -3, ... "
-            "when it holds an earlier comparison's files and --overwrite is not given]"
-        ),
-        show_default=False,
-        rich_help_panel="Output",
+    fresh_out_option(
+        "actviz-diff", holding="an earlier comparison's files", unless="--overwrite is not given"
     ),
 ]
 

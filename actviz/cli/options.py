@@ -4,7 +4,7 @@ live with it (run's pictures in ``draw``), and the groups of them in ``groups``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 
@@ -28,6 +28,7 @@ __all__ = [
     "ModelArg",
     "NoReportOption",
     "FreshOutOption",
+    "fresh_out_option",
     "OutOption",
     "OverwriteOption",
     "PngCompressionOption",
@@ -73,21 +74,30 @@ OutOption = Annotated[
     Path, typer.Option("--out", "-o", help="Output folder.", rich_help_panel="Output")
 ]
 
-#: ``--out`` of a command that refuses a folder holding an earlier run's files: left out, it
-#: is the first free one of actviz-out, actviz-out-2, ... so runs in a row never collide.
-FreshOutOption = Annotated[
-    Path | None,
-    typer.Option(
+
+def fresh_out_option(
+    base: str,
+    *,
+    holding: str = "an earlier run's files",
+    unless: str = "neither --resume nor --overwrite is given",
+) -> Any:
+    """``--out`` of a command that refuses a folder holding earlier files: left out, it is the
+    first free one of ``base``, ``base``-2, ... (:func:`fresh_out`)."""
+    return typer.Option(
         "--out",
         "-o",
         help=(
-            "Output folder. [default: actviz-out, or the first free actviz-out-2, -3, ... "
-            "when it holds an earlier run's files and neither --resume nor --overwrite is given]"
+            f"Output folder. [default: {base}, or the first free {base}-2, -3, ... when it holds "
+            f"{holding} and {unless}]"
         ),
         show_default=False,
         rich_help_panel="Output",
-    ),
-]
+    )
+
+
+#: ``--out`` of a command that refuses a folder holding an earlier run's files: left out, it
+#: is the first free one of actviz-out, actviz-out-2, ... so runs in a row never collide.
+FreshOutOption = Annotated[Path | None, fresh_out_option("actviz-out")]
 
 
 def fresh_out(out: Path | None, *, base: str = "actviz-out", reuse: bool = False) -> Path:
