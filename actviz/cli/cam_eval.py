@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from actviz.cli.boundary import app, boundary, reporting
-from actviz.cli.console import err_console, out_console
+from actviz.cli.console import err_console, out_console, print_columns, print_grid, print_written
 from actviz.cli.finish import finish
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
@@ -231,22 +231,8 @@ def print_cam_eval(result: CamEvalResult) -> None:
                 table.add_row(*(Text(c) for c in cells), style=style)
             out_console.print(table)
         else:
-            _plain([_COLUMNS, *(cells for cells, _, _ in rows)])
-    written = [result.record.name]
-    if result.chart is not None:
-        written.append(result.chart.name)
-    if result.report is not None:
-        written.append(result.report.name)
-    out_console.print(f"wrote {', '.join(written)} to {result.out}/", markup=False)
-
-
-def _plain(rows: list[list[str]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = []
-    for r in rows:
-        cells = [c.ljust(widths[i]) if i in (0, 5) else c.rjust(widths[i]) for i, c in enumerate(r)]
-        lines.append("  " + "  ".join(cells).rstrip())
-    out_console.file.write("\n".join(lines) + "\n")
+            print_columns([_COLUMNS, *(cells for cells, _, _ in rows)], left=(0, 5))
+    print_written(result.out, result.record, result.chart, result.report)
 
 
 def _ci(ci: dict[str, Any], *, digits: int = 3, pct: bool = False) -> str:
@@ -261,16 +247,17 @@ def _ci(ci: dict[str, Any], *, digits: int = 3, pct: bool = False) -> str:
 def _summary(result: CamEvalResult) -> None:
     ok = len(result.images) - len(result.failed)
     rate = ok / result.seconds if result.seconds > 0 else 0.0
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row(
-        "images",
-        f"{ok} scored, {len(result.failed)} failed, {len(result.skipped)} non-image skipped",
+    print_grid(
+        [
+            (
+                "images",
+                f"{ok} scored, {len(result.failed)} failed, {len(result.skipped)} non-image "
+                "skipped",
+            ),
+            ("methods", ", ".join(result.methods) + f" at {result.layer}"),
+            ("time", f"{result.seconds:.1f} s ({rate:.2f} images/s) on {result.device}"),
+        ]
     )
-    table.add_row("methods", ", ".join(result.methods) + f" at {result.layer}")
-    table.add_row("time", f"{result.seconds:.1f} s ({rate:.2f} images/s) on {result.device}")
-    err_console.print(table)
     for record in result.failed[:5]:
         err_console.print(
             Text.assemble(

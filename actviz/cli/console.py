@@ -7,6 +7,8 @@ so a file named ``[bold]x.jpg`` is shown as itself.
 from __future__ import annotations
 
 import math
+from collections.abc import Container, Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -23,10 +25,13 @@ __all__ = [
     "error",
     "listing_json",
     "out_console",
+    "print_columns",
     "print_flags",
+    "print_grid",
     "print_listing",
     "print_run",
     "print_summary",
+    "print_written",
     "warn",
 ]
 
@@ -143,6 +148,33 @@ class RichReporter:
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
+
+
+def print_columns(rows: list[list[str]], left: Container[int]) -> None:
+    """``rows`` (the header first) as plain indented columns on stdout, for a pipe: the
+    columns in ``left`` flush left, the others flush right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for r in rows:
+        cells = [c.ljust(widths[i]) if i in left else c.rjust(widths[i]) for i, c in enumerate(r)]
+        lines.append("  " + "  ".join(cells).rstrip())
+    out_console.file.write("\n".join(lines) + "\n")
+
+
+def print_grid(rows: Iterable[tuple[str, str]]) -> None:
+    """A command's summary on stderr: a bold name and its words, a row each."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    for name, words in rows:
+        table.add_row(name, words)
+    err_console.print(table)
+
+
+def print_written(out: Path, *files: Path | None, more: Iterable[str] = ()) -> None:
+    """``wrote a.json, b.png to OUT/``: the files written (None: not written), then ``more``."""
+    written = [f.name for f in files if f is not None] + list(more)
+    out_console.print(f"wrote {', '.join(written)} to {out}/", markup=False)
 
 
 PRINTED = 50

@@ -15,7 +15,14 @@ from rich.table import Table
 from rich.text import Text
 
 from actviz.cli.boundary import app, boundary, reporting
-from actviz.cli.console import RichReporter, err_console, out_console
+from actviz.cli.console import (
+    RichReporter,
+    err_console,
+    out_console,
+    print_columns,
+    print_grid,
+    print_written,
+)
 from actviz.cli.finish import finish
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
@@ -232,12 +239,8 @@ def print_diff(result: DiffResult) -> None:
         if out_console.is_terminal:
             _table(lowest, columns, result.first_divergent)
         else:
-            _plain(lowest, columns)
-    written = [result.record.name]
-    if result.chart is not None:
-        written.append(result.chart.name)
-    if result.report is not None:
-        written.append(result.report.name)
+            print_columns([columns, *_rows(lowest, columns)], left=(0, 1))
+    more = []
     if result.pictures:
         count = result.pictured
         which = (
@@ -245,8 +248,8 @@ def print_diff(result: DiffResult) -> None:
             if result.mode == "images"
             else f"first {count} image{'s' if count != 1 else ''}"
         )
-        written.append(f"{len(result.pictures)} difference pictures ({which})")
-    out_console.print(f"wrote {', '.join(written)} to {result.out}/", markup=False)
+        more.append(f"{len(result.pictures)} difference pictures ({which})")
+    print_written(result.out, result.record, result.chart, result.report, more=more)
 
 
 _COLUMNS = ["layer", "type", "cka", "cosine", "rel_l2"]
@@ -266,16 +269,6 @@ def _rows(layers: list[LayerDiff], columns: list[str]) -> list[list[str]]:
     return rows
 
 
-def _plain(layers: list[LayerDiff], columns: list[str]) -> None:
-    rows = [columns, *_rows(layers, columns)]
-    widths = [max(len(r[i]) for r in rows) for i in range(len(columns))]
-    lines = []
-    for r in rows:
-        cells = [c.ljust(widths[i]) if i < 2 else c.rjust(widths[i]) for i, c in enumerate(r)]
-        lines.append("  " + "  ".join(cells).rstrip())
-    out_console.file.write("\n".join(lines) + "\n")
-
-
 def _table(layers: list[LayerDiff], columns: list[str], first: str | None) -> None:
     table = Table()
     for i, head in enumerate(columns):
@@ -288,16 +281,17 @@ def _table(layers: list[LayerDiff], columns: list[str], first: str | None) -> No
 def _summary(result: DiffResult) -> None:
     ok = len(result.images) - len(result.failed)
     rate = ok / result.seconds if result.seconds > 0 else 0.0
-    table = Table.grid(padding=(0, 2))
-    table.add_column(style="bold")
-    table.add_column()
-    table.add_row(
-        "images",
-        f"{ok} compared, {len(result.failed)} failed, {len(result.skipped)} non-image skipped",
+    print_grid(
+        [
+            (
+                "images",
+                f"{ok} compared, {len(result.failed)} failed, {len(result.skipped)} non-image "
+                "skipped",
+            ),
+            ("layers", f"{len(result.layers)} selected by '{result.selector}'"),
+            ("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}"),
+        ]
     )
-    table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
-    table.add_row("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}")
-    err_console.print(table)
     for path, reason in result.skipped[:5]:
         err_console.print(Text.assemble(("  skipped ", "yellow"), str(path), f": {reason}"))
 
