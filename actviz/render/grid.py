@@ -56,13 +56,15 @@ from actviz.render.palette import (
 )
 from actviz.render.palette import U8Array as U8Array
 from actviz.render.scales import (
+    Chosen,
+    Scale,
     channel_ranges,
     channel_scale,
     choose_channels,
     layer_scale,
     prefix_band_levels,
 )
-from actviz.render.tiling import GAP, body_shape, tile_grid, tile_layout
+from actviz.render.tiling import GAP, TileLayout, body_shape, tile_grid, tile_layout
 
 # The array type aliases (U8Array, F32Array, F64Array) are imported as themselves above so that
 # annotations can keep taking them from this module; they are not part of the API.
@@ -200,6 +202,37 @@ def render_grid(
         out=canvas[header_height:, :body_w],
         prefix=prefix_levels,
     )
+    return tiled_image(
+        canvas,
+        header_height=header_height,
+        chosen=chosen,
+        total=total,
+        scale=scale,
+        cmap_name=cmap_name,
+        centred=centred,
+        tile_shape=(height * upscale, width * upscale),
+        grid_shape=(-(-chosen.count // columns_used), columns_used),
+        upscale=upscale,
+        placed=placed,
+    )
+
+
+def tiled_image(
+    canvas: U8Array,
+    *,
+    header_height: int,
+    chosen: Chosen,
+    total: int,
+    scale: Scale,
+    cmap_name: str,
+    centred: bool,
+    tile_shape: tuple[int, int],
+    grid_shape: tuple[int, int],
+    upscale: int,
+    placed: TileLayout,
+) -> GridImage:
+    """The finished picture of tiled channel maps (a grid or a video's time strips), frozen,
+    with what it shows."""
     canvas.setflags(write=False)
     return GridImage(
         indices=canvas,
@@ -213,8 +246,8 @@ def render_grid(
         signed=centred,
         norm=scale.norm,
         header_height=header_height,
-        tile_shape=(height * upscale, width * upscale),
-        grid_shape=(-(-chosen.count // columns_used), columns_used),
+        tile_shape=tile_shape,
+        grid_shape=grid_shape,
         upscale=upscale,
         label_height=placed.label_height,
         pitch=placed.pitch,

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from actviz.render.grid import tiled_image
 from actviz.render.legend import Header, new_canvas
 from actviz.render.normalize import as_float32, check_clip, map_levels, range_is_signed
-from actviz.render.palette import CENTER_LEVEL, GridImage, choose_cmap, palette_for
+from actviz.render.palette import CENTER_LEVEL, GridImage, choose_cmap
 from actviz.render.scales import (
     channel_ranges,
     channel_scale,
@@ -138,22 +139,16 @@ def render_time_strips(
     )
     canvas, header_h = new_canvas(body_h, body_w, header)
     tile_grid(stacked, per_row, upscale, labels, out=canvas[header_h:, :body_w])
-    canvas.setflags(write=False)
-    return GridImage(
-        indices=canvas,
-        palette=palette_for(cmap_name),
-        channels_shown=chosen.count,
-        channels_total=total,
-        channel_ids=tuple(int(i) for i in chosen.ids),
-        vmin=float(scale.vmin),
-        vmax=float(scale.vmax),
-        cmap=cmap_name,
-        signed=centred,
-        norm=scale.norm,
+    return tiled_image(
+        canvas,
         header_height=header_h,
+        chosen=chosen,
+        total=total,
+        scale=scale,
+        cmap_name=cmap_name,
+        centred=centred,
         tile_shape=(height * upscale, width * upscale),
         grid_shape=(chosen.count, per_row),
         upscale=upscale,
-        label_height=placed.label_height,
-        pitch=placed.pitch,
+        placed=placed,
     )
