@@ -188,3 +188,17 @@ def test_vit_tokens_with_score_cam(tmp_path: Path) -> None:
     maps = np.asarray(record["images"][0]["maps"]["scorecam"])
     assert maps.shape == (4, 4) and maps.max() == pytest.approx(1.0) and maps.min() >= 0
     assert record["report"] is None and not (out / "cam-eval.html").exists()
+
+
+def test_perturbed_chunks_on_a_cpu_hold_about_400k_pixels() -> None:
+    from actviz.cameval.evaluate import _scoring_chunk
+    from actviz.cameval.options import CamEvalOptions
+
+    default = CamEvalOptions(methods="gradcam")  # 8 x --batch-size
+    assert _scoring_chunk(default, "cpu", (128, 128)) == 24
+    assert _scoring_chunk(default, "cpu", (224, 224)) == 8
+    assert _scoring_chunk(default, "cpu", (1024, 1024)) == 1
+    assert _scoring_chunk(default, "cpu", (16, 16)) == default.forward_chunk
+    assert _scoring_chunk(default, "cuda", (224, 224)) == default.forward_chunk
+    given = CamEvalOptions(methods="gradcam", chunk=50)
+    assert _scoring_chunk(given, "cpu", (224, 224)) == 50
