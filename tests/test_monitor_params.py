@@ -13,7 +13,7 @@ from torch import nn
 
 import actviz
 from actviz.monitor import read_log
-from actviz.monitor.params import UPDATE_SAMPLE
+from actviz.monitor.params import SAMPLE_RUN, UPDATE_SAMPLE
 from tests.test_monitor import batch, make_model
 
 
@@ -73,11 +73,12 @@ def test_the_norm_after_clipping_follows_what_the_loop_did_to_the_gradient(
 def test_update_ratios_stay_right_over_steps_and_a_swapped_storage(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(108, 200), nn.ReLU(), nn.Linear(200, 3))
-    assert model[1].weight.numel() > UPDATE_SAMPLE  # sampled with a stride
+    assert model[1].weight.numel() > UPDATE_SAMPLE  # sampled in runs, with a stride
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     before: list[torch.Tensor] = []
-    # The ratio over every other value (the smallest prime stride that brings 21,600 values
-    # under the sample's size), the weight norm.
+    # The ratio over every other run of 64 values (21,600 values make 337 whole runs, and 2
+    # is the smallest prime stride that brings them under the sample's 256 runs), the weight
+    # norm.
     full: list[tuple[float, float]] = []
 
     def remember(step: int) -> None:
@@ -89,7 +90,11 @@ def test_update_ratios_stay_right_over_steps_and_a_swapped_storage(tmp_path: Pat
 
     def ratio_after(*_: object) -> None:
         weight = model[1].weight.detach()
-        new, old = weight.reshape(-1)[::2], before[0].reshape(-1)[::2]
+        runs = weight.numel() // SAMPLE_RUN
+        new, old = (
+            w.reshape(-1)[: runs * SAMPLE_RUN].view(runs, SAMPLE_RUN)[::2]
+            for w in (weight, before[0])
+        )
         full.append((float((new - old).norm() / old.norm()), float(weight.norm())))
 
     optimizer.register_step_post_hook(ratio_after)

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from actviz.monitor.reduce import root, squared_norms
 from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ __all__ = ["UPDATE_SAMPLE", "ParamWatch"]
 #: Values of a parameter the update ratio is measured on, at most: a copy of every weight at
 #: every recorded step would cost as much memory traffic as the step itself.
 UPDATE_SAMPLE = 16_384
+#: Consecutive values the sample reads at a time.
+SAMPLE_RUN = 64
 
 
 class ParamWatch:
@@ -133,7 +136,7 @@ class ParamWatch:
     def _take_pre_clip(self) -> None:
         """The norms of the gradients the backward just accumulated, before any clipping."""
         pending, self._pending = self._pending, []
-        norms = _norms([grad for _, grad in pending])
+        norms = squared_norms([grad for _, grad in pending])
         for (name, grad), norm in zip(pending, norms, strict=True):
             self._pre_clip[name] = self._scalars.add(norm)
             self._pre_clip_grad[name] = (grad, grad._version)
@@ -157,7 +160,7 @@ class ParamWatch:
                 changed.append((name, param))
         with torch.no_grad():
             if changed:
-                norms = _norms([p.grad for _, p in changed if p.grad is not None])
+                norms = squared_norms([p.grad for _, p in changed if p.grad is not None])
                 for (name, _param), norm in zip(changed, norms, strict=True):
                     self._post_clip[name] = self._scalars.add(norm)
             views, buffers = self._sampled([p for _, p in pairs])
@@ -176,9 +179,9 @@ class ParamWatch:
             return  # the optimizer's parameters changed inside the step
         with torch.no_grad():
             sampled, _buffers = self._sampled([p for _, p in pairs])
-            deltas = torch._foreach_norm(torch._foreach_sub(sampled, before))
-            old = torch._foreach_norm(before)
-            new = torch._foreach_norm([p.detach() for _, p in pairs])
+            deltas = squared_norms(torch._foreach_sub(sampled, before))
+            old = squared_norms(before)
+            new = squared_norms([p.detach() for _, p in pairs])
         add = self._scalars.add
         for (name, _param), d, o, n in zip(pairs, deltas, old, new, strict=True):
             self._update[name] = (add(d.float()), add(o.float()), add(n.float()))
@@ -192,7 +195,7 @@ class ParamWatch:
         if not params:
             return {}
         with torch.no_grad():
-            norms = torch._foreach_norm([p.detach() for _, p in params])
+            norms = squared_norms([p.detach() for _, p in params])
         return {n: self._scalars.add(v.float()) for (n, _), v in zip(params, norms, strict=True)}
 
     @property
@@ -209,15 +212,15 @@ class ParamWatch:
             name: {} for name in self.order if name in self._pre_clip or name in weights
         }
         for name, index in self._pre_clip.items():
-            params.setdefault(name, {})["grad_norm"] = floats[index]
+            params.setdefault(name, {})["grad_norm"] = root(floats[index])
         for name, index in self._post_clip.items():
-            params.setdefault(name, {})["grad_norm_clipped"] = floats[index]
+            params.setdefault(name, {})["grad_norm_clipped"] = root(floats[index])
         for name, (d, o, n) in self._update.items():
             row = params.setdefault(name, {})
-            row["weight_norm"] = floats[n]
-            row["update_ratio"] = floats[d] / floats[o] if floats[o] > 0 else None
+            row["weight_norm"] = root(floats[n])
+            row["update_ratio"] = root(floats[d] / floats[o]) if floats[o] > 0 else None
         for name, index in weights.items():
-            params.setdefault(name, {})["weight_norm"] = floats[index]
+            params.setdefault(name, {})["weight_norm"] = root(floats[index])
         return params
 
     def release(self) -> None:
@@ -236,40 +239,25 @@ class ParamWatch:
         self._before.clear()
 
 
-def _norms(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Each tensor's L2 norm as a 0-d float32 tensor: float32 tensors in one fused call,
-    others (float16, bfloat16) one by one, accumulated in float32 so that they cannot
-    overflow."""
-    import torch
-
-    norms: list[torch.Tensor | None] = [None] * len(tensors)
-    wide = [i for i, t in enumerate(tensors) if t.dtype == torch.float32]
-    with torch.no_grad():
-        if wide:
-            fused = torch._foreach_norm([tensors[i].detach() for i in wide])
-            for i, norm in zip(wide, fused, strict=True):
-                norms[i] = norm
-        for i, tensor in enumerate(tensors):
-            if norms[i] is None:
-                norms[i] = torch.linalg.vector_norm(tensor.detach(), dtype=torch.float32)
-    return [n for n in norms if n is not None]
-
-
 def _sample(param: torch.Tensor) -> torch.Tensor:
-    """The values the update ratio is measured on: all of a small tensor, every k-th value of
-    a large one, k the smallest prime that brings the count under :data:`UPDATE_SAMPLE` (a
-    prime stride does not keep landing on the same kernel position or channel)."""
+    """The values the update ratio is measured on: all of a small tensor; of a large one,
+    runs of :data:`SAMPLE_RUN` consecutive values, every k-th run, k the smallest prime that
+    brings the count under :data:`UPDATE_SAMPLE` (runs of many values cover every kernel
+    position alike, and a prime stride does not keep landing on the same channel). Runs, not
+    single values: a strided read costs a cache line a value, as much memory traffic as the
+    whole weight."""
     flat = param.detach().reshape(-1)
     n = flat.numel()
     if n <= UPDATE_SAMPLE:
         return flat
-    return flat[:: _stride(n)]
+    runs = n // SAMPLE_RUN
+    return flat[: runs * SAMPLE_RUN].view(runs, SAMPLE_RUN)[:: _stride(runs)]
 
 
 @functools.lru_cache(maxsize=1024)
-def _stride(n: int) -> int:
-    """The sampling stride of a tensor of ``n`` values (the same at every step)."""
-    stride = -(-n // UPDATE_SAMPLE)
+def _stride(runs: int) -> int:
+    """The sampling stride, in runs, of a tensor of ``runs`` runs (the same at every step)."""
+    stride = -(-runs // (UPDATE_SAMPLE // SAMPLE_RUN))
     while any(stride % d == 0 for d in range(2, int(stride**0.5) + 1)):
         stride += 1
     return stride

@@ -1,8 +1,8 @@
 """The selected layers' outputs of a recorded training step, and the step's record.
 
-Each floating-point tensor of a selected layer's output is reduced on the device (sum, norm,
-min, max, non-zero count, and the norm of the gradient reaching it) into the step's
-:class:`~actviz.monitor.scalars.ScalarBatch`; :meth:`LayerSummaries.numbers` turns the read
+Each floating-point tensor of a selected layer's output is reduced on the device (sum, sum of
+squares, min, max, non-zero count, and the squared norm of the gradient reaching it) into the
+step's :class:`~actviz.monitor.scalars.ScalarBatch`; :meth:`LayerSummaries.numbers` turns the read
 values into the log's per-layer statistics."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from actviz.hooks import tensor_items
 from actviz.monitor.nonfinite import Origin
+from actviz.monitor.reduce import nonzero_count, root, squared_norm
 from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
@@ -62,10 +63,10 @@ class LayerSummaries:
                         if len(sums) == len(tensors)
                         else add(x.sum(dtype=torch.float32))
                     ),
-                    "l2": add(torch.linalg.vector_norm(x, dtype=torch.float32)),
+                    "squares": add(squared_norm(x)),
                     "min": add(low),
                     "max": add(high),
-                    "nonzero": count(torch.count_nonzero(x)),
+                    "nonzero": count(nonzero_count(x)),
                     # Counted only when the sum says there is a NaN or Inf (rarely): no pass
                     # over every output for counts that are almost always zero.
                     "tensor": x,
@@ -83,9 +84,7 @@ class LayerSummaries:
             import torch
 
             with torch.no_grad():
-                entry["grad"] = self._scalars.add(
-                    torch.linalg.vector_norm(grad.detach(), dtype=torch.float32)
-                )
+                entry["grad"] = self._scalars.add(squared_norm(grad))
 
         return hook
 
@@ -162,12 +161,12 @@ def _layer_numbers(entry: dict[str, Any], floats: list[float], ints: list[int]) 
         "zero_frac": (n - ints[entry["nonzero"]]) / n,
         "nan": nan,
         "inf": nonfinite - nan,
-        "grad_norm": floats[entry["grad"]] if "grad" in entry else None,
+        "grad_norm": root(floats[entry["grad"]]) if "grad" in entry else None,
         "shape": entry["shape"],
     }
     if nonfinite == 0 and math.isfinite(floats[entry["sum"]]):
         mean = floats[entry["sum"]] / n
-        square = floats[entry["l2"]] ** 2 / n
+        square = floats[entry["squares"]] / n
         row["mean"] = mean
         row["std"] = math.sqrt(max(square - mean * mean, 0.0))
     else:

@@ -1,0 +1,56 @@
+"""The training monitor's reductions: the norms and counts against float64 and torch's own,
+and the update ratio's sample of a large parameter."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from actviz.monitor.params import SAMPLE_RUN, UPDATE_SAMPLE, _sample
+from actviz.monitor.reduce import nonzero_count, root, squared_norm, squared_norms
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda x: x,  # contiguous float32: a dot product
+        lambda x: x.t(),  # not contiguous
+        lambda x: x.half(),  # accumulated in float32
+        lambda x: x.view(10, 10, 100, 10).contiguous(memory_format=torch.channels_last),
+    ],
+)
+def test_squared_norms_equal_float64(make: object) -> None:
+    g = torch.Generator().manual_seed(0)
+    x = make(torch.randn(1000, 100, generator=g) * 3)  # type: ignore[operator]
+    exact = float((x.double() ** 2).sum())
+    assert float(squared_norm(x)) == pytest.approx(exact, rel=1e-4)
+    both = squared_norms([x, torch.zeros(0), x[:1]])
+    assert float(both[0]) == pytest.approx(exact, rel=1e-4)
+    assert float(both[1]) == 0.0
+    assert root(float(both[0])) == pytest.approx(math.sqrt(exact), rel=1e-4)
+
+
+def test_nonfinite_values_stay_nonfinite_and_zeros_are_counted() -> None:
+    x = torch.tensor([0.0, -0.0, 1.0, math.nan, -2.0, math.inf])
+    assert math.isnan(root(float(squared_norm(x))))
+    assert root(float(squared_norm(torch.tensor([math.inf, 1.0])))) == math.inf
+    assert int(nonzero_count(x)) == int(torch.count_nonzero(x)) == 4
+    relu = torch.randn(64, 64, generator=torch.Generator().manual_seed(1)).relu()
+    assert int(nonzero_count(relu)) == int(torch.count_nonzero(relu))
+
+
+def test_a_large_parameter_is_sampled_in_runs_spread_over_it() -> None:
+    weight = torch.arange(512 * 256 * 9, dtype=torch.float32)  # 1,179,648 values
+    sample = _sample(weight)
+    runs, width = sample.shape
+    assert width == SAMPLE_RUN and runs * width <= UPDATE_SAMPLE
+    starts = sample[:, 0].long()
+    stride = int(starts[1] - starts[0]) // SAMPLE_RUN
+    assert all(stride % d for d in range(2, stride))  # prime
+    assert (sample - sample[:, :1] == torch.arange(SAMPLE_RUN)).all()  # consecutive values
+    assert int(starts[0]) == 0 and int(starts[-1]) > weight.numel() - stride * SAMPLE_RUN - 1
+    assert sample.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()  # a view
+    small = torch.ones(UPDATE_SAMPLE)
+    assert _sample(small).shape == (UPDATE_SAMPLE,)
