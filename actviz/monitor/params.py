@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actviz.monitor.reduce import root, squared_norms
+from actviz.monitor.reduce import root, squared_norm, squared_norms
 from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
@@ -125,6 +125,12 @@ class ParamWatch:
 
             grad = param.grad
             if grad is None or not self._recording():
+                return
+            if grad.device.type == "cpu":
+                # Read now, while the backward's last write left it in the cache: at the end
+                # of the backward most gradients are back in main memory.
+                self._pre_clip[name] = self._scalars.add(squared_norm(grad))
+                self._pre_clip_grad[name] = (grad, grad._version)
                 return
             if not self._pending:
                 # Runs once the backward is done, before anything (a clip) can touch a grad.
