@@ -55,8 +55,8 @@ class ParamWatch:
         # optimizer steps on the same, untouched tensor (no clipping), its norm is reused.
         self._pre_clip_grad: dict[str, tuple[torch.Tensor, int]] = {}
         self._post_clip: dict[str, int] = {}
-        # Gradients accumulated in the running backward, their norms taken together when it
-        # ends (one fused call instead of one per parameter).
+        # On an accelerator, gradients accumulated in the running backward, their norms taken
+        # together when it ends (one fused call instead of one per parameter).
         self._pending: list[tuple[str, torch.Tensor]] = []
         self._before: list[torch.Tensor] = []
         # Kept from step to step: the optimizer's parameters by name (rebuilt when its
