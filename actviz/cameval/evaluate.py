@@ -160,21 +160,14 @@ def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) ->
     )
 
 
-#: Pixels of a perturbed chunk on a CPU (batch x height x width). Measured with 2 threads:
-#: resnet18 per image at 128 px takes 2.8 ms in chunks of 24 and 3.4 ms in chunks of 64,
-#: resnet50 at 224 px 21.8 ms in chunks of 8 and 34.4 ms in chunks of 64 (larger chunks
-#: fall out of the caches); the best chunk of resnet18 and 50 at 128-224 px and of vgg11
-#: sits near this many pixels.
-CPU_CHUNK_PIXELS = 400_000
-
-
 def _scoring_chunk(opts: CamEvalOptions, device: str, size: tuple[int, int]) -> int:
-    """Perturbed images per forward: ``--chunk``; else on a CPU the chunk of about
-    :data:`CPU_CHUNK_PIXELS` pixels (at most ``--chunk``'s default); else that default."""
-    if opts.chunk or device != "cpu":
-        return opts.forward_chunk
-    fits = round(CPU_CHUNK_PIXELS / max(1, size[0] * size[1]))
-    return max(1, min(opts.forward_chunk, fits))
+    """Perturbed (or Score-CAM's masked) images per forward: ``--chunk``; else on a CPU
+    about 400k pixels (at most ``--chunk``'s default); else that default."""
+    from actviz.gradients.methods import forward_chunk
+
+    if opts.chunk:
+        return opts.chunk
+    return forward_chunk(device, size, opts.forward_chunk)
 
 
 def _scorer(module: nn.Module, device: str, channels_last: bool) -> dict[str, Any]:
@@ -290,14 +283,9 @@ def _score_batch(
     opts, loaded = state.opts, state.loaded
     x = x.float()
     targets = resolve_targets(logits.float(), opts.target, loaded.categories)
+    chunk = _scoring_chunk(opts, x.device.type, (x.shape[-2], x.shape[-1]))
     maps = method_maps(
-        loaded.module,
-        x,
-        state.layer,
-        opts.methods,
-        targets,
-        state.shape,
-        batch_size=opts.forward_chunk,
+        loaded.module, x, state.layer, opts.methods, targets, state.shape, batch_size=chunk
     )
     grid = tuple(next(iter(maps.values())).shape[-2:])
     rels = [state.rels[str(p)] for p in paths]
@@ -310,12 +298,12 @@ def _score_batch(
         every,
         targets,
         state.protocol,
-        batch_size=_scoring_chunk(opts, x.device.type, (x.shape[-2], x.shape[-1])),
+        batch_size=chunk,
         channels_last=state.channels_last,
     )
     before = logits.float().softmax(dim=1).double().cpu()
     p = before[range(len(targets)), targets]
-    sanity = _sanity(state, x, targets, every)
+    sanity = _sanity(state, x, targets, every, chunk)
     records = []
     for i, (path, rel) in enumerate(zip(paths, rels, strict=True)):
         per: dict[str, Any] = {}
@@ -355,6 +343,7 @@ def _sanity(
     x: torch.Tensor,
     targets: list[int],
     every: Mapping[str, torch.Tensor],
+    chunk: int,
 ) -> dict[str, list[list[float | None]]]:
     """Per map name, per stage, each image's Spearman correlation between its map from the
     model and from the twin with the stage's blocks re-initialised (baselines do not read the
@@ -363,7 +352,7 @@ def _sanity(
     out: dict[str, list[list[float | None]]] = {name: [] for name in every}
     for twin in state.twins:
         again = method_maps(
-            twin, x, state.layer, opts.methods, targets, state.shape, batch_size=opts.forward_chunk
+            twin, x, state.layer, opts.methods, targets, state.shape, batch_size=chunk
         )
         for name in every:
             fresh = again.get(name, every[name])
