@@ -243,11 +243,6 @@ def capture_and_render(
     return never_ran
 
 
-def _tensor(cap: Any, recorder: Any) -> Any:
-    """A capture's tensor, else the recorder's."""
-    return recorder[cap.key] if cap.tensor is None else cap.tensor
-
-
 def _probe(loaded: LoadedModel, plan: Plan, stack: contextlib.ExitStack) -> DetectionProbe | None:
     """For a detector, the watch on its own transform (padding to crop, sizes), open for the
     run; None for other models."""
