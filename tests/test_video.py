@@ -306,3 +306,48 @@ def test_a_video_runs_summary_counts_clips(tmp_path: Path) -> None:
     assert summary.startswith("clips ") and "clips/s" in summary
     assert "1 done" in summary and "1 non-video skipped" in summary
     assert "images/s" not in summary and "for 1 clip(s)" in result.stdout
+
+
+def test_a_video_runs_progress_counts_clips(tmp_path: Path) -> None:
+    import actviz
+
+    net = tmp_path / "net.py"
+    net.write_text(NET)
+    for name in ("a", "b"):
+        write_gif(tmp_path / "in" / f"{name}.gif", frames=4)
+
+    class Old:
+        """A reporter written before units were named: it keeps working."""
+
+        total = 0
+
+        def warn(self, message: str) -> None: ...
+
+        def start(self, total: int) -> None:
+            self.total = total
+
+        def advance(self, result: object) -> None: ...
+
+    class Units(Old):
+        unit = ""
+
+        def name_unit(self, unit: str) -> None:
+            self.unit = unit
+
+    seen = Units()
+    actviz.run(
+        f"{net}:build",
+        tmp_path / "in",
+        out=tmp_path / "out",
+        reporter=seen,
+        weights="none",
+        input_size=(16, 16),
+        frames=2,
+        report=False,
+    )
+    assert (seen.unit, seen.total) == ("clips", 2)
+    image = make_image(tmp_path / "x.png")
+    plain, old = Units(), Old()
+    actviz.run("resnet18", image, out=tmp_path / "o2", weights="none", reporter=plain)
+    actviz.run("resnet18", image, out=tmp_path / "o3", weights="none", reporter=old)
+    assert (plain.unit, plain.total, old.total) == ("images", 1, 1)

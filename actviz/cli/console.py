@@ -107,9 +107,14 @@ class RichReporter:
         self._progress: Any = None
         self._task: Any = None
         self._noted: set[str] = set()
+        self.unit = "images"
 
     def warn(self, message: str) -> None:
         warn(message)
+
+    def name_unit(self, unit: str) -> None:
+        """What the units are: ``images``, a video model's ``clips``, a flow model's ``pairs``."""
+        self.unit = unit
 
     def start(self, total: int) -> None:
         self.total = total
@@ -118,12 +123,12 @@ class RichReporter:
         )
         if self.quiet or total < 2 or not err_console.is_terminal:
             return
-        self._progress, self._task = progress_bar("images", total)
+        self._progress, self._task = progress_bar(self.unit, total)
 
     def advance(self, result: ImageResult) -> None:
         self.done += 1
         self.status["progress"] = (
-            f" after {self.done} of {self.total} images; run the same command with --resume "
+            f" after {self.done} of {self.total} {self.unit}; run the same command with --resume "
             "to finish"
         )
         if result.status == "failed":
@@ -231,13 +236,11 @@ def _percent(value: float, digits: int = 1) -> str:
     return f"{value:.{digits}%}" if math.isfinite(value) else "n/a"
 
 
-#: What a run's inputs are, by model family: one, many, and what a skipped file is not.
-_UNITS = {"video": ("clip", "clips", "non-video"), "optical_flow": ("pair", "pairs", "non-image")}
-
-
 def _units(result: RunResult) -> tuple[str, str, str]:
     """``image``, ``images``, ``non-image``; a video model's clips, a flow model's pairs."""
-    return _UNITS.get(str(result.model_info.get("family")), ("image", "images", "non-image"))
+    from actviz.command.progress import input_units
+
+    return input_units(result.model_info.get("family"))
 
 
 def print_summary(result: RunResult) -> None:

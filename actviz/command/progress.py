@@ -8,7 +8,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-__all__ = ["Reporter", "SilentReporter", "start_progress"]
+__all__ = ["Reporter", "SilentReporter", "input_units", "start_progress"]
+
+#: What a run's inputs are, by model family: one, many, and what a skipped file is not.
+_UNITS = {"video": ("clip", "clips", "non-video"), "optical_flow": ("pair", "pairs", "non-image")}
+
+
+def input_units(family: str | None) -> tuple[str, str, str]:
+    """``image``, ``images``, ``non-image``; a video model's clips, a flow model's pairs."""
+    return _UNITS.get(str(family), ("image", "images", "non-image"))
 
 
 class Reporter(Protocol):
@@ -38,9 +46,16 @@ class SilentReporter:
         """Ignore."""
 
 
-def start_progress(notify: Reporter, total: int, done: Iterable[Any] = ()) -> None:
+def start_progress(
+    notify: Reporter, total: int, done: Iterable[Any] = (), *, unit: str = "images"
+) -> None:
     """Tell ``notify`` how many units there are, then advance it past the ones an earlier run
-    did (``done``), so a resumed command's bar starts where the last one stopped."""
+    did (``done``), so a resumed command's bar starts where the last one stopped. A reporter
+    with a ``name_unit`` method is told what the units are first (``clips``, ``pairs``): an
+    optional method, so that reporters written before it keep working."""
+    name_unit = getattr(notify, "name_unit", None)
+    if callable(name_unit):
+        name_unit(unit)
     notify.start(total)
     for result in done:
         notify.advance(result)

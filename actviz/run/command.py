@@ -67,6 +67,7 @@ def run(
     """
     from actviz.command import input_paths, open_command
     from actviz.command.inputs import discovery_for, inputs_for
+    from actviz.command.progress import input_units
     from actviz.hooks import layer_refs
     from actviz.models.listing import fold_never_ran
 
@@ -108,7 +109,8 @@ def run(
             cmd.warn(f"--overwrite kept {len(state.kept)} file(s) no run wrote: {shown}")
         try:
             reused = (r for r in state.results if r.status == "reused")
-            start_progress(cmd.notify, len(state.results), reused)
+            unit = input_units(loaded.family.key)[1]
+            start_progress(cmd.notify, len(state.results), reused, unit=unit)
             if ex.engine == "ray":
                 if opts.draw.pca:
                     raise UsageError("--view pca runs on the local engine; leave out --engine ray")
