@@ -113,9 +113,10 @@ def test_update_ratios_stay_right_over_steps_and_a_swapped_storage(tmp_path: Pat
 def test_gradients_accumulated_over_two_backwards_are_measured_after_the_second(
     tmp_path: Path,
 ) -> None:
-    """The norms before clipping are taken together when a backward ends: with two backward
-    passes in a step, the record holds the norms of the summed gradients, and clipping after
-    the second does not reach them."""
+    """The norms before clipping are taken as each gradient is accumulated (on a CPU) or
+    together when a backward ends (elsewhere): with two backward passes in a step, the record
+    holds the norms of the summed gradients, and clipping after the second does not reach
+    them."""
     model = make_model().train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     seen: dict[str, float] = {}

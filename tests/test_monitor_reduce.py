@@ -4,6 +4,7 @@ and the update ratio's sample of a large parameter."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -54,3 +55,37 @@ def test_a_large_parameter_is_sampled_in_runs_spread_over_it() -> None:
     assert sample.untyped_storage().data_ptr() == weight.untyped_storage().data_ptr()  # a view
     small = torch.ones(UPDATE_SAMPLE)
     assert _sample(small).shape == (UPDATE_SAMPLE,)
+
+
+def test_sparse_and_float64_tensors_are_reduced_too() -> None:
+    embedding = torch.nn.Embedding(10, 4, sparse=True)
+    embedding(torch.tensor([1, 2, 2])).sum().backward()
+    grad = embedding.weight.grad
+    assert grad is not None and grad.is_sparse
+    dense = float((grad.to_dense().double() ** 2).sum())
+    assert float(squared_norm(grad)) == pytest.approx(dense, rel=1e-6)
+    wide = torch.randn(100, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    assert float(squared_norm(wide)) == pytest.approx(float((wide**2).sum()), rel=1e-6)
+
+
+def test_a_watched_model_with_a_sparse_embedding_trains(tmp_path: Path) -> None:
+    import actviz
+    from actviz.monitor import read_log
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Embedding(20, 8, sparse=True), torch.nn.Linear(8, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    seen = 0.0
+    with actviz.watch(model, optimizer, every=1, out=tmp_path) as w:
+        for step in range(2):
+            tokens = torch.tensor([[step, 3, 5], [7, 3, 11]])
+            loss = model(tokens).mean(dim=1).logsumexp(dim=1).mean()
+            loss.backward()
+            grad = model[0].weight.grad
+            assert grad is not None
+            seen = float(grad.to_dense().norm())
+            optimizer.step()
+            optimizer.zero_grad()
+            w.step(loss=loss)
+    record = read_log(tmp_path).steps[-1]
+    assert record["params"]["0.weight"]["grad_norm"] == pytest.approx(seen, rel=1e-5)

@@ -147,7 +147,8 @@ class RichReporter:
             self._progress.advance(self._task)
             speed = self._progress.tasks[0].speed
             if speed:
-                self._progress.update(self._task, rate=f"{speed:.1f} img/s")
+                per = "img" if self.unit == "images" else self.unit
+                self._progress.update(self._task, rate=f"{speed:.1f} {per}/s")
 
     def stop(self) -> None:
         if self._progress is not None:

@@ -24,18 +24,38 @@ __all__ = ["nonzero_count", "root", "squared_norm", "squared_norms"]
 
 
 def squared_norm(tensor: torch.Tensor) -> torch.Tensor:
-    """The sum of the squares as a 0-d float32 tensor (accumulated in float32, so float16
-    cannot overflow), without a graph: the host takes the square root of what it reads, one
-    operation a tensor less."""
+    """The sum of the squares as a 0-d float32 tensor, without a graph (the host takes the
+    square root of what it reads). float16 and bfloat16 are accumulated in float32, so they
+    cannot overflow; a sparse tensor is reduced over its stored values."""
     import torch
 
     x = tensor.detach()
-    if x.device.type == "cpu" and x.dtype == torch.float32 and x.is_contiguous():
-        flat = x.view(-1)
-        total: torch.Tensor = torch.dot(flat, flat)
-    else:
+    if x.layout == torch.sparse_coo:
+        x = x.coalesce().values()
+    elif x.layout != torch.strided:  # compressed sparse layouts
+        x = x.values()
+    if x.device.type == "cpu" and x.dtype == torch.float32:
+        flat = _dense_flat(x)
+        if flat is not None:
+            total: torch.Tensor = torch.dot(flat, flat)
+            return total
+    if x.dtype in (torch.float16, torch.bfloat16, torch.float32):
         total = torch.linalg.vector_norm(x, dtype=torch.float32).square()
+    else:  # float64, complex
+        total = torch.linalg.vector_norm(x).square().float()
     return total
+
+
+def _dense_flat(x: torch.Tensor) -> torch.Tensor | None:
+    """``x``'s values as a 1-d view, when they fill its storage in some order (contiguous, or
+    channels-last: the order does not change a sum of squares); None otherwise."""
+    import torch
+
+    if x.is_contiguous():
+        return x.view(-1)
+    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
+        return x.permute(0, 2, 3, 1).reshape(-1)  # a view: already in this order
+    return None
 
 
 def squared_norms(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -60,8 +80,13 @@ def root(value: float) -> float:
 
 
 def nonzero_count(tensor: torch.Tensor) -> torch.Tensor:
-    """How many values are not zero (NaN counts as not zero), as a 0-d integer tensor."""
+    """How many values are not zero (NaN counts as not zero), as a 0-d integer tensor. On a
+    CPU by summing the boolean cast (``count_nonzero`` is 10-25x slower there); elsewhere by
+    ``count_nonzero``, one reduction with no temporary."""
     import torch
 
-    wide = torch.int64 if tensor.numel() >= 2**31 else torch.int32
-    return torch.sum(tensor.detach().bool(), dtype=wide)
+    x = tensor.detach()
+    if x.device.type != "cpu":
+        return torch.count_nonzero(x)
+    wide = torch.int64 if x.numel() >= 2**31 else torch.int32
+    return torch.sum(x.bool(), dtype=wide)

@@ -15,6 +15,7 @@ sampled, in a pass of their own.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -148,7 +149,7 @@ class PcaPass:
                     rows = [(reused[i][0], row) for row, (i, _, _) in enumerate(good)]
                     self._sample(recorder.captures, rows)
             kept, self.kept = self.kept, []
-            with _one_thread_per_task():
+            with _blas().limit(limits=1, user_api="blas"):  # see _one_torch_thread
                 plan.pca = self._fit_and_draw(pool, kept)
             plan.pca_notes = dict(self.sampler.notes)
             if self.rest is not None:
@@ -210,11 +211,15 @@ class PcaPass:
         }
         fits = {}
         drawn: list[tuple[int, int, str]] = []
-        for key in keys:
-            fit, pictures = tasks[key].result()
-            if fit is not None:
-                fits[key] = fit
-            drawn += pictures
+        try:
+            for key in keys:
+                fit, pictures = tasks[key].result()
+                if fit is not None:
+                    fits[key] = fit
+                drawn += pictures
+        finally:
+            # A failed fit ends the run only once the others are done: none is left running.
+            concurrent.futures.wait(tasks.values())
         todo = self.plan.todo
         for i, order, rel in sorted(drawn):
             _add_picture(todo[i], order, rel)
@@ -225,6 +230,12 @@ class PcaPass:
     ) -> tuple[Any, list[tuple[int, int, str]]]:
         """One layer's fit, and its picture of each kept image: ``(index in todo, capture
         order, file)``."""
+        with _one_torch_thread():
+            return self._fit_and_draw_layer(key, kept, seen)
+
+    def _fit_and_draw_layer(
+        self, key: str, kept: list[tuple[int, ImageJob]], seen: dict[int, Any]
+    ) -> tuple[Any, list[tuple[int, int, str]]]:
         fit = self.sampler.fit(key)
         if fit is None:
             return None, []
@@ -270,20 +281,20 @@ class PcaPass:
 
 
 @contextlib.contextmanager
-def _one_thread_per_task() -> Iterator[None]:
-    """While the render threads fit and draw, their linear algebra in one thread each.
+def _one_torch_thread() -> Iterator[None]:
+    """torch's linear algebra in one thread in this render thread (torch's OpenMP thread count
+    is the calling thread's own), while numpy's BLAS is held to one thread for all of them.
 
-    The threads are the parallelism: a fit's BLAS or LAPACK spreading each product over every
-    core as well oversubscribes them (resnet18's 20 fits take 0.41 s in two threads with two
-    BLAS threads each, 0.25 s with one each; the whole run with --view pca went from 1.84x
-    to 1.42x a grids-only run)."""
+    The render threads are the parallelism: a fit's BLAS or LAPACK spreading each product over
+    every core as well oversubscribes them (resnet18's 20 fits take 0.41 s in two threads with
+    two BLAS threads each, 0.25 s with one each; the whole run with --view pca went from 1.84x
+    to about 1.45x a grids-only run)."""
     import torch
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with _blas().limit(limits=1, user_api="blas"):
-            yield
+        yield
     finally:
         torch.set_num_threads(before)
 
