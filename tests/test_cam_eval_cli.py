@@ -119,6 +119,7 @@ def test_scores_baselines_sanity_and_a_bad_image(tmp_path: Path) -> None:
     assert chart.size == (1100, 440) and pixels.std() > 20
     page = (out / "cam-eval.html").read_text()
     assert "Grad-CAM" in page and "cases/gradcam_best.png" in page and "Sanity check" in page
+    assert "Sobel edges" in page  # the baselines by the names the record gives them
     table = page[page.index("<h2>Methods and baselines") : page.index("</table>")]
     rows = table.split("<tr")[2:]  # after the header row: 2 methods, 3 baselines
     assert len(rows) == 5 and {row.count("<td") for row in rows} == {4 + 3 + 2}

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BASELINES",
+    "BASELINE_TITLES",
     "Protocol",
     "Scores",
     "baseline_maps",
@@ -34,6 +35,8 @@ __all__ = [
 
 BASELINES = ("random", "gaussian", "sobel")
 """The maps any method must beat: a random map, a centred Gaussian and the input's edges."""
+BASELINE_TITLES = {"random": "random map", "gaussian": "centred Gaussian", "sobel": "Sobel edges"}
+"""How the page names each baseline."""
 
 
 @dataclass(frozen=True)

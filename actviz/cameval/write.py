@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
-from actviz.cameval.metrics import BASELINES
+from actviz.cameval.metrics import BASELINE_TITLES, BASELINES
 from actviz.cameval.result import RECORD, CamEvalResult, EvalState
 from actviz.cameval.summary import BOOTSTRAP, METRICS, SANITY_THRESHOLD, summarize
 from actviz.command.head import json_head, model_fields
@@ -69,6 +69,7 @@ def write_outputs(
         "layout": state.shape.layout,
         "methods": methods,
         "baselines": list(BASELINES),
+        "titles": {**{m: cam_title(m) for m in methods}, **BASELINE_TITLES},
         "target": opts.target,
         "protocol": protocol,
         "metrics": {

@@ -12,22 +12,12 @@ from actviz.report.markup import render
 
 __all__ = ["cam_eval_page"]
 
-_TITLES = {
-    "gradcam": "Grad-CAM",
-    "gradcam++": "Grad-CAM++",
-    "layercam": "LayerCAM",
-    "scorecam": "Score-CAM",
-    "eigencam": "EigenCAM",
-    "random": "random map",
-    "gaussian": "centred Gaussian",
-    "sobel": "Sobel edges",
-}
-
 
 def cam_eval_page(record: Mapping[str, Any]) -> bytes:
     """``cam-eval.html`` for a cam-eval's record (what ``cam-eval.json`` holds), as UTF-8."""
     summary = record.get("summary") or {}
     metrics = record.get("metrics") or {}
+    titles = record.get("titles") or {}  # the names cam-eval shows each map by
     rows = []
     for name, entry in summary.items():
         cells = []
@@ -41,7 +31,7 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
         last = stages[-1]["spearman"]["mean"] if stages else None
         rows.append(
             {
-                "name": _TITLES.get(name, name),
+                "name": titles.get(name, name),
                 "baseline": bool(entry.get("baseline")),
                 "cells": cells,
                 "beats": [
@@ -80,13 +70,13 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
         meta=meta,
         headers=[str((metrics[m] or {}).get("label", m)) for m in metrics],
         better=[str((metrics[m] or {}).get("better", "")) for m in metrics],
-        baselines=[_TITLES.get(b, b) for b in record.get("baselines") or []],
+        baselines=[titles.get(b, b) for b in record.get("baselines") or []],
         rows=rows,
         sanity_blocks=sanity.get("blocks") or [],
         sanity_threshold=sanity.get("threshold"),
         sanity_rows=[
             (
-                _TITLES.get(name, name),
+                titles.get(name, name),
                 [
                     _fixed(s["spearman"]["mean"])
                     for s in (entry.get("sanity") or {}).get("stages") or []
@@ -96,7 +86,7 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
             for name, entry in summary.items()
         ],
         cases=[
-            dict(c, title=_TITLES.get(str(c.get("method")), c.get("method")))
+            dict(c, title=titles.get(str(c.get("method")), c.get("method")))
             for c in record.get("cases") or []
         ],
         failed=[i for i in images if i.get("status") != "ok"],
