@@ -239,12 +239,9 @@ def print_cam_eval(result: CamEvalResult) -> None:
 
 
 def _ci(ci: dict[str, Any], *, digits: int = 3, pct: bool = False) -> str:
-    mean, low, high = ci.get("mean"), ci.get("low"), ci.get("high")
-    if mean is None:
-        return "-"
-    if pct:
-        return f"{mean:.0%} [{low:.0%},{high:.0%}]"
-    return f"{mean:.{digits}f} [{low:.{digits}f},{high:.{digits}f}]"
+    from actviz.report.cam_eval import interval
+
+    return interval(ci, digits=digits, pct=pct, sep=",", missing="-")
 
 
 def _summary(result: CamEvalResult) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 from actviz.report.blocks import MetaRow, is_weights_warning, weights_banner
 from actviz.report.markup import render
 
-__all__ = ["cam_eval_page"]
+__all__ = ["cam_eval_page", "interval"]
 
 
 def cam_eval_page(record: Mapping[str, Any]) -> bytes:
@@ -24,7 +24,7 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
         for metric in metrics:
             ci = (entry.get("metrics") or {}).get(metric) or {}
             cells.append(
-                _interval(ci, pct=metric == "increase", digits=1 if metric == "drop_pct" else 3)
+                interval(ci, pct=metric == "increase", digits=1 if metric == "drop_pct" else 3)
             )
         sanity = entry.get("sanity") or {}
         stages = sanity.get("stages") or []
@@ -98,14 +98,22 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
     )
 
 
-def _interval(ci: Mapping[str, Any], *, pct: bool = False, digits: int = 3) -> str:
-    """``0.412 [0.371, 0.455]``; percentages for a rate."""
+def interval(
+    ci: Mapping[str, Any],
+    *,
+    pct: bool = False,
+    digits: int = 3,
+    sep: str = ", ",
+    missing: str = "\N{EN DASH}",
+) -> str:
+    """``0.412 [0.371, 0.455]``; percentages for a rate; ``missing`` without a mean (the
+    terminal's table passes ``sep=","`` and ``missing="-"``)."""
     mean, low, high = ci.get("mean"), ci.get("low"), ci.get("high")
     if mean is None:
-        return "\N{EN DASH}"
+        return missing
     if pct:
-        return f"{mean:.0%} [{low:.0%}, {high:.0%}]"
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+        return f"{mean:.0%} [{low:.0%}{sep}{high:.0%}]"
+    return f"{mean:.{digits}f} [{low:.{digits}f}{sep}{high:.{digits}f}]"
 
 
 def _fixed(value: Any) -> str:
