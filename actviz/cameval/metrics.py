@@ -201,26 +201,23 @@ def perturbation_curves(
                 logits.softmax(dim=1).gather(1, which[:, None])[:, 0].cpu()
             )
     found = dict(zip(((n, k, i, p) for n, k, i, p in jobs), probs.tolist(), strict=True))
+
+    def curve(n: str, kind: str, start: str, end: str) -> torch.Tensor:
+        """``(B, steps + 1)``: the shared first and last points around the map's own."""
+        return torch.tensor(
+            [
+                [found["", start, i, 0]]
+                + [found[n, kind, i, p] for p in range(1, last)]
+                + [found["", end, i, 0]]
+                for i in range(batch)
+            ],
+            dtype=torch.float64,
+        )
+
     scores: dict[str, Scores] = {}
     for n in names:
-        deletion = torch.tensor(
-            [
-                [found["", "input", i, 0]]
-                + [found[n, "deletion", i, p] for p in range(1, last)]
-                + [found["", "zeros", i, 0]]
-                for i in range(batch)
-            ],
-            dtype=torch.float64,
-        )
-        insertion = torch.tensor(
-            [
-                [found["", "blur", i, 0]]
-                + [found[n, "insertion", i, p] for p in range(1, last)]
-                + [found["", "input", i, 0]]
-                for i in range(batch)
-            ],
-            dtype=torch.float64,
-        )
+        deletion = curve(n, "deletion", "input", "zeros")
+        insertion = curve(n, "insertion", "blur", "input")
         masked = torch.tensor([found[n, "masked", i, 0] for i in range(batch)], dtype=torch.float64)
         scores[n] = Scores(
             deletion,
