@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -75,3 +76,30 @@ def peak_rss_mib(call: str, folder: Path) -> float:
         [sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True
     )
     return int(done.stdout.strip().splitlines()[-1]) / 1024
+
+
+def alternated(
+    names: Sequence[str],
+    timed: Callable[[str, Path], float],
+    work: Path,
+    repeat: int,
+    *,
+    warm: Sequence[str] = ("actviz", "minimal"),
+    runs: Mapping[str, int] | None = None,
+) -> dict[str, list[float]]:
+    """Each command, by name, timed ``repeat`` times in turn (a busy machine slows them all
+    alike) after one untimed run of each in ``warm`` (the file cache); ``timed(name, out)``
+    runs one into a fresh ``out`` folder, removed afterwards. ``runs`` caps a slow one."""
+    import shutil
+
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for name in warm:
+        timed(name, work / f"warm-{name}")
+    for i in range(repeat):
+        for name in names:
+            if runs is not None and i >= runs.get(name, repeat):
+                continue
+            out = work / f"{name}-{i}"
+            times[name].append(timed(name, out))
+            shutil.rmtree(out, ignore_errors=True)
+    return times

@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import alternated  # noqa: E402
 
 MINIMAL = f"""
 import sys
@@ -104,15 +107,9 @@ def main() -> None:
         out.mkdir()
         return [sys.executable, str(script), image, str(out)]
 
-    times: dict[str, list[float]] = {"actviz": [], "minimal": []}
-    for name in times:  # warm the file cache: nothing is timed
-        out = work / f"warm-{name}"
-        timed(command(name, out), out)
-    for i in range(args.repeat):
-        for name in times:
-            out = work / f"{name}-{i}"
-            times[name].append(timed(command(name, out), out))
-            shutil.rmtree(out, ignore_errors=True)
+    times = alternated(
+        ["actviz", "minimal"], lambda name, out: timed(command(name, out), out), work, args.repeat
+    )
     med = {name: statistics.median(t) for name, t in times.items()}
     print("fasterrcnn_resnet50_fpn, 1 image, 14 grids + detections; whole processes, median s")
     for name, seconds in med.items():

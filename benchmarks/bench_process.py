@@ -27,6 +27,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import alternated  # noqa: E402
 
 _HOOKS = """
 import sys
@@ -120,17 +123,13 @@ def main() -> None:
         out.mkdir()
         return [sys.executable, str(scripts[name]), image, str(out)]
 
-    times: dict[str, list[float]] = {"actviz": [], "minimal": [], "import": [], "recipe": []}
-    for name in ("actviz", "minimal"):  # warm the file cache: nothing is timed
-        out = work / f"warm-{name}"
-        timed(command(name, out), out)
-    for i in range(args.repeat):
-        for name in times:
-            if name == "recipe" and i >= args.recipe_repeat:
-                continue
-            out = work / f"{name}-{i}"
-            times[name].append(timed(command(name, out), out))
-            shutil.rmtree(out, ignore_errors=True)
+    times = alternated(
+        ["actviz", "minimal", "import", "recipe"],
+        lambda name, out: timed(command(name, out), out),
+        work,
+        args.repeat,
+        runs={"recipe": args.recipe_repeat},
+    )
     med = {name: statistics.median(t) for name, t in times.items() if t}
     print("resnet34, 1 image, --layers conv (36 grids); whole processes, median seconds")
     for name, seconds in med.items():

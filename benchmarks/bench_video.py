@@ -30,6 +30,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _common import alternated  # noqa: E402
 from bench_process import IMPORT_ONLY, timed  # noqa: E402
 
 #: r3d_18's Conv3d layers: the stem, 16 in its blocks, 3 downsamples.
@@ -117,15 +118,12 @@ def main() -> None:
         out.mkdir()
         return [sys.executable, str(scripts[name]), str(video), str(out)]
 
-    times: dict[str, list[float]] = {"actviz": [], "minimal": [], "import": []}
-    for name in ("actviz", "minimal"):  # warm the file cache: nothing is timed
-        out = work / f"warm-{name}"
-        timed(command(name, out), out, CONV3D)
-    for i in range(args.repeat):
-        for name in times:
-            out = work / f"{name}-{i}"
-            times[name].append(timed(command(name, out), out, CONV3D))
-            shutil.rmtree(out, ignore_errors=True)
+    times = alternated(
+        ["actviz", "minimal", "import"],
+        lambda name, out: timed(command(name, out), out, CONV3D),
+        work,
+        args.repeat,
+    )
     med = {name: statistics.median(t) for name, t in times.items()}
     print("r3d_18, 1 video (16-frame clip at 112), --layers conv (20 layers); whole processes")
     for name, seconds in med.items():
