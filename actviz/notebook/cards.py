@@ -80,6 +80,12 @@ def _thumb(out: Path, rel: str | None, label: str) -> Thumb | None:
     return None if rel is None else thumb_from_file(out / rel, label)
 
 
+def _thumbs(out: Path, named: Iterable[tuple[str | None, str]]) -> list[Thumb]:
+    """The thumbnails of the first :data:`MAX_THUMBS` ``(file, label)`` pairs that have one."""
+    found = (_thumb(out, rel, label) for rel, label in islice(named, MAX_THUMBS))
+    return [t for t in found if t is not None]
+
+
 # A run (and a stats run).
 def _first_ok(images: Any) -> Any:
     """The first image processed, read back alone (a run's ledger is read one record at a
@@ -155,9 +161,7 @@ def run_card(result: Any, pictures: bool = True) -> Card:
             found = _thumb(result.out, first.thumbnail, f"{first.out_dir} (input)")
             thumbs += [found] if found else []
         drawn = [layer for layer in first.layers if layer.file]
-        grids = [
-            t for layer in drawn[:MAX_THUMBS] if (t := _thumb(result.out, layer.file, layer.key))
-        ]
+        grids = _thumbs(result.out, ((layer.file, layer.key) for layer in drawn))
         thumbs += grids
         more = max(0, result.counts.grids - len(grids))
     summary = (
@@ -208,12 +212,8 @@ def top_images_card(result: Any, pictures: bool = True) -> Card:
         ]
         for layer in result.layers[:MAX_ROWS]
     ]
-    thumbs = [
-        t
-        for layer in result.layers[:MAX_THUMBS]
-        if pictures
-        if (t := _thumb(result.out, layer.overview, layer.key)) is not None
-    ]
+    named = ((layer.overview, layer.key) for layer in result.layers)
+    thumbs = _thumbs(result.out, named) if pictures else []
     dead = [
         f"{layer.key}: {_plural(layer.dead, 'dead channel')}"
         for layer in result.layers
@@ -269,12 +269,8 @@ def diff_card(result: Any, pictures: bool = True) -> Card:
         )
     if getattr(result, "first_changed", None):
         lines.append(f"first changed layer: {result.first_changed}")
-    thumbs = [
-        t
-        for p in result.pictures[:MAX_THUMBS]
-        if pictures
-        if (t := _thumb(result.out, p.file, f"{p.layer} ({p.image})")) is not None
-    ]
+    named = ((p.file, f"{p.layer} ({p.image})") for p in result.pictures)
+    thumbs = _thumbs(result.out, named) if pictures else []
     if (
         pictures
         and result.chart is not None
@@ -321,12 +317,8 @@ def optimize_card(result: Any, pictures: bool = True) -> Card:
         ]
         for layer in result.layers[:MAX_ROWS]
     ]
-    thumbs = [
-        t
-        for layer in result.layers[:MAX_THUMBS]
-        if pictures
-        if (t := _thumb(result.out, layer.sheet, layer.key)) is not None
-    ]
+    named = ((layer.sheet, layer.key) for layer in result.layers)
+    thumbs = _thumbs(result.out, named) if pictures else []
     summary = (
         f"OptimizeResult(model={result.model!r}, layers={len(result.layers)}, "
         f"channels={result.channels}, steps={result.steps}, complete={result.complete}, "
