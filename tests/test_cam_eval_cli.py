@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from actviz.cli import app
 from tests.conftest import make_image
+from tests.test_cam_run import TINY_VIT
 
 TINY_CNN = """
 import torch
@@ -27,21 +28,6 @@ def build():
         nn.Conv2d(8, 16, 3, padding=1, stride=2), nn.ReLU(),
         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 4),
     )
-"""
-
-TINY_VIT = """
-import torch
-from torchvision.models import VisionTransformer
-
-
-def build():
-    torch.manual_seed(0)
-    model = VisionTransformer(
-        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
-        num_classes=5,
-    )
-    torch.nn.init.normal_(model.heads.head.weight, std=0.5)
-    return model
 """
 
 

@@ -114,15 +114,20 @@ def _brute_force(
     return deletion, insertion, area[0], area[1]
 
 
-def test_curves_and_areas_equal_a_brute_force_loop() -> None:
+def _small_classifier() -> nn.Module:
+    """Five classes from a 3-channel image of any size, seeded."""
     torch.manual_seed(0)
-    model = nn.Sequential(
+    return nn.Sequential(
         nn.Conv2d(3, 4, 3, padding=1),
         nn.ReLU(),
         nn.AdaptiveAvgPool2d(2),
         nn.Flatten(),
         nn.Linear(16, 5),
     ).eval()
+
+
+def test_curves_and_areas_equal_a_brute_force_loop() -> None:
+    model = _small_classifier()
     x = _noise(3, seed=4)[:, :, :20, :24]
     low = torch.rand(3, 5, 6, generator=torch.Generator().manual_seed(2))
     low[0, 1, 1] = low[0, 2, 2]  # a tie, broken by position
@@ -147,14 +152,7 @@ def test_curves_and_areas_equal_a_brute_force_loop() -> None:
 def test_drop_and_increase_equal_pytorch_grad_cam() -> None:
     metrics = pytest.importorskip("pytorch_grad_cam.metrics.cam_mult_image")
     targets_mod = pytest.importorskip("pytorch_grad_cam.utils.model_targets")
-    torch.manual_seed(0)
-    model = nn.Sequential(
-        nn.Conv2d(3, 4, 3, padding=1),
-        nn.ReLU(),
-        nn.AdaptiveAvgPool2d(2),
-        nn.Flatten(),
-        nn.Linear(16, 5),
-    ).eval()
+    model = _small_classifier()
     x = _noise(6, seed=7)[:, :, :16, :16]
     cams = torch.rand(6, 16, 16, generator=torch.Generator().manual_seed(8))
     cams[0] = 1.0  # the whole image kept: no change at all
