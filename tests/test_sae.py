@@ -150,15 +150,31 @@ def test_planted_directions_are_recovered(trained: Any, planted: Any) -> None:
     assert trained.document["training"]["epochs"] == 10
 
 
-def test_saved_file_reconstructs_as_its_metrics_say(trained: Any, planted: Any) -> None:
-    """FVE recomputed from the saved weights on fresh vectors of the planted model."""
+def _planted_model(factory: Path, name: str) -> Any:
+    """The planted model, built by its factory file loaded as module ``name``, in eval mode."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("planted_mod", planted[0])
+    spec = importlib.util.spec_from_file_location(name, factory)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    model = module.build().eval()
+    return module.build().eval()
+
+
+def _counted_planted(factory: Path, name: str) -> tuple[Any, list[int], Any]:
+    """The planted model built from its factory file, with a count of the forward passes that
+    reach its ``codes`` layer (and the hook's handle, to remove)."""
+
+    model = _planted_model(factory, name)
+    calls = [0]
+    handle = model.codes.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return model, calls, handle
+
+
+def test_saved_file_reconstructs_as_its_metrics_say(trained: Any, planted: Any) -> None:
+    """FVE recomputed from the saved weights on fresh vectors of the planted model."""
+
+    model = _planted_model(planted[0], "planted_mod")
     x = torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(9))
     with torch.no_grad():
         z = model.codes(x)
@@ -282,15 +298,10 @@ def _peaks(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tenso
 def _codes(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tensor]:
     """Every image of the folder and its feature maps ``(images, features, H, W)``, computed
     from the planted model and the dictionary's weights."""
-    import importlib.util
 
     from actviz.models import Preprocessing
 
-    spec = importlib.util.spec_from_file_location("planted_peaks", factory)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.build().eval()
+    model = _planted_model(factory, "planted_peaks")
     prep = Preprocessing.fitted(input_size=(32, 32), in_chans=3)
     paths = sorted(photos.glob("*.png"))
     with torch.no_grad():
@@ -303,7 +314,6 @@ def test_top_images_per_feature_equal_a_brute_force_ranking(
     trained: Any, planted: Any, tmp_path: Path
 ) -> None:
     """top-images --sae against every image's feature maps computed from the saved weights."""
-    import importlib.util
 
     from actviz.examples import top_images
     from actviz.models import Preprocessing
@@ -321,11 +331,7 @@ def test_top_images_per_feature_equal_a_brute_force_ranking(
     )
     layer = result.document["layers"][0]
     assert layer["layout"] == "features" and layer["maps"] == [64, 16, 16]
-    spec = importlib.util.spec_from_file_location("planted_rank", factory)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.build().eval()
+    model = _planted_model(factory, "planted_rank")
     d = load_sae(trained.file)
     prep = Preprocessing.fitted(input_size=(32, 32), in_chans=3)
     paths = sorted(photos.glob("*.png"))
@@ -469,7 +475,6 @@ def _browse_and_card(result: Any, out: Path, rows: list[dict[str, Any]]) -> None
 def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Path) -> None:
     """run --sae: the grid's tiles are features; sorted by max, the features shown are the
     strongest ones of the image computed from the saved weights."""
-    import importlib.util
 
     import actviz
     from actviz.models import Preprocessing
@@ -490,11 +495,7 @@ def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Pat
     layer = next(iter(actviz.read_images(tmp_path / "r")))["layers"][0]
     assert layer["name"] == "mix" and layer["layout"] == "features"
     assert layer["channels_total"] == 64 and "k 3" in layer["note"]
-    spec = importlib.util.spec_from_file_location("planted_run", factory)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.build().eval()
+    model = _planted_model(factory, "planted_run")
     x = Preprocessing.fitted(input_size=(32, 32), in_chans=3)(Image.open(image).convert("RGB"))
     with torch.no_grad():
         acts = torch.einsum("bfhw,fc->bchw", model.codes(x[None]), model.directions)
@@ -505,16 +506,9 @@ def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Pat
 def test_later_epochs_reuse_the_vectors_when_they_fit(planted: Any, tmp_path: Path) -> None:
     """A folder whose vectors fit in the buffer runs the model once for all epochs; one whose
     vectors do not runs it again each epoch (the buffer never grows past its bound)."""
-    import importlib.util
 
     factory, photos, _ = planted
-    spec = importlib.util.spec_from_file_location("planted_count", factory)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.build().eval()
-    calls = [0]
-    handle = model.codes.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    model, calls, handle = _counted_planted(factory, "planted_count")
     counts = []
     try:
         for buffer in (16384, 1024):  # an epoch holds about 36 x 256 vectors
@@ -599,7 +593,6 @@ def test_a_small_folder_trains_at_least_min_steps(planted: Any, tmp_path: Path) 
     """Three training images give 768 vectors: by default the batch shrinks to 64 (not 48)
     and the kept vectors are reshuffled until 500 steps ran, with the model run once; each
     pass's figure is its own; the held-out quality is better than with the epochs alone."""
-    import importlib.util
     import shutil
 
     factory, photos, _ = planted
@@ -607,13 +600,7 @@ def test_a_small_folder_trains_at_least_min_steps(planted: Any, tmp_path: Path) 
     small.mkdir()
     for name in ("n00.png", "n01.png", "n02.png", "n03.png"):
         shutil.copy(photos / name, small / name)
-    spec = importlib.util.spec_from_file_location("planted_small", factory)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    model = module.build().eval()
-    calls = [0]
-    handle = model.codes.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    model, calls, handle = _counted_planted(factory, "planted_small")
     kw = {k: v for k, v in FAST.items() if k not in ("sae_batch", "min_steps")}
     runs, counts = {}, {}
     try:
