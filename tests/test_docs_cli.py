@@ -76,3 +76,25 @@ def test_links_into_docs_cli_md_resolve() -> None:
     assert links
     broken = [(page, anchor) for page, anchor in links if anchor not in anchors]
     assert not broken, f"links to anchors docs/cli.md no longer has: {broken}"
+
+
+def test_every_bracketed_default_reaches_the_terminal_help() -> None:
+    """Rich reads ``[default: ...]`` in a help text as a markup tag and drops it unless it is
+    escaped: each option's help, as the terminal shows it, keeps its bracketed text."""
+    import typer
+    from typer.testing import CliRunner
+
+    from actviz.cli import app
+
+    runner = CliRunner()
+    command = typer.main.get_command(app)
+    checked = 0
+    for name, sub in command.commands.items():  # type: ignore[attr-defined]
+        shown = runner.invoke(app, [name, "--help"], env={"COLUMNS": "2000"}).output
+        shown = re.sub(r"\s+", " ", shown.replace("│", " "))
+        for param in sub.params:
+            help_text = getattr(param, "help", None) or ""
+            for bracket in re.findall(r"\\?\[default: [^\]]*\]", help_text):
+                assert bracket.lstrip("\\") in shown, f"{name} {param.name}: {bracket} is lost"
+                checked += 1
+    assert checked >= 8  # run, top-images, diff, sae, cam-eval and report have some

@@ -43,7 +43,7 @@ MethodsOption = Annotated[
         metavar="METHODS",
         help=(
             "CAM methods to score: gradcam, gradcam++, layercam, scorecam, eigencam "
-            "(comma-separate or repeat). [default: gradcam,gradcam++,layercam,eigencam; "
+            "(comma-separate or repeat). \\[default: gradcam,gradcam++,layercam,eigencam; "
             "scorecam runs one forward per channel and image]"
         ),
         rich_help_panel="Evaluation",

@@ -24,7 +24,9 @@ def report(
     ],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Where to write the page [default: LOGDIR/report.html]."),
+        typer.Option(
+            "--out", "-o", help="Where to write the page \\[default: LOGDIR/report.html]."
+        ),
     ] = None,
 ) -> None:
     """Render a training log into an HTML report (also while training runs)."""

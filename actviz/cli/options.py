@@ -87,7 +87,7 @@ def fresh_out_option(
         "--out",
         "-o",
         help=(
-            f"Output folder. [default: {base}, or the first free {base}-2, -3, ... when it holds "
+            f"Output folder. \\[default: {base}, or the first free {base}-2, -3, ... when it holds "
             f"{holding} and {unless}]"
         ),
         show_default=False,

@@ -38,7 +38,7 @@ FeaturesOption = Annotated[
     int | None,
     typer.Option(
         "--features",
-        help="Number of features [default: --expansion times the layer's channels].",
+        help="Number of features \\[default: --expansion times the layer's channels].",
         show_default=False,
         rich_help_panel=P,
     ),
@@ -74,7 +74,7 @@ LrOption = Annotated[
     float | None,
     typer.Option(
         "--lr",
-        help="Adam's learning rate [default: 2e-4 * sqrt(16384 / features), at most 1e-3].",
+        help="Adam's learning rate \\[default: 2e-4 * sqrt(16384 / features), at most 1e-3].",
         show_default=False,
         rich_help_panel=P,
     ),
@@ -117,7 +117,7 @@ SaeBatchOption = Annotated[
     typer.Option(
         "--sae-batch",
         min=8,
-        help="Vectors per training step [default: 1024, fewer on a small folder so that an "
+        help="Vectors per training step \\[default: 1024, fewer on a small folder so that an "
         "epoch gives at least 16 steps, not below 64].",
         show_default=False,
         rich_help_panel=P,
