@@ -130,6 +130,25 @@ def test_resume_scores_only_new_images(tmp_path: Path) -> None:
     assert again["images"][:2] == first["images"]  # kept from the ledger, not scored again
     lines = (out / "cam-eval.jsonl").read_text().splitlines()
     assert len(lines) == 4  # settings, then one line per image scored
+    assert "1 scored, 2 reused (--resume)" in stdout + stderr
+    # A kill in the middle of the last line: the resume scores that image again, and so
+    # does not a second resume choke on the cut line the first one ended with a line break.
+    ledger = out / "cam-eval.jsonl"
+    ledger.write_bytes(ledger.read_bytes()[: -len(lines[-1]) // 2])
+    for scored in ("1 scored, 2 reused", "0 scored, 3 reused"):
+        code, stdout, stderr = _invoke(tmp_path, TINY_CNN, str(folder), *common, "--resume")
+        assert code == 0 and scored in stdout + stderr, stdout + stderr
+        resumed = json.loads((out / "cam-eval.json").read_text())
+        assert resumed["images"] == again["images"]
+    # A folder another command wrote is not a cam-eval to resume.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "00_conv1.png").write_bytes(b"")
+    code, stdout, stderr = _invoke(
+        tmp_path, TINY_CNN, str(folder), "-l", "4", "-m", "layercam", "-o", str(other), "--resume"
+    )
+    assert code == 2 and "holds no cam-eval to resume" in stderr, stdout + stderr
+    assert sorted(p.name for p in other.iterdir()) == ["00_conv1.png"]
     code, stdout, stderr = _invoke(
         tmp_path, TINY_CNN, str(folder), "-l", "4", "-m", "gradcam", "-o", str(out), "--resume"
     )

@@ -3,6 +3,9 @@ brute-force loop, the confidence change against pytorch-grad-cam's, and the summ
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 import torch
@@ -17,6 +20,7 @@ from actviz.cameval.metrics import (
     perturbation_curves,
     spearman,
 )
+from actviz.cameval.result import CamEvalResult
 from actviz.cameval.summary import bootstrap_mean, summarize
 
 SIZE = 32
@@ -196,3 +200,66 @@ def test_baselines_spearman_and_bootstrap() -> None:
     ci = bootstrap_mean([1.0, 2.0, 3.0, 4.0])
     assert ci["mean"] == 2.5 and 1.0 <= ci["low"] < 2.5 < ci["high"] <= 4.0
     assert bootstrap_mean([3.0]) == {"mean": 3.0, "low": 3.0, "high": 3.0}
+
+
+def _plain_record(balance: float, sanity: list[float | None]) -> dict[str, Any]:
+    scores = {
+        name: {
+            "deletion_auc": 0.1,
+            "insertion_auc": 0.1 + (balance if name == "gradcam" else 0.0),
+            "drop_pct": 50.0,
+            "increase": 0.0,
+            "deletion": [1.0, 0.0],
+            "insertion": [0.0, 1.0],
+        }
+        for name in ("gradcam", "random", "gaussian", "sobel")
+    }
+    flat = {name: [1.0, 1.0] for name in ("random", "gaussian", "sobel")}
+    return {"status": "ok", "scores": scores, "sanity": {"gradcam": sanity, **flat}}
+
+
+def test_one_image_gives_no_verdict_and_sanity_means_say_their_count() -> None:
+    from actviz.cli.cam_eval import _rows
+    from actviz.report.cam_eval import cam_eval_page
+
+    names, stages = ["gradcam", "random", "gaussian", "sobel"], ["fc", "layer4.1"]
+    one = summarize([_plain_record(0.3, [0.5, 0.2])], names, stages)
+    assert {v["overall"] for v in one["gradcam"]["beats"].values()} == {"n/a"}
+    # Two images that agree give a verdict; a constant map's correlation is left out.
+    records = [
+        _plain_record(0.3, [None, 0.8]),
+        _plain_record(0.2, [None, -0.6]),
+        _plain_record(0.4, [0.1, None]),
+    ]
+    summary = summarize(records, names, stages)
+    assert summary["gradcam"]["beats"]["random"]["overall"] == "yes"
+    first, last = summary["gradcam"]["sanity"]["stages"]
+    assert (first["images"], first["spearman"]["mean"]) == (1, pytest.approx(0.1))
+    assert (last["images"], last["spearman"]["mean"]) == (2, pytest.approx(0.1))
+    assert summary["random"]["sanity"]["stages"][1]["images"] == 3
+    result = CamEvalResult(
+        out=Path("out"),
+        record=Path("out/cam-eval.json"),
+        layer="layer4.1",
+        methods=["gradcam"],
+        summary=summary,
+        images=[dict(r, image=f"im{i}.png", path=f"im{i}.png") for i, r in enumerate(records)],
+        random_weights=False,
+        seconds=1.0,
+        device="cpu",
+    )
+    cells = {row[0][0]: row[0][-1] for row in _rows(result)}
+    assert cells["Grad-CAM"] == "0.10 (2 of 3)" and cells["(random)"].startswith("1.00 UNCHANGED")
+    page = cam_eval_page(
+        {
+            "summary": summary,
+            "metrics": {},
+            "images": result.images,
+            "sanity": {"blocks": stages, "threshold": 0.9},
+            "titles": {"gradcam": "Grad-CAM"},
+            "bootstrap": {"level": 0.95},
+        }
+    ).decode()
+    sanity = page[page.index("<h2>Sanity check") :]
+    assert "0.10 (1 of 3)" in sanity and "0.10 (2 of 3)" in sanity
+    assert "1.00 (" not in sanity  # every image counted: no count shown

@@ -96,6 +96,7 @@ def cam_eval(
         settings = _settings(cmd.model, loaded, state)
         done = _ledger(opts, settings)
         todo = [item.path for item in images if state.rels[str(item.path)] not in done]
+        reused = len(images) - len(todo)
         start_progress(cmd.notify, len(images), [_progress(r) for r in done.values()])
         journal = output.Journal(opts.out / LEDGER, keep=None if done else 0)
         # The settings go first with the first record: a command that fails before any image
@@ -118,7 +119,7 @@ def cam_eval(
         ]
         from actviz.cameval.write import write_outputs
 
-        return write_outputs(cmd, opened, state, records, settings)
+        return write_outputs(cmd, opened, state, records, settings, reused=reused)
 
 
 def _layer(cmd: Any, loaded: LoadedModel, opts: CamEvalOptions) -> str:
@@ -212,25 +213,40 @@ def _settings(model: str, loaded: LoadedModel, state: EvalState) -> dict[str, An
 
 
 def _ledger(opts: CamEvalOptions, settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """With ``--resume``: the images an earlier run with the same settings scored."""
+    """With ``--resume``: the images an earlier run with the same settings scored.
+
+    A line cut short by a kill is left out, also once a later run has ended it with a line
+    break (which makes it look whole). A folder that holds files but no cam-eval is refused:
+    resuming there would mix cam-eval's files with another command's."""
     path = opts.out / LEDGER
-    if not opts.execution.resume or not path.is_file():
+    if not opts.execution.resume:
         return {}
-    done: dict[str, dict[str, Any]] = {}
+    if not path.is_file():
+        if any(not p.name.startswith(output.TMP_MARK) for p in opts.out.iterdir()):
+            raise UsageError(
+                f"{opts.out} holds no cam-eval to resume (no {LEDGER}); use --overwrite to "
+                "replace what is there, or another --out"
+            )
+        return {}
+    records: list[dict[str, Any]] = []
     with path.open("rb") as fh:
-        lines = [line for line in fh if output.whole(line)]
-    for number, line in enumerate(lines):
-        data = json.loads(line)
-        if number == 0:
-            if data.get("settings") != json.loads(json.dumps(settings)):
-                raise UsageError(
-                    f"{opts.out} holds a cam-eval with other settings (model, layer, methods, "
-                    "target or protocol); use --overwrite to start again, or another --out"
-                )
-            continue
-        if data.get("status") == "ok":
-            done[str(data["image"])] = data
-    return done
+        for line in fh:
+            if not output.whole(line):
+                continue
+            try:
+                data = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                continue  # cut short by a kill, then ended by the run that resumed
+            if isinstance(data, dict):
+                records.append(data)
+    if not records:
+        return {}
+    if records[0].get("settings") != json.loads(json.dumps(settings)):
+        raise UsageError(
+            f"{opts.out} holds a cam-eval with other settings (model, layer, methods, "
+            "target or protocol); use --overwrite to start again, or another --out"
+        )
+    return {str(r["image"]): r for r in records[1:] if r.get("status") == "ok" and "image" in r}
 
 
 def _line(record: Mapping[str, Any]) -> bytes:

@@ -37,6 +37,7 @@ class CamEvalResult:
         chart, report: ``curves.png`` and ``cam-eval.html`` (None when not written).
         skipped: Non-image files skipped in folders, with the reason.
         warnings: Every warning given.
+        reused: Images an earlier run scored, taken from its ledger (``--resume``).
     """
 
     out: Path
@@ -52,6 +53,7 @@ class CamEvalResult:
     report: Path | None = None
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    reused: int = 0
 
     @property
     def failed(self) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ from actviz.cameval.metrics import BASELINES
 __all__ = [
     "BOOTSTRAP",
     "METRICS",
+    "MIN_VERDICT_IMAGES",
     "SANITY_THRESHOLD",
     "bootstrap_mean",
     "summarize",
@@ -30,6 +31,8 @@ BOOTSTRAP = {"resamples": 1000, "level": 0.95, "seed": 0}
 #: A method whose maps keep at least this mean Spearman correlation with the original ones
 #: once the last blocks are re-initialised does not depend on the weights: it is flagged.
 SANITY_THRESHOLD = 0.9
+#: Images a verdict against a baseline needs: one image's bootstrap interval is a point.
+MIN_VERDICT_IMAGES = 2
 
 
 def bootstrap_mean(values: Sequence[float]) -> dict[str, float | None]:
@@ -53,7 +56,10 @@ def bootstrap_mean(values: Sequence[float]) -> dict[str, float | None]:
 
 def _verdict(method: Sequence[float], baseline: Sequence[float], sign: int) -> str:
     """``yes`` when the interval of the paired difference lies on the better side of 0,
-    ``no`` when on the worse side, ``tie`` when it holds 0."""
+    ``no`` when on the worse side, ``tie`` when it holds 0; ``n/a`` below
+    :data:`MIN_VERDICT_IMAGES` images, whose interval is no interval."""
+    if len(method) < MIN_VERDICT_IMAGES:
+        return "n/a"
     diffs = [sign * (a - b) for a, b in zip(method, baseline, strict=True)]
     ci = bootstrap_mean(diffs)
     if ci["low"] is None or ci["high"] is None:
@@ -145,6 +151,8 @@ def _sanity(ok: Sequence[Mapping[str, Any]], name: str, stages: Sequence[str]) -
             for r in ok
             if r.get("sanity") and r["sanity"][name][j] is not None
         ]
-        rows.append({"block": block, "spearman": bootstrap_mean(values)})
+        # An image whose map became constant has no ranking to correlate: it is left out,
+        # and the count says over how many images the mean is.
+        rows.append({"block": block, "spearman": bootstrap_mean(values), "images": len(values)})
     last = rows[-1]["spearman"]["mean"]
     return {"stages": rows, "flagged": last is not None and last >= SANITY_THRESHOLD}

@@ -30,8 +30,11 @@ def write_outputs(
     state: EvalState,
     records: Sequence[dict[str, Any]],
     settings: Mapping[str, Any],
+    *,
+    reused: int = 0,
 ) -> CamEvalResult:
-    """Summarize the records and write every file; the result the command returns."""
+    """Summarize the records and write every file; the result the command returns
+    (``reused``: images an earlier run scored, taken from its ledger by ``--resume``)."""
     from actviz.gradients.methods import cam_title
 
     loaded, opts, out = state.loaded, state.opts, state.opts.out
@@ -117,6 +120,7 @@ def write_outputs(
         report=report,
         skipped=list(cmd.found.skipped if cmd.found else []),
         warnings=list(cmd.warnings),
+        reused=reused,
     )
 
 

@@ -184,6 +184,7 @@ def _rows(result: CamEvalResult) -> list[tuple[list[str], bool, bool]]:
     from actviz.gradients.methods import cam_title
 
     rows = []
+    ok = len(result.images) - len(result.failed)
     for name, entry in result.summary.items():
         metrics = entry["metrics"]
         beats = entry.get("beats") or {}
@@ -192,6 +193,9 @@ def _rows(result: CamEvalResult) -> list[tuple[list[str], bool, bool]]:
         last = stages[-1]["spearman"]["mean"] if stages else None
         flagged = bool((entry.get("sanity") or {}).get("flagged"))
         sanity = "-" if last is None else f"{last:.2f}" + (" UNCHANGED" if flagged else "")
+        counted = stages[-1].get("images", ok) if stages else ok
+        if last is not None and counted < ok:  # constant maps have no ranking to correlate
+            sanity += f" ({counted} of {ok})"
         title = cam_title(name) if not entry.get("baseline") else f"({name})"
         rows.append(
             (
@@ -219,10 +223,11 @@ def print_cam_eval(result: CamEvalResult) -> None:
         )
     rows = _rows(result)
     if rows:
+        ok = len(result.images) - len(result.failed)
         out_console.print(
-            f"{len(result.images) - len(result.failed)} images, layer {result.layer}; mean "
+            f"{ok} image{'' if ok == 1 else 's'}, layer {result.layer}; mean "
             "[95% bootstrap interval]; beats: insertion minus deletion AUC against each "
-            "baseline (yes / no / tie)",
+            "baseline (yes / no / tie; n/a from one image)",
             markup=False,
         )
         if out_console.is_terminal:
@@ -246,13 +251,13 @@ def _ci(ci: dict[str, Any], *, digits: int = 3, pct: bool = False) -> str:
 
 def _summary(result: CamEvalResult) -> None:
     ok = len(result.images) - len(result.failed)
-    rate = ok / result.seconds if result.seconds > 0 else 0.0
+    rate = (ok - result.reused) / result.seconds if result.seconds > 0 else 0.0
     print_grid(
         [
             (
                 "images",
-                f"{ok} scored, {len(result.failed)} failed, {len(result.skipped)} non-image "
-                "skipped",
+                f"{ok - result.reused} scored, {result.reused} reused (--resume), "
+                f"{len(result.failed)} failed, {len(result.skipped)} non-image skipped",
             ),
             ("methods", ", ".join(result.methods) + f" at {result.layer}"),
             ("time", f"{result.seconds:.1f} s ({rate:.2f} images/s) on {result.device}"),

@@ -55,9 +55,9 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
         MetaRow(
             "protocol",
             f"{protocol.get('steps')} steps of {protocol.get('step_pixels')} pixels; deletion "
-            f"to {protocol.get('deletion_substrate')}, insertion from a "
-            f"{protocol.get('blur_kernel')} px Gaussian blur (sigma "
-            f"{protocol.get('blur_sigma')}); {protocol.get('score')}",
+            f"to {protocol.get('deletion_substrate')}, insertion from a Gaussian blur of "
+            f"{protocol.get('blur_kernel')} px (sigma {protocol.get('blur_sigma')}); "
+            f"{protocol.get('score')}",
         ),
         MetaRow("device", str(record.get("device", "?"))),
         MetaRow("actviz", f"{record.get('actviz', '')}, {record.get('created', '')}"),
@@ -79,6 +79,7 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
                 titles.get(name, name),
                 [
                     _fixed(s["spearman"]["mean"])
+                    + (f" ({s['images']} of {ok})" if s.get("images", ok) < ok else "")
                     for s in (entry.get("sanity") or {}).get("stages") or []
                 ],
                 bool((entry.get("sanity") or {}).get("flagged")),
