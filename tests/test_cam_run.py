@@ -99,6 +99,22 @@ def test_each_method_is_drawn_and_recorded_on_vit_tokens(
     assert [h.title.split()[-1] for h in cams] == ["Grad-CAM", title]
     # The method's own map, not Grad-CAM's under another name.
     assert np.abs(pictures["m"] - pictures["grad"]).mean() > 2
+    # EigenCAM's map is the same whatever the class: its header names no class as its own.
+    info = cams[-1].info
+    if method == "eigencam":
+        assert info.startswith("class-agnostic") and "top class" in info
+    else:
+        assert "probability" in info and not info.startswith("class-agnostic")
+
+
+def test_eigencam_refuses_more_than_one_class(tmp_path: Path) -> None:
+    """One class-agnostic map would be drawn under three class names: refused, exit 2."""
+    image = make_image(tmp_path / "x.png")
+    argv = ["run", "resnet18", str(image), "-w", "none", "-o", str(tmp_path / "o")]
+    result = CliRunner().invoke(app, [*argv, "--cam-method", "eigencam", "--cam-classes", "3"])
+    assert result.exit_code == 2
+    assert "eigencam draws one class-agnostic map per image" in result.output
+    assert "drop --cam-classes" in result.output and not (tmp_path / "o").exists()
 
 
 def test_cam_method_equals_the_library_map_and_implies_cam(tmp_path: Path) -> None:

@@ -138,7 +138,13 @@ def cam_picture(view: LayerView) -> Drawn | None:
         panels = [(c.caption, c.cam.numpy()) for c in ranked]
         zeros = [(c.name, c.note or zero_cam_note(None)) for c in ranked if not c.cam.any()]
         first = ranked[0]
-        if len(ranked) == 1:
+        if method == "eigencam":  # one map whatever the class: the class is only context
+            panels = [(f"{title}, any class", first.cam.numpy())]
+            what = (
+                "class-agnostic (the activations' first principal component)  |  the model's "
+                f"top class: {class_name(first.index, first.label)} {first.probability:.1%}"
+            )
+        elif len(ranked) == 1:
             what = f"{class_name(first.index, first.label)}  |  probability {first.probability:.1%}"
         else:
             what = f"top {len(ranked)} classes, most likely first"

@@ -146,6 +146,12 @@ class GradientOptions:
         check_choices(self)
         if self.cam_classes < 1:
             raise UsageError("--cam-classes must be at least 1")
+        if self.cam_classes > 1 and self.cam_method == "eigencam":
+            raise UsageError(
+                "--cam-method eigencam draws one class-agnostic map per image (the first "
+                "principal component of the layer's activations): --cam-classes would repeat "
+                "it; drop --cam-classes, or choose a class-specific method such as gradcam"
+            )
         if self.cam_classes > 1:
             object.__setattr__(self, "cam", True)
 
