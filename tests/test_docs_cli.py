@@ -98,3 +98,22 @@ def test_every_bracketed_default_reaches_the_terminal_help() -> None:
                 assert bracket.lstrip("\\") in shown, f"{name} {param.name}: {bracket} is lost"
                 checked += 1
     assert checked >= 8  # run, top-images, diff, sae, cam-eval and report have some
+
+
+def test_each_help_paragraph_is_one_line_for_the_terminal_to_wrap() -> None:
+    """Rich keeps a docstring's line breaks: a paragraph broken where the source broke it
+    splits sentences in an 80-column terminal. Each paragraph reaches the terminal whole."""
+    import inspect
+
+    from typer.testing import CliRunner
+
+    from actviz.cli import app
+
+    runner = CliRunner()
+    for info in app.registered_commands:
+        assert info.callback is not None
+        name = info.name or info.callback.__name__.replace("_", "-")
+        shown = runner.invoke(app, [name, "--help"], env={"COLUMNS": "2000"}).output
+        lines = {line.strip() for line in shown.splitlines()}
+        for paragraph in (inspect.getdoc(info.callback) or "").split("\n\n"):
+            assert " ".join(paragraph.split()) in lines, f"{name}: {paragraph[:60]!r} is broken"

@@ -19,6 +19,19 @@ from actviz.errors import ExitCode
 __all__ = ["app", "main"]
 
 
+def _reflow_help() -> None:
+    """Each command's help with every paragraph on one line: Rich keeps a docstring's line
+    breaks, which then break sentences in a terminal narrower than the source's lines."""
+    import inspect
+
+    for info in app.registered_commands:
+        text = info.help or inspect.getdoc(info.callback) or ""
+        info.help = "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+
+
+_reflow_help()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point: usage errors, including those Typer's parser finds, are one
     line and exit 2; ``--help`` keeps its panels."""
