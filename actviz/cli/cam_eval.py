@@ -22,7 +22,6 @@ from actviz.cli.options import (
     DecodeWorkersOption,
     InputsArg,
     JsonOption,
-    LayersOption,
     ModelArg,
     NoReportOption,
     QuietOption,
@@ -106,6 +105,20 @@ ChunkOption = Annotated[
     ),
 ]
 
+CamEvalLayerOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--layers",
+        "-l",
+        help=(
+            "The one layer the maps are computed at: its name (layer4), or a selector that "
+            "matches one module, as run's --layers takes them. \\[default: the layer run "
+            "--cam draws, the last spatial layer whose positions reach the classifier]"
+        ),
+        show_default=False,
+    ),
+]
+
 CamEvalOutOption = Annotated[
     Path | None, fresh_out_option("actviz-cam-eval", holding="earlier files")
 ]
@@ -124,7 +137,7 @@ def cam_eval(
     inputs: InputsArg,
     *,
     methods: MethodsOption = None,
-    layers: LayersOption = None,
+    layers: CamEvalLayerOption = None,
     target: TargetOption = "top1",
     steps: StepsOption = 32,
     sanity_blocks: SanityBlocksOption = 3,
