@@ -276,6 +276,15 @@ def test_a_video_to_an_image_model_says_what_to_pass(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "v.mp4 is a video, and resnet18 takes images" in result.output
     assert not (tmp_path / "o").exists()
+    # An animated GIF is a video too; a GIF of one frame is an image like any other.
+    for frames, code in ((3, 2), (1, 0)):
+        gif = tmp_path / f"g{frames}.gif"
+        write_gif(gif, frames=frames)
+        result = CliRunner().invoke(
+            app, ["run", "resnet18", str(gif), "-w", "none", "-o", str(tmp_path / gif.stem), "-q"]
+        )
+        assert result.exit_code == code, result.output
+        assert ("g3.gif is a video, and resnet18 takes images" in result.output) == (code == 2)
 
 
 def test_a_model_says_it_is_a_video_model_with_an_attribute() -> None:

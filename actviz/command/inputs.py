@@ -73,15 +73,32 @@ def inputs_for(loaded: LoadedModel, paths: Sequence[Path], found: Discovery) -> 
 
 
 def _refuse_videos(model: str, paths: Sequence[Path]) -> None:
+    """A video file, or an animated GIF or WebP, named to an image model is refused: its first
+    frame alone would be drawn as if it were the input."""
     from actviz.video import VIDEO_SUFFIXES
 
-    video = next((p for p in paths if p.suffix.lower() in VIDEO_SUFFIXES), None)
+    video = next((p for p in paths if p.suffix.lower() in VIDEO_SUFFIXES or _animated(p)), None)
     if video is not None:
         raise UsageError(
             f"{video} is a video, and {model} takes images: pass image files or folders, or a "
             "video model (r3d_18, mvit_v2_s, ...; a model whose first convolution is Conv3d "
             "or that sets actviz_family = 'video')"
         )
+
+
+def _animated(path: Path) -> bool:
+    """Whether ``path`` is a GIF or WebP of more than one frame (reading its header only)."""
+    from actviz.video import ANIMATED_SUFFIXES
+
+    if path.suffix.lower() not in ANIMATED_SUFFIXES or not path.is_file():
+        return False
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            return int(getattr(im, "n_frames", 1)) > 1
+    except Exception:  # unreadable: the image's own read names the problem
+        return False
 
 
 def _image_model_name(model: str) -> bool:
