@@ -300,3 +300,20 @@ def test_the_estimate_leaves_out_the_first_steps_warm_up(
     # Not a tenth yet, but half a minute since the last line: 31.5 s over 3 steps since the
     # first, 10.5 s a step.
     assert lines[1:] == ["optimize: 4 of 1000 steps (0%), 10 s a step, about 2.9 h left"]
+
+
+def test_a_model_optimize_does_not_take_leaves_no_folder(tmp_path: Path) -> None:
+    """Refused after the output folder was prepared: the empty folder goes again."""
+    factory = tmp_path / "clips.py"
+    factory.write_text(
+        "from torch import nn\n\n"
+        "def build():\n"
+        "    model = nn.Sequential(nn.Conv3d(3, 4, 3), nn.Flatten(), nn.LazyLinear(2))\n"
+        "    model.actviz_family = 'video'\n"
+        "    return model\n"
+    )
+    out = tmp_path / "o"
+    result = _invoke(f"{factory}:build", "--steps", "2", "-o", str(out))
+    assert result.exit_code == 2
+    assert "optimize does not take" in result.output and "use an image model" in result.output
+    assert not out.exists()

@@ -211,6 +211,7 @@ def open_command(
         OutputError: For an output folder that cannot be used.
     """
     from actviz import images, output
+    from actviz.output.files import removed_if_empty
 
     if engine == "ray" and not isinstance(model, str):
         raise UsageError(
@@ -237,7 +238,10 @@ def open_command(
         if guard is None:
             stack.enter_context(output.opened(out, resume=resume, overwrite=overwrite, hint=hint))
         else:
+            created = not out.exists()
             guard(out)
+            # A folder the guard made is gone again if the command fails before writing.
+            stack.enter_context(removed_if_empty(out, created))
         for given in (model, *restore):
             stack.enter_context(restoring(given))
         yield command
