@@ -161,7 +161,10 @@ DETECTION = Family(
         "EigenCAM and the Grad-CAM of one detection's score (--detection N)"
     ),
     commands={
-        "optimize": "a detector's output is a list of boxes, not a score to maximize",
+        "optimize": (
+            "a detector's output is a list of boxes, not a score to maximize; optimize a "
+            "classifier or backbone (resnet50, ...)"
+        ),
     },
     selector=_selector,
     builder_kwargs=_builder_kwargs,

@@ -85,11 +85,23 @@ OPTICAL_FLOW = Family(
     call=_call,
     preprocessing=_preprocessing,
     classifies=False,
-    gradients="a flow model has no class scores: its output is a flow field per iteration",
+    gradients=(
+        "a flow model has no class scores: its output is a flow field per iteration; leave "
+        "the option out"
+    ),
     commands={
-        "optimize": "a flow model's output is a flow field, not a score to maximize",
-        "top-images": "a flow model takes pairs of images, not single images to rank",
-        "diff": "diff compares models on single images; a flow model takes pairs",
+        "optimize": (
+            "a flow model's output is a flow field, not a score to maximize; optimize a "
+            "classifier or backbone (resnet50, ...)"
+        ),
+        "top-images": (
+            "a flow model takes pairs of images, not single images to rank; run it on the "
+            "pairs instead (actviz run MODEL FRAME1 FRAME2)"
+        ),
+        "diff": (
+            "diff compares models on single images, and a flow model takes pairs; run each "
+            "model on the pairs with actviz run"
+        ),
     },
     outputs="a list of (B, 2, H, W) flow fields, one per refinement iteration",
 )

@@ -57,9 +57,16 @@ QUANTIZED = Family(
     label="quantized",
     torchvision="quantization",
     claims=is_quantized,
-    gradients="quantized kernels have no gradients",
+    gradients=(
+        "quantized kernels have no gradients; use the float model (the name without quantized_)"
+    ),
     cpu_only="quantized kernels run on the CPU only: pass --device cpu",
-    commands={"optimize": "quantized kernels have no gradients to optimize through"},
+    commands={
+        "optimize": (
+            "quantized kernels have no gradients to optimize through; optimize the float model "
+            "(the name without quantized_)"
+        )
+    },
     meta="quantized models are built and calibrated on the CPU",
     builder_kwargs=_builder_kwargs,
     outputs="(B, classes) scores, dequantized",

@@ -70,8 +70,8 @@ VIDEO = Family(
     call=_call,
     preprocessing=_preprocessing,
     commands={
-        "optimize": "a video model's input is a clip; actviz optimizes images",
-        "top-images": "top-images ranks images; a video model takes clips",
+        "optimize": "a video model's input is a clip; actviz optimizes images: use an image model",
+        "top-images": "top-images ranks images; a video model takes clips: use actviz run on them",
     },
     outputs="(B, classes) Kinetics scores of a clip",
 )
