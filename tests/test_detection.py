@@ -168,6 +168,9 @@ def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
     assert result.exit_code == 0, result.output
     (record,) = list(read_images(out))
     assert record["detection_cam_file"] == "wide/detection_cam.png"
+    # The count of files written names the detector's pictures too.
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"]["all"] == len(list((out / "wide").iterdir()))
     picture = np.asarray(Image.open(out / "wide" / "detection_cam.png").convert("RGB"))
     # Three panels of the 256x128 decoded input (input, EigenCAM, Grad-CAM) under the header.
     assert picture.shape[1] == 3 * 256 + 2 * 4 and picture.shape[0] > 128

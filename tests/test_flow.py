@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,9 @@ def test_the_last_flow_equals_the_models_and_the_encoder_shows_both_frames(tmp_p
     assert record["pictures"] == {"flow": "f1/flow.png"}
     flow_png = Image.open(out / "f1" / "flow.png")
     assert flow_png.mode == "RGB" and flow_png.width > 3 * 136  # pair, key, iterations
+    # The run's count of files names every file the pair's folder holds, flow.png included.
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"]["all"] == len(list((out / "f1").iterdir()))
     saved = np.load(out / "f1" / "flow.npy")
 
     model = load_model("raft_small", weights="none").module

@@ -165,8 +165,9 @@ class RunResult:
     def files_written(self) -> int:
         """Number of files written for the images this run drew: every per-layer picture
         (grids, overlays, gradient grids, Grad-CAMs, PCA views), saved tensors, input
-        thumbnails and per-image gradient charts (the run's own files, such as the manifest,
-        are not counted)."""
+        thumbnails, per-image gradient charts and the pictures of the whole input (a
+        detector's boxes, heads and CAMs, a flow model's estimate); the run's own files, such
+        as the manifest, are not counted."""
         return self.counts.files
 
 
@@ -187,5 +188,20 @@ def files_of(result: ImageResult) -> tuple[int, int]:
         return 0, 0
     grids = sum(1 for layer in result.layers if layer.file)
     files = (result.thumbnail is not None) + (result.gradient_flow is not None)
+    # The pictures of the whole input: a flow model's estimate, a detector's boxes, heads, CAMs.
+    # With --save-tensors (the layers' tensors were saved), a flow's iterations too: flow.npy.
+    saved = any(layer.tensor_file is not None for layer in result.layers)
+    files += (
+        len(result.pictures)
+        + ("flow" in result.pictures and saved)
+        + sum(
+            name is not None
+            for name in (
+                result.detections_file,
+                result.detection_heads_file,
+                result.detection_cam_file,
+            )
+        )
+    )
     files += sum(len(layer.pictures) + (layer.tensor_file is not None) for layer in result.layers)
     return grids, files
