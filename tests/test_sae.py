@@ -661,3 +661,54 @@ def test_browse_without_pages_says_how_to_get_them(trained: Any) -> None:
         assert actviz.browse(trained.out / "sae.json").unit == "features"
     finally:
         (trained.out / "manifest.json").unlink()
+
+
+def test_a_dictionary_of_another_model_is_refused_and_another_size_warned(
+    tmp_path: Path,
+) -> None:
+    """A dictionary is directions in one model's activations: another named model is a usage
+    error before anything is written; another input size is said on stderr."""
+    from typer.testing import CliRunner
+
+    from actviz.dictionary import SparseDictionary, sae_bytes
+    from tests.conftest import make_image
+
+    def saved(model: str, source: str) -> Path:
+        g = torch.Generator().manual_seed(0)
+        sae = SparseDictionary(
+            w_enc=torch.randn(16, 512, generator=g),
+            b_enc=torch.zeros(16),
+            w_dec=torch.randn(16, 512, generator=g),
+            b_dec=torch.zeros(512),
+            mean=torch.zeros(512),
+            scale=1.0,
+            k=2,
+            config={
+                "model": model,
+                "model_info": {"source": source, "name": model},
+                "layer": {"key": "layer4", "module": "layer4"},
+                "input_size": [64, 64],
+            },
+        )
+        path = tmp_path / f"{model.replace(':', '_').replace('/', '_')}.safetensors"
+        path.write_bytes(sae_bytes(sae))
+        return path
+
+    image = make_image(tmp_path / "x.png")
+    argv = ["run", "resnet34", str(image), "-w", "none", "--input-size", "64,64", "-q"]
+    refused = CliRunner().invoke(
+        app, [*argv, "--sae", str(saved("resnet18", "torchvision")), "-o", str(tmp_path / "a")]
+    )
+    assert refused.exit_code == 2
+    assert "was trained on resnet18 (layer4), not resnet34" in refused.output
+    assert "use it with resnet18" in refused.output and not (tmp_path / "a").exists()
+    # A factory's name may be the same network spelled otherwise: said, not refused; and a
+    # run at another input size than the dictionary's is said too.
+    argv[-2] = "96,96"
+    warned = CliRunner().invoke(
+        app, [*argv, "--sae", str(saved("nets.py:build", "factory")), "-o", str(tmp_path / "b")]
+    )
+    assert warned.exit_code == 0, warned.output
+    said = " ".join(warned.output.split())
+    assert "was trained on nets.py:build; this model is resnet34" in said
+    assert "trained on 64 x 64 inputs and this run is at 96 x 96: pass --input-size 64,64" in said

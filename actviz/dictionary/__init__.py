@@ -6,7 +6,7 @@ and ``top-images --sae``. Imports no torch.
 
 from __future__ import annotations
 
-from actviz.dictionary.file import FORMAT, load_sae, sae_bytes
+from actviz.dictionary.file import FORMAT, check_fit, load_sae, sae_bytes
 from actviz.dictionary.model import SparseDictionary
 
-__all__ = ["FORMAT", "SparseDictionary", "load_sae", "sae_bytes"]
+__all__ = ["FORMAT", "SparseDictionary", "check_fit", "load_sae", "sae_bytes"]

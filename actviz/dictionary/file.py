@@ -10,7 +10,7 @@ from typing import Any
 from actviz.dictionary.model import SparseDictionary
 from actviz.errors import UsageError
 
-__all__ = ["FILE", "FORMAT", "load_sae", "sae_bytes"]
+__all__ = ["FILE", "FORMAT", "check_fit", "load_sae", "sae_bytes"]
 
 FORMAT = "actviz-sae/1"
 #: The file ``actviz sae`` writes, and the one :func:`load_sae` looks for in a folder.
@@ -85,3 +85,48 @@ def load_sae(path: Path | str, device: Any = "cpu") -> SparseDictionary:
             f"--sae {file} is not a dictionary actviz sae wrote (no {FORMAT} config in it)"
         ) from None
     return sae.to(device)
+
+
+#: Model sources whose names say which network it is: a dictionary trained on one of them
+#: is refused on another name. A factory or a module object may be the same network under
+#: another spelling, so it is only warned about.
+_NAMED_SOURCES = frozenset({"torchvision", "timm", "huggingface"})
+
+
+def check_fit(
+    sae: SparseDictionary,
+    source: Path,
+    *,
+    model: str,
+    model_source: str,
+    input_size: tuple[int, int],
+    warn: Any,
+) -> None:
+    """Refuse a dictionary trained on another named model; ``warn`` (one line) when the model
+    may differ or the input size does (the layer's maps then differ from those it learned).
+
+    Raises:
+        UsageError: When the dictionary's model and ``model`` are both names of a model
+            source and differ.
+    """
+    config = sae.config
+    trained = config.get("model")
+    layer = (config.get("layer") or {}).get("key")
+    if isinstance(trained, str) and trained != model:
+        was = (config.get("model_info") or {}).get("source")
+        if was in _NAMED_SOURCES and model_source in _NAMED_SOURCES:
+            raise UsageError(
+                f"--sae {source} was trained on {trained} ({layer}), not {model}: its features "
+                f"are directions in {trained}'s activations; use it with {trained}"
+            )
+        warn(
+            f"--sae {source} was trained on {trained}; this model is {model}: its features "
+            "mean something only if this is the same network with the same weights"
+        )
+    size = config.get("input_size")
+    if isinstance(size, list) and len(size) == 2 and tuple(size) != tuple(input_size):
+        warn(
+            f"--sae {source} was trained on {size[0]} x {size[1]} inputs and this run is at "
+            f"{input_size[0]} x {input_size[1]}: pass --input-size {size[0]},{size[1]} for the "
+            "maps it learned from"
+        )

@@ -101,9 +101,11 @@ def run(
 
             warm_up()  # the report's templates, compiled while the images run
         selector, names = _select(cmd, loaded, opts)
+        # The dictionary is checked against the model before anything is planned or written.
+        features = _features(opts.sae, names, cmd, loaded) if opts.sae is not None else None
         state = _plan(cmd.model, loaded, selector, names, cmd.found, opts, cmd.notify)
-        if opts.sae is not None:
-            state.features = _features(opts.sae, names)
+        if features is not None:
+            state.features = features
         if state.kept:
             shown = ", ".join(state.kept[:5]) + (", ..." if len(state.kept) > 5 else "")
             cmd.warn(f"--overwrite kept {len(state.kept)} file(s) no run wrote: {shown}")
@@ -184,16 +186,25 @@ def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> No
     )
 
 
-def _features(path: Path, names: list[str]) -> dict[str, Any]:
+def _features(path: Path, names: list[str], cmd: Command, loaded: LoadedModel) -> dict[str, Any]:
     """``--sae``: capture key -> the dictionary drawn in its place (on the CPU, where the
     grids are drawn).
 
     Raises:
-        UsageError: When its layer is not among the selected ones.
+        UsageError: When it was trained on another model, or its layer is not among the
+            selected ones.
     """
-    from actviz.dictionary import load_sae
+    from actviz.dictionary import check_fit, load_sae
 
     sae = load_sae(path)
+    check_fit(
+        sae,
+        path,
+        model=cmd.model,
+        model_source=loaded.source,
+        input_size=loaded.input_size,
+        warn=cmd.warn,
+    )
     layer = sae.config.get("layer") or {}
     if layer.get("module") not in names:
         raise UsageError(
