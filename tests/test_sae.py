@@ -712,3 +712,29 @@ def test_a_dictionary_of_another_model_is_refused_and_another_size_warned(
     said = " ".join(warned.output.split())
     assert "was trained on nets.py:build; this model is resnet34" in said
     assert "trained on 64 x 64 inputs and this run is at 96 x 96: pass --input-size 64,64" in said
+
+
+def test_a_folder_with_a_broken_image_ends_in_exit_3_and_counts_what_trained(
+    planted: Any, tmp_path: Path
+) -> None:
+    """The broken image is named once (not once per pass), left out of the count of images
+    trained on, listed in sae.json, and the exit code says some inputs failed; -q keeps the
+    summary off stderr."""
+    import shutil
+
+    factory, photos, _ = planted
+    folder = tmp_path / "photos"
+    shutil.copytree(photos, folder)
+    (folder / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not a picture")
+    good = len(list(photos.glob("*.png")))
+    out = tmp_path / "o"
+    args = ["sae", f"{factory}:build", str(folder), "-o", str(out), "-w", "none", "-q"]
+    flags = ["--input-size", "32,32", "--layers", "mix", "--features", "48", "-k", "3"]
+    steps = ["--epochs", "1", "--min-steps", "40", "--held-out", "0", "--no-pages"]
+    result = CliRunner().invoke(app, [*args, *flags, *steps])
+    assert result.exit_code == 3, result.output
+    assert result.output.count("broken.png") == 1 and "failed" not in result.stderr
+    training = json.loads((out / "sae.json").read_text())["training"]
+    assert training["images"] == good
+    assert [Path(f["path"]).name for f in training["failed"]] == ["broken.png"]
+    assert f"from {good} images" in " ".join(result.output.split())

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from actviz.cli.boundary import app, boundary, state, stopping
 from actviz.cli.console import Bar, err_console, out_console, progress_bar
-from actviz.cli.finish import print_outcome
+from actviz.cli.finish import finish
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
     FreshOutOption,
@@ -170,7 +170,7 @@ class _Bar(Bar):
         )
         self._said = time.monotonic()
         if not self.quiet and err_console.is_terminal and total > 1:
-            self._progress, self._task = progress_bar("images", total)
+            self._progress, self._task = progress_bar("image passes", total)
 
     def advance(self, result: Any = None) -> None:
         self.done += 1
@@ -181,7 +181,10 @@ class _Bar(Bar):
             self._progress.update(self._task, rate=shown)
         elif not self.quiet and time.monotonic() - self._said > 30 and self.done < self.total:
             self._said = time.monotonic()
-            err_console.print(f"sae: {self.done} of {self.total} images, {shown}", markup=False)
+            err_console.print(
+                f"sae: {self.done} of {self.total} image passes (every epoch's images), {shown}",
+                markup=False,
+            )
 
 
 @app.command("sae")
@@ -250,7 +253,16 @@ def sae(
     )
     with stopping(_Bar(quiet)) as bar:
         result = train_sae(model, inputs, options, reporter=bar)
-    print_outcome(result.document, lambda: _print_result(result), as_json=as_json)
+    finish(
+        result.document,
+        lambda: _print_result(result),
+        lambda: _summary(result),
+        as_json=as_json,
+        quiet=quiet,
+        failed=len(result.failed),
+        none_done=False,  # no image at all gave a vector: an error before this
+        verb="trained on",
+    )
 
 
 def _share(value: float | None) -> str:
@@ -277,7 +289,11 @@ def _print_result(result: SaeResult) -> None:
         markup=False,
     )
     fve = q.get("fve")
-    where = f"{result.held_out} held-out images" if result.held_out else "the training images"
+    where = (
+        f"{result.held_out} held-out image{'' if result.held_out == 1 else 's'}"
+        if result.held_out
+        else "the training images"
+    )
     changed = q.get("top1_changed_share")
     out_console.print(
         f"  on {where}: variance explained {_share(fve)}, L0 {q.get('l0')}, dead "
@@ -299,6 +315,10 @@ def _print_result(result: SaeResult) -> None:
         )
     if result.index is not None:
         out_console.print(f"  feature pages: {result.index}", markup=False)
+
+
+def _summary(result: SaeResult) -> None:
+    """The time, and the images that could not be read (each named as it happened)."""
     err_console.print(
         Text.assemble(("sae ", "bold"), f"{result.seconds:.1f} s; {len(result.failed)} failed")
     )

@@ -117,7 +117,8 @@ def sae(
             from actviz.sae.pages import feature_pages
 
             pages = feature_pages(model, cmd, loaded, plan, run, doc, inputs, paths)
-        return _result(cmd, loaded, plan, run, doc, pages, len(train), len(held), stable)
+        trained = len(train) - len({path for path, _ in run.failed} & set(train))
+        return _result(cmd, loaded, plan, run, doc, pages, trained, len(held), stable)
 
 
 def _settings(
@@ -303,6 +304,8 @@ def _epoch_from_model(
     count = 0
 
     def failed(index: int, error: str | None) -> None:
+        if any(path == todo[index] for path, _ in run.failed):
+            return  # each epoch reads the images again: named once
         run.failed.append((todo[index], error or "unreadable"))
         cmd.warn(f"{todo[index]}: {error}")
 
