@@ -53,9 +53,13 @@ class Selectivity:
 
 
 def selectivity(
-    top: LayerTop, channel: int, categories: Sequence[str] | None
+    top: LayerTop, channel: int, categories: Sequence[str] | None, *, judged: bool = True
 ) -> Selectivity | None:
-    """The class a channel's top images share most, or None for a model without classes."""
+    """The class a channel's top images share most; None for a model without classes, and for
+    a dead channel (``judged``: a map never above zero), whose top images are ties at zero
+    in path order, so the class they share says nothing of the channel."""
+    if judged and int(top.active[channel]) == 0:
+        return None
     classes = top.classes[channel][top.valid[channel]]
     classes = classes[classes >= 0]
     if classes.size == 0:
@@ -144,7 +148,7 @@ def _layer(
 ) -> dict[str, Any]:
     channels = []
     for c in range(top.channels):
-        chosen = selectivity(top, c, categories)
+        chosen = selectivity(top, c, categories, judged=plan.judges_dead)
         channels.append(
             {
                 "channel": c,

@@ -419,7 +419,7 @@ def _status(
         words = [f"above zero in {health['active_frac']:.0%} of images"]
     else:
         words = [f"active in {health['active_frac']:.0%} of images"]
-    chosen = selectivity(top, channel, categories)
+    chosen = selectivity(top, channel, categories, judged=judged)
     if chosen is not None:
         name = chosen.label if chosen.label is not None else f"class {chosen.index}"
         words.append(f"{chosen.count} of {int(top.valid[channel].sum())} predicted {name}")

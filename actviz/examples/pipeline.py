@@ -381,7 +381,7 @@ def _summaries(
             continue
         best = None
         for c in range(layer.channels):
-            chosen = selectivity(layer, c, categories)
+            chosen = selectivity(layer, c, categories, judged=plan.judges_dead)
             if chosen is not None and (best is None or chosen.count > best[1].count):
                 best = (c, chosen)
         summaries.append(
