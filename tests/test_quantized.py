@@ -129,3 +129,14 @@ def test_a_torchvision_quantized_model_lists_fused_layers() -> None:
     assert rows["conv1"].module_type == "ConvReLU2d" and rows["conv1"].shape == (1, 64, 112, 112)
     assert rows["layer4.1.conv2"].shape == (1, 512, 7, 7)
     assert rows["fc"].shape == (1, 1000)
+
+
+def test_building_a_quantized_model_says_nothing_of_pytorchs_own_steps() -> None:
+    """Its observers never saw data when it is built without weights: PyTorch warns about its
+    own build step, which no user of actviz can act on."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        load_model("quantized_mobilenet_v3_large", weights="none", device="cpu")
+    assert not [w for w in seen if "observer" in str(w.message)], [str(w.message) for w in seen]

@@ -310,6 +310,9 @@ def build_architecture(name: str, **kwargs: Any) -> nn.Module:
             warnings.filterwarnings("ignore", ".*quantiz", UserWarning)
             warnings.filterwarnings("ignore", ".*quantiz", DeprecationWarning)
             warnings.filterwarnings("ignore", ".*reduce_range", UserWarning)
+            # Built with weights=None, a quantized model is converted before any observer saw
+            # data (its weights come after): PyTorch says so, about its own build step.
+            warnings.filterwarnings("ignore", "must run observer before", UserWarning)
             built: nn.Module = builder(weights=None, **kwargs)
     except (urllib.error.URLError, OSError) as exc:  # a download, though none was asked for
         why = getattr(exc, "reason", None) or first_line(exc)
