@@ -124,6 +124,8 @@ def test_no_detection_above_the_threshold_is_said_and_the_maps_are_drawn(tmp_pat
     assert result.exit_code == 0, result.output
     assert "no detection scored 0.99 or more in 1 image(s)" in result.stderr
     assert "--score-threshold lowers the cut" in result.stderr
+    warnings = json.loads((out / "manifest.json").read_text())["warnings"]
+    assert any(w.startswith("no detection scored 0.99") for w in warnings)  # listed there too
     (record,) = list(read_images(out))
     assert record["detections"] == []
     grids = sorted(p.name for p in (out / "a").glob("*backbone.fpn*.png"))

@@ -118,7 +118,7 @@ def run(
                     raise UsageError("--view pca runs on the local engine; leave out --engine ray")
                 never_ran = stats_on_ray(cmd.model, state.names, state.todo, state.sink, opts)
             else:
-                never_ran = capture_and_render(cmd.model, loaded, state, opts, cmd.notify)
+                never_ran = capture_and_render(cmd.model, loaded, state, opts, cmd.notify, cmd.warn)
         except BaseException:
             state.sink.abort()
             raise

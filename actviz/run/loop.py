@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import os
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,12 +71,20 @@ class Plan:
 
 
 def capture_and_render(
-    model: str, loaded: LoadedModel, plan: Plan, opts: RunOptions, notify: Reporter
+    model: str,
+    loaded: LoadedModel,
+    plan: Plan,
+    opts: RunOptions,
+    notify: Reporter,
+    warn: Callable[[str], None] | None = None,
 ) -> set[str]:
     """Stream the images through the hooked model; draw each batch while the next one runs.
+    ``warn`` gives the run's warnings, so they are listed in the manifest too (default: only
+    said through ``notify``).
 
     Returns the selected modules that never ran.
     """
+    warn = warn or notify.warn
     from actviz.hooks import ActivationRecorder, eval_mode
 
     ex = opts.execution
@@ -223,17 +231,17 @@ def capture_and_render(
                 settle(*in_flight.popleft())
             if empty:
                 random = " (random weights: an untrained detector finds nothing)"
-                notify.warn(
+                warn(
                     f"no detection scored {opts.score_threshold:g} or more in {empty} "
                     f"image(s){random if loaded.weights.random else ''}; the layers are "
                     "recorded anyway, and --score-threshold lowers the cut"
                 )
             if pca is not None:
                 if note := pca.note():
-                    notify.warn(note)
+                    warn(note)
                 pca.finish(forward, recorder, pool, sink.add)
                 for key, note in plan.pca_notes.items():
-                    notify.warn(f"--view pca: no PCA picture of {key}: {note}")
+                    warn(f"--view pca: no PCA picture of {key}: {note}")
         except BaseException:
             for _, futures in in_flight:
                 for future in futures:
