@@ -501,6 +501,10 @@ def test_models_all_marks_what_run_takes() -> None:
     assert table["resnet18"] == ["classification", "yes"]
     assert table["raft_small"] == ["optical-flow", "yes" if OPTICAL_FLOW.runnable else "no"]
     assert table["retinanet_resnet50_fpn"] == ["detection", "yes"]
+    # Columns line up under their headers, also when every family name is short.
+    code, out, _ = _cli("models", "--all", "--family", "video")
+    lines = out.splitlines()
+    assert code == 0 and {line.index("yes") for line in lines[1:]} == {lines[0].index("RUN")}
     code, out, _ = _cli("models", "--all", "--json", "fcn_resnet5")
     assert json.loads(out) == [
         {"name": "fcn_resnet50", "family": "segmentation", "runnable": True},

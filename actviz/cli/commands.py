@@ -315,8 +315,8 @@ def models(
         for entry in entries:
             out_console.print(entry.name, markup=False)
         return
-    width = max(len(e.name) for e in entries)
-    family_width = max(len(e.family) for e in entries)
+    width = max(len("NAME"), *(len(e.name) for e in entries))
+    family_width = max(len("FAMILY"), *(len(e.family) for e in entries))
     out_console.print(f"{'NAME':<{width}}  {'FAMILY':<{family_width}}  RUN", markup=False)
     for entry in entries:
         runs = "yes" if entry.runnable else "no"
