@@ -494,6 +494,9 @@ def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Pat
     )
     layer = next(iter(actviz.read_images(tmp_path / "r")))["layers"][0]
     assert layer["name"] == "mix" and layer["layout"] == "features"
+    named = json.loads((tmp_path / "r" / "manifest.json").read_text())["options"]["sae"]
+    assert named["file"] == str(trained.file) and (named["layer"], named["k"]) == ("mix", 3)
+    assert named["features"] == 64 and named["trained_on"] == f"{factory}:build"
     assert layer["channels_total"] == 64 and "k 3" in layer["note"]
     model = _planted_model(factory, "planted_run")
     x = Preprocessing.fitted(input_size=(32, 32), in_chans=3)(Image.open(image).convert("RGB"))

@@ -214,6 +214,21 @@ def _features(path: Path, names: list[str], cmd: Command, loaded: LoadedModel) -
     return {str(layer.get("key")): sae}
 
 
+def _dictionary(path: Path | None, features: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``--sae`` as the manifest names it: the file, the layer drawn as its features, their
+    number and k, and the model it was trained on."""
+    if path is None or not features:
+        return None
+    (key, sae), *_ = features.items()
+    return {
+        "file": str(path),
+        "layer": key,
+        "features": sae.features,
+        "k": sae.k,
+        "trained_on": sae.config.get("model"),
+    }
+
+
 def _select(cmd: Command, loaded: LoadedModel, opts: RunOptions) -> tuple[str, list[str]]:
     """The selector (the architecture's default when none was given) and the modules it names."""
     default = None
@@ -364,6 +379,7 @@ def _write(
             "resume": ex.resume,
             "overwrite": ex.overwrite,
             "engine": ex.engine,
+            "sae": _dictionary(opts.sae, plan.features),
         },
         render=opts.draw.describe(),
         stats=stats_doc,
