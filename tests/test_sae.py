@@ -327,10 +327,14 @@ def test_top_images_per_feature_equal_a_brute_force_ranking(
         k=4,
         input_size=(32, 32),
         weights="none",
-        report=False,
     )
     layer = result.document["layers"][0]
     assert layer["layout"] == "features" and layer["maps"] == [64, 16, 16]
+    # Its pages and summary speak of features, not channels.
+    page = (tmp_path / "ti" / "top-images" / "00_mix" / "index.html").read_text()
+    assert "<h2>Features</h2>" in page and "of 64 features dead" in page
+    assert "<th class=n>channel</th>" not in page and "channels dead" not in page
+    assert result.layers[0].unit == "feature"
     model = _planted_model(factory, "planted_rank")
     d = load_sae(trained.file)
     prep = Preprocessing.fitted(input_size=(32, 32), in_chans=3)

@@ -120,19 +120,20 @@ def top_images(
 def _print_result(result: TopImagesResult) -> None:
     """Where the results are, and per layer its dead and most selective channels."""
     note = " (random weights: meaningless)" if result.weights.random else ""
+    unit = result.layers[0].unit if result.layers else "channel"
     where = (
-        f"{result.images} images, top {result.k} per channel by the {result.score}: {result.json}"
+        f"{result.images} images, top {result.k} per {unit} by the {result.score}: {result.json}"
     )
     if result.report is not None:
         where += f"; report: {result.report}"
     out_console.print(where + note, markup=False)
     for layer in result.layers:
         dead = f"{layer.dead} dead" if layer.dead_judged else "signed scores, none called dead"
-        line = f"  {layer.key}: {layer.channels} channels, {dead}"
+        line = f"  {layer.key}: {layer.channels} {layer.unit}s, {dead}"
         if layer.selective_channel is not None:
             name = layer.selective_label or f"class {layer.selective_class}"
             line += (
-                f"; most selective: channel {layer.selective_channel} "
+                f"; most selective: {layer.unit} {layer.selective_channel} "
                 f"({layer.selective_count} of {layer.top_count} top images predicted {name})"
             )
         if layer.overview is not None:

@@ -369,16 +369,16 @@ def _submit_layer(
     def overview_header_for(rows: int, capped: bool) -> Header:
         more = (
             (
-                f"channels 0-{rows - 1} only: {shown} rows would make a picture too large "
-                "to open; every channel has its own sheet",
+                f"{unit}s 0-{rows - 1} only: {shown} rows would make a picture too large "
+                f"to open; every {unit} has its own sheet",
             )
             if capped
             else ()
         )
         return Header(
-            title=f"{plan.key}   top {slots} images of channels 0-{rows - 1} of {top.channels}",
+            title=f"{plan.key}   top {slots} images of {unit}s 0-{rows - 1} of {top.channels}",
             info=(
-                f"each row a channel, best image first, by the {kind} of its map; crops: "
+                f"each row a {unit}, best image first, by the {kind} of its map; crops: "
                 f"receptive field of the maximum, {field_h} x {field_w} px{whole}; heat "
                 "scaled per row"
             ),
@@ -395,7 +395,8 @@ def _submit_layer(
     rows = []
     for c in range(shown):
         health = channel_health(top, c, judged=judged)
-        labels = [f"ch {c}", "dead" if health["dead"] else f"on {health['active_frac']:.0%}"]
+        name = f"feature {c}" if unit == "feature" else f"ch {c}"
+        labels = [name, "dead" if health["dead"] else f"on {health['active_frac']:.0%}"]
         labels.append(f"max {score_text(float(top.scores[c, 0]))}" if top.valid[c, 0] else "")
         rows.append(Row(tuple(labels), [tiles[c, s] for s in range(int(top.valid[c].sum()))]))
 

@@ -396,6 +396,7 @@ def _summaries(
                 selective_count=best[1].count if best else 0,
                 top_count=int(layer.valid[best[0]].sum()) if best else 0,
                 overview=files[plan.key].overview if plan.key in files else None,
+                unit="feature" if plan.layout == "features" else "channel",
             )
         )
     return summaries

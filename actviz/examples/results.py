@@ -29,6 +29,7 @@ class LayerSummary:
         selective_count: How many of that channel's top images the model predicted as it.
         top_count: How many top images that channel has.
         overview: The overview picture, relative to the output folder.
+        unit: What a ranked unit is: ``channel``, or ``feature`` of a dictionary (``--sae``).
     """
 
     key: str
@@ -41,6 +42,7 @@ class LayerSummary:
     selective_count: int = 0
     top_count: int = 0
     overview: str | None = None
+    unit: str = "channel"
 
 
 @dataclass
