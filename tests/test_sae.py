@@ -188,6 +188,9 @@ def test_saved_file_reconstructs_as_its_metrics_say(trained: Any, planted: Any) 
     assert ((codes > 0).sum(dim=1) <= 3).all()
     # The maps' path (run --sae and top-images --sae) encodes position by position.
     assert torch.allclose(d.encode_maps(acts).permute(0, 2, 3, 1).reshape(-1, 64), codes, atol=1e-5)
+    # Its repr names it in a line, not in every weight.
+    assert repr(d).startswith("SparseDictionary(features=64, channels=24, k=3, activation=")
+    assert "layer='mix'" in repr(d) and len(repr(d)) < 300
 
 
 def test_two_seeds_are_stable_on_the_planted_layer(trained: Any, planted: Any) -> None:

@@ -74,6 +74,16 @@ class SparseDictionary:
     def device(self) -> torch.device:
         return self.w_dec.device
 
+    def __repr__(self) -> str:
+        # The dataclass's own repr prints every weight: tens of thousands of characters.
+        layer = (self.config.get("layer") or {}).get("key")
+        trained = f", layer={layer!r}, model={self.config.get('model')!r}" if layer else ""
+        where = f", file={str(self.file)!r}" if self.file is not None else ""
+        return (
+            f"SparseDictionary(features={self.features}, channels={self.channels}, k={self.k}, "
+            f"activation={self.activation!r}{trained}{where})"
+        )
+
     @classmethod
     def initial(
         cls,
