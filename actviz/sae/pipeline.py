@@ -88,6 +88,12 @@ def sae(
         _check_sizes(plan, features, opts)
         paths = [item.path for item in cmd.found.images]
         train, held = split(paths, opts.held_out, opts.seed)
+        if 0 < len(held) < FEW_HELD_OUT:
+            cmd.warn(
+                f"only {len(held)} held-out image(s) of {len(paths)}: the quality figures "
+                "(variance explained, dead and dense shares) rest on them alone; a larger "
+                "folder or --held-out steadies them"
+            )
         settings = _settings(cmd, loaded, plan, train, opts)
         if ex.overwrite:
             _remove_outputs(opts.out)
@@ -119,6 +125,10 @@ def sae(
             pages = feature_pages(model, cmd, loaded, plan, run, doc, inputs, paths)
         trained = len(train) - len({path for path, _ in run.failed} & set(train))
         return _result(cmd, loaded, plan, run, doc, pages, trained, len(held), stable)
+
+
+#: Below this many held-out images, the quality figures are said to rest on few.
+FEW_HELD_OUT = 5
 
 
 def _settings(
