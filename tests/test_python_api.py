@@ -252,4 +252,26 @@ def test_watch_refuses_a_name_and_a_probe_that_is_not_a_batch(tmp_path: Path) ->
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
     with pytest.raises(UsageError, match=r"not \(3, 8, 8\); add the batch dimension"):
         actviz.watch(model, out=tmp_path / "w", probe=torch.zeros(3, 8, 8))
+    # The parameters, a name or the model where the optimizer goes; a probe of raw bytes.
+    for wrong in (model.parameters(), "sgd", model):
+        with pytest.raises(UsageError, match=r"optimizer is a torch\.optim\.Optimizer, not"):
+            actviz.watch(model, wrong, out=tmp_path / "w")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"not torch\.uint8; preprocess it first"):
+        actviz.watch(model, out=tmp_path / "w", probe=torch.zeros(1, 3, 8, 8, dtype=torch.uint8))
+    with pytest.raises(UsageError, match=r"every must be a whole number"):
+        actviz.watch(model, out=tmp_path / "w", every=True)
     assert not (tmp_path / "w").exists()  # refused before anything is written
+    # w.step() outside the block says where it belongs; a probe the model cannot take is
+    # named as the probe, not as a convolution's error deep in torch.
+    w = actviz.watch(model, out=tmp_path / "w")
+    with pytest.raises(UsageError, match=r"call it inside `with actviz\.watch"):
+        w.step(loss=1.0)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    bad = torch.zeros(2, 5, 8, 8)
+    with (
+        pytest.raises(UsageError, match=r"probe of shape \(2, 5, 8, 8\) cannot run through"),
+        actviz.watch(model, optimizer, out=tmp_path / "p", probe=bad, probe_every=1) as w,
+    ):
+        model(torch.zeros(2, 3, 8, 8)).sum().backward()
+        optimizer.step()
+        w.step(loss=1.0)

@@ -74,7 +74,16 @@ class ProbeSink:
             torch.no_grad(),
             ActivationRecorder(self.model, self.layers) as acts,
         ):
-            self.model(self.probe.to(device))
+            try:
+                self.model(self.probe.to(device))
+            except (RuntimeError, TypeError, ValueError) as exc:  # the model refused the batch
+                from actviz.errors import UsageError, first_line
+
+                raise UsageError(
+                    f"probe of shape {tuple(self.probe.shape)} cannot run through the model: "
+                    f"{first_line(exc)}; pass a batch as the model takes it (the channels, "
+                    "size and preprocessing of a training batch)"
+                ) from exc
         files: dict[str, str] = {}
         pictures: dict[str, Any] = {}
         self.ranges = {}

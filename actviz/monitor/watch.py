@@ -86,8 +86,9 @@ def watch(
         The context manager; use it in a ``with`` block.
 
     Raises:
-        UsageError: For a model that is not a module, a probe that is not a batch of
-            images, or a bad ``every``, ``on_nonfinite`` or ``probe_every``.
+        UsageError: For a model that is not a module, an optimizer that is not one, a probe
+            that is not a batch of float images, or a bad ``every``, ``on_nonfinite`` or
+            ``probe_every``.
         LayerSelectionError: When ``layers`` selects nothing.
     """
     import torch
@@ -104,6 +105,19 @@ def watch(
         raise UsageError(
             f"watch takes the nn.Module being trained, not {type(model).__name__}{hint}"
         )
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        what = type(optimizer).__name__
+        fix = (
+            "build one from them first: torch.optim.SGD(model.parameters(), lr=...)"
+            if what == "generator" or isinstance(optimizer, torch.nn.Module | str)
+            else "pass the torch.optim.Optimizer that steps the model, or None"
+        )
+        raise UsageError(f"watch's optimizer is a torch.optim.Optimizer, not {what}; {fix}")
+    if probe is not None and isinstance(probe, torch.Tensor) and not probe.is_floating_point():
+        raise UsageError(
+            f"probe must be a batch of float images as the model takes them, not {probe.dtype}; "
+            "preprocess it first (probe.float() / 255, then the model's normalisation)"
+        )
     if probe is not None and (not isinstance(probe, torch.Tensor) or probe.dim() != 4):
         got = tuple(probe.shape) if isinstance(probe, torch.Tensor) else type(probe).__name__
         fix = (
@@ -112,7 +126,7 @@ def watch(
             else ""
         )
         raise UsageError(f"probe must be a batch of images (N, C, H, W), not {got}{fix}")
-    if not isinstance(every, int) or every < 0:
+    if not isinstance(every, int) or isinstance(every, bool) or every < 0:
         raise UsageError(f"every must be a whole number of steps >= 0, not {every!r}")
     if on_nonfinite not in NONFINITE_MODES:
         raise UsageError(
@@ -128,7 +142,7 @@ def watch(
         selected = select_layers(refs, layers, model=type(model).__name__)
     allowed = select_layers(refs, allow_inf, model=type(model).__name__) if allow_inf else []
     probe_every = probe_every if probe_every is not None else (every or 10)
-    if not isinstance(probe_every, int) or probe_every < 1:
+    if not isinstance(probe_every, int) or isinstance(probe_every, bool) or probe_every < 1:
         raise UsageError(f"probe_every must be a whole number of steps >= 1, not {probe_every!r}")
     folder = Path(out)
     board = None

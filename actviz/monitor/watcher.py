@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz._version import __version__
-from actviz.errors import NonFiniteError
+from actviz.errors import NonFiniteError, UsageError
 from actviz.hooks import HookSession, call_key
 from actviz.monitor.log import LogWriter
 from actviz.monitor.nonfinite import LOSS_NAME, ROOT_NAME, Origin, OriginTracker
@@ -167,6 +167,11 @@ class Watch(HookSession):
         Raises:
             NonFiniteError: With ``on_nonfinite="raise"``, when a NaN or Inf appeared.
         """
+        if self._writer is None:
+            raise UsageError(
+                "w.step() ends a step of a watched loop: call it inside "
+                "`with actviz.watch(model, optimizer) as w:`"
+            )
         self._manual = True
         self._finish_step(loss)
 
