@@ -38,6 +38,13 @@ def test_a_frame_past_the_first_scale_says_its_range_and_clipped_share(tmp_path:
     caption = f"values {later['min']:.4g} to {later['max']:.4g}, "
     assert caption in page
     assert f"{later['clipped']:.1%} clipped" in page
+    # Written elsewhere, the page still finds the frames in the log's folder.
+    import re
+
+    for target in (tmp_path / "report.html", tmp_path.parent / "elsewhere" / "r.html"):
+        built = build_training_report(tmp_path, target)
+        sources = re.findall(r'<img class="frame" src="([^"]+)"', built.read_text(encoding="utf-8"))
+        assert len(sources) == 8 and all((built.parent / src).is_file() for src in sources)
 
 
 def test_value_spread_counts_values_outside_the_scale() -> None:

@@ -8,6 +8,7 @@ only read, the page written under a temporary name and renamed.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from actviz.monitor.flags import replay
@@ -24,8 +25,8 @@ def build_training_report(logdir: str | Path, out: str | Path | None = None) -> 
 
     Args:
         logdir: The ``out`` folder of :func:`actviz.watch` (or its ``watch.jsonl``).
-        out: Where to write the page; default ``LOGDIR/report.html``. Pictures are linked
-            relative to the log's folder, so a page elsewhere shows them only beside it.
+        out: Where to write the page; default ``LOGDIR/report.html``. Pictures stay in the
+            log's folder and are linked relative to the page, wherever it is written.
 
     Returns:
         The page's path.
@@ -38,12 +39,17 @@ def build_training_report(logdir: str | Path, out: str | Path | None = None) -> 
 
     log = read_log(logdir)
     folder = log.path.parent
+    target = Path(out) if out is not None else folder / REPORT_NAME
+    # The probe's pictures are named relative to the log's folder; the page links them from
+    # where it is.
+    back = Path(os.path.relpath(folder.resolve(), target.resolve().parent))
     flags = [flag.as_dict() for flag in replay(log.steps)]
     strips: dict[str, list[dict[str, object]]] = {}
     for record in log.probes:
         ranges = record.get("ranges") or {}
         for layer, file in (record.get("files") or {}).items():
-            frame = {"step": record.get("step"), "file": file, "range": ranges.get(layer)}
+            linked = (back / str(file)).as_posix()
+            frame = {"step": record.get("step"), "file": linked, "range": ranges.get(layer)}
             strips.setdefault(str(layer), []).append(frame)
     page = training_page(
         log.start,
@@ -56,6 +62,5 @@ def build_training_report(logdir: str | Path, out: str | Path | None = None) -> 
         torn=log.torn,
         source=str(log.path),
     )
-    target = Path(out) if out is not None else folder / REPORT_NAME
     write_bytes(target, page)
     return target
