@@ -93,14 +93,24 @@ class NonFiniteError(ActvizError):
     exit_code = ExitCode.ANOMALY
 
     def __init__(
-        self, step: int, module: str, phase: str, value: str, inputs_file: str | None
+        self,
+        step: int,
+        module: str,
+        phase: str,
+        value: str,
+        inputs_file: str | None,
+        *,
+        module_type: str = "",
+        message: str | None = None,
     ) -> None:
         where = f"; its inputs are in {inputs_file}" if inputs_file else ""
-        super().__init__(
-            f"step {step}: {module} produced the first {value} in the {phase} pass{where}; "
-            "look at that module's computation (or lower the learning rate), or pass "
-            'on_nonfinite="record" to keep training'
+        kind = f" ({module_type})" if module_type else ""
+        said = message or (
+            f"step {step}: {module}{kind} produced the first {value} in the {phase} pass"
+            f"{where}; look at that module's computation (or lower the learning rate)"
         )
+        # ``message``: what happened, said otherwise (a loss that was NaN by itself).
+        super().__init__(f'{said}; pass on_nonfinite="record" to keep training')
         self.step = step
         self.module = module
         self.phase = phase

@@ -116,7 +116,9 @@ def test_origins_are_one_per_place_with_their_first_step(tmp_path: Path) -> None
 def test_raise_names_the_loss(tmp_path: Path) -> None:
     model = make_model()
     with (
-        pytest.raises(NonFiniteError, match=r"step 1: \(loss\) produced the first NaN") as caught,
+        pytest.raises(
+            NonFiniteError, match=r"the loss was NaN at step 1; every module's output was finite"
+        ) as caught,
         actviz.watch(model, out=tmp_path, on_nonfinite="raise") as w,
     ):
         train_with_loss(model, None, w, 3, bad_from=1)

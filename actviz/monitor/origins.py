@@ -74,8 +74,9 @@ class OriginLog:
         writer.write(record)
         if not self._warned and self._on_nonfinite == "record":
             self._warned = True
+            kind = f" ({origin.module_type})" if origin.module_type else ""
             said = message or (
-                f"step {step}: {origin.module} produced the first {origin.value} in the "
+                f"step {step}: {origin.module}{kind} produced the first {origin.value} in the "
                 f"{origin.phase} pass"
             )
             warnings.warn(

@@ -283,7 +283,16 @@ class Watch(HookSession):
             self._live.tick(self.steps)
         if self.on_nonfinite == "raise" and origins:
             first, event = origins[0], events[0]
-            raise NonFiniteError(step, first.module, first.phase, first.value, event)
+            said = loss_note["message"] if loss_note and first.module == LOSS_NAME else None
+            raise NonFiniteError(
+                step,
+                first.module,
+                first.phase,
+                first.value,
+                event,
+                module_type=first.module_type,
+                message=said,
+            )
 
     def _blame(
         self, floats: list[float], loss: float | None, step: int
