@@ -101,6 +101,11 @@ def test_report_content(nan_run: Path) -> None:
     assert html.count("<svg") >= 8
     assert 'aria-label="gradient norm reaching each layer (log colour)"' in html
     assert 'aria-label="total gradient norm (log)"' in html
+    # Its two lines have a key: which colour is before clipping and which after.
+    norms = html[html.index('aria-label="total gradient norm (log)"') :]
+    norms = norms[: norms.index("</svg>")]
+    assert ">before clipping</text><rect" in norms and ">after clipping</text><rect" in norms
+    assert "Total gradient norm, before and after clipping" in html
     assert "update / weight ratio per parameter (log)" in html
     heat = html[html.index('aria-label="gradient norm reaching each layer') :]
     heat = heat[: heat.index("</svg>")]

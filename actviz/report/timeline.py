@@ -166,6 +166,16 @@ def line_chart(
                     f'<polyline points="{" ".join(run)}" fill="none" stroke="{colour}" '
                     f'stroke-width="1.3"><title>{tip}</title></polyline>'
                 )
+    if colours:  # named series: a key at the top right, right to left
+        x = right
+        for name in reversed([n for n in names if n in colours]):
+            label = _xml(name)
+            add(
+                f'<text x="{x:.1f}" y="15" text-anchor="end" fill="#59636e">{label}</text>'
+                f'<rect x="{x - 6.2 * len(name) - 14:.1f}" y="7" width="10" height="10" '
+                f'fill="{colours[name]}"/>'
+            )
+            x -= 6.2 * len(name) + 26
     add("</svg>")
     return "".join(parts)
 

@@ -90,17 +90,23 @@ def training_page(
             "before clipping": [_number(r.get("grad_norm")) for r in steps],
             "after clipping": [_number(r.get("grad_norm_clipped")) for r in steps],
         }
+        # Without an optimizer there is no step to clip for: one line, named as what it is.
+        clipped = any(v is not None for v in norms["after clipping"])
+        if not clipped:
+            norms = {"total": norms["before clipping"]}
         if any(v is not None for line in norms.values() for v in line):
             charts.append(
                 (
-                    "Total gradient norm, before and after clipping",
+                    "Total gradient norm" + (", before and after clipping" if clipped else ""),
                     _svg(
                         line_chart(
                             numbers,
                             norms,
                             title="total gradient norm (log)",
                             log=True,
-                            colours={"before clipping": "#0a58ca", "after clipping": "#e07000"},
+                            colours={"before clipping": "#0a58ca", "after clipping": "#e07000"}
+                            if clipped
+                            else None,
                             marks=marks,
                         )
                     ),
