@@ -142,7 +142,7 @@ def discover(inputs: Sequence[Path]) -> Discovery:
         try:
             info = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
-            raise ImageLoadError(str(path), "no such file or folder") from None
+            raise ImageLoadError(str(path), "no such file or folder; check the path") from None
         except OSError as exc:
             raise ImageLoadError(str(path), _os_error_reason(exc)) from None
 

@@ -244,7 +244,7 @@ def discover_clips(inputs: Sequence[Path]) -> Discovery:
     skipped: list[tuple[Path, str]] = []
     for path in inputs:
         if not os.path.exists(path):
-            raise VideoLoadError(str(path), "no such file or folder")
+            raise VideoLoadError(str(path), "no such file or folder; check the path")
         if not path.is_dir():
             if not is_clip_input(path) and path.suffix.lower() in IMAGE_SUFFIXES:
                 raise UsageError(

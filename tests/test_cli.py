@@ -494,3 +494,8 @@ def test_runs_in_a_row_without_out_each_get_a_folder_of_their_own(
     assert again.exit_code == 0, again.output
     assert "writing to" not in again.stderr
     assert not (tmp_path / "actviz-out-3").exists()
+    # diff has no --resume: its note about the next folder does not offer one.
+    diffs = [runner.invoke(app, ["diff", "tiny.py:build", "a.png", "b.png"]) for _ in range(2)]
+    assert [d.exit_code for d in diffs] == [0, 0], diffs[1].output
+    said = " ".join(diffs[1].stderr.split())
+    assert "writing to actviz-diff-2 (--out chooses the folder)" in said and "--resume" not in said

@@ -499,7 +499,7 @@ def test_discover_missing_input(tmp_path: Path) -> None:
     missing = tmp_path / "missing"
     with pytest.raises(ImageLoadError) as info:
         discover([save_rgb(tmp_path / "ok.png"), missing])
-    assert info.value.reason == "no such file or folder"
+    assert info.value.reason == "no such file or folder; check the path"
     assert info.value.path == str(missing)
 
 

@@ -163,7 +163,7 @@ def diff(
         against_model=against_model,
         against_weights=against_weights,
         layers=selector(layers),
-        out=fresh_out(out, base="actviz-diff", reuse=execution.overwrite),
+        out=fresh_out(out, base="actviz-diff", reuse=execution.overwrite, resumable=False),
         metric=metric,
         threshold=threshold,
         images=images,

@@ -100,9 +100,12 @@ def fresh_out_option(
 FreshOutOption = Annotated[Path | None, fresh_out_option("actviz-out")]
 
 
-def fresh_out(out: Path | None, *, base: str = "actviz-out", reuse: bool = False) -> Path:
+def fresh_out(
+    out: Path | None, *, base: str = "actviz-out", reuse: bool = False, resumable: bool = True
+) -> Path:
     """``--out`` as given; left out, ``base`` when it is free or the run reuses it (``reuse``:
-    --resume or --overwrite), else the first free ``base-2``, ``base-3``, ... said on stderr."""
+    --resume or --overwrite), else the first free ``base-2``, ``base-3``, ... said on stderr
+    (``resumable``: whether the command has ``--resume`` to name)."""
     if out is not None:
         return out
     chosen, n = Path(base), 1
@@ -112,9 +115,10 @@ def fresh_out(out: Path | None, *, base: str = "actviz-out", reuse: bool = False
     if n > 1:
         from actviz.cli.console import warn
 
+        later = f"; add --out {chosen} --resume to go on with this run later" if resumable else ""
         warn(
-            f"{base} holds an earlier run's files; writing to {chosen} "
-            f"(--out chooses the folder; add --out {chosen} --resume to go on with this run later)"
+            f"{base} holds an earlier run's files; writing to {chosen} (--out chooses the "
+            f"folder{later})"
         )
     return chosen
 

@@ -40,7 +40,7 @@ def deferred_discovery(paths: Sequence[Path]) -> Discovery:
 
     for path in paths:
         if not os.path.exists(path):
-            raise ImageLoadError(str(path), "no such file or folder")
+            raise ImageLoadError(str(path), "no such file or folder; check the path")
     return Discovery(images=[], skipped=[])
 
 

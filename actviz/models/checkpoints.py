@@ -195,6 +195,9 @@ def _load_reason(exc: Exception) -> str:
         return f"not a PyTorch checkpoint ({detail.group(1).strip()})"
     if isinstance(exc, EOFError):
         return "the file ends too early (empty or truncated)"
+    if isinstance(exc, KeyError | IndexError | ValueError) or len(first_line(exc)) < 8:
+        # The unpickler's own trip on bytes that are not a pickle: a bare key like "101".
+        return "not a file torch.save wrote (neither its zip format nor a pickle)"
     return first_line(exc)
 
 
