@@ -43,6 +43,16 @@ def test_grads_and_cam_files_and_records(tmp_path: Path) -> None:
         "gradient_flow.png",
         "input.png",
     ]
+    # The report shows every picture: the gradients, the maps and both gradient-flow charts.
+    import re
+
+    linked = {
+        (page.parent / target).resolve()
+        for page in out.rglob("*.html")
+        for target in re.findall(r'src="([^"#]+)"', page.read_text(encoding="utf-8"))
+    }
+    drawn = [*(out / "x").glob("*.png"), out / "gradient_flow.png"]
+    assert [p.name for p in drawn if p.resolve() not in linked] == []
     layers = run_images(out)[0]["layers"]
     assert all(x["gradient"]["target"] == 7 and x["gradient"]["norm"] > 0 for x in layers)
     stats = json.loads((out / "stats.json").read_text())

@@ -50,6 +50,8 @@ def manifest(result: RunResult) -> dict[str, Any]:
         "notes": result.notes,
         "undrawable": [{"layer": k, "reason": v} for k, v in result.undrawable.items()],
         "pca": result.pca or None,
+        # The run's gradient-flow chart (--grads), relative to the output folder.
+        "gradient_flow": result.gradient_flow.name if result.gradient_flow is not None else None,
     }
 
 
