@@ -198,14 +198,21 @@ def _execute(
     from actviz.api import run as run_pipeline
 
     kinds = checks.kinds()  # a bad kind fails before any work
+    made = not options.out.exists()
     # Inputs that hold no image are refused by the run's opening, before any work.
     with reporting(quiet) as reporter:
         result = run_pipeline(model, inputs, options, reporter=reporter)
-    _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds)
+    _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds, made=made)
 
 
-def _finish(result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozenset[str]) -> None:
-    """Print what a run did and exit with the code that says how it went."""
+def _finish(
+    result: RunResult, *, as_json: bool, quiet: bool, fail_kinds: frozenset[str], made: bool
+) -> None:
+    """Print what a run did and exit with the code that says how it went (``made``: the run
+    created its output folder)."""
+    failed = result.count("failed")
+    if 0 < failed == len(result.images):  # nothing drawn: no "wrote" line, no folder left
+        exit_on_failed(failed, none_done=True, made=result.out if made else None)
 
     def summary() -> None:
         print_summary(result)

@@ -173,6 +173,7 @@ def diff(
         load=load.options(),
         execution=execution.options(),
     )
+    made = not options.out.exists()
     with reporting(quiet, _DiffReporter) as reporter:
         result = run_diff(model, inputs, options, reporter=reporter)
     finish(
@@ -183,6 +184,7 @@ def diff(
         quiet=quiet,
         failed=len(result.failed),
         none_done=0 < len(result.failed) == len(result.images),
+        made=options.out if made else None,
     )
 
 

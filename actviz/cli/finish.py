@@ -36,10 +36,18 @@ def print_outcome(
         summary()
 
 
-def exit_on_failed(failed: int, *, none_done: bool, verb: str = "read") -> None:
+def exit_on_failed(
+    failed: int, *, none_done: bool, verb: str = "read", made: Path | None = None
+) -> None:
     """Exit ERROR, said, when no image could be ``verb`` (read, scored); PARTIAL when some
-    failed; return when none did."""
+    failed; return when none did. ``made``: the output folder, when this command created it:
+    with nothing done, what it holds is only the failed run's records, and it goes again (a
+    next run without ``--out`` then takes it rather than moving on to ``-2``)."""
     if none_done:
+        if made is not None:
+            import shutil
+
+            shutil.rmtree(made, ignore_errors=True)
         error(f"no image could be {verb} ({failed} failed); see messages above")
         raise typer.Exit(int(ExitCode.ERROR))
     if failed:
@@ -56,7 +64,10 @@ def finish(
     failed: int,
     none_done: bool,
     verb: str = "read",
+    made: Path | None = None,
 ) -> None:
-    """:func:`print_outcome`, then :func:`exit_on_failed`."""
-    print_outcome(document, show, summary, as_json=as_json, quiet=quiet)
-    exit_on_failed(failed, none_done=none_done, verb=verb)
+    """:func:`print_outcome`, then :func:`exit_on_failed`; with nothing done, only the latter
+    (no "wrote" line for files that are then removed, see ``made`` there)."""
+    if not none_done:
+        print_outcome(document, show, summary, as_json=as_json, quiet=quiet)
+    exit_on_failed(failed, none_done=none_done, verb=verb, made=made)
