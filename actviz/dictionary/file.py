@@ -4,6 +4,7 @@ JSON in the file's metadata. Read back with safetensors alone (no pickle, no cod
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ def load_sae(path: Path | str, device: Any = "cpu") -> SparseDictionary:
 #: Model sources whose names say which network it is: a dictionary trained on one of them
 #: is refused on another name. A factory or a module object may be the same network under
 #: another spelling, so it is only warned about.
-_NAMED_SOURCES = frozenset({"torchvision", "timm", "huggingface"})
+_NAMED_SOURCES = frozenset({"torchvision", "timm", "hf"})
 
 
 def check_fit(
@@ -100,7 +101,7 @@ def check_fit(
     model: str,
     model_source: str,
     input_size: tuple[int, int],
-    warn: Any,
+    warn: Callable[[str], None],
 ) -> None:
     """Refuse a dictionary trained on another named model; ``warn`` (one line) when the model
     may differ or the input size does (the layer's maps then differ from those it learned).
