@@ -45,9 +45,9 @@ def exit_on_failed(
     next run without ``--out`` then takes it rather than moving on to ``-2``)."""
     if none_done:
         if made is not None:
-            import shutil
+            from actviz.output import remove_made
 
-            shutil.rmtree(made, ignore_errors=True)
+            remove_made(made)
         error(f"no image could be {verb} ({failed} failed); see messages above")
         raise typer.Exit(int(ExitCode.ERROR))
     if failed:

@@ -77,6 +77,13 @@ def prepare_out_dir(
     return out
 
 
+def remove_made(folder: Path) -> None:
+    """Remove ``folder``, which this command created, with all it holds: what a command that
+    then did nothing wrote there (its records, an empty report). Best effort: a file another
+    process holds open stays."""
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def opened(
     out: Path, *, resume: bool = False, overwrite: bool = False, hint: str | None = None
