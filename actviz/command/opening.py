@@ -21,6 +21,7 @@ from actviz.errors import UsageError
 if TYPE_CHECKING:
     from torch import nn
 
+    from actviz.dictionary import SparseDictionary
     from actviz.images import Discovery
     from actviz.models import LoadedModel
     from actviz.models.options import LoadOptions
@@ -90,6 +91,27 @@ class Command:
         """Give a warning that does not stop the command, and list it."""
         self.warnings.append(message)
         self.notify.warn(message)
+
+    def dictionary(self, path: Path, loaded: LoadedModel, device: Any = "cpu") -> SparseDictionary:
+        """``--sae``: the dictionary at ``path`` on ``device``, checked against the loaded
+        model (:func:`actviz.dictionary.check_fit`: another named model refused, another name
+        or input size warned about).
+
+        Raises:
+            UsageError: When it cannot be read, or was trained on another named model.
+        """
+        from actviz.dictionary import check_fit, load_sae
+
+        sae = load_sae(path, device)
+        check_fit(
+            sae,
+            path,
+            model=self.model,
+            model_source=loaded.source,
+            input_size=loaded.input_size,
+            warn=self.warn,
+        )
+        return sae
 
     def seconds(self) -> float:
         """Seconds since the command started."""

@@ -22,13 +22,10 @@ __all__ = ["Transform", "dictionary_layer", "feature_plans"]
 Transform = Callable[["torch.Tensor"], "torch.Tensor | None"]
 
 
-def dictionary_layer(path: Path, device: object) -> tuple[SparseDictionary, str, str]:
-    """The dictionary, and the capture key and module of the layer it was trained on."""
-    from actviz.dictionary import load_sae
-
-    sae = load_sae(path, device)
+def dictionary_layer(sae: SparseDictionary) -> tuple[str, str]:
+    """The capture key and module of the layer a dictionary was trained on."""
     layer = sae.config.get("layer") or {}
-    return sae, str(layer.get("key")), str(layer.get("module"))
+    return str(layer.get("key")), str(layer.get("module"))
 
 
 def feature_plans(

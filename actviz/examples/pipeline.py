@@ -90,17 +90,8 @@ def top_images(
 
             if ex.engine != "local":
                 raise UsageError("--sae ranks features in this process: drop --engine ray")
-            sae, key, module_name = dictionary_layer(opts.sae, loaded.device)
-            from actviz.dictionary import check_fit
-
-            check_fit(
-                sae,
-                opts.sae,
-                model=cmd.model,
-                model_source=loaded.source,
-                input_size=loaded.input_size,
-                warn=cmd.warn,
-            )
+            sae = cmd.dictionary(opts.sae, loaded, loaded.device)
+            key, module_name = dictionary_layer(sae)
             selector, names = cmd.select(loaded, opts.layers or module_name)
             planned = _plan(cmd.model, loaded, names, opts)
             transforms = feature_plans(planned, sae, key, opts.sae)

@@ -194,17 +194,7 @@ def _features(path: Path, names: list[str], cmd: Command, loaded: LoadedModel) -
         UsageError: When it was trained on another model, or its layer is not among the
             selected ones.
     """
-    from actviz.dictionary import check_fit, load_sae
-
-    sae = load_sae(path)
-    check_fit(
-        sae,
-        path,
-        model=cmd.model,
-        model_source=loaded.source,
-        input_size=loaded.input_size,
-        warn=cmd.warn,
-    )
+    sae = cmd.dictionary(path, loaded)
     layer = sae.config.get("layer") or {}
     if layer.get("module") not in names:
         raise UsageError(
