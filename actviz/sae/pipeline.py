@@ -123,8 +123,7 @@ def sae(
             from actviz.sae.pages import feature_pages
 
             pages = feature_pages(model, cmd, loaded, plan, run, doc, inputs, paths)
-        trained = len(train) - len({path for path, _ in run.failed} & set(train))
-        return _result(cmd, loaded, plan, run, doc, pages, trained, len(held), stable)
+        return _result(cmd, loaded, plan, run, doc, pages, run.trained_images, len(held), stable)
 
 
 #: Below this many held-out images, the quality figures are said to rest on few.

@@ -38,6 +38,11 @@ class Run:
     saved: float = field(default_factory=time.monotonic)
     _adam: dict[str, Any] | None = None
 
+    @property
+    def trained_images(self) -> int:
+        """The training images that gave vectors: those that failed to read left out."""
+        return int(self.settings["images"]) - len(self.failed)
+
     def resume(self, state: Any) -> None:
         if state is None:
             return

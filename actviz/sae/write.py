@@ -86,8 +86,7 @@ def write_dictionaries(
                 "min_steps": opts.min_steps,
                 "steps": run.position.steps,
                 "vectors": run.position.tokens,
-                # The images that gave vectors: those that failed to read are left out.
-                "images": run.settings["images"] - len({path for path, _ in run.failed}),
+                "images": run.trained_images,
                 "failed": [{"path": str(path), "error": error} for path, error in run.failed],
                 "held_out_images": held_out,
                 "running_fve": run.position.running_fve,
