@@ -101,17 +101,27 @@ def photos(make_photos: Callable[..., Path]) -> Path:
     return make_photos(3)
 
 
-def _run(photos: Path, out: Path, *extra: str) -> Any:
+def _run(photos: Path, out: Path, *extra: str, report: bool = False) -> Any:
     args = ["run", "resnet18", str(photos), "--weights", "none", "--layers", "layer1,layer3"]
-    args += ["--input-size", "64,64", "--out", str(out), "--no-report", *extra]
+    args += ["--input-size", "64,64", "--out", str(out), *extra]
+    args += [] if report else ["--no-report"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     return json.loads((out / "manifest.json").read_text())
 
 
+def _rows_holding(picture: np.ndarray, panel: np.ndarray) -> int | None:
+    """The first row at which ``panel`` sits at the picture's left edge (4 px in), if any."""
+    h, w = panel.shape[:2]
+    for top in range(picture.shape[0] - h + 1):
+        if np.array_equal(picture[top : top + h, 4 : 4 + w], panel):
+            return top
+    return None
+
+
 def test_run_view_pca_same_bytes_across_runs_and_batch_sizes(photos: Path, tmp_path: Path) -> None:
-    first = _run(photos, tmp_path / "a", "--view", "pca", "--batch-size", "3")
-    second = _run(photos, tmp_path / "b", "--view", "pca", "--batch-size", "1")
+    first = _run(photos, tmp_path / "a", "--view", "pca", "--batch-size", "3", report=True)
+    second = _run(photos, tmp_path / "b", "--view", "pca", "--batch-size", "1", report=True)
     assert set(first["pca"]) == {"layer1", "layer3"} and second["pca"] == first["pca"]
     record = first["pca"]["layer1"]
     assert len(record["explained_variance"]) == 3 and record["images"] == 3
@@ -126,7 +136,14 @@ def test_run_view_pca_same_bytes_across_runs_and_batch_sizes(photos: Path, tmp_p
     for rel in files:
         assert (tmp_path / "a" / rel).read_bytes() == (tmp_path / "b" / rel).read_bytes()
         picture = np.asarray(Image.open(tmp_path / "a" / rel))
-        assert picture.ndim == 3 and picture.shape[1] >= 2 * 64  # input and components
+        # Under the header, what the model saw of this image (its own input.png, the band
+        # that its pictures share), then the components as large: 64 px in one column.
+        seen = np.asarray(Image.open(tmp_path / "a" / Path(rel).parent / "input.png"))
+        assert seen.shape == (64, 64, 3)
+        top = _rows_holding(picture, seen)
+        assert top is not None, rel
+        below = picture[top + 64 :]
+        assert below.shape[0] > 64 and below.std() > 0
     # A run without the view writes none.
     plain = _run(photos, tmp_path / "c")
     assert plain["pca"] is None
@@ -305,3 +322,75 @@ def test_a_panel_enlarged_as_it_is_pasted_equals_its_enlarged_copy() -> None:
         # The sheet kept for the layout is not changed by the panels pasted on a copy of it.
         again = panel_sheet("t", lines, [Panel(view, "in"), Panel(copy, "pc")])
         assert np.array_equal(again, two)
+
+
+def test_the_picture_is_a_header_what_the_model_saw_and_the_components_in_one_column() -> None:
+    from actviz.render.pca import PcaFit, pca_bands, pca_picture
+
+    fit = PcaFit(
+        mean=np.zeros(4, np.float32),
+        components=np.eye(3, 4, dtype=np.float32),
+        explained=(0.5, 0.3, 0.2),
+        low=np.zeros(3, np.float32),
+        high=np.ones(3, np.float32),
+        vectors=10,
+        images=2,
+        seed=0,
+    )
+    rng = np.random.default_rng(0)
+    view = rng.integers(0, 256, (48, 40, 3), np.uint8)
+    rgb = rng.integers(0, 256, (6, 5, 3), np.uint8)
+    header, seen, components = pca_bands("layer", rgb, fit, view=view)
+    picture = pca_picture("layer", rgb, fit, view=view)
+    assert np.array_equal(picture, np.concatenate([header, seen, components]))
+    assert picture.shape[1] == header.shape[1] == 360  # the sheets' least width
+    assert np.array_equal(seen[:48, 4:44], view)
+    # Enlarged 8x (the largest whole factor within 48 x 40), each position a block.
+    assert np.array_equal(components[:48, 4:44], rgb.repeat(8, 0).repeat(8, 1))
+    # Without what the model saw: the header and the components, enlarged to about 224.
+    header2, alone = pca_bands("layer", rgb, fit)
+    assert np.array_equal(header2, header)
+    assert np.array_equal(alone[:222, 4:189], rgb.repeat(37, 0).repeat(37, 1))
+    # Components wider than what the model saw widen the picture instead of being cut.
+    wide = rng.integers(0, 256, (10, 400, 3), np.uint8)
+    bands = pca_bands("layer", wide, fit, view=view)
+    assert {b.shape[1] for b in bands} == {408}
+    assert np.array_equal(bands[2][:10, 4:404], wide)
+
+
+def test_wide_layers_find_their_top_components_by_iteration_equal_to_the_svd(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """From 256 channels the first three components come from a subspace iteration; on a
+    nearly flat spectrum it gives up and the whole eigendecomposition answers. Both equal
+    the SVD."""
+    import actviz.run.pca as pca_module
+
+    answers: list[Any] = []
+    real = pca_module._top_axes
+
+    def recorded(gram: Any) -> Any:
+        answers.append(real(gram))
+        return answers[-1]
+
+    monkeypatch.setattr(pca_module, "_top_axes", recorded)
+    rng = np.random.default_rng(5)
+    # A few strong directions over many weak ones, as a layer's outputs have them, turned
+    # away from the channel axes; and a nearly flat spectrum.
+    scales = np.concatenate([[8.0, 6.0, 5.0, 3.0, 2.0], np.geomspace(1, 0.5, 295)])
+    turn = np.linalg.qr(rng.normal(size=(300, 300)))[0]
+    decaying = (rng.normal(size=(3000, 300)) * scales) @ turn
+    flat = rng.normal(size=(3000, 300))
+    for x, iterated in ((decaying, True), (flat, False)):
+        answers.clear()
+        fit = fit_pca(x)
+        assert len(answers) == 1 and (answers[0] is not None) == iterated
+        centred = x - x.mean(0)
+        _, s, vh = np.linalg.svd(centred, full_matrices=False)
+        cosines = np.abs((fit.components.astype(np.float64) * vh[:3]).sum(axis=1))
+        np.testing.assert_allclose(cosines, 1, atol=1e-6)  # float32 components
+        np.testing.assert_allclose(fit.explained, s[:3] ** 2 / (s**2).sum(), rtol=1e-10)
+    # Below 256 channels the whole eigendecomposition answers at once.
+    answers.clear()
+    fit_pca(decaying[:, :200])
+    assert answers == []

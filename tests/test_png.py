@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import io
+import struct
 import zlib
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -65,10 +68,78 @@ def test_levels_choose_the_deflater(monkeypatch: pytest.MonkeyPatch) -> None:
         calls.append(level)
         return zlib.compress(data, level)
 
-    monkeypatch.setattr(png, "_ISAL", fake)
+    def fake_stream(level: int, method: int, wbits: int) -> Any:
+        calls.append(level)
+        return zlib.compressobj(level, method, wbits)
+
+    fake_isal = SimpleNamespace(compress=fake, compressobj=fake_stream, Z_FULL_FLUSH=3)
+    monkeypatch.setattr(png, "_ISAL", fake_isal)
     for level in range(10):
         png.deflate(b"x" * 100, level)
     assert calls == [1, 2, 3]  # 0 (stored) and 4-9 (smaller files) are zlib's
+    calls.clear()
+    for level in range(10):
+        png.deflate_band(np.zeros((2, 3), np.uint8), level=level)
+    assert calls == [1, 2, 3]
+
+
+def _idat(data: bytes) -> bytes:
+    """The zlib stream of a PNG's IDAT chunks."""
+    pos, stream = 8, b""
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        if data[pos + 4 : pos + 8] == b"IDAT":
+            stream += data[pos + 8 : pos + 8 + length]
+        pos += 12 + length
+    return stream
+
+
+@pytest.mark.parametrize("level", [0, 1, 6])
+def test_bands_join_into_one_png(deflater: str, level: int) -> None:
+    rng = np.random.default_rng(level)
+    for shape in [(5, 7, 3), (40, 7, 3), (1, 7, 3), (3, 9), (31, 9)]:
+        parts = [rng.integers(0, 256, (int(rng.integers(1, 30)), *shape[1:]), np.uint8)]
+        parts += [rng.integers(0, 256, shape, np.uint8) for _ in range(3)]
+        parts[1][1:] = parts[1][0]  # flat rows, which "up" turns into zeros
+        for row_filter in ("none", "up"):
+            bands = [png.deflate_band(p, level=level, row_filter=row_filter) for p in parts]  # type: ignore[arg-type]
+            for order in ([0, 1, 2, 3], [3, 1, 0, 2], [2]):
+                data = png.join_bands([bands[i] for i in order])
+                whole = np.concatenate([parts[i] for i in order])
+                assert np.array_equal(np.asarray(_decode(data)), whole)
+                # zlib checks the joined stream's Adler-32 as it inflates it.
+                rows = zlib.decompress(_idat(data))
+                assert len(rows) == whole.shape[0] * (whole[0].size + 1)
+
+
+def test_adler32_combined_equals_the_whole() -> None:
+    rng = np.random.default_rng(0)
+    for n1, n2 in [(1, 1), (5, 70_000), (200_000, 3), (65_521, 65_521), (131_043, 1)]:
+        a = rng.integers(0, 256, n1, np.uint8).tobytes()
+        b = rng.integers(250, 256, n2, np.uint8).tobytes()  # sums that wrap the modulus
+        combined = png._adler32_combine(zlib.adler32(a), zlib.adler32(b), n2)
+        assert combined == zlib.adler32(a + b)
+
+
+def test_a_shared_band_is_deflated_once_and_bad_bands_are_refused() -> None:
+    made: list[int] = []
+
+    def make() -> np.ndarray:
+        made.append(1)
+        return np.full((4, 6, 3), 7, np.uint8)
+
+    bands = png.Bands(level=1, row_filter="up")
+    first = bands.shared(("header", "t"), make)
+    assert bands.shared(("header", "t"), make) is first and len(made) == 1
+    assert bands.shared(("header", "u"), make) is not first and len(made) == 2
+    with pytest.raises(ValueError, match="same width"):
+        png.join_bands([first, png.deflate_band(np.zeros((2, 5, 3), np.uint8))])
+    with pytest.raises(ValueError, match="same width"):
+        png.join_bands([first, png.deflate_band(np.zeros((2, 6), np.uint8))])
+    with pytest.raises(ValueError, match="at least one band"):
+        png.join_bands([])
+    with pytest.raises(ValueError, match="uint8"):
+        png.deflate_band(np.zeros((0, 6), np.uint8))
 
 
 def test_a_small_palette_and_bad_input() -> None:

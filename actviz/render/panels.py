@@ -4,7 +4,9 @@
 Pure arrays: lines of text and ``(H, W, 3)`` panels in, one ``(H, W, 3)`` uint8 picture out.
 The sheet without its panels (background, header, labels) is kept for the last few layouts:
 a run draws one sheet per layer and image, and every image of a layer has the same header, so
-only the panels are pasted again.
+only the panels are pasted again. A one-column sheet may also be made band by band
+(:func:`text_band`, then :func:`panel_band` for each panel), for a caller that encodes the
+bands that pictures share only once.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from PIL import Image
 from actviz.render.legend import line_height, paste_text, text_width, wrap_text
 from actviz.render.palette import BACKGROUND, LABEL, palette_for
 
-__all__ = ["Panel", "panel_sheet"]
+__all__ = ["Panel", "panel_band", "panel_sheet", "sheet_width", "text_band"]
 
 U8 = npt.NDArray[np.uint8]
 
@@ -109,13 +111,7 @@ def _frame(
     strip = line_height(_LABEL_SIZE) + 2 if any(labels) else 0
     body_w = _GAP + columns * (cell_w + _GAP)
     width = max(body_w, _MIN_WIDTH)
-    placed: list[tuple[str, int, int]] = []
-    y = _PAD
-    for text, size in [(title, _TITLE_SIZE)] + [(line, _INFO_SIZE) for line in lines if line]:
-        for part in wrap_text(text, size, width - 2 * _PAD):
-            placed.append((part, size, y))
-            y += line_height(size) + 2
-    head = y + _PAD
+    placed, head = _placed(title, lines, width)
     height = head + rows * (cell_h + strip + _GAP) + _GAP
     canvas = np.full((height, width), BACKGROUND, dtype=np.uint8)
     for text, size, top in placed:
@@ -130,8 +126,60 @@ def _frame(
                 canvas, _fit(label, cell_w), _LABEL_SIZE, left, top + cell_h + 1, colour=LABEL
             )
         spots.append((top, left))
+    return _rgb(canvas), tuple(spots)
+
+
+def sheet_width(panel_width: int) -> int:
+    """The width of a sheet of one column of panels at most ``panel_width`` wide."""
+    return max(panel_width + 2 * _GAP, _MIN_WIDTH)
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def text_band(title: str, lines: tuple[str, ...], width: int) -> U8:
+    """A sheet's header as a band of its own, ``width`` wide (read-only): the title and the
+    wrapped lines, as :func:`panel_sheet` draws them."""
+    placed, height = _placed(title, lines, width)
+    canvas = np.full((height, width), BACKGROUND, dtype=np.uint8)
+    for text, size, top in placed:
+        paste_text(canvas, text, size, _PAD, top)
+    return _rgb(canvas)
+
+
+def panel_band(panel: Panel, width: int) -> U8:
+    """One panel as a band of a one-column sheet, ``width`` wide: the panel at the left edge
+    with its label under it, as :func:`panel_sheet` lays out a row, and the gap below."""
+    h, w = panel.size
+    band = _label_band(panel.label, h, w, width).copy()
+    _paste(band[:h, _GAP : _GAP + w], panel.pixels, panel.scale)
+    return band
+
+
+@functools.lru_cache(maxsize=_FRAMES)
+def _label_band(label: str, cell_h: int, cell_w: int, width: int) -> U8:
+    """:func:`panel_band` without its panel (read-only)."""
+    strip = line_height(_LABEL_SIZE) + 2 if label else 0
+    canvas = np.full((cell_h + strip + _GAP, width), BACKGROUND, dtype=np.uint8)
+    if label:
+        paste_text(canvas, _fit(label, cell_w), _LABEL_SIZE, _GAP, cell_h + 1, colour=LABEL)
+    return _rgb(canvas)
+
+
+def _placed(title: str, lines: Sequence[str], width: int) -> tuple[list[tuple[str, int, int]], int]:
+    """Where the title and the wrapped lines go (text, size, top), and the header's height."""
+    placed: list[tuple[str, int, int]] = []
+    y = _PAD
+    for text, size in [(title, _TITLE_SIZE)] + [(line, _INFO_SIZE) for line in lines if line]:
+        for part in wrap_text(text, size, width - 2 * _PAD):
+            placed.append((part, size, y))
+            y += line_height(size) + 2
+    return placed, y + _PAD
+
+
+def _rgb(canvas: U8) -> U8:
+    """Grey levels drawn on the sheet's palette, as RGB (read-only)."""
+    height, width = canvas.shape
     image = Image.frombytes("P", (width, height), canvas.tobytes())
     image.putpalette(palette_for("gray").tobytes(), rawmode="RGB")
     rgb: U8 = np.array(image.convert("RGB"))
     rgb.flags.writeable = False
-    return rgb, tuple(spots)
+    return rgb

@@ -1,5 +1,5 @@
 """Principal components as colour: a layer's channel vector at each position projected on
-three components fitted once for the run, shown as RGB beside what the model saw.
+three components fitted once for the run, shown as RGB under what the model saw.
 
 Pure arrays: the fit (:class:`PcaFit`, made by :func:`actviz.run.pca.fit_pca`) and ``(C, H, W)``
 maps in, pictures out; nothing is written here.
@@ -14,9 +14,20 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from actviz.render.panels import Panel, panel_sheet
+from actviz.render.panels import Panel, panel_band, sheet_width, text_band
 
-__all__ = ["SIGN_CONVENTION", "PcaFit", "pca_picture", "pca_rgb", "project"]
+__all__ = [
+    "SIGN_CONVENTION",
+    "PcaFit",
+    "components_band",
+    "input_band",
+    "pca_bands",
+    "pca_lines",
+    "pca_picture",
+    "pca_rgb",
+    "pca_width",
+    "project",
+]
 
 U8 = npt.NDArray[np.uint8]
 F32 = npt.NDArray[np.float32]
@@ -91,10 +102,70 @@ def pca_rgb(projected: F32, fit: PcaFit, *, mask: bool = False) -> U8:
     return rgb
 
 
-def _scale(pixels: U8, height: int, width: int) -> int:
-    """The whole factor that enlarges ``pixels`` to about ``height`` x ``width``."""
-    h, w = pixels.shape[:2]
+def _scale(shape: tuple[int, ...], height: int, width: int) -> int:
+    """The whole factor that enlarges pixels of ``shape`` to about ``height`` x ``width``."""
+    h, w = shape[:2]
     return int(max(1, min(height // max(h, 1), width // max(w, 1))))
+
+
+def pca_lines(fit: PcaFit, *, notes: Sequence[str] = (), mask: bool = False) -> tuple[str, ...]:
+    """The header's lines under the title: what the colours are and how they were fitted."""
+    share = ", ".join(f"PC{i + 1} {v:.1%}" for i, v in enumerate(fit.explained))
+    lines = [
+        f"R, G, B = principal components 1, 2, 3; explained variance {share}",
+        f"fitted once over {fit.images} image(s), {fit.vectors} positions (seed {fit.seed}); "
+        f"colours scaled by each component's 1st-99th percentile; {SIGN_CONVENTION}",
+    ]
+    if mask:
+        lines.append("black: background, where component 1 is negative")
+    return (*lines, *notes)
+
+
+def _panel_size(view_shape: tuple[int, ...] | None, rgb_shape: tuple[int, ...]) -> tuple[int, int]:
+    """The space the components are enlarged into: what the model saw, or at least 224."""
+    if view_shape is not None:
+        return view_shape[0], view_shape[1]
+    return max(rgb_shape[0], 224), max(rgb_shape[1], 224)
+
+
+def pca_width(view_shape: tuple[int, ...] | None, rgb_shape: tuple[int, ...] = (1, 1)) -> int:
+    """The picture's width: one column, as wide as what the model saw (``view_shape``) or the
+    components (``rgb_shape``) enlarged, whichever is wider."""
+    size = _panel_size(view_shape, rgb_shape)
+    wide = rgb_shape[1] * _scale(rgb_shape, *size)
+    return sheet_width(max(size[1], wide))
+
+
+def input_band(view: U8, width: int) -> U8:
+    """What the model saw, labelled: the same band in every PCA picture of an image."""
+    return panel_band(Panel(view, "input"), width)
+
+
+def components_band(rgb: U8, width: int, view_shape: tuple[int, ...] | None = None) -> U8:
+    """The components as RGB, enlarged to about the size of what the model saw, labelled."""
+    label = f"components, {rgb.shape[0]} x {rgb.shape[1]}"
+    scale = _scale(rgb.shape, *_panel_size(view_shape, rgb.shape))
+    return panel_band(Panel(rgb, label, scale=scale), width)
+
+
+def pca_bands(
+    title: str,
+    rgb: U8,
+    fit: PcaFit,
+    *,
+    view: U8 | None = None,
+    notes: Sequence[str] = (),
+    mask: bool = False,
+) -> list[U8]:
+    """:func:`pca_picture` in bands, top to bottom: the header (the same in every picture of
+    a layer), what the model saw (the same in every picture of an image), the components."""
+    shape = None if view is None else view.shape
+    width = pca_width(shape, rgb.shape)
+    bands = [text_band(title, pca_lines(fit, notes=notes, mask=mask), width)]
+    if view is not None:
+        bands.append(input_band(view, width))
+    bands.append(components_band(rgb, width, shape))
+    return bands
 
 
 def pca_picture(
@@ -106,21 +177,9 @@ def pca_picture(
     notes: Sequence[str] = (),
     mask: bool = False,
 ) -> U8:
-    """What the model saw and the components as RGB, side by side, under a header with each
-    component's explained variance; ``(H, W, 3)`` uint8."""
-    share = ", ".join(f"PC{i + 1} {v:.1%}" for i, v in enumerate(fit.explained))
-    lines = [
-        f"R, G, B = principal components 1, 2, 3; explained variance {share}",
-        f"fitted once over {fit.images} image(s), {fit.vectors} positions (seed {fit.seed}); "
-        f"colours scaled by each component's 1st-99th percentile; {SIGN_CONVENTION}",
-    ]
-    if mask:
-        lines.append("black: background, where component 1 is negative")
-    lines.extend(notes)
-    size = view.shape[:2] if view is not None else (max(rgb.shape[0], 224), max(rgb.shape[1], 224))
-    panels = []
-    if view is not None:
-        panels.append(Panel(view, "input"))
-    label = f"components, {rgb.shape[0]} x {rgb.shape[1]}"
-    panels.append(Panel(rgb, label, scale=_scale(rgb, *size)))
-    return panel_sheet(title, lines, panels, columns=2)
+    """What the model saw above the components as RGB, under a header with each component's
+    explained variance; ``(H, W, 3)`` uint8.
+
+    One column, so that a run encodes the header once per layer and what the model saw once
+    per image (:func:`pca_bands`)."""
+    return np.concatenate(pca_bands(title, rgb, fit, view=view, notes=notes, mask=mask))

@@ -6,6 +6,9 @@ level 1 is about six times faster than zlib's level 1 (which Pillow's encoder us
 about 13 % larger, and like zlib it releases the GIL, so the render threads encode in
 parallel. zlib deflates at level 0 (stored), at 4-9 (smaller files on request) and wherever
 ISA-L is missing. The PNG itself is a few chunks around the deflated rows, written here.
+
+A picture may also be joined from bands of rows deflated on their own (:func:`deflate_band`,
+:func:`join_bands`): rows that many pictures share (a header, a photo) are deflated once.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -22,7 +26,7 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["deflate", "encode_png", "picture_png"]
+__all__ = ["Band", "Bands", "deflate", "deflate_band", "encode_png", "join_bands", "picture_png"]
 
 U8 = npt.NDArray[np.uint8]
 Filter = Literal["none", "up"]
@@ -30,23 +34,30 @@ Filter = Literal["none", "up"]
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def _isal() -> Callable[[bytes, int], bytes] | None:
+def _isal() -> Any:
     try:
         from isal import isal_zlib
     except ImportError:  # no wheel for this platform: zlib does it, slower
         return None
-    compress: Callable[[bytes, int], bytes] = isal_zlib.compress
-    return compress
+    return isal_zlib
 
 
 _ISAL = _isal()
+# ISA-L's checksums, where it imports: about 5x (Adler-32) and 20x (CRC-32) zlib's on a
+# picture's rows, the same numbers.
+_adler32: Callable[[bytes], int] = zlib.adler32 if _ISAL is None else _ISAL.adler32
+_crc32: Callable[[bytes, int], int] = zlib.crc32 if _ISAL is None else _ISAL.crc32
+
+
+def _deflater(level: int) -> Any:
+    """The module that deflates at ``level`` (see the module's note)."""
+    return _ISAL if _ISAL is not None and 1 <= level <= 3 else zlib
 
 
 def deflate(data: bytes, level: int) -> bytes:
     """A zlib stream of ``data`` at ``level`` 0-9 (see the module's note on who deflates)."""
-    if _ISAL is not None and 1 <= level <= 3:
-        return _ISAL(data, level)
-    return zlib.compress(data, level)
+    compressed: bytes = _deflater(level).compress(data, level)
+    return compressed
 
 
 def encode_png(
@@ -80,16 +91,8 @@ def encode_png(
         colour_type = 2
     else:
         colour_type = 0 if palette is None else 3
-    rows = np.ascontiguousarray(pixels).reshape(height, -1)
-    data = np.empty((height, rows.shape[1] + 1), dtype=np.uint8)
-    if row_filter == "up" and colour_type != 3 and height > 1:
-        data[0, 0], data[1:, 0] = 0, 2  # the first row has nothing above it
-        data[0, 1:] = rows[0]
-        np.subtract(rows[1:], rows[:-1], out=data[1:, 1:])
-    else:
-        data[:, 0] = 0
-        data[:, 1:] = rows
-    chunks = [_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, colour_type, 0, 0, 0))]
+    data = _filtered(pixels, "none" if colour_type == 3 else row_filter)
+    chunks = [_header(width, height, colour_type)]
     if palette is not None:
         if palette.dtype != np.uint8:
             raise ValueError(f"expected a uint8 palette, got {palette.dtype}")
@@ -103,6 +106,100 @@ def encode_png(
     chunks.append(_chunk(b"IDAT", deflate(data.tobytes(), level)))
     chunks.append(_chunk(b"IEND", b""))
     return _SIGNATURE + b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class Band:
+    """Consecutive rows of a picture, filtered and deflated on their own (the first row
+    unfiltered, the deflate stream ended by a full flush), so that bands join into one PNG
+    in any order (:func:`join_bands`): a band that many pictures share, a header or a photo,
+    is deflated once.
+
+    Attributes:
+        deflated: The raw deflate stream, byte-aligned, referring to nothing before it.
+        adler: The Adler-32 checksum of the filtered rows.
+        size: How many bytes the filtered rows are.
+        width: Pixels a row.
+        height: Rows.
+        colour_type: The PNG colour type: 0 grey, 2 RGB.
+    """
+
+    deflated: bytes
+    adler: int
+    size: int
+    width: int
+    height: int
+    colour_type: int
+
+
+def deflate_band(pixels: U8, *, level: int = 1, row_filter: Filter = "none") -> Band:
+    """Rows of grey levels ``(H, W)`` or RGB ``(H, W, 3)`` as a :class:`Band`."""
+    if pixels.dtype != np.uint8 or pixels.ndim not in (2, 3) or 0 in pixels.shape[:2]:
+        raise ValueError(
+            f"expected (H, W) or (H, W, 3) uint8 pixels, got {pixels.dtype} {pixels.shape}"
+        )
+    if pixels.ndim == 3 and pixels.shape[2] != 3:
+        raise ValueError(f"expected (H, W, 3) RGB pixels, got {pixels.shape}")
+    data = _filtered(pixels, row_filter).tobytes()
+    module = _deflater(level)
+    stream = module.compressobj(level, zlib.DEFLATED, -15)
+    deflated = stream.compress(data) + stream.flush(module.Z_FULL_FLUSH)
+    height, width = pixels.shape[:2]
+    colour_type = 2 if pixels.ndim == 3 else 0
+    return Band(deflated, _adler32(data), len(data), width, height, colour_type)
+
+
+def join_bands(bands: Sequence[Band]) -> bytes:
+    """One PNG of bands of the same width and colour type, top to bottom, without deflating
+    anything again: the zlib stream is their deflate streams one after another, ended by an
+    empty final block, under the Adler-32 of all their rows (combined from theirs)."""
+    if not bands:
+        raise ValueError("a PNG has at least one band")
+    first = bands[0]
+    if any((b.width, b.colour_type) != (first.width, first.colour_type) for b in bands):
+        raise ValueError("bands of one picture have the same width and colour type")
+    adler = bands[0].adler
+    for band in bands[1:]:
+        adler = _adler32_combine(adler, band.adler, band.size)
+    # zlib's header (deflate, 32 KiB window), the streams, a final empty stored block.
+    stream = b"".join([b"\x78\x01", *(b.deflated for b in bands), b"\x01\x00\x00\xff\xff"])
+    height = sum(b.height for b in bands)
+    return b"".join(
+        [
+            _SIGNATURE,
+            _header(first.width, height, first.colour_type),
+            _chunk(b"IDAT", stream + struct.pack(">I", adler)),
+            _chunk(b"IEND", b""),
+        ]
+    )
+
+
+class Bands:
+    """Deflated bands by key, each deflated once however many pictures share it.
+
+    Render threads may share one: two of them asking for a missing key at once both deflate
+    it, to the same band.
+
+    Args:
+        level: Compression level 0-9.
+        row_filter: As :func:`encode_png`'s.
+    """
+
+    def __init__(self, *, level: int = 1, row_filter: Filter = "none") -> None:
+        self.level = level
+        self.row_filter: Filter = row_filter
+        self._bands: dict[Hashable, Band] = {}
+
+    def band(self, pixels: U8) -> Band:
+        """``pixels`` deflated, not kept."""
+        return deflate_band(pixels, level=self.level, row_filter=self.row_filter)
+
+    def shared(self, key: Hashable, make: Callable[[], U8]) -> Band:
+        """The band kept under ``key``; ``make()`` deflated and kept when there is none."""
+        band = self._bands.get(key)
+        if band is None:
+            band = self._bands[key] = self.band(make())
+        return band
 
 
 def picture_png(image: Image.Image, level: int = 1) -> bytes:
@@ -124,6 +221,38 @@ def picture_png(image: Image.Image, level: int = 1) -> bytes:
     return buffer.getvalue()
 
 
+def _filtered(pixels: U8, row_filter: Filter) -> U8:
+    """The rows as PNG stores them: each after its filter-type byte (up: minus the row above
+    it, one numpy subtraction for the whole picture; the first row has none above it)."""
+    height = pixels.shape[0]
+    rows = np.ascontiguousarray(pixels).reshape(height, -1)
+    data = np.empty((height, rows.shape[1] + 1), dtype=np.uint8)
+    if row_filter == "up" and height > 1:
+        data[0, 0], data[1:, 0] = 0, 2
+        data[0, 1:] = rows[0]
+        np.subtract(rows[1:], rows[:-1], out=data[1:, 1:])
+    else:
+        data[:, 0] = 0
+        data[:, 1:] = rows
+    return data
+
+
+def _adler32_combine(first: int, second: int, length: int) -> int:
+    """The Adler-32 of two byte strings one after the other, from each one's and the second's
+    length (zlib's ``adler32_combine``, which Python's zlib does not expose): the second's
+    running sums each gain the first's byte sum."""
+    base = 65521
+    a1, b1 = first & 0xFFFF, first >> 16
+    a2, b2 = second & 0xFFFF, second >> 16
+    a = (a1 + a2 - 1) % base
+    b = (b1 + b2 + length * (a1 - 1)) % base
+    return (b << 16) | a
+
+
+def _header(width: int, height: int, colour_type: int) -> bytes:
+    return _chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, colour_type, 0, 0, 0))
+
+
 def _chunk(kind: bytes, data: bytes) -> bytes:
-    crc = zlib.crc32(data, zlib.crc32(kind))
+    crc = _crc32(data, _crc32(kind, 0))
     return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)

@@ -24,13 +24,13 @@ from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actviz import output
-from actviz.run.job import model_view
 from actviz.run.pca import PcaSampler
-from actviz.run.pictures import PICTURE_KINDS, pca_picture
+from actviz.run.pictures import PICTURE_KINDS, pca_input, pca_picture
 from actviz.run.record import layer_view
 
 if TYPE_CHECKING:
     from actviz.command.forward import BatchForward
+    from actviz.render.png import Bands
     from actviz.results import ImageResult
     from actviz.run.job import ImageJob
     from actviz.run.options import RunOptions
@@ -71,6 +71,7 @@ class PcaPass:
     ) -> None:
         self.plan = plan
         self.layout = opts.draw.layout
+        self.png_level = opts.draw.png_compression
         self.sampler = PcaSampler(len(plan.results))
         position = {id(r): i for i, r in enumerate(plan.results)}
         self.run_index = [position[id(r)] for r in plan.todo]
@@ -87,6 +88,9 @@ class PcaPass:
         self.checked = False
         self.sampling: list[Future[None]] = []
         """The batches being sampled in the render threads."""
+        self.bands = self._bands()
+        """The bands the kept images' PCA pictures share: their inputs, deflated while the
+        next batch runs, and each layer's header."""
 
     def add_batch(
         self, captures: list[Any], jobs: list[tuple[int, ImageJob]], pool: Executor | None = None
@@ -103,7 +107,12 @@ class PcaPass:
             self.held += sum(_nbytes(job.model_input) for _, job in jobs)
             if self.held <= self.budget:
                 # Gradients and CAM maps are drawn already: the PCA pictures need neither.
-                self.kept += [(i, _drawn(j)) for i, j in jobs]
+                kept = [(i, _drawn(j)) for i, j in jobs]
+                self.kept += kept
+                if pool is None:
+                    self._inputs(kept)
+                else:
+                    self.sampling.append(pool.submit(self._inputs, kept))
                 return
             # The cut falls where the decoder's batch of this one starts: every image after
             # it is batched again as in this pass.
@@ -151,6 +160,7 @@ class PcaPass:
             kept, self.kept = self.kept, []
             with _blas().limit(limits=1, user_api="blas"):  # see _one_torch_thread
                 plan.pca = self._fit_and_draw(pool, kept)
+            self.bands = self._bands()  # the kept images' inputs are drawn: let them go
             plan.pca_notes = dict(self.sampler.notes)
             if self.rest is not None:
                 self._second_pass(forward, recorder, stack, pool)
@@ -198,15 +208,23 @@ class PcaPass:
             for index, row in rows:
                 self.sampler.add_sample(cap.key, index, cap.tensor[row], ctx, self.layout)
 
+    def _inputs(self, jobs: list[tuple[int, ImageJob]]) -> None:
+        """Deflate what the model saw of kept images (the band their PCA pictures share)."""
+        from actviz.render.pca import pca_width
+
+        for i, job in jobs:
+            if job.model_input is not None:
+                pca_input(job, self.bands, i, pca_width(tuple(job.model_input.shape[-2:])))
+
     def _fit_and_draw(self, pool: Executor, kept: list[tuple[int, ImageJob]]) -> dict[str, Any]:
         """Fit every layer and draw its PCA picture of every kept image, one task per layer
         in the render threads, the costliest fits first: a layer's pictures are drawn as
         soon as its own fit is done, while other layers fit. Returns the fits, in the order
         the layers were sampled."""
         keys = self.sampler.keys()
-        seen: dict[int, Any] = {}
+        bands = self.bands
         tasks = {
-            key: pool.submit(self._fit_layer, key, kept, seen)
+            key: pool.submit(self._fit_layer, key, kept, bands)
             for key in sorted(keys, key=self.sampler.cost, reverse=True)
         }
         fits = {}
@@ -226,15 +244,15 @@ class PcaPass:
         return fits
 
     def _fit_layer(
-        self, key: str, kept: list[tuple[int, ImageJob]], seen: dict[int, Any]
+        self, key: str, kept: list[tuple[int, ImageJob]], bands: Bands
     ) -> tuple[Any, list[tuple[int, int, str]]]:
         """One layer's fit, and its picture of each kept image: ``(index in todo, capture
         order, file)``."""
         with _one_torch_thread():
-            return self._fit_and_draw_layer(key, kept, seen)
+            return self._fit_and_draw_layer(key, kept, bands)
 
     def _fit_and_draw_layer(
-        self, key: str, kept: list[tuple[int, ImageJob]], seen: dict[int, Any]
+        self, key: str, kept: list[tuple[int, ImageJob]], bands: Bands
     ) -> tuple[Any, list[tuple[int, int, str]]]:
         fit = self.sampler.fit(key)
         if fit is None:
@@ -245,13 +263,19 @@ class PcaPass:
             for order, cap in enumerate(job.captures):
                 if cap.key != key:
                     continue
-                if i not in seen and job.model_input is not None:
-                    seen[i] = _seen(job)  # once per image; two layers at once do it twice
                 fitted = dataclasses.replace(job, pca=fits)
-                rel = _draw_layer(fitted, order, cap, seen.get(i))
+                rel = _draw_layer(fitted, order, cap, bands, i)
                 if rel is not None:
                     drawn.append((i, order, rel))
         return fit, drawn
+
+    def _bands(self) -> Bands:
+        """A store of the deflated bands PCA pictures share (each layer's header, each
+        image's input). The kept images' inputs stay in it until their pictures are drawn:
+        deflated, they are smaller than the inputs the pass keeps, and counted in those."""
+        from actviz.render.png import Bands
+
+        return Bands(level=self.png_level, row_filter="up")
 
     def _second_pass(
         self, forward: BatchForward, recorder: Any, stack: contextlib.ExitStack, pool: Executor
@@ -274,7 +298,9 @@ class PcaPass:
 
     def _draw(self, pool: Executor, jobs: list[tuple[ImageResult, ImageJob]]) -> None:
         fits = self.plan.pca
-        futures = [pool.submit(_draw_pca, dataclasses.replace(j, pca=fits)) for _, j in jobs]
+        futures = [
+            pool.submit(_draw_pca, dataclasses.replace(j, pca=fits), self._bands()) for _, j in jobs
+        ]
         for (result, _), future in zip(jobs, futures, strict=True):
             for order, rel in future.result().items():
                 _add_picture(result, order, rel)
@@ -312,31 +338,23 @@ def _add_picture(result: ImageResult, order: int, rel: str) -> None:
     result.layers[order] = dataclasses.replace(layer, pictures={**layer.pictures, _PCA.name: rel})
 
 
-def _seen(job: ImageJob) -> Any:
-    """What the model saw, as RGB: the left panel of each of the image's PCA pictures."""
-    import numpy as np
-
-    return np.asarray(model_view(job).convert("RGB"))
-
-
-def _draw_pca(job: ImageJob) -> dict[int, str]:
+def _draw_pca(job: ImageJob, bands: Bands) -> dict[int, str]:
     """One image's PCA pictures, written: capture order -> file (relative to the output)."""
-    seen = _seen(job) if job.model_input is not None else None  # once for every layer
     written = {}
     for order, cap in enumerate(job.captures):
         if cap.key in job.pca:
-            rel = _draw_layer(job, order, cap, seen)
+            rel = _draw_layer(job, order, cap, bands, 0)
             if rel is not None:
                 written[order] = rel
     return written
 
 
-def _draw_layer(job: ImageJob, order: int, cap: Any, seen: Any) -> str | None:
+def _draw_layer(job: ImageJob, order: int, cap: Any, bands: Bands, image: int) -> str | None:
     """One PCA picture, written; its file relative to the output, or None when the layer
-    has nothing to colour."""
+    has nothing to colour. ``image``: the image's key in ``bands``."""
     width = max(2, len(str(len(job.captures) - 1)))
     view = layer_view(job, cap, output.layer_filename(order, cap.key, width=width))
-    drawn = pca_picture(view, seen)
+    drawn = pca_picture(view, bands, image)
     if drawn is None or drawn.png is None:
         return None
     rel = job.folder / f"{view.stem}{_PCA.suffix}.png"

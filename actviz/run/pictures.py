@@ -9,7 +9,7 @@ whether it is drawn only beside a grid. Adding a kind is one maker and one row o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,7 +20,16 @@ from actviz.run.record import Drawn, LayerView
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["PICTURE_KINDS", "PictureKind", "grid_picture", "overlay_picture", "pca_picture"]
+    from actviz.render.png import Band, Bands
+
+__all__ = [
+    "PICTURE_KINDS",
+    "PictureKind",
+    "grid_picture",
+    "overlay_picture",
+    "pca_input",
+    "pca_picture",
+]
 
 
 @dataclass(frozen=True)
@@ -175,15 +184,25 @@ def overlay_picture(view: LayerView) -> Drawn | None:
     return Drawn(picture_png(picture, job.options.png_compression))
 
 
-def pca_picture(view: LayerView, seen: np.ndarray | None = None) -> Drawn | None:
-    """What the model saw beside the layer's positions coloured by the run's three principal
-    components (``--view pca``); None when the layer has none (no positions). ``seen``: what
-    the model saw as RGB, when the caller made it once for every layer of the image."""
-    import numpy as np
+def pca_picture(
+    view: LayerView, bands: Bands | None = None, image: Hashable | None = None
+) -> Drawn | None:
+    """What the model saw above the layer's positions coloured by the run's three principal
+    components (``--view pca``); None when the layer has none (no positions).
 
-    from actviz.render.pca import pca_picture as picture_of
-    from actviz.render.pca import pca_rgb, project
-    from actviz.render.png import encode_png
+    ``bands``: the deflated bands the run's PCA pictures share, kept by the caller: each
+    layer's header, and what the model saw of the image named ``image`` (deflated once for
+    all its layers, not once a layer: it was most of a picture's encoding)."""
+
+    from actviz.render.panels import text_band
+    from actviz.render.pca import (
+        components_band,
+        pca_lines,
+        pca_rgb,
+        pca_width,
+        project,
+    )
+    from actviz.render.png import Bands, join_bands
 
     job, cap, drawable = view.job, view.cap, view.drawable
     fit = job.pca.get(cap.key)
@@ -192,18 +211,31 @@ def pca_picture(view: LayerView, seen: np.ndarray | None = None) -> Drawn | None
     if drawable.array.shape[0] != fit.mean.shape[0]:
         return None
     rgb = pca_rgb(project(drawable.array, fit), fit, mask=job.options.pca_mask)
-    if seen is None and job.model_input is not None:
-        seen = np.asarray(model_view(job).convert("RGB"))
     shape = "x".join(str(n) for n in cap.tensor.shape[1:]) if cap.tensor is not None else "?"
-    picture = picture_of(
-        f"{cap.key}   {cap.module_type}   ({shape})   principal components",
-        rgb,
-        fit,
-        view=seen,
-        notes=header_notes(job, drawable.note),
-        mask=job.options.pca_mask,
-    )
-    return Drawn(encode_png(picture, level=job.options.png_compression, row_filter="up"))
+    title = f"{cap.key}   {cap.module_type}   ({shape})   principal components"
+    lines = pca_lines(fit, notes=header_notes(job, drawable.note), mask=job.options.pca_mask)
+    seen = None if job.model_input is None else tuple(job.model_input.shape[-2:])
+    width = pca_width(seen, rgb.shape)
+    if bands is None:
+        bands = Bands(level=job.options.png_compression, row_filter="up")
+    parts = [bands.shared(("header", title, lines, width), lambda: text_band(title, lines, width))]
+    if seen is not None:
+        parts.append(pca_input(job, bands, image, width))
+    parts.append(bands.band(components_band(rgb, width, seen)))
+    return Drawn(join_bands(parts))
+
+
+def pca_input(job: ImageJob, bands: Bands, image: Hashable | None, width: int) -> Band:
+    """What the model saw of the image, as the band every PCA picture of it ``width`` wide
+    shares: deflated once and kept in ``bands`` under ``image`` (not kept when None)."""
+    import numpy as np
+
+    from actviz.render.pca import input_band
+
+    def band() -> np.ndarray:
+        return input_band(np.asarray(model_view(job).convert("RGB")), width)
+
+    return bands.band(band()) if image is None else bands.shared(("input", image, width), band)
 
 
 PICTURE_KINDS: list[PictureKind] = [
