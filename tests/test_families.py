@@ -100,3 +100,10 @@ def test_list_layers_takes_every_torchvision_name(name: str) -> None:
         assert any(row.name.startswith("backbone") and row.shape for row in listing.layers)
     else:
         assert len(shaped) >= len(listing.layers) * 0.8
+    # The input as the model takes it: a clip of frames, a pair of pictures, or an image.
+    along = {"video": 5, "optical_flow": 5}.get(family.key, 4)
+    assert len(listing.input_shape) == along
+    if family.key == "optical_flow":
+        assert listing.input_shape[2] == 2
+    elif family.key == "video":
+        assert listing.input_shape[2] >= 8

@@ -265,11 +265,21 @@ def _input_shape(
     module: nn.Module, preprocess: Preprocessing, input_size: tuple[int, int] | None
 ) -> tuple[int, ...]:
     """``(1, C, H, W)`` of the input a trace feeds: the size the family's preprocessing
-    gives (a detector's ``min_size``), unless ``--input-size`` asks for another."""
+    gives (a detector's ``min_size``), unless ``--input-size`` asks for another; a video
+    model's clip ``(1, C, T, H, W)`` and an optical-flow model's pair ``(1, C, 2, H, W)`` as
+    their families feed them, so that the listing says what the model takes."""
+    from actviz.models.clips import ClipPreprocessing, PairPreprocessing
+
+    fed = family_of(module).preprocessing(preprocess, module)
     if input_size is None:
-        preprocess = family_of(module).preprocessing(preprocess, module)
+        preprocess = fed
     height, width = preprocess.crop_size
-    return (1, preprocess.channels, height, width)
+    along: tuple[int, ...] = ()
+    if isinstance(fed, ClipPreprocessing):
+        along = (fed.frames,)
+    elif isinstance(fed, PairPreprocessing):
+        along = (2,)
+    return (1, preprocess.channels, *along, height, width)
 
 
 def trace_until_stopped(

@@ -116,7 +116,7 @@ def render_time_strips(
     frame_label = list(frame_names) if frame_names is not None else []
     names = heads + [frame_label[t] if t < len(frame_label) else f"t{t}" for t in columns]
     labels = [
-        (f"{int(chosen.ids[row])} {names[0]}" if row == 0 else str(int(chosen.ids[row])))
+        (f"ch {int(chosen.ids[row])}, {names[0]}" if row == 0 else f"ch {int(chosen.ids[row])}")
         if col == 0
         else (names[col] if row == 0 else "")
         for row in range(chosen.count)
