@@ -156,6 +156,17 @@ def test_the_detection_picture_draws_boxes_masks_and_keypoints() -> None:
     assert (body[70, 75] == 0).all()
 
 
+def test_a_label_at_the_right_edge_is_moved_left_whole() -> None:
+    view = Image.new("RGB", (120, 80), (0, 0, 0))
+    found = [Detection((100, 30, 119, 60), "a long label 0.90")]
+    picture = np.asarray(detection_picture(view, found)).astype(int)
+    colour = np.asarray(detection_colour(0))
+    row = picture[30 - 3]  # the label's band, above the box
+    filled = np.flatnonzero((row == colour).all(axis=1) | (row == 255).all(axis=1))
+    # Its band ends at the picture's edge and starts left of the box: the text is whole.
+    assert filled.max() == 119 and filled.min() < 100 - 40
+
+
 @pytest.mark.slow
 def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
     tmp_path: Path,

@@ -745,3 +745,14 @@ def test_drawing_with_the_default_colormaps_does_not_import_matplotlib() -> None
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_label_wider_than_its_tile_leaves_a_space_before_the_next_column() -> None:
+    from actviz.render.legend import TILE_LABEL_SIZE, text_width
+    from actviz.render.tiling import GAP, tile_layout
+
+    narrow = tile_layout(40, 40, ["0", "1"])
+    assert narrow.pitch[1] == 40 + GAP
+    label = "ch 0, frame 1"
+    wide = tile_layout(20, 20, [label, "frame 2"])
+    assert wide.pitch[1] >= text_width(label, TILE_LABEL_SIZE) + 4 + GAP

@@ -90,8 +90,10 @@ def detection_picture(
             _keypoints(draw, found.keypoints, colour, skeleton)
         width = int(face.getlength(found.label)) + 4
         top = y1 - text_h - 2 if y1 - text_h - 2 >= 0 else y1  # inside the box at the edge
-        draw.rectangle((x1, top, x1 + width, top + text_h + 1), fill=colour)
-        draw.text((x1 + 2, top), found.label, font=face, fill=(255, 255, 255))
+        # Moved left where it would run past the picture's right edge, whole.
+        left = max(0.0, min(x1, picture.width - width))
+        draw.rectangle((left, top, left + width, top + text_h + 1), fill=colour)
+        draw.text((left + 2, top), found.label, font=face, fill=(255, 255, 255))
     lines = [line for line in (title, *notes) if line]
     head_h = _PAD + len(lines) * (text_h + 4) if lines else 0
     text_w = max((int(face.getlength(line)) for line in lines), default=0) + 2 * _PAD

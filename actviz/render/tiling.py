@@ -27,6 +27,7 @@ GAP = 2
 PREFIX_CELL = 4
 """Side in pixels of one prefix token's square in the band above a tile."""
 _LABEL_PAD = 1
+_LABEL_SPACE = 6
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,10 @@ def tile_layout(
     if prefix > 0:
         widest = max(widest, prefix * PREFIX_CELL)
     band = text + (PREFIX_CELL + 1 if prefix > 0 else 0)
-    return TileLayout(band, (band + tile_h + GAP, max(tile_w, widest) + GAP), text)
+    # A label wider than its tile sets the column's width: a space after it, so that it does
+    # not run into the next column's label ("ch 0, frame 1 frame 2").
+    wide = widest + _LABEL_SPACE if widest > tile_w else tile_w
+    return TileLayout(band, (band + tile_h + GAP, wide + GAP), text)
 
 
 def body_shape(count: int, columns: int, layout: TileLayout) -> tuple[int, int]:
