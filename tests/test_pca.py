@@ -325,7 +325,11 @@ def test_a_panel_enlarged_as_it_is_pasted_equals_its_enlarged_copy() -> None:
 
 
 def test_the_picture_is_a_header_what_the_model_saw_and_the_components_in_one_column() -> None:
-    from actviz.render.pca import PcaFit, pca_bands, pca_picture
+    import io
+
+    from actviz.render.panels import text_band
+    from actviz.render.pca import PcaFit, components_band, input_band, pca_lines, pca_png
+    from actviz.render.png import Bands
 
     fit = PcaFit(
         mean=np.zeros(4, np.float32),
@@ -337,25 +341,40 @@ def test_the_picture_is_a_header_what_the_model_saw_and_the_components_in_one_co
         images=2,
         seed=0,
     )
+
+    def picture(rgb: np.ndarray, view: np.ndarray | None = None) -> np.ndarray:
+        png = pca_png(
+            "layer",
+            rgb,
+            fit,
+            Bands(row_filter="up"),
+            view_shape=None if view is None else view.shape,
+            view=None if view is None else (lambda: view),
+        )
+        return np.asarray(Image.open(io.BytesIO(png)))
+
     rng = np.random.default_rng(0)
     view = rng.integers(0, 256, (48, 40, 3), np.uint8)
     rgb = rng.integers(0, 256, (6, 5, 3), np.uint8)
-    header, seen, components = pca_bands("layer", rgb, fit, view=view)
-    picture = pca_picture("layer", rgb, fit, view=view)
-    assert np.array_equal(picture, np.concatenate([header, seen, components]))
-    assert picture.shape[1] == header.shape[1] == 360  # the sheets' least width
+    header = text_band("layer", pca_lines(fit), 360)
+    seen, components = input_band(view, 360), components_band(rgb, 360, view.shape)
+    drawn = picture(rgb, view)
+    assert np.array_equal(drawn, np.concatenate([header, seen, components]))
+    assert drawn.shape[1] == header.shape[1] == 360  # the sheets' least width
     assert np.array_equal(seen[:48, 4:44], view)
     # Enlarged 8x (the largest whole factor within 48 x 40), each position a block.
     assert np.array_equal(components[:48, 4:44], rgb.repeat(8, 0).repeat(8, 1))
     # Without what the model saw: the header and the components, enlarged to about 224.
-    header2, alone = pca_bands("layer", rgb, fit)
-    assert np.array_equal(header2, header)
-    assert np.array_equal(alone[:222, 4:189], rgb.repeat(37, 0).repeat(37, 1))
+    alone = picture(rgb)
+    assert np.array_equal(alone[: header.shape[0]], header)
+    assert np.array_equal(alone[header.shape[0] :][:222, 4:189], rgb.repeat(37, 0).repeat(37, 1))
     # Components wider than what the model saw widen the picture instead of being cut.
     wide = rng.integers(0, 256, (10, 400, 3), np.uint8)
-    bands = pca_bands("layer", wide, fit, view=view)
-    assert {b.shape[1] for b in bands} == {408}
-    assert np.array_equal(bands[2][:10, 4:404], wide)
+    widened = picture(wide, view)
+    assert widened.shape[1] == 408
+    assert np.array_equal(
+        widened[-components_band(wide, 408, view.shape).shape[0] :][:10, 4:404], wide
+    )
 
 
 def test_wide_layers_find_their_top_components_by_iteration_equal_to_the_svd(

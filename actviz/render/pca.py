@@ -7,26 +7,30 @@ maps in, pictures out; nothing is written here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from actviz.render.panels import Panel, panel_band, sheet_width, text_band
+from actviz.render.png import join_bands
+
+if TYPE_CHECKING:
+    from actviz.render.png import Band, Bands
 
 __all__ = [
     "SIGN_CONVENTION",
     "PcaFit",
     "components_band",
     "input_band",
-    "pca_bands",
     "pca_lines",
-    "pca_picture",
+    "pca_png",
     "pca_rgb",
     "pca_width",
     "project",
+    "shared_input",
 ]
 
 U8 = npt.NDArray[np.uint8]
@@ -148,38 +152,40 @@ def components_band(rgb: U8, width: int, view_shape: tuple[int, ...] | None = No
     return panel_band(Panel(rgb, label, scale=scale), width)
 
 
-def pca_bands(
+def shared_input(bands: Bands, view: Callable[[], U8], image: Hashable | None, width: int) -> Band:
+    """What the model saw (``view()``) as a band ``width`` wide, deflated once and kept in
+    ``bands`` under ``image``, for every PCA picture of that image (made each time when
+    ``image`` is None)."""
+
+    def band() -> U8:
+        return input_band(view(), width)
+
+    return bands.band(band()) if image is None else bands.shared(("input", image, width), band)
+
+
+def pca_png(
     title: str,
     rgb: U8,
     fit: PcaFit,
+    bands: Bands,
     *,
-    view: U8 | None = None,
+    view_shape: tuple[int, ...] | None = None,
+    view: Callable[[], U8] | None = None,
+    image: Hashable | None = None,
     notes: Sequence[str] = (),
     mask: bool = False,
-) -> list[U8]:
-    """:func:`pca_picture` in bands, top to bottom: the header (the same in every picture of
-    a layer), what the model saw (the same in every picture of an image), the components."""
-    shape = None if view is None else view.shape
-    width = pca_width(shape, rgb.shape)
-    bands = [text_band(title, pca_lines(fit, notes=notes, mask=mask), width)]
-    if view is not None:
-        bands.append(input_band(view, width))
-    bands.append(components_band(rgb, width, shape))
-    return bands
-
-
-def pca_picture(
-    title: str,
-    rgb: U8,
-    fit: PcaFit,
-    *,
-    view: U8 | None = None,
-    notes: Sequence[str] = (),
-    mask: bool = False,
-) -> U8:
+) -> bytes:
     """What the model saw above the components as RGB, under a header with each component's
-    explained variance; ``(H, W, 3)`` uint8.
+    explained variance, as PNG bytes.
 
-    One column, so that a run encodes the header once per layer and what the model saw once
-    per image (:func:`pca_bands`)."""
-    return np.concatenate(pca_bands(title, rgb, fit, view=view, notes=notes, mask=mask))
+    One column of bands joined without deflating them again (:func:`~actviz.render.png.join_bands`):
+    the header, the same in every picture of a layer, kept in ``bands``; what the model saw
+    (``view()``, of ``view_shape``), kept under ``image`` (:func:`shared_input`); the
+    components. So a run deflates a header once per layer and a photo once per image."""
+    width = pca_width(view_shape, rgb.shape)
+    lines = pca_lines(fit, notes=notes, mask=mask)
+    parts = [bands.shared(("header", title, lines, width), lambda: text_band(title, lines, width))]
+    if view is not None:
+        parts.append(shared_input(bands, view, image, width))
+    parts.append(bands.band(components_band(rgb, width, view_shape)))
+    return join_bands(parts)

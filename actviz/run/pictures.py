@@ -193,16 +193,8 @@ def pca_picture(
     ``bands``: the deflated bands the run's PCA pictures share, kept by the caller: each
     layer's header, and what the model saw of the image named ``image`` (deflated once for
     all its layers, not once a layer: it was most of a picture's encoding)."""
-
-    from actviz.render.panels import text_band
-    from actviz.render.pca import (
-        components_band,
-        pca_lines,
-        pca_rgb,
-        pca_width,
-        project,
-    )
-    from actviz.render.png import Bands, join_bands
+    from actviz.render.pca import pca_png, pca_rgb, project
+    from actviz.render.png import Bands
 
     job, cap, drawable = view.job, view.cap, view.drawable
     fit = job.pca.get(cap.key)
@@ -212,30 +204,37 @@ def pca_picture(
         return None
     rgb = pca_rgb(project(drawable.array, fit), fit, mask=job.options.pca_mask)
     shape = "x".join(str(n) for n in cap.tensor.shape[1:]) if cap.tensor is not None else "?"
-    title = f"{cap.key}   {cap.module_type}   ({shape})   principal components"
-    lines = pca_lines(fit, notes=header_notes(job, drawable.note), mask=job.options.pca_mask)
-    seen = None if job.model_input is None else tuple(job.model_input.shape[-2:])
-    width = pca_width(seen, rgb.shape)
-    if bands is None:
-        bands = Bands(level=job.options.png_compression, row_filter="up")
-    parts = [bands.shared(("header", title, lines, width), lambda: text_band(title, lines, width))]
-    if seen is not None:
-        parts.append(pca_input(job, bands, image, width))
-    parts.append(bands.band(components_band(rgb, width, seen)))
-    return Drawn(join_bands(parts))
+    png = pca_png(
+        f"{cap.key}   {cap.module_type}   ({shape})   principal components",
+        rgb,
+        fit,
+        bands or Bands(level=job.options.png_compression, row_filter="up"),
+        view_shape=None if job.model_input is None else tuple(job.model_input.shape[-2:]),
+        view=None if job.model_input is None else _seen(job),
+        image=image,
+        notes=header_notes(job, drawable.note),
+        mask=job.options.pca_mask,
+    )
+    return Drawn(png)
 
 
-def pca_input(job: ImageJob, bands: Bands, image: Hashable | None, width: int) -> Band:
-    """What the model saw of the image, as the band every PCA picture of it ``width`` wide
-    shares: deflated once and kept in ``bands`` under ``image`` (not kept when None)."""
-    import numpy as np
+def pca_input(job: ImageJob, bands: Bands, image: Hashable, width: int) -> Band:
+    """What the model saw of the image, deflated ahead into ``bands`` under ``image``: the
+    band every PCA picture of it ``width`` wide shares."""
+    from actviz.render.pca import shared_input
 
-    from actviz.render.pca import input_band
+    return shared_input(bands, _seen(job), image, width)
 
-    def band() -> np.ndarray:
-        return input_band(np.asarray(model_view(job).convert("RGB")), width)
 
-    return bands.band(band()) if image is None else bands.shared(("input", image, width), band)
+def _seen(job: ImageJob) -> Callable[[], np.ndarray]:
+    """What the model saw, as RGB, made when asked (once per image when it is shared)."""
+
+    def seen() -> np.ndarray:
+        import numpy as np
+
+        return np.asarray(model_view(job).convert("RGB"))
+
+    return seen
 
 
 PICTURE_KINDS: list[PictureKind] = [
