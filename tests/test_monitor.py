@@ -12,6 +12,7 @@ import textwrap
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -136,6 +137,71 @@ def test_statistics_and_clip_norms(tmp_path: Path) -> None:
     expected = 0.05 * weight["grad_norm_clipped"]
     assert weight["update_ratio"] * weight["weight_norm"] == pytest.approx(expected, rel=0.05)
     assert last["loss"] > 0
+
+
+def test_a_selected_relu_and_conv_record_their_own_outputs_and_gradients(tmp_path: Path) -> None:
+    # The ReLU's non-finite check shares its input's sum, and a selected output's gradient
+    # hook is the non-finite watch's: neither may leak into the statistics.
+    model = make_model().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    seen: dict[str, torch.Tensor] = {}
+
+    def keep(name: str) -> Any:
+        def hook(m: nn.Module, a: Any, o: torch.Tensor) -> None:
+            seen[name] = o.detach().clone()
+            o.register_hook(lambda g: seen.__setitem__(name + " grad", g.detach().clone()))
+
+        return hook
+
+    model[2].register_forward_hook(keep("2"))  # ReLU(inplace=True)
+    model[4].register_forward_hook(keep("4"))
+    with actviz.watch(model, optimizer, layers="2,4", every=1, out=tmp_path) as w:
+        train(model, optimizer, w, 2)
+    layers = read_log(tmp_path).steps[-1]["layers"]
+    for name in ("2", "4"):
+        out, row = seen[name], layers[name]
+        assert row["mean"] == pytest.approx(out.mean().item(), rel=1e-4, abs=1e-6)
+        assert row["std"] == pytest.approx(out.std(correction=0).item(), rel=1e-3)
+        assert row["zero_frac"] == pytest.approx((out == 0).float().mean().item())
+        assert row["grad_norm"] == pytest.approx(seen[name + " grad"].norm().item(), rel=1e-4)
+    # The batch-norm's output the ReLU overwrote has mean 0; the ReLU's is well above.
+    assert layers["2"]["min"] == 0.0 and layers["2"]["mean"] > 0.2
+
+
+def test_a_nan_through_relu_and_max_pool_is_named_where_it_was_made(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    divide = Divide()
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        divide,
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(4 * 3 * 3, 3),
+    )
+    for by, expected in ((1.0, []), (0.0, [("forward", "1", "Divide")])):
+        divide.by = by
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            with actviz.watch(model, out=tmp_path / str(by), every=1) as w:
+                x, y = batch(0)
+                nn.functional.cross_entropy(model(x), y).backward()
+                w.step()
+        assert [(o.phase, o.module, o.module_type) for o in w.origins] == expected
+
+
+def test_a_huge_finite_gradient_is_not_called_inf(tmp_path: Path) -> None:
+    # Squares of gradients around 1e23 overflow float32: the selected outputs' sums of
+    # squares are infinite, the gradients are not, and nothing is named.
+    model = make_model()
+    with actviz.watch(model, out=tmp_path, layers="conv,linear", every=1) as w:
+        x, y = batch(0)
+        (nn.functional.cross_entropy(model(x), y) * 1e25).backward()
+        w.step()
+    assert w.origins == []
+    log = read_log(tmp_path)
+    assert log.first_nonfinite is None and "nonfinite" not in log.steps[0]
+    assert log.steps[0]["layers"]["6"]["grad_norm"] is None  # its square overflowed
 
 
 def test_no_optimizer_leaves_out_clip_and_updates(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from step to step."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -136,3 +137,22 @@ def test_gradients_accumulated_over_two_backwards_are_measured_after_the_second(
         assert record["params"][name]["grad_norm"] == pytest.approx(norm, rel=1e-5)
         clipped = record["params"][name]["grad_norm_clipped"]
         assert clipped == pytest.approx(norm * 1e-3 / total, rel=1e-4)
+
+
+def test_zero_grad_frees_the_gradients_the_watch_measured(tmp_path: Path) -> None:
+    # The watch keeps a gradient only until the optimizer's pre-hook has compared it: the
+    # loop's zero_grad frees it, as without the watch, not the end of the step.
+    model = make_model().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    with actviz.watch(model, optimizer, every=1, out=tmp_path) as w:
+        for step in range(2):
+            x, y = batch(step)
+            loss = nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            grads = [weakref.ref(p.grad) for p in model.parameters() if p.grad is not None]
+            optimizer.step()
+            optimizer.zero_grad()
+            assert len(grads) == 8
+            assert [g() for g in grads] == [None] * len(grads)
+            w.step(loss=loss)
+    assert len(read_log(tmp_path).steps) == 2

@@ -55,7 +55,11 @@ class LogWriter:
         """Append one record and flush it to the operating system."""
         if self._journal is None:
             raise ValueError("the log is closed")
-        line = json.dumps(clean(record), separators=(",", ":"), allow_nan=False)
+        try:
+            # Nearly every record is finite: encode it as it is, and walk it only when not.
+            line = json.dumps(record, separators=(",", ":"), allow_nan=False)
+        except (ValueError, TypeError):  # a NaN or Inf; a key JSON does not take as it is
+            line = json.dumps(clean(record), separators=(",", ":"), allow_nan=False)
         self._journal.append(line.encode("utf-8") + b"\n")
 
     def close(self) -> None:

@@ -16,18 +16,22 @@ call records which slots were its inputs and which its outputs. After the step's
 
 Tensors are keyed by identity and version, so an in-place op (``ReLU(inplace=True)`` after a
 batch-norm) makes a new slot: the batch-norm's output is checked before the ReLU overwrote it.
-Integer and bool tensors are skipped. Modules on the ``allow_inf`` list may receive and return
+The output of a module that cannot make a finite input non-finite (a ReLU, a max-pool, a
+flatten) shares its input's sum instead of taking its own: it is not finite exactly when the
+input was not, such a module is never an origin, and the pass is saved. Integer and bool
+tensors are skipped. Modules on the ``allow_inf`` list may receive and return
 ``-inf`` (attention masks): a ``-inf`` in their tensors is not a fault, NaN and ``+inf`` are.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actviz.hooks import call_key, tensor_items
+from actviz.monitor.reduce import squared_norm
 from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
@@ -71,8 +75,13 @@ class Origin:
 class _Slot:
     total: int  # index of the sum in the scalar batch
     relaxed: bool  # -inf allowed
-    tensor: torch.Tensor | None  # held until the step is read, to save a culprit's inputs
+    # Held until the step is read: while it lives, no other tensor takes its id.
+    tensor: torch.Tensor | None
     grad: list[int] = field(default_factory=list)  # the sum of each gradient
+    shared: bool = False  # ``total`` is the sum of the module's input, not of this tensor
+    hooked: bool = False  # its gradient is watched
+    # Given the index of the squared norm of each gradient, taken in the same hook.
+    norm_to: Callable[[int], None] | None = None
 
 
 @dataclass
@@ -83,6 +92,7 @@ class _Call:
     outputs: list[int] = field(default_factory=list)
     args: tuple[Any, ...] = ()
     done: bool = False
+    keeps_finite: bool = False  # a finite input makes a finite output (see _keeps_finite)
 
 
 def _value_kind(total: float, *, relaxed: bool) -> str | None:
@@ -98,6 +108,23 @@ def _value_kind(total: float, *, relaxed: bool) -> str | None:
     return None
 
 
+def _finite_preserving() -> tuple[type, ...]:
+    """Module classes whose output is finite whenever their input is: clamps, maxima and
+    reshapes, which add nothing and multiply by nothing."""
+    from torch import nn
+
+    return (
+        nn.ReLU,
+        nn.Hardtanh,  # and ReLU6
+        nn.MaxPool1d,
+        nn.MaxPool2d,
+        nn.MaxPool3d,
+        nn.Identity,
+        nn.Flatten,
+        nn.Unflatten,
+    )
+
+
 class OriginTracker:
     """Slots and module calls of one step; :meth:`blame` names the origins after the read.
 
@@ -111,6 +138,7 @@ class OriginTracker:
 
         self._tensor = torch.Tensor
         self._float32 = torch.float32
+        self._keeps_finite = _finite_preserving()
         self.scalars = scalars
         self.allow_inf = frozenset(allow_inf)
         self._slots: list[_Slot] = []
@@ -145,6 +173,7 @@ class OriginTracker:
                 type(module).__name__,
                 [i for i in inputs if i >= 0],
                 args=args,
+                keeps_finite=isinstance(module, self._keeps_finite),
             )
         )
         return len(self._calls) - 1
@@ -153,23 +182,41 @@ class OriginTracker:
         """The call ``index`` returned ``output`` (a forward hook): its tensors become slots.
         Returns the new slots' indices."""
         relaxed = name in self.allow_inf
+        call = self._calls[index]
         if isinstance(output, self._tensor):
-            outputs = [self._slot(output, relaxed=relaxed, new=True)]
+            share = -1
+            if call.keeps_finite and len(call.inputs) == 1 and not relaxed:
+                share = call.inputs[0]
+            outputs = [self._slot(output, relaxed=relaxed, new=True, share=share)]
         else:
             outputs = [self._slot(t, relaxed=relaxed, new=True) for _, t in tensor_items(output)]
-        call = self._calls[index]
         call.outputs = [i for i in outputs if i >= 0]
         call.done = True
         self._finished.append(index)
         return call.outputs
 
-    def slot_sum(self, slot: int) -> int:
-        """The scalar index of a slot's sum (to reuse as a statistic)."""
-        return self._slots[slot].total
+    def slot_sum(self, slot: int) -> int | None:
+        """The scalar index of a slot's sum (to reuse as a statistic); None when the slot
+        shares its module's input's."""
+        s = self._slots[slot]
+        return None if s.shared else s.total
 
-    def _slot(self, tensor: torch.Tensor, *, relaxed: bool, new: bool = False) -> int:
+    def grad_norm(self, slot: int, to: Callable[[int], None]) -> bool:
+        """Have the slot's gradient hook also take the squared norm of the gradient, calling
+        ``to`` with its scalar index: one hook and, on a CPU, one pass for both. False when
+        the slot's gradient is not watched (register another hook)."""
+        s = self._slots[slot]
+        if not s.hooked or s.norm_to is not None:
+            return False
+        s.norm_to = to
+        return True
+
+    def _slot(
+        self, tensor: torch.Tensor, *, relaxed: bool, new: bool = False, share: int = -1
+    ) -> int:
         """The slot of ``tensor`` as it is now; made (and reduced) when first seen. An output
-        is always a new version unless the module returned its input untouched."""
+        is always a new version unless the module returned its input untouched. With
+        ``share``, a new slot takes that slot's sum instead of reducing ``tensor``."""
         if not tensor.is_floating_point() or tensor.numel() == 0:
             return -1
         key = (id(tensor), tensor._version)
@@ -178,12 +225,17 @@ class OriginTracker:
             if relaxed:
                 self._slots[known].relaxed = True
             return known
-        # Of a detached tensor: no graph is recorded, with or without grad mode.
-        total = self.scalars.add(tensor.detach().sum(dtype=self._float32))
+        if share >= 0:
+            slot = _Slot(self._slots[share].total, relaxed, tensor, shared=True)
+        else:
+            # Of a detached tensor: no graph is recorded, with or without grad mode.
+            total = self.scalars.add(tensor.detach().sum(dtype=self._float32))
+            slot = _Slot(total, relaxed, tensor)
         index = len(self._slots)
-        self._slots.append(_Slot(total, relaxed, tensor))
+        self._slots.append(slot)
         self._by_key[key] = index
         if tensor.requires_grad:
+            slot.hooked = True
             self._grad_hooks.append(tensor.register_hook(self._grad_hook(index)))  # type: ignore[no-untyped-call]
         return index
 
@@ -191,8 +243,18 @@ class OriginTracker:
         def hook(grad: torch.Tensor) -> None:
             if grad.numel() == 0 or not grad.is_floating_point():
                 return
-            total = self.scalars.add(grad.detach().sum(dtype=self._float32))
             slot = self._slots[index]
+            if slot.norm_to is None:
+                total = self.scalars.add(grad.detach().sum(dtype=self._float32))
+            else:
+                norm = squared_norm(grad)
+                total = self.scalars.add(norm)
+                slot.norm_to(total)
+                # A finite sum of squares says every value is finite: it stands for the sum.
+                # Reading it on a CPU waits for nothing; past about 1.8e19 a value's square
+                # overflows, and then the sum itself says.
+                if grad.device.type != "cpu" or not math.isfinite(norm.item()):
+                    total = self.scalars.add(grad.detach().sum(dtype=self._float32))
             slot.grad.append(total)
             self._grad_order.append((index, len(slot.grad) - 1))
 

@@ -53,6 +53,8 @@ class ParamWatch:
         self._pre_clip: dict[str, int] = {}
         # The gradient each pre-clip norm was taken on, and its version then: when the
         # optimizer steps on the same, untouched tensor (no clipping), its norm is reused.
+        # Dropped once the optimizer's pre-hook has looked, so that ``zero_grad`` frees the
+        # gradients where the loop expects it to, not at the end of the step.
         self._pre_clip_grad: dict[str, tuple[torch.Tensor, int]] = {}
         self._post_clip: dict[str, int] = {}
         # On an accelerator, gradients accumulated in the running backward, their norms taken
@@ -130,7 +132,8 @@ class ParamWatch:
                 # Read now, while the backward's last write left it in the cache: at the end
                 # of the backward most gradients are back in main memory.
                 self._pre_clip[name] = self._scalars.add(squared_norm(grad))
-                self._pre_clip_grad[name] = (grad, grad._version)
+                if self.optimizer is not None:
+                    self._pre_clip_grad[name] = (grad, grad._version)
                 return
             if not self._pending:
                 # Runs once the backward is done, before anything (a clip) can touch a grad.
@@ -145,7 +148,8 @@ class ParamWatch:
         norms = squared_norms([grad for _, grad in pending])
         for (name, grad), norm in zip(pending, norms, strict=True):
             self._pre_clip[name] = self._scalars.add(norm)
-            self._pre_clip_grad[name] = (grad, grad._version)
+            if self.optimizer is not None:
+                self._pre_clip_grad[name] = (grad, grad._version)
 
     def _on_optimizer_pre(self, *_: Any) -> None:
         import torch
@@ -164,6 +168,7 @@ class ParamWatch:
                 self._post_clip[name] = self._pre_clip[name]
             else:
                 changed.append((name, param))
+        self._pre_clip_grad.clear()
         with torch.no_grad():
             if changed:
                 norms = squared_norms([p.grad for _, p in changed if p.grad is not None])

@@ -7,6 +7,7 @@ values into the log's per-layer statistics."""
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -40,29 +41,31 @@ class LayerSummaries:
         self,
         key: str,
         output: object,
-        sums: list[int],
-        add_tensor_hook: Callable[[torch.Tensor, Callable[[torch.Tensor], None]], None],
+        sums: list[int | None],
+        grad_norm: Callable[[int, torch.Tensor, Callable[[int], None]], None],
     ) -> None:
         """Queue the statistics of each floating-point tensor of a selected layer's output:
-        sum (the non-finite watch's, when it has one), norm, min, max, non-zero count; the
-        gradient's norm is queued by a hook registered with ``add_tensor_hook``."""
+        sum (the non-finite watch's, when it has its own), norm, min, max, non-zero count.
+        ``grad_norm(position, tensor, to)`` has the squared norm of the tensor's gradient
+        queued when it comes, and its index given to ``to``; ``position`` is the tensor's
+        place among ``sums`` (-1 when they do not match the output's tensors)."""
         import torch
 
         add, count = self._scalars.add, self._scalars.add_count
         tensors = [(s, t) for s, t in tensor_items(output) if t.is_floating_point()]
         tensors = [(s, t) for s, t in tensors if t.numel() > 0]
+        # The non-finite watch's slots are the same tensors, in the same order, when as many.
+        aligned = len(sums) == len(tensors)
+        known = sums if aligned else [None] * len(tensors)
         for position, (suffix, tensor) in enumerate(tensors):
             with torch.no_grad():
                 x = tensor.detach()
                 low, high = torch.aminmax(x)  # one pass for both
+                total = known[position]
                 entry: dict[str, Any] = {
                     "n": x.numel(),
                     "shape": list(x.shape),
-                    "sum": (
-                        sums[position]
-                        if len(sums) == len(tensors)
-                        else add(x.sum(dtype=torch.float32))
-                    ),
+                    "sum": add(x.sum(dtype=torch.float32)) if total is None else total,
                     "squares": add(squared_norm(x)),
                     "min": add(low),
                     "max": add(high),
@@ -77,16 +80,8 @@ class LayerSummaries:
                     entry["hist"] = self._scalars.add_counts(histogram_counts(x))
             self.entries[key + suffix] = entry
             if tensor.requires_grad:
-                add_tensor_hook(tensor, self._grad_norm_hook(entry))
-
-    def _grad_norm_hook(self, entry: dict[str, Any]) -> Any:
-        def hook(grad: torch.Tensor) -> None:
-            import torch
-
-            with torch.no_grad():
-                entry["grad"] = self._scalars.add(squared_norm(grad))
-
-        return hook
+                where = position if aligned else -1
+                grad_norm(where, tensor, functools.partial(entry.__setitem__, "grad"))
 
     def numbers(
         self, floats: list[float], ints: list[int]

@@ -11,7 +11,7 @@ origins of a NaN or Inf, the probe pictures. The parameters' numbers are taken b
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from actviz.monitor.log import LogWriter
 from actviz.monitor.nonfinite import LOSS_NAME, ROOT_NAME, Origin, OriginTracker
 from actviz.monitor.origins import OriginLog, loss_message, nonfinite_kind
 from actviz.monitor.params import ParamWatch
+from actviz.monitor.reduce import squared_norm
 from actviz.monitor.scalars import ScalarBatch
 from actviz.monitor.summaries import LayerSummaries, step_record
 
@@ -232,8 +233,21 @@ class Watch(HookSession):
                 slots = self._tracker.end(stack.pop(), name, output)
         if name in self._selected and self.recording:
             key = call_key(name, self._step_calls.get(name, 1))
-            sums = [self._tracker.slot_sum(s) for s in slots] if self._tracker else []
-            self._summaries.add(key, output, sums, self._add_tensor_hook)
+            tracker = self._tracker
+            sums = [tracker.slot_sum(s) for s in slots] if tracker is not None else []
+
+            def grad_norm(position: int, tensor: torch.Tensor, to: Callable[[int], None]) -> None:
+                # The tracker's hook on the same tensor takes it when there is one.
+                if tracker is None or position < 0 or not tracker.grad_norm(slots[position], to):
+                    self._add_tensor_hook(tensor, self._grad_norm_hook(to))
+
+            self._summaries.add(key, output, sums, grad_norm)
+
+    def _grad_norm_hook(self, to: Callable[[int], None]) -> Callable[[torch.Tensor], None]:
+        def hook(grad: torch.Tensor) -> None:
+            to(self._scalars.add(squared_norm(grad)))
+
+        return hook
 
     def _on_optimizer_post(self, *_: Any) -> None:
         self._opt_stepped = True
