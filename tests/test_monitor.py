@@ -336,6 +336,21 @@ def test_allow_inf_masks(tmp_path: Path) -> None:
         assert [o.module for o in w.origins] == expected
 
 
+def test_a_relu_after_an_allowed_minus_inf_is_not_named(tmp_path: Path) -> None:
+    # The ReLU shares its input's sum: -inf allowed there turns into 0, and stays allowed.
+    class Mask(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.masked_fill(torch.arange(x.shape[-1]) % 2 == 0, float("-inf"))
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), Mask(), nn.ReLU(), nn.Linear(6, 2))
+    with actviz.watch(model, out=tmp_path, allow_inf="1", every=1) as w:
+        model(torch.randn(3, 4)).sum().backward()
+        w.step()
+    assert w.origins == []
+    assert read_log(tmp_path).steps[0]["layers"]["3"]["mean"] is not None
+
+
 def test_integer_inputs_skipped(tmp_path: Path) -> None:
     model = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(12, 2))
     with actviz.watch(model, out=tmp_path, every=1) as w:

@@ -17,8 +17,9 @@ call records which slots were its inputs and which its outputs. After the step's
 Tensors are keyed by identity and version, so an in-place op (``ReLU(inplace=True)`` after a
 batch-norm) makes a new slot: the batch-norm's output is checked before the ReLU overwrote it.
 The output of a module that cannot make a finite input non-finite (a ReLU, a max-pool, a
-flatten) shares its input's sum instead of taking its own: it is not finite exactly when the
-input was not, such a module is never an origin, and the pass is saved. Integer and bool
+flatten) shares its input's sum instead of taking its own, judged as the input is (a ``-inf``
+allowed there stays allowed): it is not finite only when the input was not, such a module is
+never an origin, and the pass is saved. Integer and bool
 tensors are skipped. Modules on the ``allow_inf`` list may receive and return
 ``-inf`` (attention masks): a ``-inf`` in their tensors is not a fault, NaN and ``+inf`` are.
 """
@@ -78,7 +79,8 @@ class _Slot:
     # Held until the step is read: while it lives, no other tensor takes its id.
     tensor: torch.Tensor | None
     grad: list[int] = field(default_factory=list)  # the sum of each gradient
-    shared: bool = False  # ``total`` is the sum of the module's input, not of this tensor
+    # The slot whose sum ``total`` is (the module's input), or -1: its own.
+    source: int = -1
     hooked: bool = False  # its gradient is watched
     # Given the index of the squared norm of each gradient, taken in the same hook.
     norm_to: Callable[[int], None] | None = None
@@ -199,7 +201,7 @@ class OriginTracker:
         """The scalar index of a slot's sum (to reuse as a statistic); None when the slot
         shares its module's input's."""
         s = self._slots[slot]
-        return None if s.shared else s.total
+        return None if s.source >= 0 else s.total
 
     def grad_norm(self, slot: int, to: Callable[[int], None]) -> bool:
         """Have the slot's gradient hook also take the squared norm of the gradient, calling
@@ -226,7 +228,7 @@ class OriginTracker:
                 self._slots[known].relaxed = True
             return known
         if share >= 0:
-            slot = _Slot(self._slots[share].total, relaxed, tensor, shared=True)
+            slot = _Slot(self._slots[share].total, relaxed, tensor, source=share)
         else:
             # Of a detached tensor: no graph is recorded, with or without grad mode.
             total = self.scalars.add(tensor.detach().sum(dtype=self._float32))
@@ -274,7 +276,10 @@ class OriginTracker:
 
     def _kind(self, floats: list[float], slot: int) -> str | None:
         s = self._slots[slot]
-        return _value_kind(floats[s.total], relaxed=s.relaxed)
+        # A shared sum is judged as its input's: a -inf allowed there (a mask) is not the
+        # fault of a ReLU that passed it on (as 0) or a max-pool.
+        relaxed = s.relaxed or (s.source >= 0 and self._slots[s.source].relaxed)
+        return _value_kind(floats[s.total], relaxed=relaxed)
 
     def _grad_kind(self, floats: list[float], slot: int, which: int = -1) -> str | None:
         s = self._slots[slot]
