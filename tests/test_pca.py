@@ -388,8 +388,8 @@ def test_wide_layers_find_their_top_components_by_iteration_equal_to_the_svd(
     answers: list[Any] = []
     real = pca_module._top_axes
 
-    def recorded(gram: Any) -> Any:
-        answers.append(real(gram))
+    def recorded(gram: Any, trace: float) -> Any:
+        answers.append(real(gram, trace))
         return answers[-1]
 
     monkeypatch.setattr(pca_module, "_top_axes", recorded)

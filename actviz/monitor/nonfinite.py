@@ -81,7 +81,6 @@ class _Slot:
     grad: list[int] = field(default_factory=list)  # the sum of each gradient
     # The slot whose sum ``total`` is (the module's input), or -1: its own.
     source: int = -1
-    hooked: bool = False  # its gradient is watched
     # Given the index of the squared norm of each gradient, taken in the same hook.
     norm_to: Callable[[int], None] | None = None
 
@@ -208,7 +207,9 @@ class OriginTracker:
         ``to`` with its scalar index: one hook and, on a CPU, one pass for both. False when
         the slot's gradient is not watched (register another hook)."""
         s = self._slots[slot]
-        if not s.hooked or s.norm_to is not None:
+        # A slot's gradient is watched when its tensor requires grad (see _slot).
+        watched = s.tensor is not None and s.tensor.requires_grad
+        if not watched or s.norm_to is not None:
             return False
         s.norm_to = to
         return True
@@ -237,7 +238,6 @@ class OriginTracker:
         self._slots.append(slot)
         self._by_key[key] = index
         if tensor.requires_grad:
-            slot.hooked = True
             self._grad_hooks.append(tensor.register_hook(self._grad_hook(index)))  # type: ignore[no-untyped-call]
         return index
 
