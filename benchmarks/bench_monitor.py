@@ -35,6 +35,7 @@ import argparse
 import contextlib
 import json
 import resource
+import shutil
 import statistics
 import tempfile
 import time
@@ -237,6 +238,14 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="actviz-bench-monitor-"))
+    try:
+        run(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
+    """Every measurement, its logs written under ``work``."""
     if args.only_small:
         print(json.dumps({"small_batches": small_batches(args.rounds, work)}))
         return

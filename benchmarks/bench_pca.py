@@ -16,6 +16,7 @@ which a machine busy with other work disturbs less.
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
 import tempfile
@@ -44,6 +45,7 @@ def timed(folder: Path, work: Path, layers: str | None, variant: str) -> tuple[f
     seconds, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     written = list(out.rglob("*_pca.png"))
     assert bool(written) == pca
+    shutil.rmtree(out.parent)  # a run's pictures are about 75 MB
     return seconds, cpu
 
 
@@ -53,13 +55,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--layers", default=None)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="actviz-bench-"))
-    folder = make_folder(work / "photos", args.images)
-    timed(folder, work, args.layers, "grids")  # warm-up: imports, allocator, templates
     times: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
-    for _ in range(args.repeat):
-        for variant in VARIANTS:
-            times[variant].append(timed(folder, work, args.layers, variant))
+    with tempfile.TemporaryDirectory(prefix="actviz-bench-") as tmp:
+        work = Path(tmp)
+        folder = make_folder(work / "photos", args.images)
+        timed(folder, work, args.layers, "grids")  # warm-up: imports, allocator, templates
+        for _ in range(args.repeat):
+            for variant in VARIANTS:
+                times[variant].append(timed(folder, work, args.layers, variant))
     med = {v: statistics.median(w for w, _ in t) for v, t in times.items()}
     cpu = {v: statistics.median(c for _, c in t) for v, t in times.items()}
     what = args.layers or "default selection"
