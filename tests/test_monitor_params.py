@@ -15,6 +15,7 @@ from torch import nn
 import actviz
 from actviz.monitor import read_log
 from actviz.monitor.params import SAMPLE_RUN, UPDATE_SAMPLE
+from actviz.monitor.reduce import FUSE_BELOW
 from tests.test_monitor import batch, make_model
 
 
@@ -46,7 +47,12 @@ def train_with(
 def test_the_norm_after_clipping_follows_what_the_loop_did_to_the_gradient(
     tmp_path: Path, change: str, factor: float
 ) -> None:
-    model = make_model().train()
+    # A large parameter (its norm taken in its own hook, on a CPU) among small ones (taken
+    # together when the backward ends).
+    model = nn.Sequential(*make_model(), nn.Linear(3, 300), nn.Linear(300, 300), nn.Linear(300, 3))
+    sizes = [p.numel() for p in model.parameters()]
+    assert max(sizes) >= FUSE_BELOW > min(sizes)
+    model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     seen: dict[str, float] = {}
 
@@ -114,10 +120,10 @@ def test_update_ratios_stay_right_over_steps_and_a_swapped_storage(tmp_path: Pat
 def test_gradients_accumulated_over_two_backwards_are_measured_after_the_second(
     tmp_path: Path,
 ) -> None:
-    """The norms before clipping are taken as each gradient is accumulated (on a CPU) or
-    together when a backward ends (elsewhere): with two backward passes in a step, the record
-    holds the norms of the summed gradients, and clipping after the second does not reach
-    them."""
+    """The norms before clipping are taken as each gradient is accumulated (a large one on a
+    CPU) or together when a backward ends (the others): with two backward passes in a step,
+    the record holds the norms of the summed gradients, and clipping after the second does
+    not reach them."""
     model = make_model().train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     seen: dict[str, float] = {}

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from actviz.monitor.params import SAMPLE_RUN, UPDATE_SAMPLE, _sample
-from actviz.monitor.reduce import nonzero_count, root, squared_norm, squared_norms
+from actviz.monitor.reduce import fusable, nonzero_count, root, squared_norm, squared_norms
 
 
 @pytest.mark.parametrize(
@@ -33,6 +33,25 @@ def test_squared_norms_equal_float64(make: object) -> None:
     assert root(float(both[0])) == pytest.approx(math.sqrt(exact), rel=1e-4)
 
 
+def test_small_cpu_tensors_reduced_together_equal_float64_each() -> None:
+    g = torch.Generator().manual_seed(3)
+    weight = torch.randn(512, 256, 9, generator=g)
+    small = [
+        torch.randn(64, generator=g),  # a batch-norm's weight
+        _sample(weight),  # the update ratio's strided sample of a large weight
+        torch.randn(10, 512, generator=g).t(),  # not contiguous
+        torch.tensor([1.0, math.nan]),
+        torch.tensor([math.inf, 2.0]),
+        torch.zeros(0),
+    ]
+    assert all(fusable(t) for t in small) and not fusable(weight)
+    assert not fusable(torch.randn(8).double()) and not fusable(torch.randn(8).half())
+    norms = [float(v) for v in squared_norms([*small, weight])]
+    for tensor, norm in zip([*small[:3], weight], [*norms[:3], norms[-1]], strict=True):
+        assert norm == pytest.approx(float((tensor.double() ** 2).sum()), rel=1e-5)
+    assert math.isnan(norms[3]) and norms[4] == math.inf and norms[5] == 0.0
+
+
 def test_nonfinite_values_stay_nonfinite_and_zeros_are_counted() -> None:
     x = torch.tensor([0.0, -0.0, 1.0, math.nan, -2.0, math.inf])
     assert math.isnan(root(float(squared_norm(x))))
@@ -40,6 +59,34 @@ def test_nonfinite_values_stay_nonfinite_and_zeros_are_counted() -> None:
     assert int(nonzero_count(x)) == int(torch.count_nonzero(x)) == 4
     relu = torch.randn(64, 64, generator=torch.Generator().manual_seed(1)).relu()
     assert int(nonzero_count(relu)) == int(torch.count_nonzero(relu))
+
+
+@pytest.mark.parametrize("n", [1, 1015, 1016, 1017, 2032, 100_003, 1_605_632])
+def test_nonzero_count_equals_torch_at_every_size_around_its_blocks(n: int) -> None:
+    # Blocks of 127 x 8 flags are counted as words; the rest one by one: sizes either side of
+    # a block, with up to every flag set in a block (a byte's count reaching 127).
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(n, generator=g)
+    x[torch.rand(n, generator=g) < 0.3] = 0.0
+    x[: min(n, 1016)] = 1.0
+    x[n // 2] = math.nan  # not zero
+    assert int(nonzero_count(x)) == int(torch.count_nonzero(x))
+    assert int(nonzero_count(torch.zeros(n))) == 0
+    assert int(nonzero_count(torch.ones(n))) == n
+
+
+def test_nonzero_count_of_laid_out_and_narrow_tensors() -> None:
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(8, 64, 14, 14, generator=g).relu()
+    for view in (
+        x.contiguous(memory_format=torch.channels_last),
+        x.transpose(1, 3),
+        x[:, ::3],
+        x.half(),
+        x.double(),
+    ):
+        assert int(nonzero_count(view)) == int(torch.count_nonzero(view))
+    assert int(nonzero_count(torch.zeros(0))) == 0
 
 
 def test_a_large_parameter_is_sampled_in_runs_spread_over_it() -> None:

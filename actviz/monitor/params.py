@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actviz.monitor.reduce import root, squared_norm, squared_norms
+from actviz.monitor.reduce import fusable, root, squared_norm, squared_norms
 from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
@@ -57,8 +57,9 @@ class ParamWatch:
         # gradients where the loop expects it to, not at the end of the step.
         self._pre_clip_grad: dict[str, tuple[torch.Tensor, int]] = {}
         self._post_clip: dict[str, int] = {}
-        # On an accelerator, gradients accumulated in the running backward, their norms taken
-        # together when it ends (one fused call instead of one per parameter).
+        # Gradients accumulated in the running backward whose norms are taken together when it
+        # ends (one fused call instead of one per parameter): all on an accelerator, the
+        # small ones on a CPU.
         self._pending: list[tuple[str, torch.Tensor]] = []
         self._before: list[torch.Tensor] = []
         # Kept from step to step: the optimizer's parameters by name (rebuilt when its
@@ -128,7 +129,7 @@ class ParamWatch:
             grad = param.grad
             if grad is None or not self._recording():
                 return
-            if grad.device.type == "cpu":
+            if not fusable(grad):
                 # Read now, while the backward's last write left it in the cache: at the end
                 # of the backward most gradients are back in main memory.
                 self._pre_clip[name] = self._scalars.add(squared_norm(grad))
