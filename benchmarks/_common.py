@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -72,9 +74,15 @@ def peak_rss_mib(call: str, folder: Path) -> float:
         f"folder = sys.argv[1]\n{call}\n"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(folder)], capture_output=True, text=True, check=True
-    )
+    # The child's temporary folders go under one removed when it is done.
+    with tempfile.TemporaryDirectory(prefix="actviz-bench-rss-") as tmp:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(folder)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "TMPDIR": tmp},
+        )
     return int(done.stdout.strip().splitlines()[-1]) / 1024
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -135,6 +136,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=128)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="actviz-bench-cam-eval-"))
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, work: Path) -> None:
+    """Every measurement, its files written under ``work``."""
     folder = make_folder(work / "photos", args.images)
     ours, record = run_cam_eval(folder, work / "out", args.steps, args.size)
     theirs, areas = loop_pytorch_grad_cam(record, args.steps, args.size)

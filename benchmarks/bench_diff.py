@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,6 +80,14 @@ def main() -> None:
     parser.add_argument("--skip-processes", action="store_true")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="actviz-bench-diff-"))
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, work: Path) -> None:
+    """Every measurement, its files written under ``work``."""
     folder = make_folder(work / "photos", args.images)
     a, b = checkpoints(work)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -55,7 +56,10 @@ def main() -> None:
         out = Path(tempfile.mkdtemp(prefix="actviz-bench-imports-")) / f"out{i}"
         argv = [sys.executable, "-X", "importtime", "-m", "actviz", "run", "resnet34"]
         argv += [str(args.image), "-l", "conv", "-w", "none", "-o", str(out)]
-        done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, check=True)
+        finally:
+            shutil.rmtree(out.parent, ignore_errors=True)
         runs.append(by_package(done.stderr))
     med = {group: statistics.median(r[group] for r in runs) for group in runs[0]}
     total = statistics.median(sum(r.values()) for r in runs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -58,6 +59,14 @@ def main() -> None:
     parser.add_argument("--model", default="resnet18")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="actviz-load-"))
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, work: Path) -> None:
+    """Every measurement, its files written under ``work``."""
     rng = np.random.default_rng(0)
     for i in range(args.images):
         pixels = rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)

@@ -12,6 +12,7 @@ the figures say how much, per run and per image. Needs the ``ray`` extra.
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -50,6 +51,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="actviz-bench-ray-"))
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, work: Path) -> None:
+    """Every measurement, its files written under ``work``."""
     folder = make_folder(work / "photos", args.images)
     runs: dict[str, list[float]] = {"local": [], "ray": []}
     for _ in range(args.repeat):

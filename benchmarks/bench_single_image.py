@@ -121,7 +121,8 @@ def main() -> None:
     if not args.skip_recipe:
         contenders["recipe"] = recipe
     times: dict[str, list[float]] = {name: [] for name in contenders}
-    with_actviz(args.image, Path(tempfile.mkdtemp()))  # warm-up: imports, allocator, caches
+    with tempfile.TemporaryDirectory() as warm:
+        with_actviz(args.image, Path(warm))  # warm-up: imports, allocator, caches
     for _ in range(args.repeat):
         for name, fn in contenders.items():
             out = Path(tempfile.mkdtemp(prefix=f"bench-{name}-"))
