@@ -96,6 +96,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="actviz-bench-detection-"))
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, work: Path) -> None:
+    """Every measurement, its files written under ``work``."""
     script = work / "minimal.py"
     script.write_text(MINIMAL)
     exe = shutil.which("actviz", path=str(Path(sys.executable).parent)) or "actviz"
@@ -115,7 +123,6 @@ def main() -> None:
     for name, seconds in med.items():
         print(f"  {name:8s} {seconds:6.2f} s  ({len(times[name])} runs)")
     print(f"actviz / minimal = {med['actviz'] / med['minimal']:.2f}  (target <= 1.15)")
-    shutil.rmtree(work)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,14 @@ def main() -> None:
     parser.add_argument("--recipe-repeat", type=int, default=1, help="the recipe takes ~30 s")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="actviz-bench-process-"))
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, work: Path) -> None:
+    """Every measurement, its files written under ``work``."""
     scripts = {"minimal": work / "minimal.py", "recipe": work / "recipe.py"}
     scripts["minimal"].write_text(MINIMAL)
     scripts["recipe"].write_text(RECIPE)
@@ -141,7 +149,6 @@ def main() -> None:
             f"recipe / import = {med['recipe'] / med['import']:.1f}x: the most a PyTorch"
             " process can be faster than the recipe on this machine"
         )
-    shutil.rmtree(work)
 
 
 if __name__ == "__main__":

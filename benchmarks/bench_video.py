@@ -102,6 +102,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="actviz-bench-video-"))
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args: argparse.Namespace, work: Path) -> None:
+    """Every measurement, its files written under ``work``."""
     video = args.video.resolve() if args.video else work / "clip.mp4"
     if args.video is None:
         write_video(video)
@@ -129,7 +137,6 @@ def main() -> None:
     for name, seconds in med.items():
         print(f"  {name:8s} {seconds:6.2f} s  ({len(times[name])} runs, median)")
     print(f"actviz / minimal = {med['actviz'] / med['minimal']:.2f}  (target <= 1.15)")
-    shutil.rmtree(work)
 
 
 if __name__ == "__main__":
