@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -135,11 +134,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--size", type=int, default=128)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="actviz-bench-cam-eval-"))
-    try:
-        measure(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(
+        prefix="actviz-bench-cam-eval-", ignore_cleanup_errors=True
+    ) as work:
+        measure(args, Path(work))
 
 
 def measure(args: argparse.Namespace, work: Path) -> None:

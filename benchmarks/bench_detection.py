@@ -95,11 +95,10 @@ def main() -> None:
     parser.add_argument("--image", type=Path, default=HERE.parent / "sample_images" / "cat.jpg")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="actviz-bench-detection-"))
-    try:
-        measure(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(
+        prefix="actviz-bench-detection-", ignore_cleanup_errors=True
+    ) as work:
+        measure(args, Path(work))
 
 
 def measure(args: argparse.Namespace, work: Path) -> None:

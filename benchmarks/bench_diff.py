@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -79,11 +78,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--skip-processes", action="store_true")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="actviz-bench-diff-"))
-    try:
-        measure(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(
+        prefix="actviz-bench-diff-", ignore_cleanup_errors=True
+    ) as work:
+        measure(args, Path(work))
 
 
 def measure(args: argparse.Namespace, work: Path) -> None:

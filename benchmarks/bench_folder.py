@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -112,11 +111,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="actviz-bench-"))
-    try:
-        measure(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="actviz-bench-", ignore_cleanup_errors=True) as work:
+        measure(args, Path(work))
 
 
 def measure(args: argparse.Namespace, work: Path) -> None:

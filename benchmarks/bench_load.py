@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -58,11 +57,8 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2000)
     parser.add_argument("--model", default="resnet18")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="actviz-load-"))
-    try:
-        measure(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="actviz-load-", ignore_cleanup_errors=True) as work:
+        measure(args, Path(work))
 
 
 def measure(args: argparse.Namespace, work: Path) -> None:

@@ -35,7 +35,6 @@ import argparse
 import contextlib
 import json
 import resource
-import shutil
 import statistics
 import tempfile
 import time
@@ -237,11 +236,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    work = Path(tempfile.mkdtemp(prefix="actviz-bench-monitor-"))
-    try:
-        run(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(
+        prefix="actviz-bench-monitor-", ignore_cleanup_errors=True
+    ) as work:
+        run(args, Path(work))
 
 
 def run(args: argparse.Namespace, work: Path) -> None:

@@ -106,11 +106,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--recipe-repeat", type=int, default=1, help="the recipe takes ~30 s")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="actviz-bench-process-"))
-    try:
-        measure(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(
+        prefix="actviz-bench-process-", ignore_cleanup_errors=True
+    ) as work:
+        measure(args, Path(work))
 
 
 def measure(args: argparse.Namespace, work: Path) -> None:

@@ -101,11 +101,10 @@ def main() -> None:
     parser.add_argument("--video", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="actviz-bench-video-"))
-    try:
-        measure(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with tempfile.TemporaryDirectory(
+        prefix="actviz-bench-video-", ignore_cleanup_errors=True
+    ) as work:
+        measure(args, Path(work))
 
 
 def measure(args: argparse.Namespace, work: Path) -> None:
