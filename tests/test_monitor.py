@@ -11,6 +11,7 @@ import sys
 import textwrap
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,18 @@ class SqrtAct(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + torch.sqrt(x * 0.0)
+
+
+class Fork(nn.Module):
+    """A ReLU and a SqrtAct on the same input, added."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.relu = nn.ReLU()
+        self.make = SqrtAct()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(x) + self.make(x)
 
 
 def make_model() -> nn.Sequential:
@@ -317,6 +330,68 @@ def test_backward_origin(tmp_path: Path) -> None:
     origin = w.origins[0]
     assert (origin.phase, origin.module, origin.module_type) == ("backward", "1", "SqrtAct")
     assert read_log(tmp_path).steps == []  # every=0: no statistics, the watch only
+
+
+@pytest.mark.parametrize(
+    ("layers", "origin"),
+    [
+        # The NaN gradient reaches a ReLU whose input gradient is no longer reduced.
+        (lambda: [nn.BatchNorm1d(8), nn.ReLU(inplace=True), SqrtAct(), nn.ReLU()], "3"),
+        # It is made right behind a ReLU, into the gradient of that ReLU's input.
+        (lambda: [SqrtAct(), nn.ReLU(inplace=True), nn.Linear(8, 8), nn.ReLU()], "1"),
+        (lambda: [nn.ReLU(), SqrtAct(), nn.Flatten(), nn.Identity()], "2"),
+        # A ReLU and the maker both take the same input: the ReLU is not named.
+        (lambda: [Fork()], "1.make"),
+    ],
+)
+@pytest.mark.parametrize("every", [0, 1])  # without and with the linear layers' statistics
+def test_a_backward_nan_beside_relus_is_named_where_it_was_made(
+    tmp_path: Path, layers: Callable[[], list[nn.Module]], origin: str, every: int
+) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 8), *layers(), nn.Linear(8, 1))
+    with pytest.warns(RuntimeWarning), actviz.watch(model, out=tmp_path, every=every) as w:
+        model(torch.randn(16, 5)).sum().backward()
+        w.step()
+    assert [(o.phase, o.module, o.module_type) for o in w.origins] == [
+        ("backward", origin, "SqrtAct")
+    ]
+
+
+def test_a_models_output_a_relu_also_took_keeps_its_gradient_watched(tmp_path: Path) -> None:
+    class Returns(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(5, 8)
+            self.relu = nn.ReLU()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.lin(x)
+            self.relu(h)  # a look at it, and the output is h itself
+            return h
+
+    model = Returns()
+    with pytest.warns(RuntimeWarning), actviz.watch(model, out=tmp_path, every=0) as w:
+        torch.sqrt(model(torch.randn(16, 5)) * 0.0).sum().backward()  # a NaN gradient
+        w.step()
+    assert [(o.phase, o.module) for o in w.origins] == [("backward", "(loss)")]
+
+
+@pytest.mark.parametrize(("act", "watched"), [(nn.ReLU, 4), (nn.Tanh, 6)])
+def test_a_relus_input_gradient_is_not_reduced(
+    tmp_path: Path, act: type[nn.Module], watched: int
+) -> None:
+    # Its input gradient is its output gradient masked: finite when that one was.
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Linear(5, 8), nn.BatchNorm1d(8), act(), nn.Linear(8, 8), act(), nn.Linear(8, 1)
+    )
+    with actviz.watch(model, out=tmp_path, every=0) as w:
+        model(torch.randn(16, 5)).sum().backward()
+        assert w._tracker is not None
+        assert len(w._tracker._grad_order) == watched
+        w.step()
+    assert w.origins == []
 
 
 def test_allow_inf_masks(tmp_path: Path) -> None:

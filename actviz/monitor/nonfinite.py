@@ -19,7 +19,9 @@ batch-norm) makes a new slot: the batch-norm's output is checked before the ReLU
 The output of a module that cannot make a finite input non-finite (a ReLU, a max-pool, a
 flatten) shares its input's sum instead of taking its own, judged as the input is (a ``-inf``
 allowed there stays allowed): it is not finite only when the input was not, such a module is
-never an origin, and the pass is saved. Integer and bool
+never an origin, and the pass is saved. The same holds backward, where its input gradient is
+its output gradient masked or moved: a tensor such a module alone takes (a batch-norm's
+output before its ReLU) has no gradient hook once the forward is done. Integer and bool
 tensors are skipped. Modules on the ``allow_inf`` list may receive and return
 ``-inf`` (attention masks): a ``-inf`` in their tensors is not a fault, NaN and ``+inf`` are.
 """
@@ -83,6 +85,8 @@ class _Slot:
     source: int = -1
     # Given the index of the squared norm of each gradient, taken in the same hook.
     norm_to: Callable[[int], None] | None = None
+    hook: Any = None  # the handle of the gradient's hook
+    consumers: int = 0  # module calls that took it as an input
 
 
 @dataclass
@@ -168,6 +172,9 @@ class OriginTracker:
             inputs = [self._slot(args[0], relaxed=relaxed)]
         else:
             inputs = [self._slot(t, relaxed=relaxed) for _, t in tensor_items(args)]
+        for i in inputs:
+            if i >= 0:
+                self._slots[i].consumers += 1
         self._calls.append(
             _Call(
                 call_key(name, call),
@@ -194,7 +201,27 @@ class OriginTracker:
         call.outputs = [i for i in outputs if i >= 0]
         call.done = True
         self._finished.append(index)
+        if name == ROOT_NAME:
+            self._unwatch_passed_gradients(call.outputs)
         return call.outputs
+
+    def _unwatch_passed_gradients(self, returned: list[int]) -> None:
+        """The model's forward is done: drop the gradient hook of each tensor whose one
+        consumer is a module that cannot make a finite gradient non-finite
+        (:func:`_finite_preserving`: its input gradient is its output gradient, masked or
+        moved). That gradient is not finite only when the module's output gradient, watched
+        and read earlier in the backward, was not, so the blame is the same and a pass is
+        saved: a ReLU's input, after every batch-norm. The model's outputs keep theirs (the
+        loss's gradient reaches them too)."""
+        for call in self._calls:
+            if not (call.keeps_finite and call.done and len(call.inputs) == 1):
+                continue
+            slot = call.inputs[0]
+            s = self._slots[slot]
+            kept = s.consumers > 1 or s.norm_to is not None or slot in returned
+            if s.hook is not None and not kept:
+                s.hook.remove()
+                s.hook = None
 
     def slot_sum(self, slot: int) -> int | None:
         """The scalar index of a slot's sum (to reuse as a statistic); None when the slot
@@ -207,9 +234,7 @@ class OriginTracker:
         ``to`` with its scalar index: one hook and, on a CPU, one pass for both. False when
         the slot's gradient is not watched (register another hook)."""
         s = self._slots[slot]
-        # A slot's gradient is watched when its tensor requires grad (see _slot).
-        watched = s.tensor is not None and s.tensor.requires_grad
-        if not watched or s.norm_to is not None:
+        if s.hook is None or s.norm_to is not None:  # its gradient is not watched
             return False
         s.norm_to = to
         return True
@@ -238,7 +263,8 @@ class OriginTracker:
         self._slots.append(slot)
         self._by_key[key] = index
         if tensor.requires_grad:
-            self._grad_hooks.append(tensor.register_hook(self._grad_hook(index)))  # type: ignore[no-untyped-call]
+            slot.hook = tensor.register_hook(self._grad_hook(index))  # type: ignore[no-untyped-call]
+            self._grad_hooks.append(slot.hook)
         return index
 
     def _grad_hook(self, index: int) -> Any:
@@ -315,11 +341,13 @@ class OriginTracker:
         kind = self._grad_kind(floats, slot, which) or "NaN"
         # Candidates: calls with that slot as an input whose output gradients were finite;
         # a block and the child inside it that took the same input both qualify, and the
-        # child is the more precise answer.
+        # child is the more precise answer. A ReLU beside the module that made it cannot
+        # have: its input gradient is its output gradient, masked.
         candidates = [
             index
             for index, call in enumerate(self._calls)
             if call.done
+            and not call.keeps_finite
             and slot in call.inputs
             and all(self._grad_kind(floats, o) is None for o in call.outputs)
         ]
