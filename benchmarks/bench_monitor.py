@@ -1,9 +1,7 @@
 """actviz.watch against the bare training loop and against the hand-written monitor.
 
 Training resnet18 (random weights, 10 classes) on CPU, batch 16 of 64x64 random images, SGD
-with gradient clipping, the same number of steps in each variant, in one process, stepping
-the variants in turn (each on its own copy of the model) so a busy machine slows
-them all alike:
+with gradient clipping, in one process, each variant on its own copy of the model:
 
 - bare: the loop alone;
 - every=10 / every=1: ``actviz.watch(model, optimizer, layers="conv,linear", every=N)``;
@@ -12,21 +10,24 @@ them all alike:
   ``.mean().item()`` and ``.std().item()``, plus ``SummaryWriter.add_histogram`` per parameter
   every step.
 
-Wall time and CPU time (both threads) are both given: on a shared machine the CPU time is the
-steadier of the two. Targets: every=10 within 1.03x of bare, every=1 within 1.15x,
-nonfinite only within 1.10x.
+The variants run in blocks of ``--block`` steps, in rounds of one block each (in an order
+that changes every round, see :func:`orders`), so a busy machine slows them all alike. A
+block's first step is not counted: it follows another model's step, while a training loop's
+step follows its own (its weights still in the caches). Each round gives each variant's
+median step over its block, divided by the bare block's of the same round; the medians of
+those ratios over the rounds are printed, for wall time and for CPU time (both threads). On
+a shared machine the CPU time is the steadier of the two. Targets: every=10 within 1.03x of
+bare, every=1 within 1.15x, nonfinite only within 1.10x.
 
 Then a second setup, resnet18 in batches of 8 at 112x112, conv and linear layers, plain SGD
-(momentum, no clipping): bare, every=10 and every=1, one step of each in turn per round (the
-order rotating), each round giving each watch's ratio to the bare step beside it; the medians
-of those ratios are printed (on a busy machine they are indicative). Target: every=1 within
-1.15x.
+(momentum, no clipping): bare, every=10 and every=1, measured the same way. Target: every=1
+within 1.15x.
 
 Also: the log's size per 1,000 steps, and peak RSS over 1,000 steps of a small model (flat:
 nothing is kept per step).
 
-    python benchmarks/bench_monitor.py [--steps 40] [--size 64] [--rounds 30] [--rss-steps 1000]
-        [--threads N] [--only-small]
+    python benchmarks/bench_monitor.py [--rounds 10] [--block 4] [--size 64]
+        [--small-rounds 20] [--rss-steps 1000] [--threads N] [--only-small]
 """
 
 from __future__ import annotations
@@ -92,10 +93,11 @@ class Variant:
         self.out = out
         self.stack = contextlib.ExitStack()
         self.after: Callable[[torch.Tensor, int], None] = lambda loss, step: None
-        self.seconds = 0.0
-        self.cpu = 0.0
-        self.walls: list[float] = []  # each step's
+        self.steps = 0  # run since the watch opened
+        self.walls: list[float] = []  # each counted step's
         self.cpus: list[float] = []
+        self.wall_ratios: list[float] = []  # each round's, to the bare block's
+        self.cpu_ratios: list[float] = []
 
     def open(self) -> None:
         if self.name.startswith("every=") or self.name == "nonfinite only":
@@ -107,14 +109,14 @@ class Variant:
         elif self.name == "hand-written":
             self.after = hand_written(self.model, self.out, self.stack)
 
-    def step(self, step: int) -> None:
+    def step(self, step: int, *, counted: bool = True) -> None:
         start, start_cpu = time.perf_counter(), time.process_time()
         loss = one_step(self.model, self.optimizer, self.data[step % len(self.data)], self.clip)
         self.after(loss, step)
-        self.walls.append(time.perf_counter() - start)
-        self.cpus.append(time.process_time() - start_cpu)
-        self.seconds += self.walls[-1]
-        self.cpu += self.cpus[-1]
+        self.steps += 1
+        if counted:
+            self.walls.append(time.perf_counter() - start)
+            self.cpus.append(time.process_time() - start_cpu)
 
     def warm_up(self) -> None:
         """Two steps before the watch opens (the first optimizer step imports torch's compiler
@@ -152,6 +154,51 @@ def hand_written(
     return after
 
 
+def orders(n: int, rounds: int) -> list[tuple[int, ...]]:
+    """The order of the ``n`` variants in each round: every permutation in turn, shuffled
+    (seeded). A block runs after what the one before it left in the caches and the allocator
+    (the hand-written recipe's histograms leave the most): rotating one order would have each
+    variant always follow the same other, and bias its times; this way each follows each
+    other alike."""
+    import itertools
+    import random
+
+    every = list(itertools.permutations(range(n)))
+    random.Random(0).shuffle(every)
+    return [every[r % len(every)] for r in range(rounds)]
+
+
+def in_blocks(variants: list[Variant], rounds: int, block: int) -> None:
+    """Step the variants (the first one bare) in ``rounds`` rounds of one block of ``block``
+    steps each, and give each its per-round ratios to the bare block."""
+    step = 0
+    for order in orders(len(variants), rounds):
+        medians = {}
+        for k in order:
+            variant = variants[k]
+            for i in range(block):
+                variant.step(step, counted=i > 0)
+                step += 1
+            medians[k] = (
+                statistics.median(variant.walls[1 - block :]),
+                statistics.median(variant.cpus[1 - block :]),
+            )
+        for k, variant in enumerate(variants):
+            variant.wall_ratios.append(medians[k][0] / medians[0][0])
+            variant.cpu_ratios.append(medians[k][1] / medians[0][1])
+    for variant in variants:
+        variant.stack.close()
+
+
+def summary(variant: Variant) -> dict[str, float]:
+    """Median ms per step and median ratios to bare, wall and CPU."""
+    return {
+        "ms": statistics.median(variant.walls) * 1000,
+        "wall_ratio": statistics.median(variant.wall_ratios),
+        "cpu_ratio": statistics.median(variant.cpu_ratios),
+    }
+
+
 NAMES = ("bare", "every=10", "every=1", "nonfinite only", "hand-written")
 TARGETS = {"every=10": 1.03, "every=1": 1.15, "nonfinite only": 1.10}
 
@@ -161,39 +208,30 @@ SMALL_BATCH, SMALL_SIZE = 8, 112
 SMALL_NAMES = ("bare", "every=10", "every=1")
 
 
-def small_batches(rounds: int, work: Path) -> dict[str, dict[str, float]]:
-    """Bare, every=10 and every=1 on the second setup, one step each per round in a rotating
-    order; returns each watch's median ratio to the bare step of the same round (wall and
-    CPU) and the median milliseconds per step."""
+def small_batches(rounds: int, block: int, work: Path) -> dict[str, dict[str, float]]:
+    """Bare, every=10 and every=1 on the second setup (see :func:`in_blocks`); returns each
+    one's :func:`summary`."""
     variants = [
         Variant(name, SMALL_SIZE, work / f"small_{name}", batch=SMALL_BATCH, clip=False)
         for name in SMALL_NAMES
     ]
     for variant in variants:
         variant.warm_up()
-    for step in range(rounds):
-        for k in range(len(variants)):
-            variants[(step + k) % len(variants)].step(step)
-    for variant in variants:
-        variant.stack.close()
-    bare = variants[0]
+    in_blocks(variants, rounds, block)
     print(
         f"resnet18 on CPU ({torch.get_num_threads()} threads), batch {SMALL_BATCH} of "
         f"{SMALL_SIZE}x{SMALL_SIZE}, SGD without clipping, layers '{LAYERS}', {rounds} rounds "
-        "of one step each in turn; medians of the per-round ratios to bare"
+        f"of a block of {block} steps each; medians of the per-round ratios to bare"
     )
     result = {}
     for variant in variants:
-        wall = statistics.median(w / b for w, b in zip(variant.walls, bare.walls, strict=True))
-        cpu = statistics.median(c / b for c, b in zip(variant.cpus, bare.cpus, strict=True))
-        ms = statistics.median(variant.walls) * 1000
+        result[variant.name] = numbers = summary(variant)
         target = TARGETS.get(variant.name)
         note = f"  (target <= {target})" if target and variant.name == "every=1" else ""
         print(
-            f"    {variant.name:15s} {ms:7.1f} ms/step  {wall:5.2f}x bare; "
-            f"CPU time {cpu:5.2f}x{note}"
+            f"    {variant.name:15s} {numbers['ms']:7.1f} ms/step  "
+            f"{numbers['wall_ratio']:5.2f}x bare; CPU time {numbers['cpu_ratio']:5.2f}x{note}"
         )
-        result[variant.name] = {"ms": ms, "wall_ratio": wall, "cpu_ratio": cpu}
     return result
 
 
@@ -227,13 +265,16 @@ def rss_over_steps(steps: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=10, help="rounds of the first setup")
+    parser.add_argument("--block", type=int, default=4, help="steps per block (one not counted)")
     parser.add_argument("--size", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=30, help="rounds of the second setup")
+    parser.add_argument("--small-rounds", type=int, default=20, help="rounds of the second setup")
     parser.add_argument("--rss-steps", type=int, default=1000)
     parser.add_argument("--threads", type=int, help="torch's CPU threads (default: torch's)")
     parser.add_argument("--only-small", action="store_true", help="the second setup alone")
     args = parser.parse_args()
+    if args.block < 2:
+        parser.error("--block must be at least 2: a block's first step is not counted")
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(
@@ -245,47 +286,39 @@ def main() -> None:
 def run(args: argparse.Namespace, work: Path) -> None:
     """Every measurement, its logs written under ``work``."""
     if args.only_small:
-        print(json.dumps({"small_batches": small_batches(args.rounds, work)}))
+        small = small_batches(args.small_rounds, args.block, work)
+        print(json.dumps({"small_batches": small}))
         return
     variants = [Variant(name, args.size, work / name.replace(" ", "_")) for name in NAMES]
     for variant in variants:
         variant.warm_up()
-    # Step by step in turn, starting with a different variant each step: a busy machine
-    # slows them all alike.
-    for step in range(args.steps):
-        for k in range(len(variants)):
-            variants[(step + k) % len(variants)].step(step)
-    for variant in variants:
-        variant.stack.close()
-    base, base_cpu = variants[0].seconds, variants[0].cpu
+    in_blocks(variants, args.rounds, args.block)
     print(
         f"resnet18 on CPU ({torch.get_num_threads()} threads), batch {BATCH} of "
-        f"{args.size}x{args.size}, {args.steps} steps each, layers '{LAYERS}' (21), the five "
-        "loops stepped in turn"
+        f"{args.size}x{args.size}, layers '{LAYERS}' (21), {args.rounds} rounds of a block of "
+        f"{args.block} steps each; medians of the per-round ratios to bare"
     )
-    for variant in variants:
-        target = TARGETS.get(variant.name)
+    numbers = {v.name: summary(v) for v in variants}
+    for name, row in numbers.items():
+        target = TARGETS.get(name)
         note = f"  (target <= {target})" if target else ""
         print(
-            f"    {variant.name:15s} {variant.seconds / args.steps * 1000:7.1f} ms/step  "
-            f"{variant.seconds / base:5.2f}x bare; CPU time {variant.cpu / base_cpu:5.2f}x{note}"
+            f"    {name:15s} {row['ms']:7.1f} ms/step  {row['wall_ratio']:5.2f}x bare; "
+            f"CPU time {row['cpu_ratio']:5.2f}x{note}"
         )
-    by_name = {v.name: v for v in variants}
+    hand, every1 = numbers["hand-written"], numbers["every=1"]
     print(
-        "    hand-written / every=1 = "
-        f"{by_name['hand-written'].seconds / by_name['every=1'].seconds:.2f} (wall), "
-        f"{by_name['hand-written'].cpu / by_name['every=1'].cpu:.2f} (CPU)"
+        f"    hand-written / every=1 = {hand['wall_ratio'] / every1['wall_ratio']:.2f} (wall), "
+        f"{hand['cpu_ratio'] / every1['cpu_ratio']:.2f} (CPU)"
     )
     sizes = {}
     for variant in variants:
         log = variant.out / "watch.jsonl"
         if log.exists():
             sizes[variant.name] = log.stat().st_size
-            per_1000 = sizes[variant.name] / args.steps * 1000 / 1024
+            per_1000 = sizes[variant.name] / variant.steps * 1000 / 1024
             print(f"    log size, {variant.name:15s} {per_1000:8.1f} KiB per 1,000 steps")
-    seconds = {v.name: v.seconds for v in variants}
-    cpu = {v.name: v.cpu for v in variants}
-    small = small_batches(args.rounds, work)
+    small = small_batches(args.small_rounds, args.block, work)
     before, after = rss_over_steps(args.rss_steps)
     print(
         f"    peak RSS, small conv net watched with every=1: {before:.0f} MiB after 100 steps, "
@@ -294,8 +327,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
     print(
         json.dumps(
             {
-                "seconds": seconds,
-                "cpu": cpu,
+                "first_setup": numbers,
                 "log_bytes": sizes,
                 "small_batches": small,
                 "rss_mib": [before, after],
