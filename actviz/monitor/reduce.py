@@ -8,8 +8,9 @@ threads; over 10 M normal values, relative errors 3.6e-4 against 4.6e-5. Both ov
 past 1.8e19 per value. So a large contiguous float32 tensor on a CPU is reduced by ``dot``; a
 small one with the others in one ``_foreach_norm`` call (see :data:`FUSE_BELOW`); every other
 tensor, and every tensor on an accelerator (where ``_foreach_norm`` is one fused kernel), by
-torch's norms. ``count_nonzero`` on a CPU is 10-25x slower than counting its boolean cast 8
-flags at a time (see :func:`nonzero_count`).
+torch's norms. ``count_nonzero`` on a CPU branches on each value: over a ReLU's output (half
+zeros) it is 13x slower than counting the boolean cast 8 flags at a time (see
+:func:`nonzero_count`), over values with no zeros about as fast.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ def _count_flags(flags: torch.Tensor) -> torch.Tensor:
     added column by column: each byte of a column's sum counts its flags with no carry
     between bytes. The sums, read as bytes again, are 127x fewer values to count. On a CPU
     this is 2x faster than summing the cast (which widens every flag to an integer first:
-    336 us against 700 us over 1.6 M values) and 15x faster than ``count_nonzero``."""
+    336 us against 700 us over 1.6 M values) and, over a ReLU's output, 13x faster than
+    ``count_nonzero`` (0.32 ms against 4.2 ms)."""
     import torch
 
     n = flags.numel()
