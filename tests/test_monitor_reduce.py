@@ -18,6 +18,8 @@ from actviz.monitor.reduce import fusable, nonzero_count, root, squared_norm, sq
     [
         lambda x: x,  # contiguous float32: a dot product
         lambda x: x.t(),  # not contiguous
+        lambda x: x[500:].t(),  # not contiguous, not at the start of its storage
+        lambda x: x[:1].expand(300, -1),  # the same values over and over
         lambda x: x.half(),  # accumulated in float32
         lambda x: x.view(10, 10, 100, 10).contiguous(memory_format=torch.channels_last),
     ],
@@ -81,6 +83,8 @@ def test_nonzero_count_of_laid_out_and_narrow_tensors() -> None:
     for view in (
         x.contiguous(memory_format=torch.channels_last),
         x.transpose(1, 3),
+        x[1:5].transpose(1, 3),  # read from its own place in the storage
+        x[:1].expand(3, -1, -1, -1),  # a value counted as often as it is seen
         x[:, ::3],
         x.half(),
         x.double(),

@@ -49,15 +49,17 @@ def squared_norm(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _dense_flat(x: torch.Tensor) -> torch.Tensor | None:
-    """``x``'s values as a 1-d view, when they fill its storage in some order (contiguous, or
-    channels-last: the order does not change a sum of squares); None otherwise."""
-    import torch
-
+    """``x``'s values as a 1-d view, when they fill their span of storage in some order
+    (contiguous, channels-last, a transpose: the order changes neither a sum of squares nor a
+    count); None otherwise (a slice with gaps, an expanded tensor)."""
     if x.is_contiguous():
         return x.view(-1)
-    if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
-        return x.permute(0, 2, 3, 1).reshape(-1)  # a view: already in this order
-    return None
+    expected = 1
+    for stride, size in sorted((st, n) for st, n in zip(x.stride(), x.shape, strict=True) if n > 1):
+        if stride != expected:
+            return None
+        expected *= size
+    return x.as_strided((x.numel(),), (1,))  # from x's own storage offset
 
 
 #: Below this many values a float32 tensor on a CPU is reduced with the others in one
@@ -103,7 +105,9 @@ def nonzero_count(tensor: torch.Tensor) -> torch.Tensor:
     x = tensor.detach()
     if x.device.type != "cpu":
         return torch.count_nonzero(x)
-    return _count_flags(x.bool().reshape(-1))
+    flags = x.bool()  # laid out as x is, when x is dense
+    flat = _dense_flat(flags)
+    return _count_flags(flags.reshape(-1) if flat is None else flat)
 
 
 #: Words summed per lane: 127 ones per byte at most, so no byte carries into the next and the
