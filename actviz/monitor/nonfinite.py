@@ -39,6 +39,7 @@ from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
     import torch
+    from torch.utils.hooks import RemovableHandle
 
 __all__ = ["Origin", "OriginTracker"]
 
@@ -85,7 +86,7 @@ class _Slot:
     source: int = -1
     # Given the index of the squared norm of each gradient, taken in the same hook.
     norm_to: Callable[[int], None] | None = None
-    hook: Any = None  # the handle of the gradient's hook
+    hook: RemovableHandle | None = None  # the gradient's hook, until it is removed
     consumers: int = 0  # module calls that took it as an input
 
 
@@ -150,14 +151,13 @@ class OriginTracker:
         self._by_key: dict[tuple[int, int], int] = {}
         self._calls: list[_Call] = []
         self._grad_order: list[tuple[int, int]] = []  # (slot, index in its grad list), in time
-        self._grad_hooks: list[Any] = []
         self._finished: list[int] = []  # calls in the order they returned: a child first
 
     def reset(self) -> None:
         """Forget the step (its tensors are released)."""
-        for handle in self._grad_hooks:
-            handle.remove()
-        self._grad_hooks.clear()
+        for slot in self._slots:
+            if slot.hook is not None:
+                slot.hook.remove()
         self._slots.clear()
         self._by_key.clear()
         self._calls.clear()
@@ -264,7 +264,6 @@ class OriginTracker:
         self._by_key[key] = index
         if tensor.requires_grad:
             slot.hook = tensor.register_hook(self._grad_hook(index))  # type: ignore[no-untyped-call]
-            self._grad_hooks.append(slot.hook)
         return index
 
     def _grad_hook(self, index: int) -> Any:
