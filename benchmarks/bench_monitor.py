@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
+import random
 import resource
 import statistics
 import tempfile
@@ -160,9 +162,6 @@ def orders(n: int, rounds: int) -> list[tuple[int, ...]]:
     (the hand-written recipe's histograms leave the most): rotating one order would have each
     variant always follow the same other, and bias its times; this way each follows each
     other alike."""
-    import itertools
-    import random
-
     every = list(itertools.permutations(range(n)))
     random.Random(0).shuffle(every)
     return [every[r % len(every)] for r in range(rounds)]
@@ -190,13 +189,24 @@ def in_blocks(variants: list[Variant], rounds: int, block: int) -> None:
         variant.stack.close()
 
 
-def summary(variant: Variant) -> dict[str, float]:
-    """Median ms per step and median ratios to bare, wall and CPU."""
-    return {
-        "ms": statistics.median(variant.walls) * 1000,
-        "wall_ratio": statistics.median(variant.wall_ratios),
-        "cpu_ratio": statistics.median(variant.cpu_ratios),
-    }
+def summaries(variants: list[Variant], targets: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Each variant's median ms per step and median ratios to bare (wall and CPU), printed a
+    line each with its target from ``targets``."""
+    result = {}
+    for variant in variants:
+        row = {
+            "ms": statistics.median(variant.walls) * 1000,
+            "wall_ratio": statistics.median(variant.wall_ratios),
+            "cpu_ratio": statistics.median(variant.cpu_ratios),
+        }
+        target = targets.get(variant.name)
+        note = f"  (target <= {target})" if target else ""
+        print(
+            f"    {variant.name:15s} {row['ms']:7.1f} ms/step  {row['wall_ratio']:5.2f}x bare; "
+            f"CPU time {row['cpu_ratio']:5.2f}x{note}"
+        )
+        result[variant.name] = row
+    return result
 
 
 NAMES = ("bare", "every=10", "every=1", "nonfinite only", "hand-written")
@@ -210,7 +220,7 @@ SMALL_NAMES = ("bare", "every=10", "every=1")
 
 def small_batches(rounds: int, block: int, work: Path) -> dict[str, dict[str, float]]:
     """Bare, every=10 and every=1 on the second setup (see :func:`in_blocks`); returns each
-    one's :func:`summary`."""
+    one's numbers (see :func:`summaries`)."""
     variants = [
         Variant(name, SMALL_SIZE, work / f"small_{name}", batch=SMALL_BATCH, clip=False)
         for name in SMALL_NAMES
@@ -223,16 +233,7 @@ def small_batches(rounds: int, block: int, work: Path) -> dict[str, dict[str, fl
         f"{SMALL_SIZE}x{SMALL_SIZE}, SGD without clipping, layers '{LAYERS}', {rounds} rounds "
         f"of a block of {block} steps each; medians of the per-round ratios to bare"
     )
-    result = {}
-    for variant in variants:
-        result[variant.name] = numbers = summary(variant)
-        target = TARGETS.get(variant.name)
-        note = f"  (target <= {target})" if target and variant.name == "every=1" else ""
-        print(
-            f"    {variant.name:15s} {numbers['ms']:7.1f} ms/step  "
-            f"{numbers['wall_ratio']:5.2f}x bare; CPU time {numbers['cpu_ratio']:5.2f}x{note}"
-        )
-    return result
+    return summaries(variants, {"every=1": TARGETS["every=1"]})
 
 
 def rss_over_steps(steps: int) -> tuple[float, float]:
@@ -298,14 +299,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         f"{args.size}x{args.size}, layers '{LAYERS}' (21), {args.rounds} rounds of a block of "
         f"{args.block} steps each; medians of the per-round ratios to bare"
     )
-    numbers = {v.name: summary(v) for v in variants}
-    for name, row in numbers.items():
-        target = TARGETS.get(name)
-        note = f"  (target <= {target})" if target else ""
-        print(
-            f"    {name:15s} {row['ms']:7.1f} ms/step  {row['wall_ratio']:5.2f}x bare; "
-            f"CPU time {row['cpu_ratio']:5.2f}x{note}"
-        )
+    numbers = summaries(variants, TARGETS)
     hand, every1 = numbers["hand-written"], numbers["every=1"]
     print(
         f"    hand-written / every=1 = {hand['wall_ratio'] / every1['wall_ratio']:.2f} (wall), "
