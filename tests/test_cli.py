@@ -500,3 +500,38 @@ def test_runs_in_a_row_without_out_each_get_a_folder_of_their_own(
     assert [d.exit_code for d in diffs] == [0, 0], diffs[1].output
     said = " ".join(diffs[1].stderr.split())
     assert "writing to actviz-diff-2 (--out chooses the folder)" in said and "--resume" not in said
+
+
+def test_optimizes_in_a_row_without_out_go_beside_a_run_then_to_a_folder_of_their_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tiny.py").write_text(_FACTORY)
+    make_image(tmp_path / "a.png", (20, 16))
+    monkeypatch.chdir(tmp_path)
+    argv = ["optimize", "tiny.py:build", "-l", "conv", "-c", "0-1", "--steps", "2", "--size", "16"]
+    assert runner.invoke(app, ["run", "tiny.py:build", "a.png", "--no-report"]).exit_code == 0
+    # Beside the run: its pages and the optimize page link each other.
+    first = runner.invoke(app, argv)
+    assert first.exit_code == 0, first.output
+    assert "writing to" not in first.stderr
+    out = tmp_path / "actviz-out"
+    assert (out / "a" / "00_conv.png").is_file()
+    kept = (out / "optimize.json").read_bytes()
+    assert [c["channel"] for c in json.loads(kept)["layers"][0]["channels"]] == [0, 1]
+    # A second optimize neither fails nor replaces the first.
+    second = runner.invoke(app, [*argv, "-c", "2-3", "--seed", "1"])
+    assert second.exit_code == 0, second.output
+    said = " ".join(second.stderr.split())
+    assert "actviz-out holds an earlier optimize's results; writing to actviz-out-2" in said
+    assert "--resume" not in said
+    assert (out / "optimize.json").read_bytes() == kept
+    doc = json.loads((tmp_path / "actviz-out-2" / "optimize.json").read_text())
+    assert [c["channel"] for c in doc["layers"][0]["channels"]] == [2, 3]
+    assert doc["settings"]["seed"] == 1
+    # --overwrite without --out replaces the first, in actviz-out itself.
+    again = runner.invoke(app, [*argv, "-c", "3", "--overwrite"])
+    assert again.exit_code == 0, again.output
+    assert "writing to" not in again.stderr
+    assert not (tmp_path / "actviz-out-3").exists()
+    channels = json.loads((out / "optimize.json").read_text())["layers"][0]["channels"]
+    assert [c["channel"] for c in channels] == [3]

@@ -46,7 +46,7 @@ def test_the_reference_has_every_option() -> None:
     for option in ("--view pca", "--pca-mask", "-c, --channels, --max-channels N", "--capture"):
         assert f"`{option}" in run
     assert "| `-o, --out PATH` |  | Output folder. [default: actviz-out, or the first free" in run
-    assert "| `-o, --out PATH` | `actviz-out` | Output folder. |" in reference("optimize")
+    assert "when it holds an earlier optimize's results and --overwrite" in reference("optimize")
     assert "`--source TEXT` | `torchvision`" in reference("models")
     assert "`--steps N` | `512` | Adam steps per image. (`x>=1`)" in reference("optimize")
     assert reference("report").startswith("```\nactviz report [OPTIONS] LOGDIR\n```")

@@ -20,9 +20,10 @@ from actviz.cli.options import (
     LayersOption,
     ModelArg,
     NoReportOption,
-    OutOption,
     OverwriteOption,
     QuietOption,
+    fresh_out,
+    fresh_out_option,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +55,16 @@ NeuronOption = Annotated[
         "--neuron",
         help="Maximize each channel's centre unit instead of its spatial mean.",
         rich_help_panel=_PANEL,
+    ),
+]
+#: Left out: actviz-out, beside a run's or top-images' results (their pages link to each
+#: other), unless it already holds an optimize's.
+OptimizeOutOption = Annotated[
+    Path | None,
+    fresh_out_option(
+        "actviz-out",
+        holding="an earlier optimize's results",
+        unless="--overwrite is not given",
     ),
 ]
 ObjectiveOption = Annotated[
@@ -171,7 +182,7 @@ def optimize(
     objective: ObjectiveOption = None,
     seed: SeedOption = 0,
     batch_size: BatchOption = 16,
-    out: OutOption = Path("actviz-out"),
+    out: OptimizeOutOption = None,
     load: LoadFlags,
     overwrite: OverwriteOption = False,
     no_report: NoReportOption = False,
@@ -199,7 +210,13 @@ def optimize(
         size=size,
         seed=seed,
         batch_size=batch_size,
-        out=out,
+        out=fresh_out(
+            out,
+            reuse=overwrite,
+            resumable=False,
+            taken=_holds_optimize,
+            holding="an earlier optimize's results",
+        ),
         report=not no_report,
         overwrite=overwrite,
         load=load.options(),
@@ -207,6 +224,12 @@ def optimize(
     with stopping(_Bar(quiet)) as bar:
         result = run_optimize(model, options, reporter=bar)
     print_outcome(result.document, lambda: _print_result(result), as_json=as_json)
+
+
+def _holds_optimize(folder: Path) -> bool:
+    from actviz.optimize.pipeline import FOLDER, JSON_FILE
+
+    return (folder / JSON_FILE).exists() or (folder / FOLDER).exists()
 
 
 #: A layer's channels in words: channels, a classifier's classes, or output dimensions.

@@ -3,6 +3,7 @@ live with it (run's pictures in ``draw``), and the groups of them in ``groups``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -29,7 +30,6 @@ __all__ = [
     "NoReportOption",
     "FreshOutOption",
     "fresh_out_option",
-    "OutOption",
     "OverwriteOption",
     "PngCompressionOption",
     "QuietOption",
@@ -70,10 +70,6 @@ InputsArg = Annotated[
     list[Path], typer.Argument(help="Image files and/or folders.", show_default=False)
 ]
 
-OutOption = Annotated[
-    Path, typer.Option("--out", "-o", help="Output folder.", rich_help_panel="Output")
-]
-
 
 def fresh_out_option(
     base: str,
@@ -101,26 +97,35 @@ FreshOutOption = Annotated[Path | None, fresh_out_option("actviz-out")]
 
 
 def fresh_out(
-    out: Path | None, *, base: str = "actviz-out", reuse: bool = False, resumable: bool = True
+    out: Path | None,
+    *,
+    base: str = "actviz-out",
+    reuse: bool = False,
+    resumable: bool = True,
+    taken: Callable[[Path], bool] | None = None,
+    holding: str = "an earlier run's files",
 ) -> Path:
     """``--out`` as given; left out, ``base`` when it is free or the run reuses it (``reuse``:
     --resume or --overwrite), else the first free ``base-2``, ``base-3``, ... said on stderr
-    (``resumable``: whether the command has ``--resume`` to name)."""
+    (``resumable``: whether the command has ``--resume`` to name). A folder is free when
+    ``taken`` says no: by default, when it is missing or empty."""
     if out is not None:
         return out
+    is_taken = taken or _holds_files
     chosen, n = Path(base), 1
-    while not reuse and chosen.is_dir() and any(chosen.iterdir()):
+    while not reuse and is_taken(chosen):
         n += 1
         chosen = Path(f"{base}-{n}")
     if n > 1:
         from actviz.cli.console import warn
 
         later = f"; add --out {chosen} --resume to go on with this run later" if resumable else ""
-        warn(
-            f"{base} holds an earlier run's files; writing to {chosen} (--out chooses the "
-            f"folder{later})"
-        )
+        warn(f"{base} holds {holding}; writing to {chosen} (--out chooses the folder{later})")
     return chosen
+
+
+def _holds_files(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.iterdir())
 
 
 WeightsOption = Annotated[
