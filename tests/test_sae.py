@@ -606,6 +606,32 @@ def test_load_sae_reads_only_its_own_safetensors(tmp_path: Path) -> None:
         assert "\n" not in str(caught.value)
 
 
+def test_a_missing_dictionary_names_the_latest_one_sae_wrote_beside_it(tmp_path: Path) -> None:
+    import os
+
+    from actviz.errors import UsageError
+
+    # actviz sae wrote to actviz-out-2, then -3, because actviz-out held a run.
+    (tmp_path / "actviz-out").mkdir()
+    for n, when in ((2, 1_000_000), (3, 2_000_000), (4, 3_000_000)):
+        folder = tmp_path / f"actviz-out-{n}"
+        folder.mkdir()
+        if n < 4:  # -4 holds another command's results
+            (folder / "sae.safetensors").write_bytes(b"x")
+            os.utime(folder / "sae.safetensors", (when, when))
+    for given in (tmp_path / "actviz-out" / "sae.safetensors", tmp_path / "actviz-out"):
+        with pytest.raises(UsageError, match="no such file") as caught:
+            load_sae(given)
+        said = str(caught.value)
+        assert said.endswith(
+            f"the latest one beside it is {tmp_path / 'actviz-out-3' / 'sae.safetensors'}"
+        )
+    # Nothing beside it: no hint.
+    with pytest.raises(UsageError) as caught:
+        load_sae(tmp_path / "elsewhere" / "sae.safetensors")
+    assert "beside" not in str(caught.value)
+
+
 def test_a_small_folder_trains_at_least_min_steps(planted: Any, tmp_path: Path) -> None:
     """Three training images give 768 vectors: by default the batch shrinks to 64 (not 48)
     and the kept vectors are reshuffled until 500 steps ran, with the model run once; each

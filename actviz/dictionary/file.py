@@ -39,6 +39,16 @@ def sae_bytes(sae: SparseDictionary, config: dict[str, Any] | None = None) -> by
     return bytes(save(tensors, metadata={"actviz": json.dumps(record, default=str)}))
 
 
+def _written_beside(file: Path) -> Path | None:
+    """The newest ``FOLDER-N/sae.safetensors`` for a missing ``FOLDER/sae.safetensors``: where
+    ``actviz sae`` writes when its default folder already held a run."""
+    folder = file.parent
+    if file.name != FILE or not folder.name:
+        return None
+    found = [p for p in folder.parent.glob(f"{folder.name}-*/{FILE}") if p.is_file()]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
+
+
 def load_sae(path: Path | str, device: Any = "cpu") -> SparseDictionary:
     """A dictionary ``actviz sae`` trained, from its ``sae.safetensors`` (or the folder that
     holds it), on ``device``.
@@ -52,9 +62,11 @@ def load_sae(path: Path | str, device: Any = "cpu") -> SparseDictionary:
     if file.is_dir():
         file = file / FILE
     if not file.is_file():
+        nearby = _written_beside(file)
+        hint = f"; the latest one beside it is {nearby}" if nearby is not None else ""
         raise UsageError(
             f"--sae {path}: no such file; pass the sae.safetensors that actviz sae wrote "
-            "(or its folder)"
+            f"(or its folder){hint}"
         )
     try:
         with safe_open(str(file), framework="pt", device="cpu") as fh:
