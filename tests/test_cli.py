@@ -463,6 +463,7 @@ def test_save_tensors_is_a_flag(
     argv = ["run", "resnet18", *flags, str(image_file), "-l", "layer4.1.conv2"]
     result = runner.invoke(app, [*argv, "--weights", "none", "-o", str(out)])
     assert result.exit_code == 0, result.output
+    assert "wrote 1 grid for 1 image(s)" in result.stdout
     saved = sorted((out / "dog").glob(f"*{suffix}"))
     assert [p.name for p in saved] == [f"00_layer4.1.conv2{suffix}"]
     if suffix == ".npy":
@@ -535,3 +536,43 @@ def test_optimizes_in_a_row_without_out_go_beside_a_run_then_to_a_folder_of_thei
     assert not (tmp_path / "actviz-out-3").exists()
     channels = json.loads((out / "optimize.json").read_text())["layers"][0]["channels"]
     assert [c["channel"] for c in channels] == [3]
+
+
+def test_rates_below_one_a_second_keep_two_digits() -> None:
+    from actviz.cli.console import rate_words
+
+    assert rate_words(1, 32.2) == "0.031 images/s"  # not 0.0
+    assert rate_words(25, 2.0, "clips") == "12.5 clips/s"
+    assert rate_words(3, 0.0) == "0 images/s"
+
+
+def test_a_piped_slow_command_says_its_pace_and_time_left(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+    from types import SimpleNamespace
+
+    from actviz.cli.console import PacedReporter
+
+    # One line after the first image, then at each tenth or once 30 s passed since the last.
+    clock = iter([0.0, 20.0, 40.0, 45.0, 50.0, 90.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    reporter = PacedReporter(quiet=False, status={}, every=30.0)
+    reporter.start(20)
+    image = SimpleNamespace(status="ok", layers=[], path=Path("a.png"))
+    for _ in range(5):
+        reporter.advance(image)  # type: ignore[arg-type]
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [
+        "actviz: 1 of 20 images, 20 s each, about 6 min left",  # the first image
+        "actviz: 2 of 20 images, 20 s each, about 6 min left",  # a tenth
+        "actviz: 4 of 20 images, 12 s each, about 3 min left",  # two tenths
+        "actviz: 5 of 20 images, 18 s each, about 4 min left",  # 40 s since the last line
+    ]
+    # Quiet, or a run expected to take less than `every`: nothing.
+    for quiet, total, seconds in ((True, 2, 100.0), (False, 20, 1.0)):
+        clock = iter([0.0, seconds])
+        reporter = PacedReporter(quiet=quiet, status={}, every=30.0)
+        reporter.start(total)
+        reporter.advance(image)  # type: ignore[arg-type]
+        assert capsys.readouterr().err == ""

@@ -15,7 +15,15 @@ from rich.table import Table
 from rich.text import Text
 
 from actviz.cli.boundary import app, boundary, reporting
-from actviz.cli.console import err_console, out_console, print_columns, print_grid, print_written
+from actviz.cli.console import (
+    PacedReporter,
+    err_console,
+    out_console,
+    print_columns,
+    print_grid,
+    print_written,
+    rate_words,
+)
 from actviz.cli.finish import finish
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
@@ -129,6 +137,11 @@ CamEvalExecution = Annotated[
 ]
 
 
+class _Reporter(PacedReporter):
+    # Score-CAM takes a forward per channel of an image: minutes an image on a CPU.
+    command = "cam-eval"
+
+
 @app.command("cam-eval")
 @boundary
 @grouped
@@ -175,7 +188,7 @@ def cam_eval(
         load=load.options(),
         execution=execution.options(),
     )
-    with reporting(quiet) as reporter:
+    with reporting(quiet, _Reporter) as reporter:
         result = run_cam_eval(model, inputs, options, reporter=reporter)
     finish(
         result.record,
@@ -264,7 +277,7 @@ def _ci(ci: dict[str, Any], *, digits: int = 3, pct: bool = False) -> str:
 
 def _summary(result: CamEvalResult) -> None:
     ok = len(result.images) - len(result.failed)
-    rate = (ok - result.reused) / result.seconds if result.seconds > 0 else 0.0
+    rate = rate_words(ok - result.reused, result.seconds)
     print_grid(
         [
             (
@@ -273,7 +286,7 @@ def _summary(result: CamEvalResult) -> None:
                 f"{len(result.failed)} failed, {len(result.skipped)} non-image skipped",
             ),
             ("methods", ", ".join(result.methods) + f" at {result.layer}"),
-            ("time", f"{result.seconds:.1f} s ({rate:.2f} images/s) on {result.device}"),
+            ("time", f"{result.seconds:.1f} s ({rate}) on {result.device}"),
         ]
     )
     for record in result.failed[:5]:

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Bar",
+    "PacedReporter",
     "RichReporter",
+    "duration_words",
     "err_console",
     "error",
     "listing_json",
@@ -32,6 +34,8 @@ __all__ = [
     "print_run",
     "print_summary",
     "print_written",
+    "pace_words",
+    "rate_words",
     "warn",
 ]
 
@@ -156,6 +160,68 @@ class RichReporter:
             self._progress = None
 
 
+class PacedReporter(RichReporter):
+    """A reporter for commands that take seconds to minutes an image (``cam-eval``): where
+    stderr is not a terminal, a plain line with the pace and the time left after the first
+    image, then at each tenth of the images or every ``every`` seconds, so a piped run that
+    takes an hour is not silent; none for a run expected to take less than ``every``."""
+
+    command = "actviz"  #: what the lines start with
+
+    def __init__(self, *, quiet: bool, status: dict[str, Any], every: float = 30.0) -> None:
+        super().__init__(quiet=quiet, status=status)
+        self.every = every
+        self._started = self._said = 0.0
+        self._tenths = 0
+
+    def start(self, total: int) -> None:
+        import time
+
+        super().start(total)
+        self._started = self._said = time.monotonic()
+
+    def advance(self, result: ImageResult) -> None:
+        import time
+
+        super().advance(result)
+        if self.quiet or self._progress is not None or not 0 < self.done < self.total:
+            return
+        now = time.monotonic()
+        tenths = self.done * 10 // self.total
+        if self.done > 1 and tenths <= self._tenths and now - self._said < self.every:
+            return
+        pace = (now - self._started) / self.done
+        if pace * self.total < self.every:  # a short run: its summary is soon enough
+            return
+        self._tenths, self._said = tenths, now
+        err_console.print(
+            f"{self.command}: {self.done} of {self.total} {self.unit}, {pace_words(pace)} "
+            f"each, about {duration_words(pace * (self.total - self.done))} left",
+            markup=False,
+            highlight=False,
+        )
+
+
+def rate_words(count: float, seconds: float, unit: str = "images") -> str:
+    """``12.5 images/s``; below one a second, two significant digits (``0.031 images/s``)."""
+    rate = count / seconds if seconds > 0 else 0.0
+    return f"{rate:.2g} {unit}/s" if rate < 1 else f"{rate:.1f} {unit}/s"
+
+
+def pace_words(seconds: float) -> str:
+    """``0.031 s``, ``2.5 s``, ``140 s``."""
+    return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+
+
+def duration_words(seconds: float) -> str:
+    """``40 s``, ``12 min``, ``1.6 h``."""
+    if seconds < 90:
+        return f"{max(seconds, 1):.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def print_columns(rows: list[list[str]], left: Container[int]) -> None:
     """``rows`` (the header first) as plain indented columns on stdout, for a pipe: the
     columns in ``left`` flush left, the others flush right."""
@@ -222,7 +288,8 @@ def print_run(result: RunResult) -> None:
             out_console.print(Text.assemble((str(image.path), "bold"), f": {top}"))
     one = _units(result)[0]
     what = (
-        f"wrote {result.grids_written} grids for {ok} {one}(s) ({result.files_written} files "
+        f"wrote {result.grids_written} grid{'' if result.grids_written == 1 else 's'} for {ok} "
+        f"{one}(s) ({result.files_written} files "
         "in all)"
         if result.render.get("grids", True)
         else f"wrote statistics for {ok} {one}(s)"
@@ -248,7 +315,7 @@ def print_summary(result: RunResult) -> None:
     """One screen on stderr: what the run did, how fast, and what went wrong."""
     done = result.count("ok")
     _one, many, other = _units(result)
-    rate = f"{done / result.seconds:.1f} {many}/s" if result.seconds > 0 and done else "nothing new"
+    rate = rate_words(done, result.seconds, many) if result.seconds > 0 and done else "nothing new"
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
     table.add_column()

@@ -22,6 +22,7 @@ from actviz.cli.console import (
     print_columns,
     print_grid,
     print_written,
+    rate_words,
 )
 from actviz.cli.finish import finish
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
@@ -282,7 +283,7 @@ def _table(layers: list[LayerDiff], columns: list[str], first: str | None) -> No
 
 def _summary(result: DiffResult) -> None:
     ok = len(result.images) - len(result.failed)
-    rate = ok / result.seconds if result.seconds > 0 else 0.0
+    rate = rate_words(ok, result.seconds)
     print_grid(
         [
             (
@@ -291,7 +292,7 @@ def _summary(result: DiffResult) -> None:
                 "skipped",
             ),
             ("layers", f"{len(result.layers)} selected by '{result.selector}'"),
-            ("time", f"{result.seconds:.1f} s ({rate:.1f} images/s) on {result.device}"),
+            ("time", f"{result.seconds:.1f} s ({rate}) on {result.device}"),
         ]
     )
     for path, reason in result.skipped[:5]:

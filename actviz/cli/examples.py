@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 
 from actviz.cli.boundary import app, boundary, reporting
-from actviz.cli.console import err_console, out_console
+from actviz.cli.console import err_console, out_console, rate_words
 from actviz.cli.finish import finish
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
 from actviz.cli.options import (
@@ -143,13 +143,13 @@ def _print_result(result: TopImagesResult) -> None:
 
 def _print_summary(result: TopImagesResult) -> None:
     done = result.images - result.reused
-    rate = done / result.seconds if result.seconds > 0 else 0.0
+    rate = rate_words(done, result.seconds)
     err_console.print(
         Text.assemble(
             ("images ", "bold"),
             f"{done} scored, {result.reused} reused (--resume), {result.failed_count} failed, "
             f"{len(result.skipped)} non-image skipped; {result.seconds:.1f} s "
-            f"({rate:.1f} images/s) on {result.device}",
+            f"({rate}) on {result.device}",
         )
     )
     for key, reason in result.unranked[:5]:

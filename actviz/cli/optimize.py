@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from actviz.cli.boundary import app, boundary, state, stopping
-from actviz.cli.console import Bar, err_console, out_console, progress_bar
+from actviz.cli.console import (
+    Bar,
+    duration_words,
+    err_console,
+    out_console,
+    pace_words,
+    progress_bar,
+)
 from actviz.cli.finish import print_outcome
 from actviz.cli.groups import LoadFlags, grouped, selector
 from actviz.cli.options import (
@@ -133,8 +140,8 @@ class _Bar(Bar):
             pace = now - self._first
             left = pace * (self.total - self.done)
             self._say(
-                f"optimize: {self.total} steps at {_pace(pace)} a step: about "
-                f"{_duration(now - self._started + left)} in all; --steps and --size lower it",
+                f"optimize: {self.total} steps at {pace_words(pace)} a step: about "
+                f"{duration_words(now - self._started + left)} in all; --steps and --size lower it",
                 now,
             )
         elif self._progress is None:
@@ -142,30 +149,16 @@ class _Bar(Bar):
             if tenths > self._tenths or now - self._said >= self.every:
                 self._tenths = tenths
                 pace = (now - self._first) / (self.done - 1)
+                remaining = duration_words(pace * (self.total - self.done))
                 self._say(
                     f"optimize: {self.done} of {self.total} steps ({self.done / self.total:.0%}), "
-                    f"{_pace(pace)} a step, about {_duration(pace * (self.total - self.done))} "
-                    "left",
+                    f"{pace_words(pace)} a step, about {remaining} left",
                     now,
                 )
 
     def _say(self, line: str, now: float) -> None:
         self._said = now
         err_console.print(line, markup=False, highlight=False)
-
-
-def _pace(seconds: float) -> str:
-    """``0.031 s``, ``2.5 s``, ``140 s``."""
-    return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
-
-
-def _duration(seconds: float) -> str:
-    """``40 s``, ``12 min``, ``1.6 h``."""
-    if seconds < 90:
-        return f"{max(seconds, 1):.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 @app.command("optimize")
