@@ -576,3 +576,28 @@ def test_a_piped_slow_command_says_its_pace_and_time_left(
         reporter.start(total)
         reporter.advance(image)  # type: ignore[arg-type]
         assert capsys.readouterr().err == ""
+
+
+def test_the_summary_counts_a_reused_modules_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "twice.py").write_text(
+        "from torch import nn\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.a, self.b, self.act = nn.Conv2d(3, 4, 3), nn.Conv2d(4, 4, 3), nn.ReLU()\n\n"
+        "    def forward(self, x):\n"
+        "        return self.act(self.b(self.act(self.a(x))))\n\n"
+        "def build():\n"
+        "    return Net()\n"
+    )
+    make_image(tmp_path / "a.png", (20, 16))
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["run", "twice.py:build", "a.png", "-l", "act", "--no-report"])
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "1 selected by 'act'; 2 outputs an image (a module called twice gives two)" in said
+    assert "wrote 2 grids for 1 image(s)" in result.stdout
+    once = runner.invoke(app, ["run", "twice.py:build", "a.png", "-l", "a", "--no-report"])
+    assert "1 selected by 'a'" in once.stderr and "outputs an image" not in once.stderr

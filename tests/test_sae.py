@@ -486,15 +486,26 @@ def _browse_and_card(result: Any, out: Path, rows: list[dict[str, Any]]) -> None
     assert repr(result).startswith("SaeResult(") and "fve=" in repr(result)
 
 
-def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Path) -> None:
+def test_run_draws_the_layers_features(
+    trained: Any, planted: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """run --sae: the grid's tiles are features; sorted by max, the features shown are the
     strongest ones of the image computed from the saved weights."""
 
     import actviz
     from actviz.models import Preprocessing
+    from actviz.render import grid
 
     factory, photos, _ = planted
     image = photos / "n03.png"
+    titles = []
+    drawn = grid.render_grid
+
+    def render_grid(array: Any, **kw: Any) -> Any:
+        titles.append(kw["title"])
+        return drawn(array, **kw)
+
+    monkeypatch.setattr(grid, "render_grid", render_grid)
     actviz.run(
         f"{factory}:build",
         [image],
@@ -512,6 +523,8 @@ def test_run_draws_the_layers_features(trained: Any, planted: Any, tmp_path: Pat
     assert named["file"] == str(trained.file) and (named["layer"], named["k"]) == ("mix", 3)
     assert named["features"] == 64 and named["trained_on"] == f"{factory}:build"
     assert layer["channels_total"] == 64 and "k 3" in layer["note"]
+    # The header says the layer's shape and what is drawn instead of its channels.
+    assert len(titles) == 1 and titles[0].endswith(" -> 64 dictionary features")
     model = _planted_model(factory, "planted_run")
     x = Preprocessing.fitted(input_size=(32, 32), in_chans=3)(Image.open(image).convert("RGB"))
     with torch.no_grad():

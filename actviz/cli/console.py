@@ -324,7 +324,13 @@ def print_summary(result: RunResult) -> None:
         f"{done} done, {result.count('reused')} reused (--resume), "
         f"{result.count('failed')} failed, {len(result.skipped)} {other} skipped",
     )
-    table.add_row("layers", f"{len(result.layers)} selected by '{result.selector}'")
+    layers = f"{len(result.layers)} selected by '{result.selector}'"
+    # A module called more than once in a forward (a block's reused ReLU) gives one output a
+    # call, so an image can have more pictures than selected modules.
+    calls = max((len(image.layers) for image in result.images), default=0)
+    if calls > len(result.layers):
+        layers += f"; {calls} outputs an image (a module called twice gives two)"
+    table.add_row("layers", layers)
     if result.render.get("grids", True):
         table.add_row(
             "files",

@@ -117,7 +117,8 @@ def pca_lines(fit: PcaFit, *, notes: Sequence[str] = (), mask: bool = False) -> 
     share = ", ".join(f"PC{i + 1} {v:.1%}" for i, v in enumerate(fit.explained))
     lines = [
         f"R, G, B = principal components 1, 2, 3; explained variance {share}",
-        f"fitted once over {fit.images} image(s), {fit.vectors} positions (seed {fit.seed}); "
+        f"fitted once over {fit.images} image(s), on {fit.vectors} positions sampled from "
+        f"them (seed {fit.seed}); "
         f"colours scaled by each component's 1st-99th percentile; {SIGN_CONVENTION}",
     ]
     if mask:

@@ -74,6 +74,8 @@ def layer_view(job: ImageJob, cap: Capture, filename: str) -> LayerView:
         note = f"{cap.rows}; {drawable.note}" if drawable.note else cap.rows
         drawable = dataclasses.replace(drawable, note=note)
     title = f"{cap.key}   {cap.module_type}   {(1, *sample.shape)}"
+    if drawable.layout == "features" and drawable.array is not None:
+        title += f" -> {drawable.array.shape[0]} dictionary features"
     return LayerView(job, cap, drawable, stem, title)
 
 
