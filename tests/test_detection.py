@@ -168,6 +168,28 @@ def test_a_label_at_the_right_edge_is_moved_left_whole() -> None:
 
 
 @pytest.mark.slow
+def test_a_labels_name_says_its_id_where_the_list_has_none() -> None:
+    from actviz.run.detection import found_in
+
+    output = {
+        "scores": torch.tensor([0.9, 0.8, 0.7, 0.6]),
+        "labels": torch.tensor([1, 12, 99, 0]),
+        "boxes": torch.zeros(4, 4),
+    }
+    categories = [
+        "__background__",
+        "person",
+        *["N/A" if i == 12 else f"c{i}" for i in range(2, 91)],
+    ]
+    assert found_in(output, 0.5, categories).names == [
+        "person",
+        "N/A (class 12)",  # COCO's unused id, which an untrained head predicts too
+        "class 99",  # past the list
+        "__background__",
+    ]
+    assert found_in(output, 0.75, None).names == ["class 1", "class 12"]
+
+
 def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
     tmp_path: Path,
 ) -> None:

@@ -158,6 +158,15 @@ class Found:
         ]
 
 
+def _category(categories: Sequence[str] | None, label: int) -> str:
+    """A label's name; ``class N`` without one. COCO's list keeps ``N/A`` for its unused ids
+    (an untrained head predicts them too): those say their id."""
+    if categories is None or not 0 <= label < len(categories):
+        return f"class {label}"
+    name = str(categories[label])
+    return f"N/A (class {label})" if name == "N/A" else name
+
+
 def found_in(
     output: Mapping[str, Any], threshold: float, categories: Sequence[str] | None
 ) -> Found:
@@ -166,10 +175,7 @@ def found_in(
     keep = (scores >= threshold).nonzero().flatten()
     keep = keep[scores[keep].argsort(descending=True)]
     labels = [int(v) for v in output["labels"].detach().cpu()[keep].tolist()]
-    names = [
-        str(categories[i]) if categories is not None and i < len(categories) else f"class {i}"
-        for i in labels
-    ]
+    names = [_category(categories, i) for i in labels]
     masks = output.get("masks")
     keypoints = output.get("keypoints")
     return Found(
