@@ -767,3 +767,37 @@ def test_the_report_counts_every_failed_image_and_lists_the_first(lamps_run: Any
     page = build_examples_report(doc, lamps_run.out)["top-images.html"].decode()
     assert "Failed images (250)" in page and page.count("<code>/x/0") == 100
     assert "The first 100 are listed; each was named on stderr as it failed." in page
+
+
+def test_no_channel_is_called_most_selective_when_every_image_gets_one_class(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "one.py").write_text(
+        "import torch\nfrom torch import nn\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.conv = nn.Conv2d(3, 4, 3)\n"
+        "        self.head = nn.Linear(4, 3)\n"
+        "        nn.init.zeros_(self.head.weight)\n"
+        "        with torch.no_grad():\n"
+        "            self.head.bias.copy_(torch.tensor([0.0, 1.0, 0.0]))\n\n"
+        "    def forward(self, x):\n"
+        "        return self.head(self.conv(x).mean((2, 3)))\n\n"
+        "def build():\n"
+        "    return Net()\n"
+    )
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    from tests.conftest import make_image
+
+    for i in range(4):
+        make_image(folder / f"{i}.png", (24, 24), seed=i)
+    argv = ["top-images", f"{tmp_path / 'one.py'}:build", str(folder), "-l", "conv", "-k", "2"]
+    result = CliRunner().invoke(app, [*argv, "--input-size", "24,24", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    # Every channel's top images are class 1, as every image is: no channel stands out.
+    assert "conv: 4 channels" in result.stdout and "most selective" not in result.stdout
+    doc = json.loads((tmp_path / "o" / "top-images.json").read_text())
+    picked = [c["selectivity"] for c in doc["layers"][0]["channels"]]
+    assert [(s["class"], s["count"]) for s in picked] == [(1, 2)] * 4

@@ -371,10 +371,17 @@ def _summaries(
         if layer is None:
             continue
         best = None
+        seen, judged = set(), 0
         for c in range(layer.channels):
             chosen = selectivity(layer, c, categories, judged=plan.judges_dead)
-            if chosen is not None and (best is None or chosen.count > best[1].count):
+            if chosen is None:
+                continue
+            judged += 1
+            seen.add((chosen.index, chosen.count))
+            if best is None or chosen.count > best[1].count:
                 best = (c, chosen)
+        if len(seen) == 1 and judged > 1:
+            best = None  # every channel alike (one class for every image): none stands out
         summaries.append(
             LayerSummary(
                 key=plan.key,
