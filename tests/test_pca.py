@@ -356,6 +356,10 @@ def test_the_picture_is_a_header_what_the_model_saw_and_the_components_in_one_co
     rng = np.random.default_rng(0)
     view = rng.integers(0, 256, (48, 40, 3), np.uint8)
     rgb = rng.integers(0, 256, (6, 5, 3), np.uint8)
+    assert (
+        "fitted once over 2 image(s), on 10 positions sampled from them (seed 0)"
+        in (pca_lines(fit)[1])
+    )
     header = text_band("layer", pca_lines(fit), 360)
     seen, components = input_band(view, 360), components_band(rgb, 360, view.shape)
     drawn = picture(rgb, view)
