@@ -7,6 +7,7 @@ so a file named ``[bold]x.jpg`` is shown as itself.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Container, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Bar",
+    "PaceLines",
     "PacedReporter",
     "RichReporter",
     "duration_words",
@@ -160,6 +162,23 @@ class RichReporter:
             self._progress = None
 
 
+class PaceLines:
+    """When a plain progress line is due where stderr is not a terminal: at each new tenth
+    of the work, or once ``every`` seconds passed since the last line."""
+
+    def __init__(self, every: float) -> None:
+        self.every = every
+        self.said = 0.0  # when the last line was said
+        self._tenths = 0
+
+    def due(self, done: int, total: int, now: float) -> bool:
+        return done * 10 // total > self._tenths or now - self.said >= self.every
+
+    def mark(self, done: int, total: int, now: float) -> None:
+        """A line was said now, at ``done`` of ``total``."""
+        self._tenths, self.said = done * 10 // total, now
+
+
 class PacedReporter(RichReporter):
     """A reporter for commands that take seconds to minutes an image (``cam-eval``): where
     stderr is not a terminal, a plain line with the pace and the time left after the first
@@ -171,29 +190,24 @@ class PacedReporter(RichReporter):
     def __init__(self, *, quiet: bool, status: dict[str, Any], every: float = 30.0) -> None:
         super().__init__(quiet=quiet, status=status)
         self.every = every
-        self._started = self._said = 0.0
-        self._tenths = 0
+        self._lines = PaceLines(every)
+        self._started = 0.0
 
     def start(self, total: int) -> None:
-        import time
-
         super().start(total)
-        self._started = self._said = time.monotonic()
+        self._started = self._lines.said = time.monotonic()
 
     def advance(self, result: ImageResult) -> None:
-        import time
-
         super().advance(result)
         if self.quiet or self._progress is not None or not 0 < self.done < self.total:
             return
         now = time.monotonic()
-        tenths = self.done * 10 // self.total
-        if self.done > 1 and tenths <= self._tenths and now - self._said < self.every:
+        if self.done > 1 and not self._lines.due(self.done, self.total, now):
             return
         pace = (now - self._started) / self.done
         if pace * self.total < self.every:  # a short run: its summary is soon enough
             return
-        self._tenths, self._said = tenths, now
+        self._lines.mark(self.done, self.total, now)
         err_console.print(
             f"{self.command}: {self.done} of {self.total} {self.unit}, {pace_words(pace)} "
             f"each, about {duration_words(pace * (self.total - self.done))} left",
@@ -327,7 +341,10 @@ def print_summary(result: RunResult) -> None:
     layers = f"{len(result.layers)} selected by '{result.selector}'"
     # A module called more than once in a forward (a block's reused ReLU) gives one output a
     # call, so an image can have more pictures than selected modules.
-    calls = max((len(image.layers) for image in result.images), default=0)
+    from actviz.run.result import having
+
+    first = next(having(result.images, "ok"), None)  # one read, not the whole ledger
+    calls = len(first.layers) if first is not None else 0
     if calls > len(result.layers):
         layers += f"; {calls} outputs an image (a module called twice gives two)"
     table.add_row("layers", layers)

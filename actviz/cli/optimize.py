@@ -14,6 +14,7 @@ import typer
 from actviz.cli.boundary import app, boundary, state, stopping
 from actviz.cli.console import (
     Bar,
+    PaceLines,
     duration_words,
     err_console,
     out_console,
@@ -106,14 +107,13 @@ class _Bar(Bar):
 
     def __init__(self, quiet: bool, *, every: float = 30.0) -> None:
         super().__init__(quiet)
-        self.every = every
+        self._lines = PaceLines(every)
         self._started = 0.0
         self._first = 0.0  # when the first step ended: the pace after it leaves out warm-up
-        self._tenths = 0
 
     def start(self, total: int) -> None:
         self.total = total
-        self._started = self._said = time.monotonic()
+        self._started = self._lines.said = time.monotonic()
         state["progress"] = "; the finished channels are kept"
         if self.quiet or not err_console.is_terminal:
             return
@@ -144,20 +144,18 @@ class _Bar(Bar):
                 f"{duration_words(now - self._started + left)} in all; --steps and --size lower it",
                 now,
             )
-        elif self._progress is None:
-            tenths = self.done * 10 // self.total
-            if tenths > self._tenths or now - self._said >= self.every:
-                self._tenths = tenths
-                pace = (now - self._first) / (self.done - 1)
-                remaining = duration_words(pace * (self.total - self.done))
-                self._say(
-                    f"optimize: {self.done} of {self.total} steps ({self.done / self.total:.0%}), "
-                    f"{pace_words(pace)} a step, about {remaining} left",
-                    now,
-                )
+        elif self._progress is None and self._lines.due(self.done, self.total, now):
+            self._lines.mark(self.done, self.total, now)
+            pace = (now - self._first) / (self.done - 1)
+            remaining = duration_words(pace * (self.total - self.done))
+            self._say(
+                f"optimize: {self.done} of {self.total} steps ({self.done / self.total:.0%}), "
+                f"{pace_words(pace)} a step, about {remaining} left",
+                now,
+            )
 
     def _say(self, line: str, now: float) -> None:
-        self._said = now
+        self._lines.said = now
         err_console.print(line, markup=False, highlight=False)
 
 
