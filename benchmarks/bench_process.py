@@ -5,6 +5,10 @@
 - minimal: the least a script can do for the same grids: import torch and torchvision, build the
   model, hook every Conv2d, one forward, per layer the first 64 channels min-max scaled into one
   palette PNG (the floor's drawing in ``_common.floor_png``).
+- minimal+gc: the minimal script with actviz's policy for Python's garbage collector
+  (``actviz.cli.collector``: paused while torch and torchvision import, what they made frozen
+  after, everything frozen before the process ends). actviz / minimal+gc shows what actviz
+  costs beyond the floor once the floor does the same.
 - recipe: the tutorial way: the same hooks, then an 8 x 8 matplotlib subplot grid per layer.
 - import: ``import torch, torchvision`` and nothing else: no tool that uses PyTorch can start
   faster, so recipe / import is the most any of them can be faster than the recipe here.
@@ -63,6 +67,14 @@ for i, (name, act) in enumerate(acts.items()):
 """
 )
 
+# The same script with actviz's collector policy: the imports paused, then frozen, and
+# everything frozen before the interpreter tears down.
+MINIMAL_GC = (
+    "import gc\ngc.disable()\n"
+    + MINIMAL.replace("\nimage, out = ", "\ngc.freeze()\ngc.enable()\nimage, out = ", 1)
+    + "gc.freeze()\n"
+)
+
 RECIPE = (
     _HOOKS
     + """
@@ -114,8 +126,13 @@ def main() -> None:
 
 def measure(args: argparse.Namespace, work: Path) -> None:
     """Every measurement, its files written under ``work``."""
-    scripts = {"minimal": work / "minimal.py", "recipe": work / "recipe.py"}
+    scripts = {
+        "minimal": work / "minimal.py",
+        "minimal+gc": work / "minimal_gc.py",
+        "recipe": work / "recipe.py",
+    }
     scripts["minimal"].write_text(MINIMAL)
+    scripts["minimal+gc"].write_text(MINIMAL_GC)
     scripts["recipe"].write_text(RECIPE)
     scripts["import"] = work / "import_only.py"
     scripts["import"].write_text(IMPORT_ONLY)
@@ -131,7 +148,7 @@ def measure(args: argparse.Namespace, work: Path) -> None:
         return [sys.executable, str(scripts[name]), image, str(out)]
 
     times = alternated(
-        ["actviz", "minimal", "import", "recipe"],
+        ["actviz", "minimal", "minimal+gc", "import", "recipe"],
         lambda name, out: timed(command(name, out), out),
         work,
         args.repeat,
@@ -140,8 +157,12 @@ def measure(args: argparse.Namespace, work: Path) -> None:
     med = {name: statistics.median(t) for name, t in times.items() if t}
     print("resnet34, 1 image, --layers conv (36 grids); whole processes, median seconds")
     for name, seconds in med.items():
-        print(f"  {name:8s} {seconds:6.2f} s  ({len(times[name])} runs)")
+        print(f"  {name:10s} {seconds:6.2f} s  ({len(times[name])} runs)")
     print(f"actviz / minimal = {med['actviz'] / med['minimal']:.2f}  (target <= 1.15)")
+    print(
+        f"actviz / minimal+gc = {med['actviz'] / med['minimal+gc']:.2f}"
+        "  (the floor with actviz's collector policy)"
+    )
     if "recipe" in med:
         print(f"recipe / actviz = {med['recipe'] / med['actviz']:.1f}x faster  (target >= 10)")
         print(

@@ -7,6 +7,7 @@ import os
 import sys
 
 from actviz.cli import cam_eval as cam_eval
+from actviz.cli import collector
 from actviz.cli import commands as commands
 from actviz.cli import diff as diff
 from actviz.cli import examples as examples
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> None:
     line and exit 2; ``--help`` keeps its panels."""
     import typer
 
+    if argv is None:  # the process's own command line: it ends with the command
+        collector.own_process()
     args = _debug_first(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(app)
     try:
@@ -47,6 +50,8 @@ def main(argv: list[str] | None = None) -> None:
         if line is None:
             raise
         sys.exit(line)
+    if argv is None:
+        collector.at_exit()
     _exit(code if isinstance(code, int) else 0)
 
 
