@@ -10,7 +10,13 @@ for its PCA pictures, as every image did before the pass kept its captures. Same
 alternating, medians of ``--repeat``: wall time, and the process's CPU time (every thread),
 which a machine busy with other work disturbs less.
 
-    python benchmarks/bench_pca.py [--images 24] [--repeat 3] [--layers SEL]
+Each run writes about 500 files more with the view than without, so the file system's cost
+of making a file counts: it is printed first, measured in the folder the runs write in
+(``--dir``, the system's temporary folder by default). On this project's CPU machine it has
+ranged from 15 us to 600 us a file, by folder and by how many files were made and deleted
+there before (ext4 looks longer for a free inode where many were freed).
+
+    python benchmarks/bench_pca.py [--images 24] [--repeat 3] [--layers SEL] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -49,15 +55,30 @@ def timed(folder: Path, work: Path, layers: str | None, variant: str) -> tuple[f
     return seconds, cpu
 
 
+def file_cost(work: Path, files: int = 500) -> float:
+    """Seconds to make one empty file in a new folder under ``work`` (median of 5 rounds)."""
+    rounds = []
+    for r in range(5):
+        folder = work / f"files{r}"
+        folder.mkdir()
+        start = time.perf_counter()
+        for i in range(files):
+            (folder / f"{i}.png").touch()
+        rounds.append((time.perf_counter() - start) / files)
+    return statistics.median(rounds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=24)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--layers", default=None)
+    parser.add_argument("--dir", type=Path, default=None, help="where the runs write")
     args = parser.parse_args()
     times: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
-    with tempfile.TemporaryDirectory(prefix="actviz-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="actviz-bench-", dir=args.dir) as tmp:
         work = Path(tmp)
+        print(f"making a file in {work.parent}: {file_cost(work) * 1e6:.0f} us")
         folder = make_folder(work / "photos", args.images)
         timed(folder, work, args.layers, "grids")  # warm-up: imports, allocator, templates
         for _ in range(args.repeat):
