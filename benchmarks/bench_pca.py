@@ -12,9 +12,11 @@ which a machine busy with other work disturbs less.
 
 Each run writes about 500 files more with the view than without, so the file system's cost
 of making a file counts: it is printed first, measured in the folder the runs write in
-(``--dir``, the system's temporary folder by default). On this project's CPU machine it has
-ranged from 15 us to 600 us a file, by folder and by how many files were made and deleted
-there before (ext4 looks longer for a free inode where many were freed).
+(``--dir``, the system's temporary folder by default). On this project's CPU machine (ext4
+without a journal, which passes over inodes freed in the last half minute when it looks for a
+free one) it has ranged from 15 us to 600 us a file, by how many files were deleted nearby
+just before. Each run's pictures are still deleted once it is timed: kept, their 75 MB are
+written back to the disk while the next runs are timed, which cost the view more.
 
     python benchmarks/bench_pca.py [--images 24] [--repeat 3] [--layers SEL] [--dir DIR]
 """
