@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
 def _exit(code: int) -> None:
     """Exit with ``code``; after an interrupt, without the interpreter's teardown.
 
-    With torch loaded, tearing the interpreter down takes 1-2 s on a small machine, and a user
+    With torch loaded, tearing the interpreter down takes a few tenths of a second on a small
+    machine (1-2 s when the collector walks torch's objects, see ``collector``), and a user
     who pressed Ctrl-C waits through it. By now every file is written and closed, so after an
     interrupt the process leaves at once. Not with Ray loaded: its exit handlers stop the
     local cluster's processes.
