@@ -25,8 +25,9 @@ from types import ModuleType
 
 __all__ = ["FRAMEWORKS", "at_exit", "own_process", "paused"]
 
-#: The imports the collector is paused for: whichever comes first imports torch.
-FRAMEWORKS = frozenset({"torch", "torchvision"})
+#: The imports the collector is paused for: whichever comes first imports torch; timm's and
+#: transformers' own modules come after it (40-50 ms of passes less on this machine).
+FRAMEWORKS = frozenset({"torch", "torchvision", "timm", "transformers"})
 
 
 @contextlib.contextmanager
