@@ -122,12 +122,7 @@ def _full_passes(main_call: str) -> tuple[list[int], int]:
 def test_the_actviz_process_never_walks_the_frameworks_objects() -> None:
     walked, frozen = _full_passes("main()")
     # A plain import of torch and torchvision runs about six full passes over 100,000 to
-    # 350,000 objects: none here, and whatever runs later walks only what came after.
+    # 350,000 objects (so does this process when main is given its arguments, as the tests
+    # call it): none here, and whatever runs later walks only what came after.
     assert all(n < 100_000 for n in walked), walked
     assert frozen > 100_000
-
-
-def test_a_process_that_calls_the_command_in_process_collects_as_python_does() -> None:
-    walked, frozen = _full_passes("main(sys.argv[1:])")
-    assert max(walked) > 100_000
-    assert frozen == 0
