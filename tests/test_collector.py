@@ -31,13 +31,21 @@ _BIG = textwrap.dedent(
     END = [g["collections"] for g in gc.get_stats()]
     """
 )
-_FAKES = ("fake_fw", "fake_other", "fake_bad", "fake_outer", "fake_inner", "fake_zipped")
+_FAKES = (
+    "fake_fw",
+    "fake_other",
+    "fake_bad",
+    "fake_outer",
+    "fake_inner",
+    "fake_zipped",
+    "fake_zipped_too",
+)
 
 
 @pytest.fixture
 def frameworks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Importable fakes (``fake_other`` is not counted as a framework), and the process put
-    back afterwards (finders, modules, frozen objects, the collector on)."""
+    """Importable fakes (``fake_other`` and ``fake_zipped_too`` are not frameworks), and the
+    process put back afterwards (finders, modules, frozen objects, the collector on)."""
     sources = {
         "fake_fw": _BIG,
         "fake_other": _BIG,
@@ -49,7 +57,9 @@ def frameworks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(collector, "FRAMEWORKS", frozenset(_FAKES) - {"fake_other"})
+    monkeypatch.setattr(
+        collector, "FRAMEWORKS", frozenset(_FAKES) - {"fake_other", "fake_zipped_too"}
+    )
     meta_path = list(sys.meta_path)
     gc.unfreeze()
     collector.own_process()
@@ -118,7 +128,6 @@ def test_a_loader_shared_by_several_modules_pauses_only_the_framework(
         zipped.writestr("fake_zipped/__init__.py", _BIG)
         zipped.writestr("fake_zipped_too/__init__.py", _BIG)
     monkeypatch.syspath_prepend(str(archive))
-    monkeypatch.delitem(sys.modules, "fake_zipped_too", raising=False)
     import fake_zipped  # type: ignore[import-not-found]
 
     assert fake_zipped.END == fake_zipped.START
@@ -128,7 +137,6 @@ def test_a_loader_shared_by_several_modules_pauses_only_the_framework(
     assert fake_zipped_too.__loader__ is fake_zipped.__loader__
     assert fake_zipped_too.END[0] > fake_zipped_too.START[0]
     assert gc.get_freeze_count() == 0
-    sys.modules.pop("fake_zipped_too")
 
 
 def test_at_exit_freezes_everything_alive() -> None:
