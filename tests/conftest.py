@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,12 +22,16 @@ if TYPE_CHECKING:
 # thread a worker, and 10:45 in one process). Set before torch is first imported.
 if "PYTEST_XDIST_WORKER" in os.environ and "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # a plugin imported it first
+        sys.modules["torch"].set_num_threads(1)
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: a worker per core this process may run on, at most four (each holds its
     own torch and models, 1-3 GB)."""
-    return max(1, min(4, len(os.sched_getaffinity(0))))
+    affinity = getattr(os, "sched_getaffinity", None)  # Linux only
+    cores = len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
+    return max(1, min(4, cores))
 
 
 @pytest.fixture
