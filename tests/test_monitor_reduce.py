@@ -10,7 +10,20 @@ import pytest
 import torch
 
 from actviz.monitor.params import SAMPLE_RUN, UPDATE_SAMPLE, _sample
-from actviz.monitor.reduce import fusable, nonzero_count, root, squared_norm, squared_norms
+from actviz.monitor.reduce import (
+    FlagBuffer,
+    fusable,
+    nonzero_count,
+    root,
+    squared_norm,
+    squared_norm_block,
+    squared_norms,
+)
+from actviz.monitor.scalars import ScalarBatch
+
+#: One buffer for every count below: grown by a large tensor, then reused by smaller ones
+#: whose flags must not include what a larger one left past their end.
+FLAGS = FlagBuffer()
 
 
 @pytest.mark.parametrize(
@@ -73,6 +86,9 @@ def test_nonzero_count_equals_torch_at_every_size_around_its_blocks(n: int) -> N
     x[: min(n, 1016)] = 1.0
     x[n // 2] = math.nan  # not zero
     assert int(nonzero_count(x)) == int(torch.count_nonzero(x))
+    assert int(nonzero_count(x, FLAGS)) == int(torch.count_nonzero(x))
+    assert int(nonzero_count(torch.ones(n), FLAGS)) == n
+    assert int(nonzero_count(torch.zeros(n), FLAGS)) == 0
     assert int(nonzero_count(torch.zeros(n))) == 0
     assert int(nonzero_count(torch.ones(n))) == n
 
@@ -90,7 +106,51 @@ def test_nonzero_count_of_laid_out_and_narrow_tensors() -> None:
         x.double(),
     ):
         assert int(nonzero_count(view)) == int(torch.count_nonzero(view))
-    assert int(nonzero_count(torch.zeros(0))) == 0
+        assert int(nonzero_count(view, FLAGS)) == int(torch.count_nonzero(view))
+    assert int(nonzero_count(torch.zeros(0))) == int(nonzero_count(torch.zeros(0), FLAGS)) == 0
+    signed = torch.tensor([0.0, -0.0, math.nan, -math.inf, 1e-45])  # 1e-45: the least float32
+    assert int(nonzero_count(signed, FLAGS)) == 3
+    assert int(nonzero_count(torch.ones(5000), FLAGS)) == 5000
+    assert int(nonzero_count(torch.zeros(1017), FLAGS)) == 0  # none of the ones left behind
+
+
+def test_a_block_of_squared_norms_holds_each_tensors_at_its_place() -> None:
+    g = torch.Generator().manual_seed(4)
+    tensors = [
+        torch.randn(300_000, generator=g),  # large: a dot product of its own
+        torch.randn(64, generator=g),  # small: in the fused call
+        torch.randn(10, 512, generator=g).t(),  # small, not contiguous
+        torch.randn(100, generator=g).double(),  # float64: reduced alone, read as float32
+        torch.randn(100, generator=g).half(),
+        torch.zeros(0),
+        torch.tensor([1.0, math.nan]),
+    ]
+    block, places = squared_norm_block(tensors)
+    assert block.dtype == torch.float32 and block.shape == (len(tensors),)
+    assert sorted(places) == list(range(len(tensors)))
+    for tensor, place in zip(tensors[:5], places, strict=False):
+        exact = float((tensor.double() ** 2).sum())
+        assert float(block[place]) == pytest.approx(exact, rel=1e-4)
+    assert float(block[places[5]]) == 0.0 and math.isnan(float(block[places[6]]))
+    empty, none = squared_norm_block([])
+    assert empty.shape == (0,) and none == []
+
+
+def test_scalars_read_back_in_the_order_queued_whatever_their_form() -> None:
+    batch = ScalarBatch()
+    first = batch.add(torch.tensor(1.5))
+    block = batch.add_block(torch.tensor([2.0, 3.0, 4.0]))
+    count = batch.add_count(torch.tensor(2**40 + 1))  # past float32's exact integers
+    between = batch.add(torch.tensor(5.0, dtype=torch.float16))
+    nothing = batch.add_block(torch.zeros(0))
+    last = batch.add(torch.tensor(-6.0, dtype=torch.float64))
+    counts = batch.add_counts(torch.tensor([7, 8]))
+    assert len(batch) == 9
+    floats, ints = batch.read()
+    assert floats[first] == 1.5 and floats[block : block + 3] == [2.0, 3.0, 4.0]
+    assert floats[between] == 5.0 and floats[last] == -6.0 and nothing == last
+    assert ints[count] == 2**40 + 1 and ints[counts] == [7, 8]
+    assert batch.read() == ([], [])  # emptied
 
 
 def test_a_large_parameter_is_sampled_in_runs_spread_over_it() -> None:

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actviz.monitor.reduce import fusable, root, squared_norm, squared_norms
+from actviz.monitor.reduce import fusable, root, squared_norm, squared_norm_block
 from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
@@ -146,9 +146,10 @@ class ParamWatch:
     def _take_pre_clip(self) -> None:
         """The norms of the gradients the backward just accumulated, before any clipping."""
         pending, self._pending = self._pending, []
-        norms = squared_norms([grad for _, grad in pending])
-        for (name, grad), norm in zip(pending, norms, strict=True):
-            self._pre_clip[name] = self._scalars.add(norm)
+        block, places = squared_norm_block([grad for _, grad in pending])
+        start = self._scalars.add_block(block)
+        for (name, grad), place in zip(pending, places, strict=True):
+            self._pre_clip[name] = start + place
             if self.optimizer is not None:
                 self._pre_clip_grad[name] = (grad, grad._version)
 
@@ -172,9 +173,11 @@ class ParamWatch:
         self._pre_clip_grad.clear()
         with torch.no_grad():
             if changed:
-                norms = squared_norms([p.grad for _, p in changed if p.grad is not None])
-                for (name, _param), norm in zip(changed, norms, strict=True):
-                    self._post_clip[name] = self._scalars.add(norm)
+                grads = [p.grad for _, p in changed if p.grad is not None]
+                block, places = squared_norm_block(grads)
+                start = self._scalars.add_block(block)
+                for (name, _param), place in zip(changed, places, strict=True):
+                    self._post_clip[name] = start + place
             views, buffers = self._sampled([p for _, p in pairs])
             torch._foreach_copy_(buffers, views)
             self._before = buffers
@@ -191,12 +194,16 @@ class ParamWatch:
             return  # the optimizer's parameters changed inside the step
         with torch.no_grad():
             sampled, _buffers = self._sampled([p for _, p in pairs])
-            deltas = squared_norms(torch._foreach_sub(sampled, before))
-            old = squared_norms(before)
-            new = squared_norms([p.detach() for _, p in pairs])
-        add = self._scalars.add
-        for (name, _param), d, o, n in zip(pairs, deltas, old, new, strict=True):
-            self._update[name] = (add(d.float()), add(o.float()), add(n.float()))
+            old, old_at = squared_norm_block(before)
+            # The copies are taken anew before the next update: the update (negated) is
+            # written over them, with no tensor made for it.
+            torch._foreach_sub_(before, sampled)
+            deltas, delta_at = squared_norm_block(before)
+            new, new_at = squared_norm_block([p for _, p in pairs])
+        add = self._scalars.add_block
+        d, o, n = add(deltas), add(old), add(new)
+        for i, (name, _param) in enumerate(pairs):
+            self._update[name] = (d + delta_at[i], o + old_at[i], n + new_at[i])
 
     def weight_norms(self) -> dict[str, int]:
         """Queue the weight norms of a recorded step without an optimizer (no update, so no
@@ -207,8 +214,9 @@ class ParamWatch:
         if not params:
             return {}
         with torch.no_grad():
-            norms = squared_norms([p.detach() for _, p in params])
-        return {n: self._scalars.add(v.float()) for (n, _), v in zip(params, norms, strict=True)}
+            block, places = squared_norm_block([p for _, p in params])
+        start = self._scalars.add_block(block)
+        return {n: start + place for (n, _), place in zip(params, places, strict=True)}
 
     @property
     def clipped(self) -> bool:

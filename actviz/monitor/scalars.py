@@ -35,6 +35,14 @@ class ScalarBatch:
         self._n_floats += 1
         return self._n_floats - 1
 
+    def add_block(self, values: torch.Tensor) -> int:
+        """Queue a 1-d floating-point tensor of values; returns the index of its first value
+        among the floats (the others follow it)."""
+        start = self._n_floats
+        self._floats.append(values)
+        self._n_floats += int(values.shape[0])
+        return start
+
     def add_count(self, value: torch.Tensor) -> int:
         """Queue a 0-d integer tensor; returns its index among the counts."""
         self._ints.append(value.reshape(1))
@@ -59,22 +67,44 @@ class ScalarBatch:
         device = (floats or ints)[0].device
         # float64 holds both kinds exactly (counts up to 2**53); MPS has no float64.
         wide = torch.float32 if device.type == "mps" else torch.float64
-        parts = [_join(floats, device, wide, stack=True)] if floats else []
+        parts = [_join(_runs(floats), device, wide)] if floats else []
         if ints:
-            parts.append(_join(ints, device, wide, stack=False))
+            parts.append(_join(ints, device, wide))
         values = (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()
         return values[:n_floats], [int(v) for v in values[n_floats:]]
 
 
-def _join(
-    tensors: list[torch.Tensor], device: torch.device, dtype: torch.dtype, *, stack: bool
-) -> torch.Tensor:
-    """One 1-d tensor of ``dtype`` on ``device``: 0-d tensors stacked (``stack``) or 1-d ones
-    concatenated, in one call when all are on one device (mixed float16/float32 are
-    promoted), one copy each otherwise."""
+def _runs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The queued floats as 1-d tensors: each run of 0-d ones on one device stacked in one
+    call, each block as it is."""
     import torch
 
-    join = torch.stack if stack else torch.cat
+    joined: list[torch.Tensor] = []
+    run: list[torch.Tensor] = []
+    for t in tensors:
+        if t.dim() == 0 and (not run or t.device == run[0].device):
+            run.append(t)
+            continue
+        if run:
+            joined.append(torch.stack(run))
+            run = []
+        if t.dim() == 0:
+            run.append(t)
+        else:
+            joined.append(t)
+    if run:
+        joined.append(torch.stack(run))
+    return joined
+
+
+def _join(tensors: list[torch.Tensor], device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """One 1-d tensor of ``dtype`` on ``device``: the 1-d ``tensors`` concatenated, in one call
+    when all are on one device (mixed float16/float32 are promoted), one copy each
+    otherwise."""
+    import torch
+
+    if len(tensors) == 1 and tensors[0].device == device:
+        return tensors[0].to(dtype)
     if all(t.device == device for t in tensors):
-        return join(tensors).to(dtype)
-    return join([t.to(device, dtype) for t in tensors])
+        return torch.cat(tensors).to(dtype)
+    return torch.cat([t.to(device, dtype) for t in tensors])

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from actviz.hooks import tensor_items
 from actviz.monitor.nonfinite import Origin
-from actviz.monitor.reduce import nonzero_count, root, squared_norm
+from actviz.monitor.reduce import FlagBuffer, nonzero_count, root, squared_norm
 from actviz.monitor.scalars import ScalarBatch
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ class LayerSummaries:
     def __init__(self, scalars: ScalarBatch, *, histograms: bool) -> None:
         self._scalars = scalars
         self._histograms = histograms
+        self._flags = FlagBuffer()
         self.entries: dict[str, dict[str, Any]] = {}
 
     def add(
@@ -74,7 +75,7 @@ class LayerSummaries:
                 "squares": add(squared_norm(x)),
                 "min": add(low),
                 "max": add(high),
-                "nonzero": count(nonzero_count(x)),
+                "nonzero": count(nonzero_count(x, self._flags)),
                 # Counted only when the sum says there is a NaN or Inf (rarely): no pass
                 # over every output for counts that are almost always zero.
                 "tensor": x,
