@@ -17,7 +17,6 @@ from actviz.monitor.reduce import (
     root,
     squared_norm,
     squared_norm_block,
-    squared_norms,
 )
 from actviz.monitor.scalars import ScalarBatch
 
@@ -37,15 +36,15 @@ FLAGS = FlagBuffer()
         lambda x: x.view(10, 10, 100, 10).contiguous(memory_format=torch.channels_last),
     ],
 )
-def test_squared_norms_equal_float64(make: object) -> None:
+def test_squared_norms_equal_float64_alone_and_in_a_block(make: object) -> None:
     g = torch.Generator().manual_seed(0)
     x = make(torch.randn(1000, 100, generator=g) * 3)  # type: ignore[operator]
     exact = float((x.double() ** 2).sum())
     assert float(squared_norm(x)) == pytest.approx(exact, rel=1e-4)
-    both = squared_norms([x, torch.zeros(0), x[:1]])
-    assert float(both[0]) == pytest.approx(exact, rel=1e-4)
-    assert float(both[1]) == 0.0
-    assert root(float(both[0])) == pytest.approx(math.sqrt(exact), rel=1e-4)
+    block, at = squared_norm_block([x, torch.zeros(0), x[:1]])
+    assert float(block[at[0]]) == pytest.approx(exact, rel=1e-4)
+    assert float(block[at[1]]) == 0.0
+    assert root(float(block[at[0]])) == pytest.approx(math.sqrt(exact), rel=1e-4)
 
 
 def test_small_cpu_tensors_reduced_together_equal_float64_each() -> None:
@@ -61,7 +60,8 @@ def test_small_cpu_tensors_reduced_together_equal_float64_each() -> None:
     ]
     assert all(fusable(t) for t in small) and not fusable(weight)
     assert not fusable(torch.randn(8).double()) and not fusable(torch.randn(8).half())
-    norms = [float(v) for v in squared_norms([*small, weight])]
+    block, at = squared_norm_block([*small, weight])
+    norms = [float(block[i]) for i in at]
     for tensor, norm in zip([*small[:3], weight], [*norms[:3], norms[-1]], strict=True):
         assert norm == pytest.approx(float((tensor.double() ** 2).sum()), rel=1e-5)
     assert math.isnan(norms[3]) and norms[4] == math.inf and norms[5] == 0.0

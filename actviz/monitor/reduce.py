@@ -30,7 +30,6 @@ __all__ = [
     "root",
     "squared_norm",
     "squared_norm_block",
-    "squared_norms",
 ]
 
 
@@ -79,26 +78,13 @@ FUSE_BELOW = 65_536
 
 
 def fusable(tensor: torch.Tensor) -> bool:
-    """Whether :func:`squared_norms` reduces ``tensor`` in its fused call: a dense float32
+    """Whether :func:`squared_norm_block` reduces ``tensor`` in its fused call: a dense float32
     tensor on an accelerator, or a small one on a CPU."""
     import torch
 
     if tensor.dtype != torch.float32 or tensor.layout != torch.strided:
         return False
     return tensor.device.type != "cpu" or tensor.numel() < FUSE_BELOW
-
-
-def squared_norms(tensors: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Each tensor's :func:`squared_norm`; the :func:`fusable` ones in one fused call."""
-    import torch
-
-    fused = [i for i, t in enumerate(tensors) if fusable(t)]
-    found: dict[int, torch.Tensor] = {}
-    if fused:
-        # Of detached tensors: no graph is recorded, with or without grad mode.
-        norms = torch._foreach_norm([tensors[i].detach() for i in fused])
-        found = dict(zip(fused, torch._foreach_mul(norms, norms), strict=True))
-    return [found[i] if i in found else squared_norm(t) for i, t in enumerate(tensors)]
 
 
 def squared_norm_block(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
@@ -111,20 +97,32 @@ def squared_norm_block(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, l
     rest: list[int] = []
     for i, t in enumerate(tensors):
         (fused if fusable(t) else rest).append(i)
+    if not tensors:
+        return torch.zeros(0), []
+    # One device for the block: the first tensor's (a model split over devices sends the
+    # others' values there, as the step's read would).
+    device = tensors[0].device
     parts = []
     if fused:
         # No graph is recorded: the callers run without grad mode, or pass gradients.
         norms = torch._foreach_norm([tensors[i] for i in fused])
-        parts.append(torch.stack(norms).square_())
+        parts.append(_stack(norms, device).square_())
     if rest:
-        parts.append(torch.stack([squared_norm(tensors[i]).to(torch.float32) for i in rest]))
-    if not parts:
-        return torch.zeros(0), []
+        parts.append(_stack([squared_norm(tensors[i]) for i in rest], device))
     block = parts[0] if len(parts) == 1 else torch.cat(parts)
     places = [0] * len(tensors)
     for place, i in enumerate(fused + rest):
         places[i] = place
     return block, places
+
+
+def _stack(values: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """0-d tensors as one float32 vector on ``device``."""
+    import torch
+
+    if all(v.device == device for v in values):
+        return torch.stack(list(values)).to(torch.float32)
+    return torch.stack([v.to(device, torch.float32) for v in values])
 
 
 def root(value: float) -> float:
