@@ -114,6 +114,19 @@ def test_nonzero_count_of_laid_out_and_narrow_tensors() -> None:
     assert int(nonzero_count(torch.zeros(1017), FLAGS)) == 0  # none of the ones left behind
 
 
+def test_a_tensor_past_what_the_flag_buffer_keeps_is_counted_without_growing_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import actviz.monitor.reduce as reduce
+
+    monkeypatch.setattr(reduce, "FLAGS_KEPT", 1000)
+    flags = FlagBuffer()
+    x = torch.ones(1001)
+    x[::2] = 0.0
+    assert int(nonzero_count(x, flags)) == 500 == int(nonzero_count(x[:1000], flags))
+    assert flags.flag(torch.ones(3)).numel() == 3 and flags._buffer.numel() == 1000
+
+
 def test_a_block_of_squared_norms_holds_each_tensors_at_its_place() -> None:
     g = torch.Generator().manual_seed(4)
     tensors = [

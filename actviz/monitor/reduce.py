@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "FLAGS_KEPT",
     "FUSE_BELOW",
     "FlagBuffer",
     "fusable",
@@ -140,16 +141,22 @@ def nonzero_count(tensor: torch.Tensor, flags: FlagBuffer | None = None) -> torc
     x = tensor.detach() if tensor.requires_grad else tensor
     if x.device.type != "cpu":
         return torch.count_nonzero(x)
-    if flags is not None:
+    if flags is not None and x.numel() <= FLAGS_KEPT:
         return _count_flags(flags.flag(x))
     cast = x.bool()  # laid out as x is, when x is dense
     flat = _dense_flat(cast)
     return _count_flags(cast.reshape(-1) if flat is None else flat)
 
 
+#: The most flags a :class:`FlagBuffer` keeps (16 MiB): a larger tensor's cast is made and
+#: freed as before, not held for the rest of the run.
+FLAGS_KEPT = 1 << 24
+
+
 class FlagBuffer:
-    """A CPU buffer of flags kept from count to count, grown to the largest tensor counted:
-    the boolean cast of each tensor written into it instead of into a new tensor."""
+    """A CPU buffer of flags kept from count to count, grown to the largest tensor counted
+    (up to :data:`FLAGS_KEPT`): the boolean cast of each tensor written into it instead of
+    into a new tensor."""
 
     def __init__(self) -> None:
         import torch
