@@ -94,12 +94,12 @@ def squared_norm_block(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, l
     queue and read instead of one per parameter, and no 0-d tensor made for each."""
     import torch
 
+    if not tensors:
+        return torch.zeros(0), []
     fused: list[int] = []
     rest: list[int] = []
     for i, t in enumerate(tensors):
         (fused if fusable(t) else rest).append(i)
-    if not tensors:
-        return torch.zeros(0), []
     # One device for the block: the first tensor's (a model split over devices sends the
     # others' values there, as the step's read would).
     device = tensors[0].device
