@@ -123,8 +123,32 @@ def test_a_tensor_past_what_the_flag_buffer_keeps_is_counted_without_growing_it(
     flags = FlagBuffer()
     x = torch.ones(1001)
     x[::2] = 0.0
-    assert int(nonzero_count(x, flags)) == 500 == int(nonzero_count(x[:1000], flags))
-    assert flags.flag(torch.ones(3)).numel() == 3 and flags._buffer.numel() == 1000
+    assert int(nonzero_count(x, flags)) == 500
+    assert flags._buffer.numel() == 0  # counted from its own cast
+    assert int(nonzero_count(x[:1000], flags)) == 500
+    assert flags._buffer.numel() == 1016  # 1,000 flags and the pad to a whole lane
+
+
+def test_counts_through_kept_views_follow_each_shape_in_any_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each shape's views are kept: a shape seen again after a longer tensor (whose flags lie
+    # past its end, where its words read) or after the buffer grew (a new buffer) counts only
+    # its own values; so does one whose views were dropped for the cap.
+    import actviz.monitor.reduce as reduce
+
+    monkeypatch.setattr(reduce, "_PLANS_KEPT", 2)
+    flags = FlagBuffer()
+    g = torch.Generator().manual_seed(5)
+    shapes = [(2, 3, 7, 7), (1017,), (4, 1016), (3000,), (2, 3, 7, 7), (1017,), (9000,)]
+    for _ in range(3):
+        for shape in shapes:
+            x = torch.randn(shape, generator=g).relu()
+            assert int(nonzero_count(x, flags)) == int(torch.count_nonzero(x))
+            assert int(nonzero_count(torch.zeros(shape), flags)) == 0
+            assert int(nonzero_count(torch.ones(shape), flags)) == x.numel()
+            assert int(nonzero_count(x.transpose(0, -1), flags)) == int(torch.count_nonzero(x))
+    assert len(flags._plans) <= 2
 
 
 def test_a_block_of_squared_norms_holds_each_tensors_at_its_place() -> None:
@@ -158,11 +182,14 @@ def test_scalars_read_back_in_the_order_queued_whatever_their_form() -> None:
     nothing = batch.add_block(torch.zeros(0))
     last = batch.add(torch.tensor(-6.0, dtype=torch.float64))
     counts = batch.add_counts(torch.tensor([7, 8]))
-    assert len(batch) == 9
+    after = batch.add_count(torch.tensor(9))
+    also = batch.add_count(torch.tensor(10))
+    assert len(batch) == 11
     floats, ints = batch.read()
     assert floats[first] == 1.5 and floats[block : block + 3] == [2.0, 3.0, 4.0]
     assert floats[between] == 5.0 and floats[last] == -6.0 and nothing == last
     assert ints[count] == 2**40 + 1 and ints[counts] == [7, 8]
+    assert (ints[after], ints[also]) == (9, 10) and len(ints) == 5
     assert batch.read() == ([], [])  # emptied
 
 

@@ -45,7 +45,7 @@ class ScalarBatch:
 
     def add_count(self, value: torch.Tensor) -> int:
         """Queue a 0-d integer tensor; returns its index among the counts."""
-        self._ints.append(value.reshape(1))
+        self._ints.append(value)
         self._n_ints += 1
         return self._n_ints - 1
 
@@ -69,13 +69,13 @@ class ScalarBatch:
         wide = torch.float32 if device.type == "mps" else torch.float64
         parts = [_join(_runs(floats), device, wide)] if floats else []
         if ints:
-            parts.append(_join(ints, device, wide))
+            parts.append(_join(_runs(ints), device, wide))
         values = (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()
         return values[:n_floats], [int(v) for v in values[n_floats:]]
 
 
 def _runs(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The queued floats as 1-d tensors: each run of 0-d ones on one device stacked in one
+    """The queued values as 1-d tensors: each run of 0-d ones on one device stacked in one
     call, each block as it is."""
     import torch
 
