@@ -16,6 +16,7 @@ import actviz
 from actviz.cli import app
 from actviz.monitor import read_log
 from actviz.monitor.flags import FlagTracker, replay
+from actviz.monitor.report import build_training_report
 from tests.test_monitor import batch, make_model, train
 
 
@@ -114,6 +115,18 @@ def test_report_content(nan_run: Path) -> None:
     # Every name is escaped: a module called "<b>head</b>" shows as text.
     assert "<b>head</b>" not in html
     assert "&lt;b&gt;head&lt;/b&gt;" in html
+
+
+def test_a_loop_that_does_not_clip_gets_one_gradient_norm_line(tmp_path: Path) -> None:
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with actviz.watch(model, optimizer, every=1, out=tmp_path) as w:
+        train(model, optimizer, w, 3, clip=1e9)  # a bound never reached
+    html = build_training_report(tmp_path).read_text(encoding="utf-8")
+    norms = html[html.index('aria-label="total gradient norm (log)"') :]
+    norms = norms[: norms.index("</svg>")]
+    assert "clipping" not in norms and "before and after clipping" not in html
+    assert norms.count("<polyline") == 1  # the one line: what the optimizer stepped on
 
 
 def test_report_while_running_and_errors(nan_run: Path, tmp_path: Path) -> None:

@@ -90,8 +90,13 @@ def training_page(
             "before clipping": [_number(r.get("grad_norm")) for r in steps],
             "after clipping": [_number(r.get("grad_norm_clipped")) for r in steps],
         }
-        # Without an optimizer there is no step to clip for: one line, named as what it is.
-        clipped = any(v is not None for v in norms["after clipping"])
+        # One line, named as what it is, when nothing was clipped: without an optimizer there
+        # is no step to clip for, and a loop that does not clip (or never reached its bound)
+        # steps on the very norms it computed.
+        clipped = any(
+            a is not None and a != b
+            for a, b in zip(norms["after clipping"], norms["before clipping"], strict=True)
+        )
         if not clipped:
             norms = {"total": norms["before clipping"]}
         if any(v is not None for line in norms.values() for v in line):
