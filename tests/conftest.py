@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -200,6 +203,29 @@ def run_images(out: Path) -> list[dict[str, Any]]:
 REBATCH_SCALE = 2.0**-16
 # Fractions of a count: an element within that rounding of 0 may land on either side of it.
 COUNTED_FRACTIONS = ("zero_frac", "neg_frac")
+
+
+def frozen_mid_run(
+    proc: subprocess.Popen[Any], ledger: Path, lines: int, total: int, timeout: float = 120
+) -> bool:
+    """Wait until a run's ledger has ``lines`` lines, then stop the process where it is
+    (SIGSTOP), so that a signal sent next lands mid-run however late this thread was
+    scheduled; the caller sends it, then SIGCONT. False, with the process left to end, when
+    the run had already written all ``total`` lines or ended (a starved test thread saw the
+    ledger too late): the caller starts again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ledger.exists() and ledger.read_bytes().count(b"\n") >= lines:
+            break
+        time.sleep(0.01)
+    if proc.poll() is not None:
+        return False
+    proc.send_signal(signal.SIGSTOP)
+    if ledger.read_bytes().count(b"\n") < total:
+        return True
+    proc.send_signal(signal.SIGCONT)
+    proc.communicate(timeout=120)
+    return False
 
 
 def same_up_to_batching(a: Any, b: Any, *, scale: float = 0.0) -> bool:

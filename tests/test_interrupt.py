@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import run_images
+from tests.conftest import frozen_mid_run, run_images
 
 pytestmark = pytest.mark.slow
 
@@ -71,19 +71,17 @@ def test_interrupt_then_resume_equals_one_clean_run(
     word: str,
 ) -> None:
     photos, want = photos_and_clean
-    out = tmp_path / "out"
-    records = out / ".actviz-records.jsonl"
-
-    proc = _actviz(str(photos), "-o", str(out), *ARGS)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
+    for attempt in range(3):
+        out = tmp_path / f"out{attempt}"
+        proc = _actviz(str(photos), "-o", str(out), *ARGS)
         # The ledger's first line holds the run's settings, then one line per finished image.
-        if records.exists() and records.read_text().count("\n") >= 1 + 3:
+        if frozen_mid_run(proc, out / ".actviz-records.jsonl", 1 + 3, 1 + N):
             break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be interrupted"
+    else:
+        pytest.fail("the run ended before it could be interrupted, three times")
+    proc.send_signal(sig)  # delivered as the run goes on
     sent = time.monotonic()
-    proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
     _, stderr = proc.communicate(timeout=30)
     stopped_in = time.monotonic() - sent
     assert proc.returncode == code, stderr
