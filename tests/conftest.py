@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +204,23 @@ def run_images(out: Path) -> list[dict[str, Any]]:
 REBATCH_SCALE = 2.0**-16
 # Fractions of a count: an element within that rounding of 0 may land on either side of it.
 COUNTED_FRACTIONS = ("zero_frac", "neg_frac")
+
+
+@contextlib.contextmanager
+def default_sigint() -> Iterator[None]:
+    """Processes started in the block get SIGINT's default action, as from a terminal. A
+    shell's background job (``pytest &``) starts with SIGINT ignored, every child inherits
+    that and Python keeps it, so a child sent Ctrl-C there would run on to its end. A Python
+    handler, unlike "ignore", is reset to the default when the child execs."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def frozen_mid_run(

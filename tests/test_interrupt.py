@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import frozen_mid_run, run_images
+from tests.conftest import default_sigint, frozen_mid_run, run_images
 
 pytestmark = pytest.mark.slow
 
@@ -24,14 +24,15 @@ ARGS = ["-l", "layer1.0.conv1,fc", "-w", "none", "-b", "1", "-q"]
 
 def _actviz(*args: str, **kwargs: object) -> subprocess.Popen[str]:
     env = {**os.environ, "TORCH_HOME": "/nonexistent-torch-home"}
-    return subprocess.Popen(
-        [sys.executable, "-m", "actviz", "run", "resnet18", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        **kwargs,  # type: ignore[call-overload]
-    )
+    with default_sigint():
+        return subprocess.Popen(
+            [sys.executable, "-m", "actviz", "run", "resnet18", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            **kwargs,  # type: ignore[call-overload]
+        )
 
 
 def _files(root: Path) -> dict[str, np.ndarray]:

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from actviz.cli import app
 from actviz.errors import UsageError
 from actviz.optimize import StepReporter, optimize, optimize_batch, parse_channels
+from tests.conftest import default_sigint
 
 KNOWN = """
 import torch
@@ -302,13 +303,14 @@ def test_ctrl_c_mid_run_exits_130_with_the_finished_channels(tmp_path: Path) -> 
     out = tmp_path / "out"
     args = ["-w", "none", "-l", "layer1.0.conv1", "--channels", "0-5", "-b", "2"]
     args += ["--steps", "400", "--size", "32", "-o", str(out), "-q"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "actviz", "optimize", "resnet18", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TORCH_HOME": "/nonexistent-torch-home"},
-    )
+    with default_sigint():
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "actviz", "optimize", "resnet18", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TORCH_HOME": "/nonexistent-torch-home"},
+        )
     deadline = time.monotonic() + 240
     record = out / "optimize.json"
     while not record.exists() and time.monotonic() < deadline and proc.poll() is None:
