@@ -207,10 +207,9 @@ class FlagBuffer:
         :data:`_LANE_ROWS`."""
         import torch
 
-        lane = 8 * _LANE_ROWS
-        end = -(-n // lane) * lane
+        end = -(-n // _LANE) * _LANE
         self._grow(end)
-        words = self._buffer[:end].view(torch.uint8).view(torch.int64).view(_LANE_ROWS, -1)
+        words = _words(self._buffer[:end])
         columns = torch.empty(words.shape[1], dtype=torch.int64)
         return _Plan(
             n=n,
@@ -237,6 +236,16 @@ class _Plan:
 #: Words summed per lane: 127 ones per byte at most, so no byte carries into the next and the
 #: top byte stays under the int64 sign bit.
 _LANE_ROWS = 127
+#: Flags in a lane: its rows of 8-flag words.
+_LANE = 8 * _LANE_ROWS
+
+
+def _words(flags: torch.Tensor) -> torch.Tensor:
+    """A 1-d contiguous bool tensor of whole lanes read as :data:`_LANE_ROWS` rows of int64
+    words, 8 flags a word (see :func:`_count_flags`)."""
+    import torch
+
+    return flags.view(torch.uint8).view(torch.int64).view(_LANE_ROWS, -1)
 
 
 def _count_flags(flags: torch.Tensor) -> torch.Tensor:
@@ -251,9 +260,8 @@ def _count_flags(flags: torch.Tensor) -> torch.Tensor:
     import torch
 
     n = flags.numel()
-    whole = n - n % (8 * _LANE_ROWS)
+    whole = n - n % _LANE
     total = flags[whole:].sum()
     if whole:
-        words = flags[:whole].view(torch.uint8).view(torch.int64).view(_LANE_ROWS, -1)
-        total = total + words.sum(0).view(torch.uint8).sum(dtype=torch.int64)
+        total = total + _words(flags[:whole]).sum(0).view(torch.uint8).sum(dtype=torch.int64)
     return total
