@@ -417,3 +417,33 @@ def test_wide_layers_find_their_top_components_by_iteration_equal_to_the_svd(
     answers.clear()
     fit_pca(decaying[:, :200])
     assert answers == []
+
+
+def test_colours_of_non_finite_and_out_of_range_projections() -> None:
+    """Each component is scaled by the fit's 1st-99th percentile range: values past it are
+    clipped to 0 and 255, NaN is 0 and infinities are the ends; masked positions (component
+    1 negative) are black."""
+    from actviz.render.pca import PcaFit, pca_rgb
+
+    fit = PcaFit(
+        mean=np.zeros(4, np.float32),
+        components=np.eye(3, 4, dtype=np.float32),
+        explained=(0.5, 0.3, 0.2),
+        low=np.array([-1.0, 0.0, 2.0], np.float32),
+        high=np.array([1.0, 4.0, 2.0], np.float32),  # no range: scaled by 1
+        vectors=10,
+        images=1,
+        seed=0,
+    )
+    values = [0.0, -2.0, 5.0, float("nan"), float("inf"), float("-inf"), 0.5]
+    projected = np.array([[[v, v, v] for v in values]], np.float32)
+    rgb = pca_rgb(projected, fit)
+    assert rgb.dtype == np.uint8 and rgb.shape == (1, 7, 3)
+    assert rgb[0, :, 0].tolist() == [128, 0, 255, 0, 255, 0, 191]
+    assert rgb[0, :, 1].tolist() == [0, 0, 255, 0, 255, 0, 32]
+    assert rgb[0, :, 2].tolist() == [0, 0, 255, 0, 255, 0, 0]
+    masked = pca_rgb(projected, fit, mask=True)
+    black = projected[0, :, 0] < 0
+    assert black.tolist() == [False, True, False, False, False, True, False]
+    assert (masked[0, black] == 0).all()
+    assert np.array_equal(masked[0, ~black], rgb[0, ~black])

@@ -96,8 +96,10 @@ def pca_rgb(projected: F32, fit: PcaFit, *, mask: bool = False) -> U8:
     span = np.where(fit.high > fit.low, fit.high - fit.low, 1.0)
     scaled = projected - fit.low  # then in place: one array for every step
     scaled /= span
-    np.clip(scaled, 0.0, 1.0, out=scaled)
-    np.nan_to_num(scaled, copy=False, nan=0.0)
+    # fmax and fmin take the number where the other is NaN: clipped to 0-1, NaN to 0, in
+    # two passes (np.nan_to_num after np.clip was five).
+    np.fmax(scaled, 0.0, out=scaled)
+    np.fmin(scaled, 1.0, out=scaled)
     scaled *= 255
     np.rint(scaled, out=scaled)
     rgb: U8 = scaled.astype(np.uint8)

@@ -44,8 +44,9 @@ def _isal() -> Any:
 
 _ISAL = _isal()
 # ISA-L's checksums, where it imports: about 5x (Adler-32) and 20x (CRC-32) zlib's on a
-# picture's rows, the same numbers.
-_adler32: Callable[[bytes], int] = zlib.adler32 if _ISAL is None else _ISAL.adler32
+# picture's rows, the same numbers. Both read bytes or arrays in place (Any: numpy's stubs
+# do not say arrays are buffers).
+_adler32: Callable[[Any], int] = zlib.adler32 if _ISAL is None else _ISAL.adler32
 _crc32: Callable[[bytes, int], int] = zlib.crc32 if _ISAL is None else _ISAL.crc32
 
 
@@ -54,8 +55,9 @@ def _deflater(level: int) -> Any:
     return _ISAL if _ISAL is not None and 1 <= level <= 3 else zlib
 
 
-def deflate(data: bytes, level: int) -> bytes:
-    """A zlib stream of ``data`` at ``level`` 0-9 (see the module's note on who deflates)."""
+def deflate(data: bytes | U8, level: int) -> bytes:
+    """A zlib stream of ``data`` (bytes, or a contiguous array read in place) at ``level``
+    0-9 (see the module's note on who deflates)."""
     compressed: bytes = _deflater(level).compress(data, level)
     return compressed
 
@@ -103,7 +105,7 @@ def encode_png(
         if highest >= len(entries):  # indices past the palette: black, as decoders show them
             entries = np.concatenate([entries, np.zeros((highest + 1 - len(entries), 3), np.uint8)])
         chunks.append(_chunk(b"PLTE", entries.tobytes()))
-    chunks.append(_chunk(b"IDAT", deflate(data.tobytes(), level)))
+    chunks.append(_chunk(b"IDAT", deflate(data, level)))
     chunks.append(_chunk(b"IEND", b""))
     return _SIGNATURE + b"".join(chunks)
 
@@ -140,13 +142,13 @@ def deflate_band(pixels: U8, *, level: int = 1, row_filter: Filter = "none") -> 
         )
     if pixels.ndim == 3 and pixels.shape[2] != 3:
         raise ValueError(f"expected (H, W, 3) RGB pixels, got {pixels.shape}")
-    data = _filtered(pixels, row_filter).tobytes()
+    data = _filtered(pixels, row_filter)  # deflated and summed in place, not copied to bytes
     module = _deflater(level)
     stream = module.compressobj(level, zlib.DEFLATED, -15)
     deflated = stream.compress(data) + stream.flush(module.Z_FULL_FLUSH)
     height, width = pixels.shape[:2]
     colour_type = 2 if pixels.ndim == 3 else 0
-    return Band(deflated, _adler32(data), len(data), width, height, colour_type)
+    return Band(deflated, _adler32(data), data.nbytes, width, height, colour_type)
 
 
 def join_bands(bands: Sequence[Band]) -> bytes:

@@ -194,7 +194,6 @@ def capture_and_render(
                     ]
                 )
                 shared = _BatchCaptures(captures, minmax, backward_pass)
-                futures = []
                 jobs = []
                 for i, (index, size, x_cpu) in enumerate(good):
                     result = todo[index]
@@ -219,10 +218,12 @@ def capture_and_render(
                         _record_detections(result, found, opts)
                         empty += not found.scores
                         job = dataclasses.replace(job, detections=found, detection_cams=cams)
-                    futures.append(pool.submit(draw_image, job))
                     jobs.append((index, job))
                 if pca is not None:
+                    # Sampled ahead of the batch's pictures: after the last batch, the fits
+                    # wait for its sample, not for its pictures as well.
                     pca.add_batch(captures, jobs, pool)
+                futures = [pool.submit(draw_image, job) for _, job in jobs]
                 in_flight.append(([todo[index] for index, _, _ in good], futures))
                 # One batch renders while the next one runs: no more is kept alive.
                 while len(in_flight) > 1:

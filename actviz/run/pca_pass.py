@@ -145,12 +145,14 @@ class PcaPass:
         record: Callable[[ImageResult], None],
     ) -> None:
         """Sample the reused images, fit, draw every image's PCA pictures (the images past
-        the budget through the model again), then record every image in order."""
+        the budget through the model again), and record every image in order, each as
+        soon as its pictures are drawn."""
         plan = self.plan
         sampling, self.sampling = self.sampling, []
         for future in sampling:
             future.result()
         reused = [(i, r.path) for i, r in enumerate(plan.results) if r.status == "reused"]
+        pending, self.pending = self.pending, []
         with contextlib.ExitStack() as stack:
             if reused:
                 paths = [p for _, p in reused]
@@ -159,14 +161,14 @@ class PcaPass:
                     self._sample(recorder.captures, rows)
             kept, self.kept = self.kept, []
             with _blas().limit(limits=1, user_api="blas"):  # see _one_torch_thread
-                plan.pca = self._fit_and_draw(pool, kept)
+                plan.pca = self._fit(pool)
+                pending = self._draw_kept(pool, kept, pending, record)
             self.bands = self._bands()  # the kept images' inputs are drawn: let them go
             plan.pca_notes = dict(self.sampler.notes)
             if self.rest is not None:
                 self._second_pass(forward, recorder, stack, pool)
-        for result in self.pending:
+        for result in pending:
             record(result)
-        self.pending = []
 
     def check(self, captures: list[Any]) -> None:
         """Refuse the run at its first batch, before anything is drawn, when no selected
@@ -216,58 +218,57 @@ class PcaPass:
             if job.model_input is not None:
                 pca_input(job, self.bands, i, pca_width(tuple(job.model_input.shape[-2:])))
 
-    def _fit_and_draw(self, pool: Executor, kept: list[tuple[int, ImageJob]]) -> dict[str, Any]:
-        """Fit every layer and draw its PCA picture of every kept image, one task per layer
-        in the render threads, the costliest fits first: a layer's pictures are drawn as
-        soon as its own fit is done, while other layers fit. Returns the fits, in the order
-        the layers were sampled."""
+    def _fit(self, pool: Executor) -> dict[str, Any]:
+        """Every layer's fit, one task each in the render threads, the costliest first;
+        in the order the layers were sampled."""
         keys = self.sampler.keys()
-        bands = self.bands
         tasks = {
-            key: pool.submit(self._fit_layer, key, kept, bands)
+            key: pool.submit(self._fit_layer, key)
             for key in sorted(keys, key=self.sampler.cost, reverse=True)
         }
-        fits = {}
-        drawn: list[tuple[int, int, str]] = []
         try:
-            for key in keys:
-                fit, pictures = tasks[key].result()
-                if fit is not None:
-                    fits[key] = fit
-                drawn += pictures
+            fitted = {key: tasks[key].result() for key in keys}
         finally:
             # A failed fit ends the run only once the others are done: none is left running.
             concurrent.futures.wait(tasks.values())
-        todo = self.plan.todo
-        for i, order, rel in sorted(drawn):
-            _add_picture(todo[i], order, rel)
-        return fits
+        return {key: fit for key, fit in fitted.items() if fit is not None}
 
-    def _fit_layer(
-        self, key: str, kept: list[tuple[int, ImageJob]], bands: Bands
-    ) -> tuple[Any, list[tuple[int, int, str]]]:
-        """One layer's fit, and its picture of each kept image: ``(index in todo, capture
-        order, file)``."""
+    def _fit_layer(self, key: str) -> Any:
         with _one_torch_thread():
-            return self._fit_and_draw_layer(key, kept, bands)
+            return self.sampler.fit(key)
 
-    def _fit_and_draw_layer(
-        self, key: str, kept: list[tuple[int, ImageJob]], bands: Bands
-    ) -> tuple[Any, list[tuple[int, int, str]]]:
-        fit = self.sampler.fit(key)
-        if fit is None:
-            return None, []
-        fits = {key: fit}
-        drawn = []
-        for i, job in kept:
-            for order, cap in enumerate(job.captures):
-                if cap.key != key:
-                    continue
-                fitted = dataclasses.replace(job, pca=fits)
-                rel = _draw_layer(fitted, order, cap, bands, i)
-                if rel is not None:
-                    drawn.append((i, order, rel))
-        return fit, drawn
+    def _draw_kept(
+        self,
+        pool: Executor,
+        kept: list[tuple[int, ImageJob]],
+        pending: list[ImageResult],
+        record: Callable[[ImageResult], None],
+    ) -> list[ImageResult]:
+        """Draw the kept images' PCA pictures, one task per image in the render threads, and
+        record the held images in order while later ones are drawn, up to the first image
+        past the budget. Returns the images left to record."""
+        fits, bands, todo = self.plan.pca, self.bands, self.plan.todo
+        tasks: dict[int, list[Future[dict[int, str]]]] = {}
+        for n, (i, job) in enumerate(kept):
+            fitted = dataclasses.replace(job, pca=fits)
+            # The first image one layer a task: each layer's header, the same in all its
+            # pictures, is made once, while the other threads draw other layers.
+            parts = [range(k, k + 1) for k in range(len(job.captures))] if n == 0 else [None]
+            tasks[id(todo[i])] = [pool.submit(_draw_pca, fitted, bands, i, p) for p in parts]
+        later = {id(todo[i]) for i, _ in self.later}
+        try:
+            for n, result in enumerate(pending):
+                if id(result) in later:
+                    return pending[n:]
+                for task in tasks.get(id(result), []):
+                    for order, rel in task.result().items():
+                        _add_picture(result, order, rel)
+                record(result)
+            return []
+        finally:
+            # A failed picture ends the run only once the others are drawn: none is left
+            # running.
+            concurrent.futures.wait([t for parts in tasks.values() for t in parts])
 
     def _bands(self) -> Bands:
         """A store of the deflated bands PCA pictures share (each layer's header, each
@@ -338,12 +339,15 @@ def _add_picture(result: ImageResult, order: int, rel: str) -> None:
     result.layers[order] = dataclasses.replace(layer, pictures={**layer.pictures, _PCA.name: rel})
 
 
-def _draw_pca(job: ImageJob, bands: Bands) -> dict[int, str]:
-    """One image's PCA pictures, written: capture order -> file (relative to the output)."""
+def _draw_pca(
+    job: ImageJob, bands: Bands, image: int = 0, orders: range | None = None
+) -> dict[int, str]:
+    """One image's PCA pictures (those of the captures at ``orders``, or all), written:
+    capture order -> file (relative to the output). ``image``: the image's key in ``bands``."""
     written = {}
     for order, cap in enumerate(job.captures):
-        if cap.key in job.pca:
-            rel = _draw_layer(job, order, cap, bands, 0)
+        if cap.key in job.pca and (orders is None or order in orders):
+            rel = _draw_layer(job, order, cap, bands, image)
             if rel is not None:
                 written[order] = rel
     return written
