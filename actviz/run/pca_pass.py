@@ -3,8 +3,9 @@
 The components are fitted once over every image, so a layer's PCA pictures can only be drawn
 once the last image has run through the model. The run's pass does everything else as without
 the view (grids, overlays, statistics, drawn while the next batch runs), samples each image's
-positions for the fit, and keeps each batch's captures: after the fit, every kept image's PCA
-pictures are drawn from them, and only then are the images recorded, in their order.
+positions for the fit, and keeps each batch's captures: after the fits, every kept image's PCA
+pictures are drawn from them, and the images are recorded in their order, each once its
+pictures are drawn (while later images are drawn).
 
 Kept captures are bounded by :data:`KEEP_BYTES`. Past it, the images that did not fit are
 drawn without being kept, and after the fit they run through the model a second time for
