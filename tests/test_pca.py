@@ -447,3 +447,47 @@ def test_colours_of_non_finite_and_out_of_range_projections() -> None:
     assert black.tolist() == [False, True, False, False, False, True, False]
     assert (masked[0, black] == 0).all()
     assert np.array_equal(masked[0, ~black], rgb[0, ~black])
+
+
+def test_a_pca_picture_that_cannot_be_written_ends_the_run_with_nothing_left_running(
+    make_photos: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The images are recorded in order while later ones are drawn: a write that fails on
+    the second image ends the run with its one-line error and exit code 1, the first image
+    recorded, and the images not yet started are cancelled, not drawn."""
+    import threading
+    import time
+
+    import actviz.run.pca_pass as pca
+    from actviz.errors import OutputError
+    from actviz.run.loop import _render_threads
+
+    threads = _render_threads()
+    photos = make_photos(threads + 4)
+    real = pca._draw_layer
+    drawn: set[int] = set()
+    lock = threading.Lock()
+
+    def failing(job: Any, order: int, cap: Any, bands: Any, image: int) -> str | None:
+        with lock:
+            first = image not in drawn
+            drawn.add(image)
+        if image == 1:
+            raise OutputError("cannot write a PCA picture here; free some space")
+        if image >= 2 and first:
+            time.sleep(0.5)  # long enough for the run's thread to see image 1 fail
+        return real(job, order, cap, bands, image)
+
+    monkeypatch.setattr(pca, "_draw_layer", failing)
+    out = tmp_path / "out"
+    args = ["run", "resnet18", str(photos), "--weights", "none", "-l", "layer1,layer3"]
+    args += ["--input-size", "64,64", "-o", str(out), "--view", "pca", "-b", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "cannot write a PCA picture here; free some space" in result.output
+    assert "Traceback" not in result.output
+    # Each render thread started at most one image after the failure: the rest were
+    # cancelled.
+    assert {0, 1} <= drawn and len(drawn) <= 2 + threads, sorted(drawn)
+    assert not any(t.name.startswith("actviz-render") for t in threading.enumerate())
+    assert [i["status"] for i in run_images(out)] == ["ok"]

@@ -267,9 +267,12 @@ class PcaPass:
                 record(result)
             return []
         finally:
-            # A failed picture ends the run only once the others are drawn: none is left
-            # running.
-            concurrent.futures.wait([t for parts in tasks.values() for t in parts])
+            # A failure (a picture, a record, Ctrl-C) ends the run once the pictures being
+            # drawn are done, the others cancelled: none is left running.
+            every = [t for parts in tasks.values() for t in parts]
+            for task in every:
+                task.cancel()
+            concurrent.futures.wait(every)
 
     def _bands(self) -> Bands:
         """A store of the deflated bands PCA pictures share (each layer's header, each
