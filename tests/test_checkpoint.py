@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from actviz.run.gradients import RunFlow
 from actviz.run.records import LedgerReader, RunRecords
 from actviz.run.sink import RunSink
 from actviz.stats import LayerStats, RunningStats, flag_anomalies
-from tests.conftest import same_up_to_batching
+from tests.conftest import frozen_mid_run, same_up_to_batching
 from tests.oracles import aggregate_run
 from tests.test_scale import _stats_run, _table, photos, tiny_model
 
@@ -124,7 +123,6 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_a_clean_runs_outputs(
     photos: Path, tiny_model: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clean = _stats_run(tiny_model, photos, tmp_path / "clean")
-    out = tmp_path / "killed"
     checkpointer = tmp_path / "checkpointer.py"
     # The killed run checkpoints after every image: the kill finds parts and a checkpoint.
     checkpointer.write_text(
@@ -134,17 +132,21 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_a_clean_runs_outputs(
         "sys.argv = ['actviz', *sys.argv[1:]]\n"
         "runpy.run_module('actviz', run_name='__main__')\n"
     )
-    command = [sys.executable, str(checkpointer), "stats", tiny_model, str(photos)]
-    command += ["--layers", "all", "--input-size", "32,32", "--out", str(out), "--batch-size", "1"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    ledger = out / RunRecords.FILE
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if ledger.exists() and ledger.read_bytes().count(b"\n") >= 10 and (out / SUMMARY).exists():
+    total = 1 + len(list(photos.iterdir()))  # the settings' line, then one line per file
+    for attempt in range(3):
+        out = tmp_path / f"killed{attempt}"
+        command = [sys.executable, str(checkpointer), "stats", tiny_model, str(photos)]
+        command += ["--layers", "all", "--input-size", "32,32", "--out", str(out), "-b", "1"]
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Stopped once 9 images are in (each checkpointed), so that the kill lands mid-run
+        # however late this thread is scheduled; a run that ended first is started again.
+        if frozen_mid_run(proc, out / RunRecords.FILE, 10, total):
             break
-        time.sleep(0.02)
+    else:
+        pytest.fail("the run ended before it could be killed, three times")
     assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    assert (out / SUMMARY).exists()
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (out / "stats.parquet").exists()

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ import pytest
 from actviz import api
 from actviz.run.records import RunRecords
 from actviz.stats import LayerStats, flag_anomalies
-from tests.conftest import run_images, same_up_to_batching
+from tests.conftest import frozen_mid_run, run_images, same_up_to_batching
 from tests.oracles import aggregate_run
 from tests.test_ray_failures import _setup as _ray_setup
 from tests.test_ray_failures import local_ray  # noqa: F401  (a fixture)
@@ -201,17 +200,19 @@ def test_a_run_killed_mid_folder_resumes_to_a_clean_runs_outputs(
     photos: Path, tiny_model: str, tmp_path: Path
 ) -> None:
     clean = _stats_run(tiny_model, photos, tmp_path / "clean")
-    out = tmp_path / "killed"
-    command = [sys.executable, "-m", "actviz", "stats", tiny_model, str(photos)]
-    command += ["--layers", "all", "--input-size", "32,32", "--out", str(out), "--batch-size", "1"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    ledger = out / RunRecords.FILE
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if ledger.exists() and ledger.read_bytes().count(b"\n") >= 8:
+    total = 1 + len(list(photos.iterdir()))  # the settings' line, then one line per file
+    for attempt in range(3):
+        out = tmp_path / f"killed{attempt}"
+        command = [sys.executable, "-m", "actviz", "stats", tiny_model, str(photos)]
+        command += ["--layers", "all", "--input-size", "32,32", "--out", str(out), "-b", "1"]
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Stopped once 7 images are in, so that the kill lands mid-run however late this
+        # thread is scheduled; a run that ended first is started again.
+        if frozen_mid_run(proc, out / RunRecords.FILE, 8, total):
             break
-        time.sleep(0.02)
+    else:
+        pytest.fail("the run ended before it could be killed, three times")
     assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
     proc.send_signal(signal.SIGKILL)
     proc.wait()
