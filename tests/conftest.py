@@ -246,6 +246,22 @@ def frozen_mid_run(
     return False
 
 
+def started_and_frozen(
+    start: Callable[[Path], subprocess.Popen[Any]], out: Path, lines: int, total: int
+) -> tuple[subprocess.Popen[Any], Path]:
+    """A run started by ``start(folder)`` and stopped mid-run (:func:`frozen_mid_run`) once
+    its ledger has ``lines`` lines of ``total``; a run that ended first is started again in
+    a new folder, three times at most. Returns the stopped process and its folder."""
+    from actviz.run.records import RunRecords
+
+    for attempt in range(3):
+        folder = out.with_name(f"{out.name}{attempt}")
+        proc = start(folder)
+        if frozen_mid_run(proc, folder / RunRecords.FILE, lines, total):
+            return proc, folder
+    pytest.fail("the run ended before it could be stopped mid-run, three times")
+
+
 def same_up_to_batching(a: Any, b: Any, *, scale: float = 0.0) -> bool:
     """Whether two JSON documents or statistics rows (``stats.json``, Parquet rows) of runs
     that saw the images in batches of different sizes agree within what float32 arithmetic

@@ -6,9 +6,7 @@ reading the records again."""
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,9 +19,9 @@ from actviz.run.gradients import RunFlow
 from actviz.run.records import LedgerReader, RunRecords
 from actviz.run.sink import RunSink
 from actviz.stats import LayerStats, RunningStats, flag_anomalies
-from tests.conftest import frozen_mid_run, same_up_to_batching
+from tests.conftest import same_up_to_batching, started_and_frozen
 from tests.oracles import aggregate_run
-from tests.test_scale import _stats_run, _table, photos, tiny_model
+from tests.test_scale import _stats_process, _stats_run, _table, photos, tiny_model
 
 __all__ = ["photos", "tiny_model"]  # fixtures, used by name
 
@@ -132,19 +130,14 @@ def test_a_killed_run_resumes_from_its_checkpoint_to_a_clean_runs_outputs(
         "sys.argv = ['actviz', *sys.argv[1:]]\n"
         "runpy.run_module('actviz', run_name='__main__')\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    total = 1 + len(list(photos.iterdir()))  # the settings' line, then one line per file
-    for attempt in range(3):
-        out = tmp_path / f"killed{attempt}"
-        command = [sys.executable, str(checkpointer), "stats", tiny_model, str(photos)]
-        command += ["--layers", "all", "--input-size", "32,32", "--out", str(out), "-b", "1"]
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        # Stopped once 9 images are in (each checkpointed), so that the kill lands mid-run
-        # however late this thread is scheduled; a run that ended first is started again.
-        if frozen_mid_run(proc, out / RunRecords.FILE, 10, total):
-            break
-    else:
-        pytest.fail("the run ended before it could be killed, three times")
+    # Stopped once 9 images are in (each checkpointed), so that the kill lands mid-run
+    # however late this thread is scheduled.
+    proc, out = started_and_frozen(
+        lambda out: _stats_process([sys.executable, str(checkpointer)], tiny_model, photos, out),
+        tmp_path / "killed",
+        10,
+        1 + len(list(photos.iterdir())),  # the settings' line, then one line per file
+    )
     assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
     assert (out / SUMMARY).exists()
     proc.send_signal(signal.SIGKILL)

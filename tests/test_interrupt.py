@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.conftest import default_sigint, frozen_mid_run, run_images
+from tests.conftest import default_sigint, run_images, started_and_frozen
 
 pytestmark = pytest.mark.slow
 
@@ -72,14 +72,10 @@ def test_interrupt_then_resume_equals_one_clean_run(
     word: str,
 ) -> None:
     photos, want = photos_and_clean
-    for attempt in range(3):
-        out = tmp_path / f"out{attempt}"
-        proc = _actviz(str(photos), "-o", str(out), *ARGS)
-        # The ledger's first line holds the run's settings, then one line per finished image.
-        if frozen_mid_run(proc, out / ".actviz-records.jsonl", 1 + 3, 1 + N):
-            break
-    else:
-        pytest.fail("the run ended before it could be interrupted, three times")
+    # The ledger's first line holds the run's settings, then one line per finished image.
+    proc, out = started_and_frozen(
+        lambda out: _actviz(str(photos), "-o", str(out), *ARGS), tmp_path / "out", 1 + 3, 1 + N
+    )
     proc.send_signal(sig)  # delivered as the run goes on
     sent = time.monotonic()
     proc.send_signal(signal.SIGCONT)

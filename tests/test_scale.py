@@ -18,7 +18,7 @@ import pytest
 from actviz import api
 from actviz.run.records import RunRecords
 from actviz.stats import LayerStats, flag_anomalies
-from tests.conftest import frozen_mid_run, run_images, same_up_to_batching
+from tests.conftest import run_images, same_up_to_batching, started_and_frozen
 from tests.oracles import aggregate_run
 from tests.test_ray_failures import _setup as _ray_setup
 from tests.test_ray_failures import local_ray  # noqa: F401  (a fixture)
@@ -195,24 +195,30 @@ def test_rebatched_runs_compare_to_one_element_and_float32_rounding() -> None:
     assert not same_up_to_batching({"x": 1e-3}, {"x": 1e-3 + 1e-8})
 
 
+def _stats_process(
+    actviz: list[str], tiny_model: str, photos: Path, out: Path
+) -> subprocess.Popen[bytes]:
+    """``actviz stats`` on the tiny model, one image a batch, as a process of its own
+    (``actviz``: how it is started)."""
+    command = [*actviz, "stats", tiny_model, str(photos), "--layers", "all"]
+    command += ["--input-size", "32,32", "--out", str(out), "--batch-size", "1"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 def test_a_run_killed_mid_folder_resumes_to_a_clean_runs_outputs(
     photos: Path, tiny_model: str, tmp_path: Path
 ) -> None:
     clean = _stats_run(tiny_model, photos, tmp_path / "clean")
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    total = 1 + len(list(photos.iterdir()))  # the settings' line, then one line per file
-    for attempt in range(3):
-        out = tmp_path / f"killed{attempt}"
-        command = [sys.executable, "-m", "actviz", "stats", tiny_model, str(photos)]
-        command += ["--layers", "all", "--input-size", "32,32", "--out", str(out), "-b", "1"]
-        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        # Stopped once 7 images are in, so that the kill lands mid-run however late this
-        # thread is scheduled; a run that ended first is started again.
-        if frozen_mid_run(proc, out / RunRecords.FILE, 8, total):
-            break
-    else:
-        pytest.fail("the run ended before it could be killed, three times")
+    # Stopped once 7 images are in, so that the kill lands mid-run however late this thread
+    # is scheduled.
+    proc, out = started_and_frozen(
+        lambda out: _stats_process([sys.executable, "-m", "actviz"], tiny_model, photos, out),
+        tmp_path / "killed",
+        8,
+        1 + len(list(photos.iterdir())),  # the settings' line, then one line per file
+    )
     assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
     proc.send_signal(signal.SIGKILL)
     proc.wait()
