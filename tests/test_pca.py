@@ -396,6 +396,56 @@ def test_the_picture_is_a_header_what_the_model_saw_and_the_components_in_one_co
     )
 
 
+def test_pictures_of_a_layer_drawn_together_are_the_pictures_drawn_one_at_a_time() -> None:
+    import io
+
+    from actviz.render.pca import PcaFit, components_band, pca_png, pca_pngs
+    from actviz.render.png import Bands
+
+    fit = PcaFit(
+        mean=np.zeros(4, np.float32),
+        components=np.eye(3, 4, dtype=np.float32),
+        explained=(0.5, 0.3, 0.2),
+        low=np.zeros(3, np.float32),
+        high=np.ones(3, np.float32),
+        vectors=10,
+        images=3,
+        seed=0,
+    )
+    rng = np.random.default_rng(1)
+    views = [rng.integers(0, 256, (48, 40, 3), np.uint8) for _ in range(3)]
+    rgbs = rng.integers(0, 256, (3, 6, 5, 3), np.uint8)
+    shared = Bands(row_filter="up")
+    together = pca_pngs(
+        "layer",
+        rgbs,
+        fit,
+        shared,
+        view_shape=(48, 40),
+        views=[lambda v=v: v for v in views],
+        images=["a", "b", "c"],
+        notes=["a note"],
+    )
+    for rgb, view, png, image in zip(rgbs, views, together, "abc", strict=True):
+        alone = pca_png(
+            "layer",
+            rgb,
+            fit,
+            Bands(row_filter="up"),
+            view_shape=(48, 40),
+            view=lambda v=view: v,
+            image=image,
+            notes=["a note"],
+        )
+        assert png == alone
+        drawn = np.asarray(Image.open(io.BytesIO(png)))
+        below = components_band(rgb, drawn.shape[1], (48, 40)).shape[0]
+        assert np.array_equal(drawn[-below:][:48, 4:44], rgb.repeat(8, 0).repeat(8, 1))
+    # Each photo deflated once under its image's key, the header once for all three.
+    assert {key[0] for key in shared._bands} == {"header", "input"}
+    assert len(shared._bands) == 4
+
+
 def test_wide_layers_find_their_top_components_by_iteration_equal_to_the_svd(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -467,9 +517,10 @@ def test_colours_of_non_finite_and_out_of_range_projections() -> None:
 def test_a_pca_picture_that_cannot_be_written_ends_the_run_with_nothing_left_running(
     make_photos: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The images are recorded in order while later ones are drawn: a write that fails on
-    the second image ends the run with its one-line error and exit code 1, the first image
-    recorded, and the images not yet started are cancelled, not drawn."""
+    """The images are recorded in order while later ones are drawn (a task per batch and
+    layer): a write that fails in the second batch ends the run with its one-line error and
+    exit code 1, the first batch recorded, and the tasks not yet started are cancelled, not
+    drawn."""
     import threading
     import time
 
@@ -478,22 +529,22 @@ def test_a_pca_picture_that_cannot_be_written_ends_the_run_with_nothing_left_run
     from actviz.run.loop import _render_threads
 
     threads = _render_threads()
-    photos = make_photos(threads + 4)
-    real = pca._draw_layer
-    drawn: set[int] = set()
+    photos = make_photos(4 * threads + 4)  # batches of 2 past the failing one: 4 * threads tasks
+    real = pca._draw_pca_layer
+    started: list[int] = []
     lock = threading.Lock()
 
-    def failing(job: Any, order: int, cap: Any, bands: Any, image: int) -> str | None:
+    def failing(batch: Any, order: int, bands: Any) -> dict[int, str]:
+        first = batch[0][0]
         with lock:
-            first = image not in drawn
-            drawn.add(image)
-        if image == 1:
+            started.append(first)
+        if first == 2:
             raise OutputError("cannot write a PCA picture here; free some space")
-        if image >= 2 and first:
-            time.sleep(0.5)  # long enough for the run's thread to see image 1 fail
-        return real(job, order, cap, bands, image)
+        if first >= 4:
+            time.sleep(0.5)  # long enough for the run's thread to see the second batch fail
+        return real(batch, order, bands)
 
-    monkeypatch.setattr(pca, "_draw_layer", failing)
+    monkeypatch.setattr(pca, "_draw_pca_layer", failing)
     out = tmp_path / "out"
     args = ["run", "resnet18", str(photos), "--weights", "none", "-l", "layer1,layer3"]
     args += ["--input-size", "64,64", "-o", str(out), "--view", "pca", "-b", "2"]
@@ -501,8 +552,9 @@ def test_a_pca_picture_that_cannot_be_written_ends_the_run_with_nothing_left_run
     assert result.exit_code == 1, result.output
     assert "cannot write a PCA picture here; free some space" in result.output
     assert "Traceback" not in result.output
-    # Each render thread started at most one image after the failure: the rest were
+    # Each render thread started at most one task after the failure: the rest were
     # cancelled.
-    assert {0, 1} <= drawn and len(drawn) <= 2 + threads, sorted(drawn)
+    assert started.count(0) == 2 and 2 in started, started
+    assert len([f for f in started if f >= 4]) <= threads, started
     assert not any(t.name.startswith("actviz-render") for t in threading.enumerate())
-    assert [i["status"] for i in run_images(out)] == ["ok"]
+    assert [i["status"] for i in run_images(out)] == ["ok", "ok"]

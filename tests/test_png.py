@@ -112,6 +112,25 @@ def test_bands_join_into_one_png(deflater: str, level: int) -> None:
                 assert len(rows) == whole.shape[0] * (whole[0].size + 1)
 
 
+@pytest.mark.parametrize("level", [0, 1, 6])
+def test_bands_made_together_are_the_bands_made_one_at_a_time(deflater: str, level: int) -> None:
+    rng = np.random.default_rng(level)
+    for shape in [(4, 5, 7, 3), (3, 1, 7, 3), (2, 6, 9), (1, 3, 4)]:
+        pictures = rng.integers(0, 256, shape, np.uint8)
+        pictures[0, 1:] = pictures[0, 0]  # flat rows, which "up" turns into zeros
+        for row_filter in ("none", "up"):
+            together = png.deflate_bands(pictures, level=level, row_filter=row_filter)  # type: ignore[arg-type]
+            alone = [png.deflate_band(p, level=level, row_filter=row_filter) for p in pictures]  # type: ignore[arg-type]
+            assert together == alone
+            # Each is only its own rows: the first row of each is not filtered by another's.
+            for band, picture in zip(together, pictures, strict=True):
+                assert np.array_equal(np.asarray(_decode(png.join_bands([band]))), picture)
+    with pytest.raises(ValueError, match="RGB"):
+        png.deflate_bands(np.zeros((2, 3, 4, 4), np.uint8))
+    with pytest.raises(ValueError, match="uint8"):
+        png.deflate_bands(np.zeros((3, 4), np.uint8))
+
+
 def test_adler32_combined_equals_the_whole() -> None:
     rng = np.random.default_rng(0)
     for n1, n2 in [(1, 1), (5, 70_000), (200_000, 3), (65_521, 65_521), (131_043, 1)]:

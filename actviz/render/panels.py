@@ -22,7 +22,7 @@ from PIL import Image
 from actviz.render.legend import line_height, paste_text, text_width, wrap_text
 from actviz.render.palette import BACKGROUND, LABEL, palette_for
 
-__all__ = ["Panel", "panel_band", "panel_sheet", "sheet_width", "text_band"]
+__all__ = ["Panel", "panel_band", "panel_bands", "panel_sheet", "sheet_width", "text_band"]
 
 U8 = npt.NDArray[np.uint8]
 
@@ -80,21 +80,21 @@ def panel_sheet(
 
 
 def _paste(target: U8, pixels: U8, scale: int) -> None:
-    """``pixels`` into ``target``, each one a ``scale`` x ``scale`` block: the rows widened
-    once, then each written ``scale`` times through a strided view of the target (whole rows
-    at a time, no enlarged copy)."""
+    """``(..., h, w, 3)`` pixels into ``target``, each one a ``scale`` x ``scale`` block: the
+    rows widened once, then each written ``scale`` times through a strided view of the target
+    (whole rows at a time, no enlarged copy). Leading axes are pictures, pasted at once."""
     if scale == 1:
         target[...] = pixels
         return
-    wide = pixels.repeat(scale, axis=1)
-    rows = target.strides[0]
+    wide = pixels.repeat(scale, axis=-2)
+    rows = target.strides[-3]
     blocks = np.lib.stride_tricks.as_strided(
         target,
-        shape=(pixels.shape[0], scale, *target.shape[1:]),
-        strides=(rows * scale, rows, *target.strides[1:]),
+        shape=(*pixels.shape[:-2], scale, *target.shape[-2:]),
+        strides=(*target.strides[:-3], rows * scale, rows, *target.strides[-2:]),
         writeable=True,
     )
-    blocks[...] = wide[:, None]
+    blocks[...] = wide[..., None, :, :]
 
 
 @functools.lru_cache(maxsize=_FRAMES)
@@ -148,10 +148,19 @@ def text_band(title: str, lines: tuple[str, ...], width: int) -> U8:
 def panel_band(panel: Panel, width: int) -> U8:
     """One panel as a band of a one-column sheet, ``width`` wide: the panel at the left edge
     with its label under it, as :func:`panel_sheet` lays out a row, and the gap below."""
-    h, w = panel.size
-    band = _label_band(panel.label, h, w, width).copy()
-    _paste(band[:h, _GAP : _GAP + w], panel.pixels, panel.scale)
+    band: U8 = panel_bands(panel.pixels[None], panel.label, panel.scale, width)[0]
     return band
+
+
+def panel_bands(pixels: U8, label: str, scale: int, width: int) -> U8:
+    """:func:`panel_band` of each of ``(B, h, w, 3)`` pictures of the same size, label and
+    scale, at once: ``(B, height, width, 3)``."""
+    h, w = pixels.shape[1] * scale, pixels.shape[2] * scale
+    empty = _label_band(label, h, w, width)
+    bands = np.empty((len(pixels), *empty.shape), dtype=np.uint8)
+    bands[...] = empty
+    _paste(bands[:, :h, _GAP : _GAP + w], pixels, scale)
+    return bands
 
 
 @functools.lru_cache(maxsize=_FRAMES)

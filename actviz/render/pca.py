@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from actviz.render.panels import Panel, panel_band, sheet_width, text_band
+from actviz.render.panels import Panel, panel_band, panel_bands, sheet_width, text_band
 from actviz.render.png import join_bands
 
 if TYPE_CHECKING:
@@ -24,9 +24,11 @@ __all__ = [
     "SIGN_CONVENTION",
     "PcaFit",
     "components_band",
+    "components_bands",
     "input_band",
     "pca_lines",
     "pca_png",
+    "pca_pngs",
     "pca_rgb",
     "pca_width",
     "project",
@@ -150,9 +152,15 @@ def input_band(view: U8, width: int) -> U8:
 
 def components_band(rgb: U8, width: int, view_shape: tuple[int, ...] | None = None) -> U8:
     """The components as RGB, enlarged to about the size of what the model saw, labelled."""
-    label = f"components, {rgb.shape[0]} x {rgb.shape[1]}"
-    scale = _scale(rgb.shape, *_panel_size(view_shape, rgb.shape))
-    return panel_band(Panel(rgb, label, scale=scale), width)
+    band: U8 = components_bands(rgb[None], width, view_shape)[0]
+    return band
+
+
+def components_bands(rgbs: U8, width: int, view_shape: tuple[int, ...] | None = None) -> U8:
+    """:func:`components_band` of each of ``(B, h, w, 3)`` images' components, at once."""
+    shape = rgbs.shape[1:]
+    label = f"components, {shape[0]} x {shape[1]}"
+    return panel_bands(rgbs, label, _scale(shape, *_panel_size(view_shape, shape)), width)
 
 
 def shared_input(bands: Bands, view: Callable[[], U8], image: Hashable | None, width: int) -> Band:
@@ -179,16 +187,55 @@ def pca_png(
     mask: bool = False,
 ) -> bytes:
     """What the model saw above the components as RGB, under a header with each component's
-    explained variance, as PNG bytes.
+    explained variance, as PNG bytes (:func:`pca_pngs` of one image)."""
+    views = None if view is None else [view]
+    return pca_pngs(
+        title,
+        rgb[None],
+        fit,
+        bands,
+        view_shape=view_shape,
+        views=views,
+        images=[image],
+        notes=notes,
+        mask=mask,
+    )[0]
 
-    One column of bands joined without deflating them again (:func:`~actviz.render.png.join_bands`):
-    the header, the same in every picture of a layer, kept in ``bands``; what the model saw
-    (``view()``, of ``view_shape``), kept under ``image`` (:func:`shared_input`); the
-    components. So a run deflates a header once per layer and a photo once per image."""
-    width = pca_width(view_shape, rgb.shape)
+
+def pca_pngs(
+    title: str,
+    rgbs: U8,
+    fit: PcaFit,
+    bands: Bands,
+    *,
+    view_shape: tuple[int, ...] | None = None,
+    views: Sequence[Callable[[], U8]] | None = None,
+    images: Sequence[Hashable | None] = (),
+    notes: Sequence[str] = (),
+    mask: bool = False,
+) -> list[bytes]:
+    """The PCA pictures of one layer for several images (``(B, h, w, 3)`` components as
+    RGB, what each saw of ``view_shape``), as PNG bytes each.
+
+    Each is one column of bands joined without deflating them again
+    (:func:`~actviz.render.png.join_bands`): the header, the same in every picture of a
+    layer, kept in ``bands``; what the model saw (``views[i]()``), kept under ``images[i]``
+    (:func:`shared_input`); the components, enlarged, filtered and labelled for all the
+    images at once. So a run deflates a header once per layer and a photo once per image."""
+    from actviz.render.png import deflate_bands
+
+    width = pca_width(view_shape, rgbs.shape[1:])
     lines = pca_lines(fit, notes=notes, mask=mask)
-    parts = [bands.shared(("header", title, lines, width), lambda: text_band(title, lines, width))]
-    if view is not None:
-        parts.append(shared_input(bands, view, image, width))
-    parts.append(bands.band(components_band(rgb, width, view_shape)))
-    return join_bands(parts)
+    header = bands.shared(("header", title, lines, width), lambda: text_band(title, lines, width))
+    components = deflate_bands(
+        components_bands(rgbs, width, view_shape), level=bands.level, row_filter=bands.row_filter
+    )
+    pngs = []
+    for i, band in enumerate(components):
+        parts = [header]
+        if views is not None:
+            image = images[i] if i < len(images) else None
+            parts.append(shared_input(bands, views[i], image, width))
+        parts.append(band)
+        pngs.append(join_bands(parts))
+    return pngs

@@ -26,7 +26,16 @@ import numpy.typing as npt
 if TYPE_CHECKING:
     from PIL import Image
 
-__all__ = ["Band", "Bands", "deflate", "deflate_band", "encode_png", "join_bands", "picture_png"]
+__all__ = [
+    "Band",
+    "Bands",
+    "deflate",
+    "deflate_band",
+    "deflate_bands",
+    "encode_png",
+    "join_bands",
+    "picture_png",
+]
 
 U8 = npt.NDArray[np.uint8]
 Filter = Literal["none", "up"]
@@ -93,7 +102,7 @@ def encode_png(
         colour_type = 2
     else:
         colour_type = 0 if palette is None else 3
-    data = _filtered(pixels, "none" if colour_type == 3 else row_filter)
+    data = _filtered(pixels[None], "none" if colour_type == 3 else row_filter)
     chunks = [_header(width, height, colour_type)]
     if palette is not None:
         if palette.dtype != np.uint8:
@@ -140,15 +149,29 @@ def deflate_band(pixels: U8, *, level: int = 1, row_filter: Filter = "none") -> 
         raise ValueError(
             f"expected (H, W) or (H, W, 3) uint8 pixels, got {pixels.dtype} {pixels.shape}"
         )
-    if pixels.ndim == 3 and pixels.shape[2] != 3:
-        raise ValueError(f"expected (H, W, 3) RGB pixels, got {pixels.shape}")
-    data = _filtered(pixels, row_filter)  # deflated and summed in place, not copied to bytes
+    return deflate_bands(pixels[None], level=level, row_filter=row_filter)[0]
+
+
+def deflate_bands(pixels: U8, *, level: int = 1, row_filter: Filter = "none") -> list[Band]:
+    """Bands of the same size, ``(B, H, W)`` grey or ``(B, H, W, 3)`` RGB, as one
+    :class:`Band` each: filtered in one numpy pass for all of them, each deflated on its own
+    (the same bands as :func:`deflate_band` makes one at a time)."""
+    if pixels.dtype != np.uint8 or pixels.ndim not in (3, 4) or 0 in pixels.shape[1:3]:
+        raise ValueError(
+            f"expected (B, H, W) or (B, H, W, 3) uint8 pixels, got {pixels.dtype} {pixels.shape}"
+        )
+    if pixels.ndim == 4 and pixels.shape[3] != 3:
+        raise ValueError(f"expected (B, H, W, 3) RGB pixels, got {pixels.shape}")
+    height, width = pixels.shape[1:3]
+    colour_type = 2 if pixels.ndim == 4 else 0
     module = _deflater(level)
-    stream = module.compressobj(level, zlib.DEFLATED, -15)
-    deflated = stream.compress(data) + stream.flush(module.Z_FULL_FLUSH)
-    height, width = pixels.shape[:2]
-    colour_type = 2 if pixels.ndim == 3 else 0
-    return Band(deflated, _adler32(data), data.nbytes, width, height, colour_type)
+    bands = []
+    # Each band's rows are deflated and summed in place, not copied to bytes.
+    for data in _filtered(pixels, row_filter):
+        stream = module.compressobj(level, zlib.DEFLATED, -15)
+        deflated = stream.compress(data) + stream.flush(module.Z_FULL_FLUSH)
+        bands.append(Band(deflated, _adler32(data), data.nbytes, width, height, colour_type))
+    return bands
 
 
 def join_bands(bands: Sequence[Band]) -> bytes:
@@ -224,18 +247,19 @@ def picture_png(image: Image.Image, level: int = 1) -> bytes:
 
 
 def _filtered(pixels: U8, row_filter: Filter) -> U8:
-    """The rows as PNG stores them: each after its filter-type byte (up: minus the row above
-    it, one numpy subtraction for the whole picture; the first row has none above it)."""
-    height = pixels.shape[0]
-    rows = np.ascontiguousarray(pixels).reshape(height, -1)
-    data = np.empty((height, rows.shape[1] + 1), dtype=np.uint8)
+    """The rows of ``(B, H, W)`` or ``(B, H, W, 3)`` pictures as PNG stores them, ``(B, H,
+    bytes a row + 1)``: each after its filter-type byte (up: minus the row above it, one
+    numpy subtraction for all the pictures; a first row has none above it)."""
+    rows = np.ascontiguousarray(pixels).reshape(*pixels.shape[:2], -1)
+    height = rows.shape[1]
+    data = np.empty((rows.shape[0], height, rows.shape[2] + 1), dtype=np.uint8)
     if row_filter == "up" and height > 1:
-        data[0, 0], data[1:, 0] = 0, 2
-        data[0, 1:] = rows[0]
-        np.subtract(rows[1:], rows[:-1], out=data[1:, 1:])
+        data[:, 0, 0], data[:, 1:, 0] = 0, 2
+        data[:, 0, 1:] = rows[:, 0]
+        np.subtract(rows[:, 1:], rows[:, :-1], out=data[:, 1:, 1:])
     else:
-        data[:, 0] = 0
-        data[:, 1:] = rows
+        data[:, :, 0] = 0
+        data[:, :, 1:] = rows
     return data
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from actviz import output
 from actviz.run.pca import PcaSampler
-from actviz.run.pictures import PICTURE_KINDS, pca_input, pca_picture
+from actviz.run.pictures import PICTURE_KINDS, pca_input, pca_pictures
 from actviz.run.record import layer_view
 
 if TYPE_CHECKING:
@@ -245,31 +245,35 @@ class PcaPass:
         pending: list[ImageResult],
         record: Callable[[ImageResult], None],
     ) -> list[ImageResult]:
-        """Draw the kept images' PCA pictures, one task per image in the render threads, and
-        record the held images in order while later ones are drawn, up to the first image
-        past the budget. Returns the images left to record."""
+        """Draw the kept images' PCA pictures, one task per batch and layer in the render
+        threads, and record the held images in order while later ones are drawn, up to the
+        first image past the budget. Returns the images left to record."""
         fits, bands, todo = self.plan.pca, self.bands, self.plan.todo
-        tasks: dict[int, list[Future[dict[int, str]]]] = {}
-        for n, (i, job) in enumerate(kept):
-            fitted = dataclasses.replace(job, pca=fits)
-            # The first image one layer a task: each layer's header, the same in all its
-            # pictures, is made once, while the other threads draw other layers.
-            parts = [range(k, k + 1) for k in range(len(job.captures))] if n == 0 else [None]
-            tasks[id(todo[i])] = [pool.submit(_draw_pca, fitted, bands, i, p) for p in parts]
+        tasks: dict[int, tuple[int, list[tuple[int, Future[dict[int, str]]]]]] = {}
+        for batch in _batches([(i, dataclasses.replace(job, pca=fits)) for i, job in kept]):
+            # A layer a task: each layer's header, the same in all its pictures, is made by
+            # its first batch's task; the batch's images are drawn together.
+            parts = [
+                (order, pool.submit(_draw_pca_layer, batch, order, bands))
+                for order in range(len(batch[0][1].captures))
+            ]
+            for i, _ in batch:
+                tasks[id(todo[i])] = (i, parts)
         later = {id(todo[i]) for i, _ in self.later}
         try:
             for n, result in enumerate(pending):
                 if id(result) in later:
                     return pending[n:]
-                for task in tasks.get(id(result), []):
-                    for order, rel in task.result().items():
+                index, parts = tasks.get(id(result), (-1, []))
+                for order, task in parts:
+                    if (rel := task.result().get(index)) is not None:
                         _add_picture(result, order, rel)
                 record(result)
             return []
         finally:
             # A failure (a picture, a record, Ctrl-C) ends the run once the pictures being
             # drawn are done, the others cancelled: none is left running.
-            every = [t for parts in tasks.values() for t in parts]
+            every = list({id(t): t for _, parts in tasks.values() for _, t in parts}.values())
             for task in every:
                 task.cancel()
             concurrent.futures.wait(every)
@@ -302,13 +306,24 @@ class PcaPass:
         self.later = []
 
     def _draw(self, pool: Executor, jobs: list[tuple[ImageResult, ImageJob]]) -> None:
+        """Draw one batch's PCA pictures, a task per layer, and add them to its images."""
         fits = self.plan.pca
-        futures = [
-            pool.submit(_draw_pca, dataclasses.replace(j, pca=fits), self._bands()) for _, j in jobs
+        batch = [(n, dataclasses.replace(j, pca=fits)) for n, (_, j) in enumerate(jobs)]
+        if not batch:
+            return
+        bands = self._bands()
+        parts = [
+            (order, pool.submit(_draw_pca_layer, batch, order, bands))
+            for order in range(len(batch[0][1].captures))
         ]
-        for (result, _), future in zip(jobs, futures, strict=True):
-            for order, rel in future.result().items():
-                _add_picture(result, order, rel)
+        try:
+            for order, task in parts:
+                for n, rel in task.result().items():
+                    _add_picture(jobs[n][0], order, rel)
+        finally:
+            for _, task in parts:
+                task.cancel()
+            concurrent.futures.wait([task for _, task in parts])
 
 
 @contextlib.contextmanager
@@ -343,31 +358,36 @@ def _add_picture(result: ImageResult, order: int, rel: str) -> None:
     result.layers[order] = dataclasses.replace(layer, pictures={**layer.pictures, _PCA.name: rel})
 
 
-def _draw_pca(
-    job: ImageJob, bands: Bands, image: int = 0, orders: range | None = None
-) -> dict[int, str]:
-    """One image's PCA pictures (those of the captures at ``orders``, or all), written:
-    capture order -> file (relative to the output). ``image``: the image's key in ``bands``."""
-    written = {}
-    for order, cap in enumerate(job.captures):
-        if cap.key in job.pca and (orders is None or order in orders):
-            rel = _draw_layer(job, order, cap, bands, image)
-            if rel is not None:
-                written[order] = rel
-    return written
+def _batches(jobs: list[tuple[int, ImageJob]]) -> list[list[tuple[int, ImageJob]]]:
+    """Consecutive images of one batch (sharing its captures) together."""
+    batches: list[list[tuple[int, ImageJob]]] = []
+    for i, job in jobs:
+        if batches and batches[-1][0][1].captures is job.captures:
+            batches[-1].append((i, job))
+        else:
+            batches.append([(i, job)])
+    return batches
 
 
-def _draw_layer(job: ImageJob, order: int, cap: Any, bands: Bands, image: int) -> str | None:
-    """One PCA picture, written; its file relative to the output, or None when the layer
-    has nothing to colour. ``image``: the image's key in ``bands``."""
+def _draw_pca_layer(batch: list[tuple[int, ImageJob]], order: int, bands: Bands) -> dict[int, str]:
+    """The PCA pictures of the capture at ``order`` of a batch's images (``(key in bands,
+    job)`` each), written: key -> file (relative to the output)."""
+    job = batch[0][1]
+    cap = job.captures[order]
+    if cap.key not in job.pca:
+        return {}
     width = max(2, len(str(len(job.captures) - 1)))
-    view = layer_view(job, cap, output.layer_filename(order, cap.key, width=width))
-    drawn = pca_picture(view, bands, image)
-    if drawn is None or drawn.png is None:
-        return None
-    rel = job.folder / f"{view.stem}{_PCA.suffix}.png"
-    output.write_bytes(job.out_dir / rel, drawn.png)
-    return rel.as_posix()
+    filename = output.layer_filename(order, cap.key, width=width)
+    views = [layer_view(j, cap, filename) for _, j in batch]
+    written = {}
+    drawn = pca_pictures(views, bands, [i for i, _ in batch])
+    for (i, j), view, picture in zip(batch, views, drawn, strict=True):
+        if picture is None or picture.png is None:
+            continue
+        rel = j.folder / f"{view.stem}{_PCA.suffix}.png"
+        output.write_bytes(j.out_dir / rel, picture.png)
+        written[i] = rel.as_posix()
+    return written
 
 
 def _drawn(job: ImageJob) -> ImageJob:

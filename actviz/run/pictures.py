@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from actviz.run.gradients import cam_picture, gradient_picture
 from actviz.run.job import ImageJob, display_view, headed, header_notes, model_view
@@ -29,6 +29,7 @@ __all__ = [
     "overlay_picture",
     "pca_input",
     "pca_picture",
+    "pca_pictures",
 ]
 
 
@@ -193,29 +194,59 @@ def pca_picture(
     ``bands``: the deflated bands the run's PCA pictures share, kept by the caller: each
     layer's header, and what the model saw of the image named ``image`` (deflated once for
     all its layers, not once a layer: it was most of a picture's encoding)."""
-    from actviz.render.pca import pca_png, pca_rgb, project
+    return pca_pictures([view], bands, [image])[0]
+
+
+def pca_pictures(
+    views: Sequence[LayerView], bands: Bands | None = None, images: Sequence[Hashable] = ()
+) -> list[Drawn | None]:
+    """:func:`pca_picture` of one layer for several images (``views``, of one capture;
+    ``images[i]``: the key of ``views[i]``'s image in ``bands``): the pictures of the same
+    size coloured, enlarged and filtered at once."""
+    import numpy as np
+
+    from actviz.render.pca import pca_pngs, pca_rgb, project
     from actviz.render.png import Bands
 
-    job, cap, drawable = view.job, view.cap, view.drawable
+    drawn: list[Drawn | None] = [None] * len(views)
+    if not views:
+        return drawn
+    job, cap = views[0].job, views[0].cap
     fit = job.pca.get(cap.key)
-    if fit is None or drawable.kind != "maps" or drawable.array is None:
-        return None
-    if drawable.array.shape[0] != fit.mean.shape[0]:
-        return None
-    rgb = pca_rgb(project(drawable.array, fit), fit, mask=job.options.pca_mask)
+    if fit is None:
+        return drawn
+    bands = bands or Bands(level=job.options.png_compression, row_filter="up")
     shape = "x".join(str(n) for n in cap.tensor.shape[1:]) if cap.tensor is not None else "?"
-    png = pca_png(
-        f"{cap.key}   {cap.module_type}   ({shape})   principal components",
-        rgb,
-        fit,
-        bands or Bands(level=job.options.png_compression, row_filter="up"),
-        view_shape=None if job.model_input is None else tuple(job.model_input.shape[-2:]),
-        view=None if job.model_input is None else _seen(job),
-        image=image,
-        notes=header_notes(job, drawable.note),
-        mask=job.options.pca_mask,
-    )
-    return Drawn(png)
+    title = f"{cap.key}   {cap.module_type}   ({shape})   principal components"
+    # Pictures alike (the same size of components and of what the model saw, the same
+    # notes) are drawn together: in a batch, all of them.
+    alike: dict[tuple[Any, ...], list[int]] = {}
+    maps: dict[int, np.ndarray] = {}
+    for i, view in enumerate(views):
+        array = view.drawable.array
+        if view.drawable.kind != "maps" or array is None or array.shape[0] != fit.mean.shape[0]:
+            continue
+        maps[i] = array
+        seen = None if view.job.model_input is None else tuple(view.job.model_input.shape[-2:])
+        alike.setdefault((array.shape, seen, view.drawable.note), []).append(i)
+    mask = job.options.pca_mask
+    for (_, seen, note), members in alike.items():
+        projected = np.stack([project(maps[i], fit) for i in members])
+        rgbs = pca_rgb(projected, fit, mask=mask)
+        pngs = pca_pngs(
+            title,
+            rgbs,
+            fit,
+            bands,
+            view_shape=seen,
+            views=None if seen is None else [_seen(views[i].job) for i in members],
+            images=[images[i] if i < len(images) else None for i in members],
+            notes=header_notes(job, note),
+            mask=mask,
+        )
+        for i, png in zip(members, pngs, strict=True):
+            drawn[i] = Drawn(png)
+    return drawn
 
 
 def pca_input(job: ImageJob, bands: Bands, image: Hashable, width: int) -> Band:
