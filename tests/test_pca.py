@@ -339,23 +339,33 @@ def test_a_panel_enlarged_as_it_is_pasted_equals_its_enlarged_copy() -> None:
         assert np.array_equal(again, two)
 
 
+def _plain_fit(
+    images: int = 1, low: np.ndarray | None = None, high: np.ndarray | None = None
+) -> Any:
+    """A fit of four channels whose components are the first three channels, each scaled
+    from 0 to 1 unless told."""
+    from actviz.render.pca import PcaFit
+
+    return PcaFit(
+        mean=np.zeros(4, np.float32),
+        components=np.eye(3, 4, dtype=np.float32),
+        explained=(0.5, 0.3, 0.2),
+        low=np.zeros(3, np.float32) if low is None else low,
+        high=np.ones(3, np.float32) if high is None else high,
+        vectors=10,
+        images=images,
+        seed=0,
+    )
+
+
 def test_the_picture_is_a_header_what_the_model_saw_and_the_components_in_one_column() -> None:
     import io
 
     from actviz.render.panels import text_band
-    from actviz.render.pca import PcaFit, components_band, input_band, pca_lines, pca_png
+    from actviz.render.pca import components_band, input_band, pca_lines, pca_png
     from actviz.render.png import Bands
 
-    fit = PcaFit(
-        mean=np.zeros(4, np.float32),
-        components=np.eye(3, 4, dtype=np.float32),
-        explained=(0.5, 0.3, 0.2),
-        low=np.zeros(3, np.float32),
-        high=np.ones(3, np.float32),
-        vectors=10,
-        images=2,
-        seed=0,
-    )
+    fit = _plain_fit(images=2)
 
     def picture(rgb: np.ndarray, view: np.ndarray | None = None) -> np.ndarray:
         png = pca_png(
@@ -399,19 +409,10 @@ def test_the_picture_is_a_header_what_the_model_saw_and_the_components_in_one_co
 def test_pictures_of_a_layer_drawn_together_are_the_pictures_drawn_one_at_a_time() -> None:
     import io
 
-    from actviz.render.pca import PcaFit, components_band, pca_png, pca_pngs
+    from actviz.render.pca import components_band, pca_png, pca_pngs
     from actviz.render.png import Bands
 
-    fit = PcaFit(
-        mean=np.zeros(4, np.float32),
-        components=np.eye(3, 4, dtype=np.float32),
-        explained=(0.5, 0.3, 0.2),
-        low=np.zeros(3, np.float32),
-        high=np.ones(3, np.float32),
-        vectors=10,
-        images=3,
-        seed=0,
-    )
+    fit = _plain_fit(images=3)
     rng = np.random.default_rng(1)
     views = [rng.integers(0, 256, (48, 40, 3), np.uint8) for _ in range(3)]
     rgbs = rng.integers(0, 256, (3, 6, 5, 3), np.uint8)
@@ -488,17 +489,11 @@ def test_colours_of_non_finite_and_out_of_range_projections() -> None:
     """Each component is scaled by the fit's 1st-99th percentile range: values past it are
     clipped to 0 and 255, NaN is 0 and infinities are the ends; masked positions (component
     1 negative) are black."""
-    from actviz.render.pca import PcaFit, pca_rgb
+    from actviz.render.pca import pca_rgb
 
-    fit = PcaFit(
-        mean=np.zeros(4, np.float32),
-        components=np.eye(3, 4, dtype=np.float32),
-        explained=(0.5, 0.3, 0.2),
+    fit = _plain_fit(
         low=np.array([-1.0, 0.0, 2.0], np.float32),
         high=np.array([1.0, 4.0, 2.0], np.float32),  # no range: scaled by 1
-        vectors=10,
-        images=1,
-        seed=0,
     )
     values = [0.0, -2.0, 5.0, float("nan"), float("inf"), float("-inf"), 0.5]
     projected = np.array([[[v, v, v] for v in values]], np.float32)
