@@ -277,6 +277,26 @@ def _pngs(out: Path) -> dict[str, np.ndarray]:
     }
 
 
+def test_a_batch_larger_than_a_draw_is_drawn_a_few_at_a_time_to_the_same_pictures(
+    make_photos: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task draws a layer's pictures of a batch at most PCA_TOGETHER at once (memory does
+    not grow with the batch size): 11 images in one batch, drawn 8 and 3, one by one or all
+    together, give the same files."""
+    import actviz.run.pictures as pictures
+
+    photos = make_photos(11)
+    runs = {}
+    default = pictures.PCA_TOGETHER
+    for together in (default, 1, 64):
+        monkeypatch.setattr(pictures, "PCA_TOGETHER", together)
+        out = tmp_path / str(together)
+        _run(photos, out, "--view", "pca", "--batch-size", "11")
+        runs[together] = {rel: (out / rel).read_bytes() for rel in _pngs(out)}
+    assert sum(rel.endswith("_pca.png") for rel in runs[1]) == 22
+    assert runs[default] == runs[1] == runs[64]
+
+
 def test_one_pass_draws_what_two_passes_drew(
     make_photos: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -516,8 +536,8 @@ def test_a_pca_picture_that_cannot_be_written_ends_the_run_with_nothing_left_run
     layer): a write that fails in the second batch ends the run with its one-line error and
     exit code 1, the first batch recorded, and the tasks not yet started are cancelled, not
     drawn."""
+    import concurrent.futures
     import threading
-    import time
 
     import actviz.run.pca_pass as pca
     from actviz.errors import OutputError
@@ -525,20 +545,28 @@ def test_a_pca_picture_that_cannot_be_written_ends_the_run_with_nothing_left_run
 
     threads = _render_threads()
     photos = make_photos(4 * threads + 4)  # batches of 2 past the failing one: 4 * threads tasks
-    real = pca._draw_pca_layer
+    real, real_wait = pca._draw_pca_layer, concurrent.futures.wait
     started: list[int] = []
     lock = threading.Lock()
+    raised, cancelled = threading.Event(), threading.Event()
 
     def failing(batch: Any, order: int, bands: Any) -> dict[int, str]:
         first = batch[0][0]
         with lock:
             started.append(first)
         if first == 2:
+            raised.set()
             raise OutputError("cannot write a PCA picture here; free some space")
-        if first >= 4:
-            time.sleep(0.5)  # long enough for the run's thread to see the second batch fail
+        if first >= 4:  # held until the run's thread has seen the failure and cancelled
+            cancelled.wait(timeout=60)
         return real(batch, order, bands)
 
+    def waiting(futures: Any, *args: Any, **kwargs: Any) -> Any:
+        if raised.is_set():
+            cancelled.set()
+        return real_wait(futures, *args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures, "wait", waiting)
     monkeypatch.setattr(pca, "_draw_pca_layer", failing)
     out = tmp_path / "out"
     args = ["run", "resnet18", str(photos), "--weights", "none", "-l", "layer1,layer3"]

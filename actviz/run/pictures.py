@@ -230,23 +230,29 @@ def pca_pictures(
         seen = None if view.job.model_input is None else tuple(view.job.model_input.shape[-2:])
         alike.setdefault((array.shape, seen, view.drawable.note), []).append(i)
     mask = job.options.pca_mask
-    for (_, seen, note), members in alike.items():
-        projected = np.stack([project(maps[i], fit) for i in members])
-        rgbs = pca_rgb(projected, fit, mask=mask)
-        pngs = pca_pngs(
-            title,
-            rgbs,
-            fit,
-            bands,
-            view_shape=seen,
-            views=None if seen is None else [_seen(views[i].job) for i in members],
-            images=[images[i] if i < len(images) else None for i in members],
-            notes=header_notes(job, note),
-            mask=mask,
-        )
-        for i, png in zip(members, pngs, strict=True):
-            drawn[i] = Drawn(png)
+    for (_, seen, note), together in alike.items():
+        for start in range(0, len(together), PCA_TOGETHER):
+            members = together[start : start + PCA_TOGETHER]
+            projected = np.stack([project(maps[i], fit) for i in members])
+            pngs = pca_pngs(
+                title,
+                pca_rgb(projected, fit, mask=mask),
+                fit,
+                bands,
+                view_shape=seen,
+                views=None if seen is None else [_seen(views[i].job) for i in members],
+                images=[images[i] if i < len(images) else None for i in members],
+                notes=header_notes(job, note),
+                mask=mask,
+            )
+            for i, png in zip(members, pngs, strict=True):
+                drawn[i] = Drawn(png)
     return drawn
+
+
+#: PCA pictures made at once, at most: each holds its enlarged, labelled and filtered bands
+#: (a few MB at 512 px), which a batch size and the render threads would otherwise multiply.
+PCA_TOGETHER = 8
 
 
 def pca_input(job: ImageJob, bands: Bands, image: Hashable, width: int) -> Band:
