@@ -8,8 +8,9 @@ fitted once over all the images (not per image: colours would mean nothing from 
 the next), on at most :data:`MAX_VECTORS` positions sampled with a fixed seed, and each
 component's sign is fixed (:data:`actviz.render.pca.SIGN_CONVENTION`), so the same images
 give the same colours, whatever the batch size (but for a colour at a level's edge, moved by
-one level when the layer's output changes in its last bits with the batch's composition,
-as convolutions' outputs do). The components are the right singular vectors
+one level, or a masked position whose first component is about 0, when the layer's output
+changes in its last bits with the batch's composition, as convolutions' outputs do). The
+components are the right singular vectors
 of the centred sample (float64), computed from its ``C x C`` scatter matrix when it has more
 positions than channels (only the first three of them from 256 channels).
 

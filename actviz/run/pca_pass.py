@@ -252,7 +252,8 @@ class PcaPass:
         tasks: dict[int, tuple[int, list[tuple[int, Future[dict[int, str]]]]]] = {}
         for batch in _batches([(i, dataclasses.replace(job, pca=fits)) for i, job in kept]):
             # A layer a task: each layer's header, the same in all its pictures, is made by
-            # its first batch's task; the batch's images are drawn together.
+            # its first batch's task (or by two at once, the same band, when a thread starts
+            # on the next batch's before it is kept); the batch's images are drawn together.
             parts = [
                 (order, pool.submit(_draw_pca_layer, batch, order, bands))
                 for order in range(len(batch[0][1].captures))
