@@ -297,6 +297,37 @@ def test_a_batch_larger_than_a_draw_is_drawn_a_few_at_a_time_to_the_same_picture
     assert runs[default] == runs[1] == runs[64]
 
 
+def test_the_kept_captures_are_let_go_before_the_second_pass(
+    make_photos: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the budget, the images drawn from kept captures are drawn first: their captures
+    (up to the budget) are freed before the other images run through the model again."""
+    import gc
+    import weakref
+
+    import actviz.run.pca_pass as pca
+
+    kept: list[weakref.ref[Any]] = []
+    alive: list[int] = []
+    real_add, real_second = pca.PcaPass.add_batch, pca.PcaPass._second_pass
+
+    def add_batch(self: Any, captures: list[Any], jobs: Any, pool: Any = None) -> None:
+        real_add(self, captures, jobs, pool)
+        if self.rest is None:  # this batch is kept
+            kept.extend(weakref.ref(c.tensor) for c in captures if c.tensor is not None)
+
+    def second_pass(self: Any, *args: Any) -> None:
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in kept))
+        real_second(self, *args)
+
+    monkeypatch.setattr(pca, "KEEP_BYTES", 400_000)  # one batch of two kept
+    monkeypatch.setattr(pca.PcaPass, "add_batch", add_batch)
+    monkeypatch.setattr(pca.PcaPass, "_second_pass", second_pass)
+    _run(make_photos(6), tmp_path / "out", "--view", "pca", "--batch-size", "2")
+    assert len(kept) == 2 and alive == [0]
+
+
 def test_one_pass_draws_what_two_passes_drew(
     make_photos: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

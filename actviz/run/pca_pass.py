@@ -164,7 +164,9 @@ class PcaPass:
             with _blas().limit(limits=1, user_api="blas"):  # see _one_torch_thread
                 plan.pca = self._fit(pool)
                 pending = self._draw_kept(pool, kept, pending, record)
-            self.bands = self._bands()  # the kept images' inputs are drawn: let them go
+            # The kept captures and inputs are drawn: let them go before any second pass.
+            del kept
+            self.bands = self._bands()
             plan.pca_notes = dict(self.sampler.notes)
             if self.rest is not None:
                 self._second_pass(forward, recorder, stack, pool)
