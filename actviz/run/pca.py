@@ -10,9 +10,9 @@ component's sign is fixed (:data:`actviz.render.pca.SIGN_CONVENTION`), so the sa
 give the same colours, whatever the batch size (but for a colour at a level's edge, moved by
 one level, or a masked position whose first component is about 0, when the layer's output
 changes in its last bits with the batch's composition, as convolutions' outputs do). The
-components are the right singular vectors
-of the centred sample (float64), computed from its ``C x C`` scatter matrix when it has more
-positions than channels (only the first three of them from 256 channels).
+components are the right singular vectors of the centred sample (float64), computed from its
+``C x C`` scatter matrix when it has more positions than channels (only the first three of
+them from 256 channels).
 
 :class:`PcaSampler` gathers the sample during the run's pass over the images, :func:`fit_pca`
 fits it, and :func:`pca_view` does both for activations already in hand.

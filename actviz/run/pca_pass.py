@@ -20,7 +20,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -256,10 +256,7 @@ class PcaPass:
             # A layer a task: each layer's header, the same in all its pictures, is made by
             # its first batch's task (or by two at once, the same band, when a thread starts
             # on the next batch's before it is kept); the batch's images are drawn together.
-            parts = [
-                (order, pool.submit(_draw_pca_layer, batch, order, bands))
-                for order in range(len(batch[0][1].captures))
-            ]
+            parts = _layer_tasks(pool, batch, bands)
             for i, _ in batch:
                 tasks[id(todo[i])] = (i, parts)
         later = {id(todo[i]) for i, _ in self.later}
@@ -276,10 +273,7 @@ class PcaPass:
         finally:
             # A failure (a picture, a record, Ctrl-C) ends the run once the pictures being
             # drawn are done, the others cancelled: none is left running.
-            every = list({id(t): t for _, parts in tasks.values() for _, t in parts}.values())
-            for task in every:
-                task.cancel()
-            concurrent.futures.wait(every)
+            _cancel_rest({id(t): t for _, parts in tasks.values() for _, t in parts}.values())
 
     def _bands(self) -> Bands:
         """A store of the deflated bands PCA pictures share (each layer's header, each
@@ -314,19 +308,13 @@ class PcaPass:
         batch = [(n, dataclasses.replace(j, pca=fits)) for n, (_, j) in enumerate(jobs)]
         if not batch:
             return
-        bands = self._bands()
-        parts = [
-            (order, pool.submit(_draw_pca_layer, batch, order, bands))
-            for order in range(len(batch[0][1].captures))
-        ]
+        parts = _layer_tasks(pool, batch, self._bands())
         try:
             for order, task in parts:
                 for n, rel in task.result().items():
                     _add_picture(jobs[n][0], order, rel)
         finally:
-            for _, task in parts:
-                task.cancel()
-            concurrent.futures.wait([task for _, task in parts])
+            _cancel_rest(task for _, task in parts)
 
 
 @contextlib.contextmanager
@@ -370,6 +358,23 @@ def _batches(jobs: list[tuple[int, ImageJob]]) -> list[list[tuple[int, ImageJob]
         else:
             batches.append([(i, job)])
     return batches
+
+
+def _layer_tasks(
+    pool: Executor, batch: list[tuple[int, ImageJob]], bands: Bands
+) -> list[tuple[int, Future[dict[int, str]]]]:
+    """A task per layer drawing its pictures of the batch's images: ``(capture order,
+    task)``."""
+    orders = range(len(batch[0][1].captures))
+    return [(order, pool.submit(_draw_pca_layer, batch, order, bands)) for order in orders]
+
+
+def _cancel_rest(tasks: Iterable[Future[Any]]) -> None:
+    """Cancel the tasks not started yet and wait for the others: none is left running."""
+    every = list(tasks)
+    for task in every:
+        task.cancel()
+    concurrent.futures.wait(every)
 
 
 def _draw_pca_layer(batch: list[tuple[int, ImageJob]], order: int, bands: Bands) -> dict[int, str]:

@@ -185,6 +185,11 @@ def overlay_picture(view: LayerView) -> Drawn | None:
     return Drawn(picture_png(picture, job.options.png_compression))
 
 
+#: PCA pictures made at once, at most: each holds its enlarged, labelled and filtered bands
+#: (a few MB at 512 px), which a batch size and the render threads would otherwise multiply.
+PCA_TOGETHER = 8
+
+
 def pca_picture(
     view: LayerView, bands: Bands | None = None, image: Hashable | None = None
 ) -> Drawn | None:
@@ -248,11 +253,6 @@ def pca_pictures(
             for i, png in zip(members, pngs, strict=True):
                 drawn[i] = Drawn(png)
     return drawn
-
-
-#: PCA pictures made at once, at most: each holds its enlarged, labelled and filtered bands
-#: (a few MB at 512 px), which a batch size and the render threads would otherwise multiply.
-PCA_TOGETHER = 8
 
 
 def pca_input(job: ImageJob, bands: Bands, image: Hashable, width: int) -> Band:
