@@ -14,7 +14,7 @@ from torch import nn
 
 import actviz
 from actviz.monitor import read_log
-from actviz.monitor.params import SAMPLE_RUN, UPDATE_SAMPLE
+from actviz.monitor.params import SAMPLE_RUN, UPDATE_SAMPLE, _sample
 from actviz.monitor.reduce import FUSE_BELOW
 from tests.test_monitor import batch, make_model
 
@@ -162,3 +162,53 @@ def test_zero_grad_frees_the_gradients_the_watch_measured(tmp_path: Path) -> Non
             assert [g() for g in grads] == [None] * len(grads)
             w.step(loss=loss)
     assert len(read_log(tmp_path).steps) == 2
+
+
+class _Mixed(nn.Module):
+    """Parameters the update samples keep apart: a float64 one (another buffer), one that
+    is not contiguous (its sample a copy, taken anew each time), a large one (sampled in
+    runs) and small float32 ones of sizes that do not fill a row of the buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(5)
+        self.big = nn.Parameter(torch.randn(200, 108, generator=g) * 0.1)
+        self.bias = nn.Parameter(torch.randn(200, generator=g) * 0.1)
+        self.wide = nn.Parameter(torch.randn(3, 200, generator=g).t() * 0.1)  # not contiguous
+        self.scale = nn.Parameter(torch.ones(3, dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(x.flatten(1) @ self.big.t() + self.bias)
+        return (h @ self.wide) * self.scale.float()
+
+
+def test_update_ratios_and_weight_norms_of_parameters_of_every_kind(tmp_path: Path) -> None:
+    model = _Mixed()
+    assert not model.wide.is_contiguous() and model.big.numel() > UPDATE_SAMPLE
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    before: dict[str, torch.Tensor] = {}
+    expected: list[dict[str, tuple[float, float]]] = []
+
+    def remember(step: int) -> None:
+        before.update({n: p.detach().clone() for n, p in model.named_parameters()})
+
+    def measure(*_: object) -> None:
+        numbers = {}
+        for name, param in model.named_parameters():
+            new, old = (_sample(t).double() for t in (param.detach(), before[name]))
+            ratio = float((new - old).norm() / old.norm())
+            numbers[name] = (ratio, float(param.detach().double().norm()))
+        expected.append(numbers)
+
+    optimizer.register_step_post_hook(measure)
+    with actviz.watch(model, optimizer, every=1, out=tmp_path) as w:
+        train_with(model, optimizer, w, 3, remember)
+    steps = read_log(tmp_path).steps
+    assert len(steps) == len(expected) == 3
+    for record, numbers in zip(steps, expected, strict=True):
+        assert set(record["params"]) == set(numbers)
+        for name, (ratio, norm) in numbers.items():
+            got = record["params"][name]
+            assert ratio > 0
+            assert got["update_ratio"] == pytest.approx(ratio, rel=1e-4), name
+            assert got["weight_norm"] == pytest.approx(norm, rel=1e-5), name

@@ -12,6 +12,7 @@ import torch
 from actviz.monitor.params import SAMPLE_RUN, UPDATE_SAMPLE, _sample
 from actviz.monitor.reduce import (
     FlagBuffer,
+    block_plan,
     fusable,
     nonzero_count,
     root,
@@ -169,6 +170,13 @@ def test_a_block_of_squared_norms_holds_each_tensors_at_its_place() -> None:
         exact = float((tensor.double() ** 2).sum())
         assert float(block[place]) == pytest.approx(exact, rel=1e-4)
     assert float(block[places[5]]) == 0.0 and math.isnan(float(block[places[6]]))
+    # A plan kept for such a list: the same values at its places, the tensors reduced one by
+    # one taken from the last.
+    plan = block_plan(tensors, rest_last_first=True)
+    assert plan.rest == sorted(plan.rest, reverse=True) and len(plan.rest) >= 2
+    again, at = squared_norm_block(tensors, plan)
+    for i in range(len(tensors)):
+        assert float(again[at[i]]) == pytest.approx(float(block[places[i]]), rel=1e-6, nan_ok=True)
     empty, none = squared_norm_block([])
     assert empty.shape == (0,) and none == []
 

@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FLAGS_KEPT",
+    "BlockPlan",
     "FUSE_BELOW",
     "FlagBuffer",
+    "block_plan",
     "fusable",
     "nonzero_count",
     "root",
@@ -89,33 +91,59 @@ def fusable(tensor: torch.Tensor) -> bool:
     return tensor.device.type != "cpu" or tensor.numel() < FUSE_BELOW
 
 
-def squared_norm_block(tensors: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[int]]:
-    """Each tensor's :func:`squared_norm` in one 1-d float32 tensor, and the place of each in
-    it: the :func:`fusable` ones first, from one fused call, then the others. One tensor to
-    queue and read instead of one per parameter, and no 0-d tensor made for each."""
-    import torch
+@dataclass(frozen=True)
+class BlockPlan:
+    """Which tensors of a list :func:`squared_norm_block` reduces in its fused call, which one
+    by one (in that order), and where each one's value lands in the block. Made once by
+    :func:`block_plan` for a list that comes back step after step (the optimizer's
+    parameters), instead of looking at every tensor again."""
 
-    if not tensors:
-        return torch.zeros(0), []
+    fused: list[int]
+    rest: list[int]
+    places: list[int]
+
+
+def block_plan(tensors: Sequence[torch.Tensor], *, rest_last_first: bool = False) -> BlockPlan:
+    """The plan of :func:`squared_norm_block` for ``tensors``: the :func:`fusable` ones in one
+    call, the others each in turn, from the last to the first with ``rest_last_first`` (the
+    ones a loop over the list wrote last may still be in the cache)."""
     fused: list[int] = []
     rest: list[int] = []
     for i, t in enumerate(tensors):
         (fused if fusable(t) else rest).append(i)
+    if rest_last_first:
+        rest.reverse()
+    places = [0] * len(tensors)
+    for place, i in enumerate(fused + rest):
+        places[i] = place
+    return BlockPlan(fused, rest, places)
+
+
+def squared_norm_block(
+    tensors: Sequence[torch.Tensor], plan: BlockPlan | None = None
+) -> tuple[torch.Tensor, list[int]]:
+    """Each tensor's :func:`squared_norm` in one 1-d float32 tensor, and the place of each in
+    it: the :func:`fusable` ones first, from one fused call, then the others. One tensor to
+    queue and read instead of one per parameter, and no 0-d tensor made for each. ``plan``
+    (from :func:`block_plan` for tensors like these) saves looking at each tensor."""
+    import torch
+
+    if not tensors:
+        return torch.zeros(0), []
+    if plan is None:
+        plan = block_plan(tensors)
     # One device for the block: the first tensor's (a model split over devices sends the
     # others' values there, as the step's read would).
     device = tensors[0].device
     parts = []
-    if fused:
+    if plan.fused:
         # No graph is recorded: the callers run without grad mode, or pass gradients.
-        norms = torch._foreach_norm([tensors[i] for i in fused])
+        norms = torch._foreach_norm([tensors[i] for i in plan.fused])
         parts.append(_stack(norms, device).square_())
-    if rest:
-        parts.append(_stack([squared_norm(tensors[i]) for i in rest], device))
+    if plan.rest:
+        parts.append(_stack([squared_norm(tensors[i]) for i in plan.rest], device))
     block = parts[0] if len(parts) == 1 else torch.cat(parts)
-    places = [0] * len(tensors)
-    for place, i in enumerate(fused + rest):
-        places[i] = place
-    return block, places
+    return block, plan.places
 
 
 def _stack(values: Sequence[torch.Tensor], device: torch.device) -> torch.Tensor:
