@@ -612,3 +612,70 @@ def test_a_pca_picture_that_cannot_be_written_ends_the_run_with_nothing_left_run
     assert len([f for f in started if f >= 4]) <= threads, started
     assert not any(t.name.startswith("actviz-render") for t in threading.enumerate())
     assert [i["status"] for i in run_images(out)] == ["ok", "ok"]
+
+
+def test_a_pca_picture_that_cannot_be_written_in_the_second_pass_cancels_its_batchs_rest(
+    make_photos: Callable[..., Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With nothing kept, every image's PCA pictures are drawn in a second pass, a task per
+    layer of its batch: a write that fails there ends the run with its one-line error and
+    exit code 1, the batch's tasks not yet started are cancelled, not drawn, and no later
+    batch runs through the model."""
+    import concurrent.futures
+    import threading
+
+    import actviz.command.forward as forward
+    import actviz.run.pca_pass as pca
+    from actviz.errors import OutputError
+    from actviz.run.loop import _render_threads
+
+    threads = _render_threads()
+    real, real_wait, real_call = pca._draw_pca_layer, concurrent.futures.wait, forward._call
+    started: list[int] = []
+    batches: list[int] = []
+    lock = threading.Lock()
+    raised, cancelled = threading.Event(), threading.Event()
+    second = threading.Event()
+
+    def failing(batch: Any, order: int, bands: Any) -> dict[int, str]:
+        with lock:
+            started.append(order)
+        if order == 0:
+            raised.set()
+            raise OutputError("cannot write a PCA picture here; free some space")
+        cancelled.wait(timeout=60)  # held until the run's thread has cancelled
+        return real(batch, order, bands)
+
+    def waiting(futures: Any, *args: Any, **kwargs: Any) -> Any:
+        if raised.is_set():
+            cancelled.set()
+        return real_wait(futures, *args, **kwargs)
+
+    def second_pass(self: Any, *args: Any) -> None:
+        second.set()
+        real_second(self, *args)
+
+    def counted(name: str, module: Any, x: Any, first: Path) -> Any:
+        if second.is_set():
+            batches.append(int(x.shape[0]))
+        return real_call(name, module, x, first)
+
+    real_second = pca.PcaPass._second_pass
+    monkeypatch.setattr(pca, "KEEP_BYTES", 0)
+    monkeypatch.setattr(pca.PcaPass, "_second_pass", second_pass)
+    monkeypatch.setattr(forward, "_call", counted)
+    monkeypatch.setattr(concurrent.futures, "wait", waiting)
+    monkeypatch.setattr(pca, "_draw_pca_layer", failing)
+    out = tmp_path / "out"
+    # Every conv: 20 layers, 20 tasks for the batch, more than the render threads.
+    args = ["run", "resnet18", str(make_photos(4)), "--weights", "none", "--input-size", "64,64"]
+    args += ["-o", str(out), "--view", "pca", "-b", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "cannot write a PCA picture here; free some space" in result.output
+    assert "Traceback" not in result.output
+    assert batches == [2], batches  # the second batch never ran again
+    # Besides the failing one, each render thread started at most one task: the rest of
+    # the batch's 20 were cancelled.
+    assert 0 in started and len(started) <= 1 + threads, started
+    assert not any(t.name.startswith("actviz-render") for t in threading.enumerate())
