@@ -66,6 +66,35 @@ def test_overlay_channel_alone_draws_that_channels_overlay(
     assert (out / stem / "00_layer4.1.conv2_overlay.png").is_file()
 
 
+def test_an_overlay_channel_past_every_containers_channels_is_said(
+    tmp_path: Path, image_file: Path
+) -> None:
+    """A container's channels are known only once it ran, so the run cannot refuse the
+    channel before it starts: it draws the grids and says why no overlay was written."""
+    out = tmp_path / "out"
+    code, _, stderr = _invoke(
+        "run", "resnet18", str(image_file), "-w", "none", "-q", "-o", str(out),
+        "-l", "layer3,layer4", "--overlay-channel", "600", "--input-size", "64,64",
+        "--no-report",
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert (
+        "warning: --overlay-channel 600: no overlay was written, as no layer drawn has that "
+        "channel (channels: layer3 256, layer4 512); pick one below 512"
+    ) in stderr
+    pictures = sorted(p.name for p in (out / image_file.stem).glob("*.png"))
+    assert pictures == ["00_layer3.png", "01_layer4.png"]  # the grids, no overlay
+    # A channel one of them has: its overlay, and nothing said.
+    code, _, stderr = _invoke(
+        "run", "resnet18", str(image_file), "-w", "none", "-q", "-o", str(tmp_path / "ok"),
+        "-l", "layer3,layer4", "--overlay-channel", "300", "--input-size", "64,64",
+        "--no-report",
+    )  # fmt: skip
+    assert code == 0 and "overlay" not in stderr, stderr
+    assert (tmp_path / "ok" / image_file.stem / "01_layer4_overlay.png").is_file()
+    assert not (tmp_path / "ok" / image_file.stem / "00_layer3_overlay.png").exists()
+
+
 @pytest.mark.parametrize("command", ["run", "stats"])
 def test_inputs_without_images_are_a_usage_error_like_top_images(
     tmp_path: Path, command: str

@@ -21,7 +21,7 @@ from actviz.run.manifest import manifest
 from actviz.run.on_ray import stats_on_ray
 from actviz.run.options import ALIASES, GROUPS, RunOptions
 from actviz.run.records import RunRecords
-from actviz.run.result import ImageRecords, RunResult
+from actviz.run.result import ImageRecords, RunCounts, RunResult
 from actviz.run.sink import RunSink, loader, report_images
 
 if TYPE_CHECKING:
@@ -127,6 +127,8 @@ def run(
         state.names, idle = fold_never_ran(refs, selector, state.names, never_ran)
         for message in idle:
             cmd.warn(message)
+        if (note := _overlay_note(state.sink.counts, opts)) is not None:
+            cmd.warn(note)
         return _write(cmd, opened, state, cmd.found.skipped, opts)
 
 
@@ -320,6 +322,25 @@ def _check_overlay_channel(
     raise UsageError(
         f"--overlay-channel {channel}: the selected layers have at most {most} channels "
         f"(0-{most - 1}); pick one below {most}"
+    )
+
+
+def _overlay_note(counts: RunCounts, opts: RunOptions) -> str | None:
+    """Why no overlay was written, when ``overlay_channel`` asked for one that every layer
+    drawn is too narrow for: a container's channels are known only once it ran (see
+    :func:`_check_overlay_channel`), so the run cannot refuse it before it starts."""
+    channel = opts.draw.overlay_channel
+    if channel is None or counts.overlays:
+        return None
+    narrow = {key: n for key, n in counts.channels.items() if 0 < n <= channel}
+    if not narrow:
+        return None
+    most = max(narrow.values())
+    shown = ", ".join(f"{key} {n}" for key, n in list(narrow.items())[:3])
+    more = ", ..." if len(narrow) > 3 else ""
+    return (
+        f"--overlay-channel {channel}: no overlay was written, as no layer drawn has that "
+        f"channel (channels: {shown}{more}); pick one below {most}"
     )
 
 

@@ -76,6 +76,10 @@ class RunCounts:
     """Activation grid PNGs (one per layer output drawn), for the images drawn by this run."""
     files: int = 0
     """Every per-layer picture, saved tensor, thumbnail and per-image chart of those images."""
+    overlays: int = 0
+    """Overlay PNGs of those images."""
+    channels: dict[str, int] = field(default_factory=dict)
+    """Each layer drawn for them, by key: its channel count."""
 
 
 @dataclass

@@ -136,6 +136,10 @@ class RunSink:
         grids, files = files_of(result)
         self.counts.grids += grids
         self.counts.files += files
+        if result.status == "ok":
+            for layer in result.layers:
+                self.counts.overlays += "overlay" in layer.pictures
+                self.counts.channels.setdefault(layer.key, layer.channels_total)
         self.notify.advance(result)
         result.let_go()
 
