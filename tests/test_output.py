@@ -303,3 +303,10 @@ def test_a_journal_names_the_file_it_cannot_write(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(OutputError, match=r"cannot write .*file.*choose another --out"):
         Journal(tmp_path / "file" / "log.jsonl").append(b"[]\n")
+
+
+def test_a_layers_place_takes_two_digits_or_as_many_as_the_last_place_needs() -> None:
+    from actviz.output import layer_filename, order_width
+
+    assert [order_width(n) for n in (1, 10, 100, 101, 1000, 1001)] == [2, 2, 2, 3, 3, 4]
+    assert layer_filename(7, "layer1.0", width=order_width(101)) == "007_layer1.0.png"

@@ -291,7 +291,7 @@ def _draw(state: Stream, batch: _Batch, rows: list[int]) -> None:
     from actviz.render.png import picture_png
 
     opts = state.opts
-    width = max(2, len(str(len(state.order) - 1)))
+    width = output.order_width(len(state.order))
     position = {key: i for i, key in enumerate(state.order)}
     for i in rows:
         result = state.results[batch.rows[i]]

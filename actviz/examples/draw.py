@@ -116,7 +116,9 @@ def sheet_name(channel: int, channels: int) -> str:
 
 def layer_files(plans: Sequence[LayerPlan], tops: Mapping[str, LayerTop]) -> dict[str, LayerFiles]:
     """Where each layer's pictures go, relative to the output folder (known before drawing)."""
-    width = max(2, len(str(len(plans) - 1)))
+    from actviz.output import order_width
+
+    width = order_width(len(plans))
     files = {}
     for i, plan in enumerate(plans):
         if plan.key not in tops:

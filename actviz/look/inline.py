@@ -200,7 +200,7 @@ class Look:
         from actviz import output
 
         folder = Path(out)
-        width = max(2, len(str(len(self.captures) - 1)))
+        width = output.order_width(len(self.captures))
         written = []
         for order, cap in enumerate(self.captures):
             try:

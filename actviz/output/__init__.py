@@ -27,7 +27,7 @@ from actviz.output.files import (
     write_tensor,
 )
 from actviz.output.journal import Journal, whole
-from actviz.output.names import REPORT_DIR, image_dirs, layer_filename, safe_name
+from actviz.output.names import REPORT_DIR, image_dirs, layer_filename, order_width, safe_name
 from actviz.output.tables import ParquetParts, TextPart, naming
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "discard_files",
     "image_dirs",
     "layer_filename",
+    "order_width",
     "naming",
     "opened",
     "prepare_out_dir",

@@ -60,6 +60,12 @@ def _keep(char: str) -> bool:
     return char in "._-" or char.isalnum() or unicodedata.category(char) in _MARKS
 
 
+def order_width(count: int) -> int:
+    """The digits of a layer's place among ``count`` layers in its file name: at least two,
+    and as many as the last place needs, so that the files sort in capture order."""
+    return max(2, len(str(count - 1)))
+
+
 def layer_filename(index: int, key: str, *, width: int = 2) -> str:
     """``NN_<safe layer name>.png``; NN is the capture order, zero-padded to ``width``."""
     return f"{index:0{width}d}_{safe_name(key)}.png"

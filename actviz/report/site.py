@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from actviz.output import safe_name
+from actviz.output import order_width, safe_name
 from actviz.report.blocks import by_name
 from actviz.report.inputs import LISTED, OK, ReportImages
 
@@ -43,7 +43,7 @@ class Site:
         run = self.stats.get("run") or {}
         self.run_rows = by_name(run.get("layers") or [])
         self.layers = _layer_order(self.images, self.run_rows)
-        width = max(2, len(str(len(self.layers) - 1)))
+        width = order_width(len(self.layers))
         self.layer_pages = _unique_slugs(
             f"{i:0{width}d}_{key}" for i, (key, _) in enumerate(self.layers)
         )

@@ -69,7 +69,7 @@ def layer_records(job: ImageJob) -> list[LayerResult]:
 def _views(job: ImageJob) -> list[tuple[int, LayerView]]:
 
     captures: list[Capture] = list(job.captures)
-    width = max(2, len(str(len(captures) - 1)))
+    width = output.order_width(len(captures))
     return [
         (order, layer_view(job, cap, output.layer_filename(order, cap.key, width=width)))
         for order, cap in enumerate(captures)

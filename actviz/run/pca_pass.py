@@ -384,7 +384,7 @@ def _draw_pca_layer(batch: list[tuple[int, ImageJob]], order: int, bands: Bands)
     cap = job.captures[order]
     if cap.key not in job.pca:
         return {}
-    width = max(2, len(str(len(job.captures) - 1)))
+    width = output.order_width(len(job.captures))
     filename = output.layer_filename(order, cap.key, width=width)
     views = [layer_view(j, cap, filename) for _, j in batch]
     written = {}
