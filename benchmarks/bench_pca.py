@@ -46,8 +46,8 @@ KEEP = actviz.run.pca_pass.KEEP_BYTES
 VARIANTS = ("grids", "pca", "two passes")
 
 
-def timed(folder: Path, work: Path, layers: str | None, variant: str) -> tuple[float, float]:
-    """Wall and CPU seconds of one run."""
+def timed(folder: Path, work: Path, layers: str | None, variant: str) -> tuple[float, float, int]:
+    """Wall and CPU seconds of one run, and how many files it wrote."""
     out = Path(tempfile.mkdtemp(dir=work)) / "out"
     pca = variant != "grids"
     actviz.run.pca_pass.KEEP_BYTES = 0 if variant == "two passes" else KEEP
@@ -56,18 +56,18 @@ def timed(folder: Path, work: Path, layers: str | None, variant: str) -> tuple[f
     seconds, cpu = time.perf_counter() - start, time.process_time() - start_cpu
     written = list(out.rglob("*_pca.png"))
     assert bool(written) == pca
+    files = sum(1 for p in out.rglob("*") if p.is_file())
     # Kept (deleting them slows the next runs' files), but on the disk before the next run.
     if hasattr(os, "sync"):
         os.sync()
-    return seconds, cpu
+    return seconds, cpu, files
 
 
 def file_cost(work: Path, files: int = 500) -> float:
     """Seconds to make one empty file in a new folder under ``work`` (median of 5 rounds)."""
     rounds = []
-    for r in range(5):
-        folder = work / f"files{r}"
-        folder.mkdir()
+    for _ in range(5):
+        folder = Path(tempfile.mkdtemp(prefix="files", dir=work))
         start = time.perf_counter()
         for i in range(files):
             (folder / f"{i}.png").touch()
@@ -82,17 +82,20 @@ def main() -> None:
     parser.add_argument("--layers", default=None)
     parser.add_argument("--dir", type=Path, default=None, help="where the runs write")
     args = parser.parse_args()
-    times: dict[str, list[tuple[float, float]]] = {v: [] for v in VARIANTS}
+    times: dict[str, list[tuple[float, float, int]]] = {v: [] for v in VARIANTS}
     with tempfile.TemporaryDirectory(prefix="actviz-bench-", dir=args.dir) as tmp:
         work = Path(tmp)
-        print(f"making a file in {work.parent}: {file_cost(work) * 1e6:.0f} us")
+        first_cost = file_cost(work)
+        print(f"making a file in {work.parent}: {first_cost * 1e6:.0f} us")
         folder = make_folder(work / "photos", args.images)
         timed(folder, work, args.layers, "grids")  # warm-up: imports, allocator, templates
         for _ in range(args.repeat):
             for variant in VARIANTS:
                 times[variant].append(timed(folder, work, args.layers, variant))
-    med = {v: statistics.median(w for w, _ in t) for v, t in times.items()}
-    cpu = {v: statistics.median(c for _, c in t) for v, t in times.items()}
+        last_cost = file_cost(work)
+    med = {v: statistics.median(w for w, _, _ in t) for v, t in times.items()}
+    cpu = {v: statistics.median(c for _, c, _ in t) for v, t in times.items()}
+    files = {v: t[0][2] for v, t in times.items()}
     what = args.layers or "default selection"
     print(f"{MODEL}, {args.images} photos, {what}, batch 8; medians of {args.repeat}")
     labels = {"grids": "grids only", "pca": "with --view pca"}
@@ -102,6 +105,15 @@ def main() -> None:
     print(
         f"    ratio {med['pca'] / med['grids']:.2f}  (target <= 1.3); "
         f"CPU time {cpu['pca'] / cpu['grids']:.2f}"
+    )
+    # What the file system alone adds: an empty file's cost, before and after the runs.
+    extra = files["pca"] - files["grids"]
+    low, high = sorted((first_cost, last_cost))
+    print(
+        f"    the view writes {extra} files more ({files['pca']} against {files['grids']}); "
+        f"at {low * 1e6:.0f}-{high * 1e6:.0f} us a file (before and after the runs), making "
+        f"them takes {extra * low:.2f}-{extra * high:.2f} s of its "
+        f"{med['pca'] - med['grids']:.2f} s more"
     )
     print(
         f"    two passes: ratio {med['two passes'] / med['grids']:.2f}; "
