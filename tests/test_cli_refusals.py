@@ -84,13 +84,25 @@ def test_an_overlay_channel_past_every_containers_channels_is_said(
     ) in stderr
     pictures = sorted(p.name for p in (out / image_file.stem).glob("*.png"))
     assert pictures == ["00_layer3.png", "01_layer4.png"]  # the grids, no overlay
-    # A channel one of them has: its overlay, and nothing said.
+    # A channel one of them has: its overlay, and the other one named.
     code, _, stderr = _invoke(
         "run", "resnet18", str(image_file), "-w", "none", "-q", "-o", str(tmp_path / "ok"),
         "-l", "layer3,layer4", "--overlay-channel", "300", "--input-size", "64,64",
         "--no-report",
     )  # fmt: skip
+    assert code == 0, stderr
+    assert (
+        "warning: --overlay-channel 300: 1 of 2 layers drawn have no such channel and got no "
+        "overlay (channels: layer3 256); pick one below 256 for an overlay of every layer"
+    ) in stderr
+    # One every layer has: nothing said.
+    code, _, stderr = _invoke(
+        "run", "resnet18", str(image_file), "-w", "none", "-q", "-o", str(tmp_path / "all"),
+        "-l", "layer3,layer4", "--overlay-channel", "255", "--input-size", "64,64",
+        "--no-report",
+    )  # fmt: skip
     assert code == 0 and "overlay" not in stderr, stderr
+    assert (tmp_path / "all" / image_file.stem / "00_layer3_overlay.png").is_file()
     assert (tmp_path / "ok" / image_file.stem / "01_layer4_overlay.png").is_file()
     assert not (tmp_path / "ok" / image_file.stem / "00_layer3_overlay.png").exists()
 

@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FLAGS_KEPT",
-    "BlockPlan",
     "FUSE_BELOW",
+    "BlockPlan",
     "FlagBuffer",
     "block_plan",
     "fusable",

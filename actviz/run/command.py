@@ -326,11 +326,12 @@ def _check_overlay_channel(
 
 
 def _overlay_note(counts: RunCounts, opts: RunOptions) -> str | None:
-    """Why no overlay was written, when ``overlay_channel`` asked for one that every layer
-    drawn is too narrow for: a container's channels are known only once it ran (see
-    :func:`_check_overlay_channel`), so the run cannot refuse it before it starts."""
+    """Which layers got no overlay, when ``overlay_channel`` asked for a channel they do not
+    have: every layer drawn (a container's channels are known only once it ran, see
+    :func:`_check_overlay_channel`, so the run cannot refuse it before it starts), or some of
+    them, whose grids were drawn without one."""
     channel = opts.draw.overlay_channel
-    if channel is None or counts.overlays:
+    if channel is None:
         return None
     narrow = {key: n for key, n in counts.channels.items() if 0 < n <= channel}
     if not narrow:
@@ -338,9 +339,15 @@ def _overlay_note(counts: RunCounts, opts: RunOptions) -> str | None:
     most = max(narrow.values())
     shown = ", ".join(f"{key} {n}" for key, n in list(narrow.items())[:3])
     more = ", ..." if len(narrow) > 3 else ""
+    if not counts.overlays:
+        return (
+            f"--overlay-channel {channel}: no overlay was written, as no layer drawn has that "
+            f"channel (channels: {shown}{more}); pick one below {most}"
+        )
     return (
-        f"--overlay-channel {channel}: no overlay was written, as no layer drawn has that "
-        f"channel (channels: {shown}{more}); pick one below {most}"
+        f"--overlay-channel {channel}: {len(narrow)} of {len(counts.channels)} layers drawn "
+        f"have no such channel and got no overlay (channels: {shown}{more}); pick one below "
+        f"{min(narrow.values())} for an overlay of every layer"
     )
 
 
