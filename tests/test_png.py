@@ -159,6 +159,9 @@ def test_a_shared_band_is_deflated_once_and_bad_bands_are_refused() -> None:
         png.join_bands([])
     with pytest.raises(ValueError, match="uint8"):
         png.deflate_band(np.zeros((0, 6), np.uint8))
+    # Four channels: the picture's own shape in the message, not the batch it would join.
+    with pytest.raises(ValueError, match=r"got uint8 \(2, 6, 4\)$"):
+        png.deflate_band(np.zeros((2, 6, 4), np.uint8))
 
 
 def test_a_small_palette_and_bad_input() -> None:

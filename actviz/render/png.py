@@ -145,7 +145,8 @@ class Band:
 
 def deflate_band(pixels: U8, *, level: int = 1, row_filter: Filter = "none") -> Band:
     """Rows of grey levels ``(H, W)`` or RGB ``(H, W, 3)`` as a :class:`Band`."""
-    if pixels.dtype != np.uint8 or pixels.ndim not in (2, 3) or 0 in pixels.shape[:2]:
+    bad = pixels.dtype != np.uint8 or pixels.ndim not in (2, 3) or 0 in pixels.shape[:2]
+    if bad or (pixels.ndim == 3 and pixels.shape[2] != 3):
         raise ValueError(
             f"expected (H, W) or (H, W, 3) uint8 pixels, got {pixels.dtype} {pixels.shape}"
         )
