@@ -71,40 +71,37 @@ def test_an_overlay_channel_past_every_containers_channels_is_said(
 ) -> None:
     """A container's channels are known only once it ran, so the run cannot refuse the
     channel before it starts: it draws the grids and says why no overlay was written."""
-    out = tmp_path / "out"
-    code, _, stderr = _invoke(
-        "run", "resnet18", str(image_file), "-w", "none", "-q", "-o", str(out),
-        "-l", "layer3,layer4", "--overlay-channel", "600", "--input-size", "64,64",
-        "--no-report",
-    )  # fmt: skip
+
+    def run(channel: int) -> tuple[int, str, Path]:
+        out = tmp_path / str(channel)
+        code, _, stderr = _invoke(
+            "run", "resnet18", str(image_file), "-w", "none", "-q", "-o", str(out),
+            "-l", "layer3,layer4", "--overlay-channel", str(channel), "--input-size", "64,64",
+            "--no-report",
+        )  # fmt: skip
+        return code, stderr, out / image_file.stem
+
+    code, stderr, folder = run(600)
     assert code == 0, stderr
     assert (
         "warning: --overlay-channel 600: no overlay was written, as no layer drawn has that "
         "channel (channels: layer3 256, layer4 512); pick one below 512"
     ) in stderr
-    pictures = sorted(p.name for p in (out / image_file.stem).glob("*.png"))
+    pictures = sorted(p.name for p in folder.glob("*.png"))
     assert pictures == ["00_layer3.png", "01_layer4.png"]  # the grids, no overlay
     # A channel one of them has: its overlay, and the other one named.
-    code, _, stderr = _invoke(
-        "run", "resnet18", str(image_file), "-w", "none", "-q", "-o", str(tmp_path / "ok"),
-        "-l", "layer3,layer4", "--overlay-channel", "300", "--input-size", "64,64",
-        "--no-report",
-    )  # fmt: skip
+    code, stderr, folder = run(300)
     assert code == 0, stderr
     assert (
         "warning: --overlay-channel 300: 1 of 2 layers drawn have no such channel and got no "
         "overlay (channels: layer3 256); pick one below 256 for an overlay of every layer"
     ) in stderr
+    assert (folder / "01_layer4_overlay.png").is_file()
+    assert not (folder / "00_layer3_overlay.png").exists()
     # One every layer has: nothing said.
-    code, _, stderr = _invoke(
-        "run", "resnet18", str(image_file), "-w", "none", "-q", "-o", str(tmp_path / "all"),
-        "-l", "layer3,layer4", "--overlay-channel", "255", "--input-size", "64,64",
-        "--no-report",
-    )  # fmt: skip
+    code, stderr, folder = run(255)
     assert code == 0 and "overlay" not in stderr, stderr
-    assert (tmp_path / "all" / image_file.stem / "00_layer3_overlay.png").is_file()
-    assert (tmp_path / "ok" / image_file.stem / "01_layer4_overlay.png").is_file()
-    assert not (tmp_path / "ok" / image_file.stem / "00_layer3_overlay.png").exists()
+    assert (folder / "00_layer3_overlay.png").is_file()
 
 
 @pytest.mark.parametrize("command", ["run", "stats"])
