@@ -205,14 +205,18 @@ def summaries(variants: list[Variant], targets: dict[str, float]) -> dict[str, d
             "wall_ratio": statistics.median(variant.wall_ratios),
             "cpu_ratio": statistics.median(variant.cpu_ratios),
         }
-        target = targets.get(variant.name)
-        note = f"  (target <= {target})" if target else ""
-        print(
-            f"    {variant.name:15s} {row['ms']:7.1f} ms/step  {row['wall_ratio']:5.2f}x bare; "
-            f"CPU time {row['cpu_ratio']:5.2f}x{note}"
-        )
+        print_row(variant.name, row, targets.get(variant.name))
         result[variant.name] = row
     return result
+
+
+def print_row(name: str, row: dict[str, float], target: float | None) -> None:
+    """One variant's line: ms per step, wall and CPU ratios to bare, and its target."""
+    note = f"  (target <= {target})" if target else ""
+    print(
+        f"    {name:15s} {row['ms']:7.1f} ms/step  {row['wall_ratio']:5.2f}x bare; "
+        f"CPU time {row['cpu_ratio']:5.2f}x{note}"
+    )
 
 
 NAMES = ("bare", "every=10", "every=1", "nonfinite only", "hand-written")
@@ -268,11 +272,7 @@ def small_in_processes(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     }
     print(f"  medians of the {args.processes} processes:")
     for name, row in result.items():
-        note = f"  (target <= {TARGETS[name]})" if name == "every=1" else ""
-        print(
-            f"    {name:15s} {row['ms']:7.1f} ms/step  {row['wall_ratio']:5.2f}x bare; "
-            f"CPU time {row['cpu_ratio']:5.2f}x{note}"
-        )
+        print_row(name, row, TARGETS["every=1"] if name == "every=1" else None)
     return result
 
 
