@@ -208,6 +208,20 @@ class ImageRows:
             return self._crop(name, tensor)
         return scheme.reassemble(tensor)
 
+    def unattributed(self, name: str, tensor: torch.Tensor) -> str | None:
+        """Why ``tensor``'s rows, as the module returned them, are not the images of the
+        batch (windows of each image, or rows in no known order); None when they are."""
+        scheme, why = self.scheme(name, tensor)
+        if why is not None:
+            return why
+        if scheme is None:
+            return None
+        return (
+            f"its first dimension holds {scheme.windows} windows of each image, as the "
+            "module returned them; drawn per image where captured with per_image=True "
+            "(actviz.show, run)"
+        )
+
     def _crop(self, name: str, tensor: torch.Tensor) -> tuple[torch.Tensor, str | None]:
         """A detector's map on its padded input grid cropped to the cells that see the image
         (all images of a batch have one size: the loader batches inputs of one shape)."""

@@ -190,6 +190,11 @@ class LiveData:
             self.source = "captured tensors"
         self._tops = tops
         self._types = {c.key: c.module_type for c in getattr(source, "captures", ())}
+        # actviz.capture hands back what the hooks saw: where a tensor's rows are not the
+        # images (an LSTM's (layers, B, H) state), its first row is no image to draw.
+        self._refused = {
+            c.key: c.refused for c in getattr(source, "captures", ()) if c.refused is not None
+        }
         self._maps: dict[str, tuple[Any, str | None]] = {}
 
     def _drawable(self, layer: str) -> tuple[Any, str | None]:
@@ -197,6 +202,8 @@ class LiveData:
 
         from actviz.layouts import to_drawable
 
+        if layer in self._refused:
+            return None, self._refused[layer]
         if layer not in self._maps:
             value = self._arrays[layer]
             array = value.detach().cpu().float().numpy() if hasattr(value, "detach") else value

@@ -88,7 +88,10 @@ def show(
         selector = layers if layers is not None else default_selector(loaded.module)
         label = model if isinstance(model, str) else type(model).__name__
         names = select_layers(layer_refs(loaded.module), selector, model=label)
-        with ActivationRecorder(loaded.module, names) as recorder, eval_mode(loaded.module):
+        with (
+            ActivationRecorder(loaded.module, names, per_image=True) as recorder,
+            eval_mode(loaded.module),
+        ):
             with torch.inference_mode():
                 loaded.module(x[None].to(loaded.device))
             captures = list(recorder.captures)

@@ -311,7 +311,7 @@ def _recorder(module: nn.Module) -> ActivationRecorder:
 
     module.eval()
     names = [ref.name for ref in layer_refs(module)]
-    return ActivationRecorder(module, names, keep_tensors=False)
+    return ActivationRecorder(module, names, keep_tensors=False, per_image=True)
 
 
 def _forward_zeros(module: nn.Module, input_shape: tuple[int, ...], device: torch.device) -> None:

@@ -98,7 +98,9 @@ def capture_and_render(
     if opts.draw.norm == "shared":
         # One scale per layer for the whole run needs every image's range before drawing.
         with (
-            ActivationRecorder(plan.module, plan.names, mode=opts.capture) as recorder,
+            ActivationRecorder(
+                plan.module, plan.names, mode=opts.capture, per_image=True
+            ) as recorder,
             eval_mode(plan.module),
         ):
             paths = [r.path for r in plan.results]
@@ -145,7 +147,7 @@ def capture_and_render(
 
     with (
         ActivationRecorder(
-            plan.module, plan.names, mode=opts.capture, summarize=summarize
+            plan.module, plan.names, mode=opts.capture, summarize=summarize, per_image=True
         ) as recorder,
         eval_mode(plan.module),
         ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,

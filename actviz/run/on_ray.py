@@ -61,7 +61,7 @@ def stats_summaries(
         if x is None:
             continue
         with (
-            ActivationRecorder(module, layers, mode=capture) as recorder,
+            ActivationRecorder(module, layers, mode=capture, per_image=True) as recorder,
             eval_mode(module),
             torch.inference_mode(),
         ):
