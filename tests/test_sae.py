@@ -687,6 +687,62 @@ def test_a_small_folder_trains_at_least_min_steps(planted: Any, tmp_path: Path) 
     assert done.quality["fve"] > bare.quality["fve"] + 0.05
 
 
+@pytest.mark.slow
+def test_the_defaults_find_a_narrow_layers_planted_directions(planted: Any, tmp_path: Path) -> None:
+    """A 32-channel layer whose vectors are 2-sparse mixes of 16 known directions: the
+    default k (32 / 8 = 4, where it was 32, as wide as the layer) recovers all 16 at cosine
+    0.97 or more; k 32 learns a dense code, which a high variance explained would hide, and
+    that is said. The k used is in the summary and in sae.json."""
+    factory, photos, _ = planted
+    narrow = tmp_path / "narrow.py"
+    narrow.write_text(PLANTED.replace("C, PLANTED, K = 24, 32, 3", "C, PLANTED, K = 32, 16, 2"))
+    g = torch.Generator().manual_seed(2)
+    d = torch.randn(16, 32, generator=g)
+    truth = d / d.norm(dim=1, keepdim=True)
+    common = {"layers": "mix", "input_size": (32, 32), "weights": "none", "pages": False}
+    result = sae(f"{narrow}:build", [photos], out=tmp_path / "o", **common)
+    assert result.k == 4 and result.features == 256  # 9,216 vectors an epoch: expansion 8
+    assert result.document["sizes"]["k"].startswith("default for 32 channels")
+    best = _recovered(load_sae(result.file).w_dec, truth)
+    assert (best >= 0.97).all(), best
+    assert not [w for w in result.warnings if "cannot make a sparse code" in w]
+
+    dense = sae(f"{narrow}:build", [photos], out=tmp_path / "k32", k=32, min_steps=100, **common)
+    (said,) = [w for w in dense.warnings if "cannot make a sparse code" in w]
+    assert (
+        said.startswith("k 32 is 100% of 32 channels") and "the default for this layer is 4" in said
+    )
+    assert int((_recovered(load_sae(dense.file).w_dec, truth) >= 0.97).sum()) < 8
+
+    args = ["sae", f"{narrow}:build", str(photos), "-o", str(tmp_path / "cli"), "-w", "none"]
+    flags = ["--input-size", "32,32", "--layers", "mix", "--min-steps", "20", "--no-pages"]
+    cli = CliRunner().invoke(app, [*args, *flags])
+    assert cli.exit_code == 0, cli.output
+    assert "mix: 256 features over 32 channels, k 4 (the default for this width)" in " ".join(
+        cli.output.split()
+    )
+
+
+def test_default_sizes_follow_the_width_and_the_vectors() -> None:
+    from actviz.sae.options import SaeOptions, default_expansion, default_k
+
+    assert [default_k(c) for c in (2, 16, 32, 64, 256, 768, 2048)] == [1, 2, 4, 8, 32, 32, 32]
+    # 8 features a channel while each gets 16 vectors an epoch; fewer on a small folder.
+    assert default_expansion(32, 9216) == 8 and default_expansion(256, 980) == 1
+    assert default_expansion(256, 256 * 4 * 16) == 4
+    sizes = SaeOptions().sizes(256, 980)
+    assert (sizes.k, sizes.features, sizes.dense) == (32, 256, None)
+    assert "default expansion 1" in sizes.features_from
+    given = SaeOptions(k=64, expansion=2).sizes(128, 10**6)
+    assert (given.k, given.features, given.k_from, given.features_from) == (
+        64,
+        256,
+        "given",
+        "given",
+    )
+    assert given.dense is not None and given.dense.startswith("k 64 is 50% of 128 channels")
+
+
 def test_random_weights_are_said_atop_the_index(tmp_path: Path, make_photos: Any) -> None:
     photos = make_photos(3)
     result = sae(

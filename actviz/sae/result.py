@@ -59,6 +59,11 @@ class SaeResult:
     seconds: float = 0.0
     document: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def k_from(self) -> str:
+        """``given``, or how the default k was chosen from the layer's width."""
+        return str((self.document.get("sizes") or {}).get("k", "given"))
+
     def __repr__(self) -> str:
         from actviz.notebook import sae_card
 

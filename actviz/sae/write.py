@@ -73,7 +73,8 @@ def write_dictionaries(
             "input_size": list(loaded.input_size),
             "channels": plan.channels,
             "features": run.features,
-            "k": opts.k,
+            "k": run.k,
+            "sizes": {"k": run.sizes.k_from, "features": run.sizes.features_from},
             "kind": opts.kind,
             "normalisation": {
                 "mean": "tensor 'mean' of sae.safetensors",
