@@ -19,7 +19,7 @@ import actviz
 from actviz.cli import app
 from actviz.command.options import ExecutionOptions, KeywordError, LoadOptions
 from actviz.diff.options import DiffOptions
-from actviz.errors import ActvizError, ImageLoadError, ModelError, UsageError
+from actviz.errors import ActvizError, ImageLoadError, LayerSelectionError, ModelError, UsageError
 from actviz.examples.options import ExamplesOptions
 from actviz.optimize.options import OptimizeOptions
 from actviz.run.options import DrawOptions, GradientOptions, RunOptions
@@ -230,6 +230,89 @@ def test_list_layers_takes_a_module_and_gives_it_back() -> None:
         actviz.list_layers(model, in_chans=1)
     with pytest.raises(UsageError, match="model name .* or a torch.nn.Module, not int"):
         actviz.list_layers(3)  # type: ignore[arg-type]
+
+
+class _Sequence(nn.Module):
+    """Not an image model: a vector, a sequence and a keyword argument."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(10, 8)
+        self.lstm = nn.LSTM(8, 6, batch_first=True)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(x))
+        y = self.head(out[:, -1])
+        return y if scale is None else y * scale
+
+
+def test_list_layers_takes_an_example_input_for_a_module_that_takes_no_images() -> None:
+    model = _Sequence()
+    with pytest.raises(ModelError) as refused:
+        actviz.list_layers(model)
+    message = str(refused.value)
+    assert "(1, 3, 224, 224)" in message and "input_data=x" in message
+    x = torch.zeros(2, 5, 10)
+    for data in (x, (x,), {"x": x, "scale": torch.ones(1)}):
+        listing = actviz.list_layers(model, input_data=data, layers="lstm")
+        rows = {row.name: row for row in listing.layers}
+        assert listing.input_shape == (2, 5, 10)
+        assert rows["embed"].shape == (2, 5, 8) and rows["head"].shape == (2, 2)
+        assert rows["lstm"].selected and rows["lstm"].calls == 1
+    with pytest.raises(ModelError, match=r"cannot run _Sequence on input_data \(\(2, 5, 3\)\)"):
+        actviz.list_layers(model, input_data=(torch.zeros(2, 5, 3),))
+    with pytest.raises(UsageError, match="input_data is the input of a module object"):
+        actviz.list_layers("resnet18", input_data=x)
+
+
+class _Clip(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(1, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+def test_a_video_modules_listing_names_the_clip_it_was_fed() -> None:
+    with pytest.raises(ModelError) as refused:
+        actviz.list_layers(_Clip())
+    assert "zero input of shape (1, 3, 16, 224, 224)" in str(refused.value)
+    listing = actviz.list_layers(_Clip(), in_chans=1, input_size=(32, 32))
+    assert listing.input_shape == (1, 1, 16, 32, 32)
+    assert {row.name: row.shape for row in listing.layers}["conv"] == (1, 4, 14, 30, 30)
+
+
+def test_a_module_objects_selection_errors_point_to_python(tmp_path: Path) -> None:
+    with pytest.raises(LayerSelectionError) as bare:
+        actviz.list_layers(nn.Conv2d(3, 4, 3), layers="conv")
+    message = str(bare.value)
+    assert message.startswith("Conv2d has no submodules") and "nn.Sequential(model)" in message
+    assert "actviz list-layers" not in message
+    image = make_image(tmp_path / "x.png")
+    with pytest.raises(LayerSelectionError) as typo:
+        actviz.run(_known_channels(), image, out=tmp_path / "o", layers="nosuch", **SMALL)
+    assert "run actviz.list_layers(model) to see names and types" in str(typo.value)
+    assert "actviz list-layers Sequential" not in str(typo.value)
+    with pytest.raises(LayerSelectionError, match="run `actviz list-layers resnet18`"):
+        actviz.list_layers("resnet18", layers="nosuch")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_dict_of_tensors_is_not_read_as_paths(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as refused:
+        actviz.run(_known_channels(), {"x": torch.zeros(1, 3, 8, 8)}, out=tmp_path / "o")
+    message = str(refused.value)
+    assert "not a dict of 'x'" in message and "actviz.capture" in message
+    assert "cannot read image" not in message and not (tmp_path / "o").exists()
+
+
+def test_the_models_command_is_documented_as_listing_every_family() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("### `actviz models")[1].split("<!-- generated: models -->")[0]
+    assert "classification and segmentation model names" not in section
+    assert "all 121" in section and "every one of which `run`" in section
 
 
 def test_read_images_refuses_a_folder_without_a_run(tmp_path: Path) -> None:

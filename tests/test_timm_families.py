@@ -95,11 +95,13 @@ def test_the_default_selection_draws_past_the_stem(family: str) -> None:
     torch.manual_seed(0)
     with ActivationRecorder(model, names, per_image=True) as rec, torch.inference_mode():
         model(torch.rand(1, 3, *loaded.input_size))
-    drawn: list[Any] = []
-    for cap in rec.captures:
-        if cap.refused is None and cap.tensor is not None:
-            if to_drawable(cap.tensor[0], contexts.get(cap.module)).kind != "none":
-                drawn.append(cap)
+    drawn: list[Any] = [
+        cap
+        for cap in rec.captures
+        if cap.refused is None
+        and cap.tensor is not None
+        and to_drawable(cap.tensor[0], contexts.get(cap.module)).kind != "none"
+    ]
     assert drawn, f"{name}: {selector} drew nothing"
     order = {module: i for i, (module, _) in enumerate(model.named_modules())}
     deepest = max(order[cap.module] for cap in drawn) / (len(order) - 1)

@@ -273,8 +273,8 @@ def models(
         typer.Option(
             "--all",
             help=(
-                "List every name, with its family and whether run takes it (RUN yes/no), "
-                "not only the names run takes."
+                "A table of every name with its family and whether run takes it (RUN yes/no); "
+                "for timm, each pretrained tag too."
             ),
         ),
     ] = False,

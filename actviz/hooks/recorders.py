@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from actviz.errors import UsageError
 from actviz.hooks.refs import layer_refs, tensor_items
 from actviz.hooks.session import Capture, HookSession, call_key
+from actviz.selectors import MODULE_LISTING
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
@@ -317,7 +318,9 @@ def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> Activatio
     """
     from actviz.selectors import select_layers
 
-    names = select_layers(layer_refs(model), layers, model=type(model).__name__)
+    names = select_layers(
+        layer_refs(model), layers, model=type(model).__name__, listing=MODULE_LISTING
+    )
     return ActivationRecorder(model, names)
 
 
