@@ -322,7 +322,7 @@ def test_list_layers_of_a_factory_falls_back_to_the_cpu(tmp_path: Path) -> None:
         list_layers(spec)
     message = str(info.value)
     assert message.startswith(f"cannot run {spec} on a zero input of shape (1, 3, 224, 224)")
-    assert "--in-chans" in message and "\n" not in message
+    assert "in_chans" in message and "\n" not in message
 
 
 @pytest.mark.parametrize(

@@ -265,7 +265,7 @@ def test_prepare_out_dir_errors(tmp_path: Path) -> None:
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
-        with pytest.raises(OutputError, match="writable --out"):
+        with pytest.raises(OutputError, match="writable out"):
             prepare_out_dir(locked / "sub")
 
 
@@ -301,7 +301,7 @@ def test_a_journal_opened_at_a_covered_length_drops_what_follows(tmp_path: Path)
 
 def test_a_journal_names_the_file_it_cannot_write(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(OutputError, match=r"cannot write .*file.*choose another --out"):
+    with pytest.raises(OutputError, match=r"cannot write .*file.*choose another out"):
         Journal(tmp_path / "file" / "log.jsonl").append(b"[]\n")
 
 

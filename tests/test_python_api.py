@@ -188,10 +188,10 @@ def test_an_overlay_channel_no_layer_has_is_refused_and_one_it_has_is_drawn(
     with pytest.raises(UsageError) as refused:
         actviz.run(model, image, out=tmp_path / "no", layers="0", overlay_channel=4, **SMALL)
     assert str(refused.value) == (
-        "--overlay-channel 4: the selected layers have at most 4 channels (0-3); pick one below 4"
+        "overlay_channel=4: the selected layers have at most 4 channels (0-3); pick one below 4"
     )
     assert not (tmp_path / "no").exists()
-    with pytest.raises(UsageError, match="--overlay-channel must be a channel index"):
+    with pytest.raises(UsageError, match="overlay_channel must be a channel index"):
         DrawOptions(overlay_channel=-1)
     # Without overlay=True: the channel implies it, as on the command line.
     result = actviz.run(model, image, out=tmp_path / "yes", layers="0", overlay_channel=3, **SMALL)
@@ -313,6 +313,53 @@ def test_the_models_command_is_documented_as_listing_every_family() -> None:
     section = text.split("### `actviz models")[1].split("<!-- generated: models -->")[0]
     assert "classification and segmentation model names" not in section
     assert "all 121" in section and "every one of which `run`" in section
+
+
+def test_a_negative_channel_count_is_refused(tmp_path: Path) -> None:
+    image = make_image(tmp_path / "x.png")
+    for keyword in ("channels", "max_channels"):
+        with pytest.raises(UsageError) as refused:
+            actviz.run(_known_channels(), image, out=tmp_path / "o", **{keyword: -1}, **SMALL)
+        assert str(refused.value) == (
+            "channels must be 0 (every channel) or a number of channels per grid, not -1"
+        )
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(UsageError, match="channels must be 0"):
+        DrawOptions(max_channels=-1)
+
+
+def test_errors_name_options_as_the_caller_spells_them(tmp_path: Path) -> None:
+    """One message, written with the command line's flags: a Python caller reads its
+    keywords, the command line its flags; a command line quoted in backticks stays one."""
+    from actviz.errors import python_spelling
+
+    image = make_image(tmp_path / "x.png")
+    with pytest.raises(UsageError) as refused:
+        actviz.run(_known_channels(), image, out=tmp_path / "o", pca_mask=True, **SMALL)
+    assert str(refused.value) == "pca_mask=True needs pca=True"
+    cli = CliRunner().invoke(
+        app, ["run", "resnet18", str(image), "-w", "none", "--pca-mask", "-o", str(tmp_path / "c")]
+    )
+    assert cli.exit_code == 2 and cli.stderr.strip() == "error: --pca-mask needs --view pca"
+    assert python_spelling(
+        "--k 8 must be below --features 4; pass --device cpu, --input-size H,W, --no-pages or "
+        "--weights none; --layers names one; run `actviz sae --resume`"
+    ) == (
+        "k=8 must be below features=4; pass device='cpu', input_size=(H, W), pages=False or "
+        "weights='none'; layers names one; run `actviz sae --resume`"
+    )
+    assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
+
+
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path: Path) -> None:
+    image = make_image(tmp_path / "x.png")
+    argv = ["run", "resnet18", str(image), "-w", "none", "--pca-mask", "-o", str(tmp_path / "o")]
+    for debug in ([], ["--debug"]):
+        done = CliRunner().invoke(app, [*debug, *argv])
+        assert done.exit_code == 2, done.output
+        assert done.stderr.rstrip().endswith("error: --pca-mask needs --view pca")
+        assert ("Traceback (most recent call last)" in done.stderr) == bool(debug)
+    assert not (tmp_path / "o").exists()
 
 
 def test_read_images_refuses_a_folder_without_a_run(tmp_path: Path) -> None:

@@ -248,6 +248,16 @@ def test_interrupt_keeps_a_usable_dictionary_and_resume_finishes(
     assert partial.config["complete"] is False
     assert partial.config["training"]["steps"] > 0
     assert (out / "sae-state.safetensors").is_file()
+    # Used before it is finished: said, with how to finish it.
+    import actviz
+
+    drawn = actviz.run(
+        f"{factory}:build", [photos / "n03.png"], out=tmp_path / "r", sae=out / "sae.safetensors",
+        input_size=(32, 32), weights="none", report=False,
+    )  # fmt: skip
+    (said,) = [w for w in drawn.warnings if "before its training finished" in w]
+    steps = partial.config["training"]["steps"]
+    assert f"(stopped after {steps:,} steps)" in said and "with --resume" in said
     done = sae(f"{factory}:build", [photos], out=out, epochs=3, pages=False, resume=True, **FAST)
     assert done.epochs == 3
     assert load_sae(out).config["complete"] is True

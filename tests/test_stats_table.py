@@ -258,7 +258,7 @@ def test_an_exception_in_the_block_leaves_nothing(tmp_path: Path) -> None:
 def test_an_unwritable_folder_names_the_fix(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(OutputError, match="choose another --out"):
+    with pytest.raises(OutputError, match="choose another out"):
         StatsTable(blocker)
 
 

@@ -669,7 +669,7 @@ def test_resume_drops_a_torn_ledger_line_and_lines_no_state_covers(
     # A ledger shorter than its state says: refused with the fix, never a wrong resume.
     with (out / LEDGER).open("r+b") as fh:
         fh.truncate(10)
-    with pytest.raises(OutputError, match="shorter than the state.*--overwrite"):
+    with pytest.raises(OutputError, match="shorter than the state.*overwrite=True"):
         _run(lamps, out, batch_size=4, resume=True, report=False)
 
 

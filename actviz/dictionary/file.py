@@ -115,8 +115,9 @@ def check_fit(
     input_size: tuple[int, int],
     warn: Callable[[str], None],
 ) -> None:
-    """Refuse a dictionary trained on another named model; ``warn`` (one line) when the model
-    may differ or the input size does (the layer's maps then differ from those it learned).
+    """Refuse a dictionary trained on another named model; ``warn`` (one line) when its
+    training did not finish (saved on Ctrl-C), when the model may differ or the input size
+    does (the layer's maps then differ from those it learned).
 
     Raises:
         UsageError: When the dictionary's model and ``model`` are both names of a model
@@ -125,6 +126,14 @@ def check_fit(
     config = sae.config
     trained = config.get("model")
     layer = (config.get("layer") or {}).get("key")
+    if config.get("complete") is False:
+        steps = (config.get("training") or {}).get("steps")
+        done = f" after {steps:,} steps" if isinstance(steps, int) else ""
+        warn(
+            f"--sae {source} was saved before its training finished (stopped{done}): its "
+            "features may be half-learned; finish it by running the same actviz sae command "
+            "with --resume"
+        )
     if isinstance(trained, str) and trained != model:
         was = (config.get("model_info") or {}).get("source")
         if was in _NAMED_SOURCES and model_source in _NAMED_SOURCES:

@@ -79,6 +79,11 @@ class DrawOptions:
         from actviz.layouts import Layout
 
         check_choices(self, {"Layout": Layout})
+        if self.max_channels < 0:
+            raise UsageError(
+                f"--channels must be 0 (every channel) or a number of channels per grid, not "
+                f"{self.max_channels}"
+            )
         if self.overlay_channel is not None:
             if self.overlay_channel < 0:
                 raise UsageError(
