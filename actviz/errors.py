@@ -110,6 +110,8 @@ _VALUES = frozenset(
     }
 )  # fmt: skip
 _FLAG = re.compile(r"(?<![\w`-])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?: ([\w.,{}\[\]()-]+))?")
+#: The one short flag messages name: ``-k`` (top-images' and sae's k).
+_SHORT = re.compile(r"(?<![\w`-])-k(?![\w-])")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e-?\d+)?")
 _PAIR = re.compile(r"(\w+),(\w+)")
 
@@ -121,7 +123,10 @@ def python_spelling(text: str) -> str:
     ``input_size=(H, W)``, ``--layers`` -> ``layers``. What is inside backticks (a command
     line to run) is left as it is."""
     parts = text.split("`")
-    return "`".join(part if i % 2 else _FLAG.sub(_keyword, part) for i, part in enumerate(parts))
+    return "`".join(
+        part if i % 2 else _FLAG.sub(_keyword, _SHORT.sub("--k", part))
+        for i, part in enumerate(parts)
+    )
 
 
 def _keyword(match: re.Match[str]) -> str:

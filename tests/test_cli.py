@@ -185,8 +185,9 @@ def test_errors_are_one_line_with_the_documented_code(
 
 def test_debug_shows_the_traceback() -> None:
     result = runner.invoke(app, ["--debug", "list-layers", "vgg99"])
-    assert result.exit_code == 1
-    assert type(result.exception).__name__ == "UnknownModelError"
+    assert result.exit_code == 2  # a usage error's code, with or without --debug
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "actviz.errors.UnknownModelError: unknown model 'vgg99'" in result.stderr
 
 
 def test_list_layers_marks_the_selection(tmp_path: Path) -> None:

@@ -605,12 +605,12 @@ def test_errors_are_one_line_with_their_exit_code(lamps: tuple[str, Path], tmp_p
 @pytest.mark.parametrize(
     ("keywords", "message"),
     [
-        ({"k": 101}, "-k must be between 1 and 100"),
+        ({"k": 101}, "k must be between 1 and 100"),
         ({"score": "median"}, "score=.median. is not a choice: use .max. or .mean."),
-        ({"channels": -1}, "--channels must be 0 (all) or more"),
+        ({"channels": -1}, "channels must be 0 (all) or more"),
         ({"tile": 8}, "tile must be 32 to 512 pixels"),
         ({"cmap": "virdis"}, "did you mean viridis"),
-        ({"png_compression": 10}, "--png-compression must be between 0 and 9"),
+        ({"png_compression": 10}, "png_compression must be between 0 and 9"),
     ],
 )
 def test_option_errors_name_the_fix(keywords: dict[str, Any], message: str) -> None:
