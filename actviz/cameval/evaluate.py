@@ -8,13 +8,11 @@ the summary, ``cam-eval.json``, the chart, the best and worst cases and the page
 from __future__ import annotations
 
 import contextlib
-import json
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from actviz import output
 from actviz.cameval.maps import last_blocks, layer_shape, method_maps, randomized
 from actviz.cameval.metrics import (
     Protocol,
@@ -25,6 +23,7 @@ from actviz.cameval.metrics import (
 )
 from actviz.cameval.options import CamEvalOptions
 from actviz.cameval.result import CamEvalResult, EvalState
+from actviz.command.ledger import ImageLedger
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -34,6 +33,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from actviz.gradients.attribution import AttributionJob
     from actviz.models import LoadedModel
 
 __all__ = ["CamEvalResult", "cam_eval"]
@@ -94,24 +94,23 @@ def cam_eval(
         images = cmd.found.images
         state.rels = {str(item.path): item.rel.as_posix() for item in images}
         settings = _settings(cmd.model, loaded, state)
-        done = _ledger(opts, settings)
+        ledger = ImageLedger(
+            opts.out,
+            LEDGER,
+            command="cam-eval",
+            settings=settings,
+            differs="model, layer, methods, target or protocol",
+        )
+        done = ledger.read(ex.resume)
         todo = [item.path for item in images if state.rels[str(item.path)] not in done]
         reused = len(images) - len(todo)
         start_progress(cmd.notify, len(images), [_progress(r) for r in done.values()])
-        journal = output.Journal(opts.out / LEDGER, keep=None if done else 0)
-        # The settings go first with the first record: a command that fails before any image
-        # is scored leaves no ledger behind (and a new folder is removed).
-        head = [] if done else [_line({"settings": settings})]
         try:
             for record in _stream(state, todo, cmd.notify):
                 done[record["image"]] = record
-                for line in head:
-                    journal.append(line)
-                head = []
-                journal.append(_line(record))
-            journal.sync()
+                ledger.append(record)
         finally:
-            journal.close()
+            ledger.close()
         records = [
             done[state.rels[str(item.path)]]
             for item in images
@@ -152,6 +151,7 @@ def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) ->
         cmd.warn(f"the sanity check re-initialises {len(blocks)} blocks: the model has no more")
     twins = [randomized(loaded.module, blocks[: j + 1], opts.seed + j) for j in range(len(blocks))]
     return EvalState(
+        job=_attribution_job(loaded, opts),
         opts=opts,
         loaded=loaded,
         layer=layer,
@@ -161,6 +161,37 @@ def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) ->
         twins=twins,
         rels={},
         **_scorer(loaded.module, loaded.device.type, opts.execution.channels_last),
+    )
+
+
+def _attribution_job(loaded: LoadedModel, opts: CamEvalOptions) -> AttributionJob | None:
+    """How the attribution methods among ``opts.methods`` run: the settings (SmoothGrad's
+    noise seeded with ``--seed``), their steps and noisy copies in batches of
+    ``--batch-size``, the baseline image decoded once; None when only CAMs are scored."""
+    from dataclasses import replace
+
+    import torch
+
+    from actviz.gradients.attribution import BASELINES as NAMED
+    from actviz.gradients.attribution import AttributionJob, baseline_image
+    from actviz.gradients.registry import MAP_METHODS
+
+    if all(MAP_METHODS[m].kind == "cam" for m in opts.methods):
+        return None
+    settings = replace(opts.attribution, seed=opts.seed)
+    pre = loaded.preprocess
+    baseline = None
+    if settings.baseline not in NAMED:
+        baseline = baseline_image(settings.baseline, pre)
+    return AttributionJob(
+        loaded.module,
+        torch.empty(0),
+        [],
+        settings,
+        opts.execution.batch_size,
+        baseline,
+        tuple(pre.mean),
+        tuple(pre.std),
     )
 
 
@@ -209,48 +240,23 @@ def _settings(model: str, loaded: LoadedModel, state: EvalState) -> dict[str, An
         "target": opts.target,
         "protocol": state.protocol.describe(loaded.input_size),
         "sanity_blocks": state.stages,
+        **_attribution_settings(state),
     }
 
 
-def _ledger(opts: CamEvalOptions, settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """With ``--resume``: the images an earlier run with the same settings scored.
+def _attribution_settings(state: EvalState) -> dict[str, Any]:
+    """The attribution methods' settings, for the settings a resume must share (nothing when
+    only CAMs are scored, so that their settings stay as they were)."""
+    from actviz.gradients.registry import MAP_METHODS
 
-    A line cut short by a kill is left out, also once a later run has ended it with a line
-    break (which makes it look whole). A folder that holds files but no cam-eval is refused:
-    resuming there would mix cam-eval's files with another command's."""
-    path = opts.out / LEDGER
-    if not opts.execution.resume:
+    if state.job is None:
         return {}
-    if not path.is_file():
-        if any(not p.name.startswith(output.TMP_MARK) for p in opts.out.iterdir()):
-            raise UsageError(
-                f"{opts.out} holds no cam-eval to resume (no {LEDGER}); use --overwrite to "
-                "replace what is there, or another --out"
-            )
-        return {}
-    records: list[dict[str, Any]] = []
-    with path.open("rb") as fh:
-        for line in fh:
-            if not output.whole(line):
-                continue
-            try:
-                data = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue  # cut short by a kill, then ended by the run that resumed
-            if isinstance(data, dict):
-                records.append(data)
-    if not records:
-        return {}
-    if records[0].get("settings") != json.loads(json.dumps(settings)):
-        raise UsageError(
-            f"{opts.out} holds a cam-eval with other settings (model, layer, methods, "
-            "target or protocol); use --overwrite to start again, or another --out"
-        )
-    return {str(r["image"]): r for r in records[1:] if r.get("status") == "ok" and "image" in r}
-
-
-def _line(record: Mapping[str, Any]) -> bytes:
-    return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+    settings = state.job.settings
+    return {
+        "attribution": {
+            m: settings.describe(m) for m in state.opts.methods if MAP_METHODS[m].kind != "cam"
+        }
+    }
 
 
 def _progress(record: Mapping[str, Any]) -> ImageResult:
@@ -304,9 +310,16 @@ def _score_batch(
     targets = resolve_targets(logits.float(), opts.target, loaded.categories)
     chunk = _scoring_chunk(opts, x.device.type, (x.shape[-2], x.shape[-1]))
     maps = method_maps(
-        loaded.module, x, state.layer, opts.methods, targets, state.shape, batch_size=chunk
+        loaded.module,
+        x,
+        state.layer,
+        opts.methods,
+        targets,
+        state.shape,
+        batch_size=chunk,
+        job=state.job,
     )
-    grid = tuple(next(iter(maps.values())).shape[-2:])
+    grid = _random_grid(maps)
     rels = [state.rels[str(p)] for p in paths]
     seeds = [zlib.crc32(rel.encode()) ^ opts.seed for rel in rels]
     every = {**maps, **baseline_maps(x, (int(grid[0]), int(grid[1])), state.protocol, seeds)}
@@ -349,7 +362,7 @@ def _score_batch(
                 "scores": per,
                 "sanity": {name: [row[i] for row in rows] for name, rows in sanity.items()},
                 "maps": {
-                    name: [[round(float(v), 4) for v in row] for row in m[i]]
+                    name: [[round(float(v), 4) for v in row] for row in _recorded(name, m[i])]
                     for name, m in maps.items()
                 },
             }
@@ -371,9 +384,45 @@ def _sanity(
     out: dict[str, list[list[float | None]]] = {name: [] for name in every}
     for twin in state.twins:
         again = method_maps(
-            twin, x, state.layer, opts.methods, targets, state.shape, batch_size=chunk
+            twin,
+            x,
+            state.layer,
+            opts.methods,
+            targets,
+            state.shape,
+            batch_size=chunk,
+            job=state.job,
         )
         for name in every:
             fresh = again.get(name, every[name])
             out[name].append(spearman(every[name], fresh))
     return out
+
+
+#: The longest side of a map in an image's record: an attribution's map, at the input's
+#: resolution, is pooled to this for the record and the cases' pictures (it is scored whole).
+RECORDED_SIDE = 64
+
+
+def _random_grid(maps: Mapping[str, torch.Tensor]) -> tuple[int, int]:
+    """The random baseline's grid: the first CAM's (the layer's), else the first map's."""
+    from actviz.gradients.registry import MAP_METHODS
+
+    first = next((m for n, m in maps.items() if MAP_METHODS[n].kind == "cam"), None)
+    shape = (first if first is not None else next(iter(maps.values()))).shape[-2:]
+    return int(shape[0]), int(shape[1])
+
+
+def _recorded(name: str, heat: torch.Tensor) -> torch.Tensor:
+    """One map as the record keeps it: an attribution's pooled (area mean) to at most
+    :data:`RECORDED_SIDE` on its longer side; a CAM's as it is."""
+    import torch.nn.functional as F
+
+    from actviz.gradients.registry import MAP_METHODS
+
+    height, width = int(heat.shape[-2]), int(heat.shape[-1])
+    if MAP_METHODS[name].kind == "cam" or max(height, width) <= RECORDED_SIDE:
+        return heat
+    scale = RECORDED_SIDE / max(height, width)
+    size = (max(1, round(height * scale)), max(1, round(width * scale)))
+    return F.adaptive_avg_pool2d(heat[None, None].float(), size)[0, 0]

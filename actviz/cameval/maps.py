@@ -1,12 +1,13 @@
-"""The maps cam-eval scores: every method's on one layer for a batch (one forward and backward
-shared by the gradient methods), and the model's last blocks re-initialised one at a time from
-the output down for the sanity check (Adebayo et al., 2018, cascading randomization)."""
+"""The maps cam-eval scores: every CAM method's on one layer for a batch (one forward and
+backward shared by the gradient methods) and every attribution method's at the input; and the
+model's last blocks re-initialised one at a time from the output down for the sanity check
+(Adebayo et al., 2018, cascading randomization)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ModelError, UsageError
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from actviz.gradients.attribution import AttributionJob
     from actviz.gradients.nchw import CamLayout
 
 __all__ = ["LayerShape", "last_blocks", "layer_shape", "method_maps", "randomized"]
@@ -47,50 +49,58 @@ def method_maps(
     shape: LayerShape,
     *,
     batch_size: int = 64,
+    job: AttributionJob | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Each method's ``(B, h, w)`` maps in ``[0, 1]`` of ``targets`` at ``layer``, on the CPU.
+    """Each method's maps in ``[0, 1]`` of ``targets``, on the CPU: a CAM's ``(B, h, w)`` at
+    ``layer`` (one forward and backward shared by every CAM), an attribution's at the input
+    (:func:`actviz.gradients.attribution.unit_maps`), computed as ``job`` says (its model, input
+    and targets replaced by these; None: the default settings).
 
     Raises:
         ModelError: If the layer gives no output or no gradient.
-        UsageError: If its output is not a spatial map.
+        UsageError: If its output is not a spatial map, or an attribution method refuses the
+            model.
     """
-    from actviz.gradients.core import compute_gradients
-    from actviz.gradients.methods import raw_cam, scale_cams, score_cam
+    from actviz.gradients.attribution import AttributionJob, unit_maps
+    from actviz.gradients.methods import CamInputs, scale_cams
+    from actviz.gradients.registry import MAP_METHODS
 
-    result = compute_gradients(model, x, [layer], target=list(targets))
-    capture = result.captures.get(layer)
-    if capture is None:
-        raise ModelError(f"no output and gradient of {layer}: pick another layer with --layers")
+    rows = [MAP_METHODS[m] for m in methods]
     maps: dict[str, torch.Tensor] = {}
-    for method in methods:
-        try:
-            if method == "scorecam":
-                raw = score_cam(
-                    model,
-                    x,
-                    capture.activation,
-                    targets,
-                    layout=shape.layout,
-                    grid=shape.grid,
-                    prefix_tokens=shape.prefix_tokens,
-                    batch_size=batch_size,
-                )
-            else:
-                raw = raw_cam(
-                    method,
-                    capture.activation,
-                    capture.gradient,
-                    layout=shape.layout,
-                    grid=shape.grid,
-                    prefix_tokens=shape.prefix_tokens,
-                )
-        except ValueError as exc:
-            raise UsageError(
-                f"the output of {layer} {tuple(capture.activation.shape)} is not a spatial map "
-                f"({exc}); pick a convolution, stage or encoder block with --layers"
-            ) from None
-        maps[method] = scale_cams(raw).cpu()
-    return maps
+    cams = [row for row in rows if row.kind == "cam"]
+    if cams:
+        from actviz.gradients.core import compute_gradients
+
+        result = compute_gradients(model, x, [layer], target=list(targets))
+        capture = result.captures.get(layer)
+        if capture is None:
+            raise ModelError(f"no output and gradient of {layer}: pick another layer with --layers")
+        inputs = CamInputs(
+            capture.activation,
+            capture.gradient,
+            shape.layout,
+            shape.grid,
+            shape.prefix_tokens,
+            model,
+            x,
+            targets,
+            batch_size,
+        )
+        for row in cams:
+            try:
+                raw = row.compute(inputs)
+            except ValueError as exc:
+                raise UsageError(
+                    f"the output of {layer} {tuple(capture.activation.shape)} is not a spatial "
+                    f"map ({exc}); pick a convolution, stage or encoder block with --layers"
+                ) from None
+            maps[row.name] = scale_cams(raw).cpu()
+    template = job if job is not None else AttributionJob(model, x, list(targets))
+    for row in rows:
+        if row.kind == "attribution":
+            found = row.compute(replace(template, model=model, x=x, targets=list(targets)))
+            maps[row.name] = unit_maps(found.values, row.signed).cpu()
+    return {name: maps[name] for name in methods}
 
 
 def last_blocks(model: nn.Module, count: int) -> list[str]:
