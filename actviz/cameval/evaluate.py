@@ -13,7 +13,16 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from actviz.cameval.maps import last_blocks, layer_shape, method_maps, randomized
+from actviz.cameval.maps import (
+    attribution_job,
+    attribution_settings,
+    last_blocks,
+    layer_shape,
+    method_maps,
+    random_grid,
+    randomized,
+    recorded,
+)
 from actviz.cameval.metrics import (
     Protocol,
     baseline_maps,
@@ -33,7 +42,6 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from actviz.gradients.attribution import AttributionJob
     from actviz.models import LoadedModel
 
 __all__ = ["CamEvalResult", "cam_eval"]
@@ -151,7 +159,7 @@ def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) ->
         cmd.warn(f"the sanity check re-initialises {len(blocks)} blocks: the model has no more")
     twins = [randomized(loaded.module, blocks[: j + 1], opts.seed + j) for j in range(len(blocks))]
     return EvalState(
-        job=_attribution_job(loaded, opts),
+        job=attribution_job(loaded, opts),
         opts=opts,
         loaded=loaded,
         layer=layer,
@@ -161,37 +169,6 @@ def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) ->
         twins=twins,
         rels={},
         **_scorer(loaded.module, loaded.device.type, opts.execution.channels_last),
-    )
-
-
-def _attribution_job(loaded: LoadedModel, opts: CamEvalOptions) -> AttributionJob | None:
-    """How the attribution methods among ``opts.methods`` run: the settings (SmoothGrad's
-    noise seeded with ``--seed``), their steps and noisy copies in batches of
-    ``--batch-size``, the baseline image decoded once; None when only CAMs are scored."""
-    from dataclasses import replace
-
-    import torch
-
-    from actviz.gradients.attribution import BASELINES as NAMED
-    from actviz.gradients.attribution import AttributionJob, baseline_image
-    from actviz.gradients.registry import MAP_METHODS
-
-    if all(MAP_METHODS[m].kind == "cam" for m in opts.methods):
-        return None
-    settings = replace(opts.attribution, seed=opts.seed)
-    pre = loaded.preprocess
-    baseline = None
-    if settings.baseline not in NAMED:
-        baseline = baseline_image(settings.baseline, pre)
-    return AttributionJob(
-        loaded.module,
-        torch.empty(0),
-        [],
-        settings,
-        opts.execution.batch_size,
-        baseline,
-        tuple(pre.mean),
-        tuple(pre.std),
     )
 
 
@@ -240,22 +217,7 @@ def _settings(model: str, loaded: LoadedModel, state: EvalState) -> dict[str, An
         "target": opts.target,
         "protocol": state.protocol.describe(loaded.input_size),
         "sanity_blocks": state.stages,
-        **_attribution_settings(state),
-    }
-
-
-def _attribution_settings(state: EvalState) -> dict[str, Any]:
-    """The attribution methods' settings, for the settings a resume must share (nothing when
-    only CAMs are scored, so that their settings stay as they were)."""
-    from actviz.gradients.registry import MAP_METHODS
-
-    if state.job is None:
-        return {}
-    settings = state.job.settings
-    return {
-        "attribution": {
-            m: settings.describe(m) for m in state.opts.methods if MAP_METHODS[m].kind != "cam"
-        }
+        **attribution_settings(opts.methods, state.job),
     }
 
 
@@ -319,7 +281,7 @@ def _score_batch(
         batch_size=chunk,
         job=state.job,
     )
-    grid = _random_grid(maps)
+    grid = random_grid(maps)
     rels = [state.rels[str(p)] for p in paths]
     seeds = [zlib.crc32(rel.encode()) ^ opts.seed for rel in rels]
     every = {**maps, **baseline_maps(x, (int(grid[0]), int(grid[1])), state.protocol, seeds)}
@@ -362,7 +324,7 @@ def _score_batch(
                 "scores": per,
                 "sanity": {name: [row[i] for row in rows] for name, rows in sanity.items()},
                 "maps": {
-                    name: [[round(float(v), 4) for v in row] for row in _recorded(name, m[i])]
+                    name: [[round(float(v), 4) for v in row] for row in recorded(name, m[i])]
                     for name, m in maps.items()
                 },
             }
@@ -397,32 +359,3 @@ def _sanity(
             fresh = again.get(name, every[name])
             out[name].append(spearman(every[name], fresh))
     return out
-
-
-#: The longest side of a map in an image's record: an attribution's map, at the input's
-#: resolution, is pooled to this for the record and the cases' pictures (it is scored whole).
-RECORDED_SIDE = 64
-
-
-def _random_grid(maps: Mapping[str, torch.Tensor]) -> tuple[int, int]:
-    """The random baseline's grid: the first CAM's (the layer's), else the first map's."""
-    from actviz.gradients.registry import MAP_METHODS
-
-    first = next((m for n, m in maps.items() if MAP_METHODS[n].kind == "cam"), None)
-    shape = (first if first is not None else next(iter(maps.values()))).shape[-2:]
-    return int(shape[0]), int(shape[1])
-
-
-def _recorded(name: str, heat: torch.Tensor) -> torch.Tensor:
-    """One map as the record keeps it: an attribution's pooled (area mean) to at most
-    :data:`RECORDED_SIDE` on its longer side; a CAM's as it is."""
-    import torch.nn.functional as F
-
-    from actviz.gradients.registry import MAP_METHODS
-
-    height, width = int(heat.shape[-2]), int(heat.shape[-1])
-    if MAP_METHODS[name].kind == "cam" or max(height, width) <= RECORDED_SIDE:
-        return heat
-    scale = RECORDED_SIDE / max(height, width)
-    size = (max(1, round(height * scale)), max(1, round(width * scale)))
-    return F.adaptive_avg_pool2d(heat[None, None].float(), size)[0, 0]

@@ -16,10 +16,23 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from actviz.cameval.options import CamEvalOptions
     from actviz.gradients.attribution import AttributionJob
     from actviz.gradients.nchw import CamLayout
+    from actviz.models import LoadedModel
 
-__all__ = ["LayerShape", "last_blocks", "layer_shape", "method_maps", "randomized"]
+__all__ = [
+    "RECORDED_SIDE",
+    "LayerShape",
+    "attribution_job",
+    "attribution_settings",
+    "last_blocks",
+    "layer_shape",
+    "method_maps",
+    "random_grid",
+    "randomized",
+    "recorded",
+]
 
 
 @dataclass(frozen=True)
@@ -150,3 +163,76 @@ def randomized(model: nn.Module, blocks: Sequence[str], seed: int) -> nn.Module:
                         for p in module.parameters(recurse=False):
                             p.normal_(0.0, 0.02)
     return twin
+
+
+def attribution_job(loaded: LoadedModel, opts: CamEvalOptions) -> AttributionJob | None:
+    """How the attribution methods among ``opts.methods`` run: the settings (SmoothGrad's
+    noise seeded with ``--seed``), their steps and noisy copies in batches of
+    ``--batch-size``, the baseline image decoded once; None when only CAMs are scored."""
+    from dataclasses import replace
+
+    import torch
+
+    from actviz.gradients.attribution import BASELINES as NAMED
+    from actviz.gradients.attribution import AttributionJob, baseline_image
+    from actviz.gradients.registry import MAP_METHODS
+
+    if all(MAP_METHODS[m].kind == "cam" for m in opts.methods):
+        return None
+    settings = replace(opts.attribution, seed=opts.seed)
+    pre = loaded.preprocess
+    baseline = None
+    if settings.baseline not in NAMED:
+        baseline = baseline_image(settings.baseline, pre)
+    return AttributionJob(
+        loaded.module,
+        torch.empty(0),
+        [],
+        settings,
+        opts.execution.batch_size,
+        baseline,
+        tuple(pre.mean),
+        tuple(pre.std),
+    )
+
+
+def attribution_settings(methods: Sequence[str], job: AttributionJob | None) -> dict[str, Any]:
+    """The attribution methods' settings, for the settings a resume must share and the record
+    (nothing when only CAMs are scored, so that their settings stay as they were)."""
+    from actviz.gradients.registry import MAP_METHODS
+
+    if job is None:
+        return {}
+    settings = job.settings
+    return {
+        "attribution": {m: settings.describe(m) for m in methods if MAP_METHODS[m].kind != "cam"}
+    }
+
+
+#: The longest side of a map in an image's record: an attribution's map, at the input's
+#: resolution, is pooled to this for the record and the cases' pictures (it is scored whole).
+RECORDED_SIDE = 64
+
+
+def random_grid(maps: Mapping[str, torch.Tensor]) -> tuple[int, int]:
+    """The random baseline's grid: the first CAM's (the layer's), else the first map's."""
+    from actviz.gradients.registry import MAP_METHODS
+
+    first = next((m for n, m in maps.items() if MAP_METHODS[n].kind == "cam"), None)
+    shape = (first if first is not None else next(iter(maps.values()))).shape[-2:]
+    return int(shape[0]), int(shape[1])
+
+
+def recorded(name: str, heat: torch.Tensor) -> torch.Tensor:
+    """One map as the record keeps it: an attribution's pooled (area mean) to at most
+    :data:`RECORDED_SIDE` on its longer side; a CAM's as it is."""
+    import torch.nn.functional as F
+
+    from actviz.gradients.registry import MAP_METHODS
+
+    height, width = int(heat.shape[-2]), int(heat.shape[-1])
+    if MAP_METHODS[name].kind == "cam" or max(height, width) <= RECORDED_SIDE:
+        return heat
+    scale = RECORDED_SIDE / max(height, width)
+    size = (max(1, round(height * scale)), max(1, round(width * scale)))
+    return F.adaptive_avg_pool2d(heat[None, None].float(), size)[0, 0]
