@@ -41,7 +41,7 @@ MODEL = "resnet18"
 
 def _setup(args: argparse.Namespace) -> tuple[torch.nn.Module, list[torch.Tensor], list[list[int]]]:
     """The model and the decoded batches, as actviz decodes them."""
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
     from actviz.models import load_model
 
     loaded = load_model(MODEL, weights="none", device="cpu", input_size=(args.size, args.size))

@@ -166,7 +166,7 @@ def test_pixels_and_activations_are_the_processors_and_transformers_own(
 def test_shortest_edge_processors_keep_the_aspect_ratio_and_run_one_image_at_a_time(
     tmp_path: Path, kind: str
 ) -> None:
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
 
     build, make_processor = PROCESSORS[kind]
     _saved(tmp_path / kind, build, make_processor())

@@ -224,7 +224,7 @@ def baseline_image(path: Path | str, preprocess: Preprocessing) -> torch.Tensor:
     """
     import contextlib
 
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
 
     decoded = decode_batches([Path(path)], preprocess, batch_size=1)
     with contextlib.closing(decoded):
