@@ -22,12 +22,13 @@ from actviz.command.progress import Reporter
 from actviz.errors import ActvizError
 from actviz.gradients import backward, choose_cam_keys
 from actviz.results import ImageResult, LayerResult
-from actviz.run.detection import DetectionProbe, Found
-from actviz.run.detection_cam import batch_detections
 from actviz.run.draw import draw_image, summaries
+from actviz.run.families import IMAGE_KINDS
+from actviz.run.families.detection.cam import batch_detections
+from actviz.run.families.detection.probe import DetectionProbe, Found
+from actviz.run.families.optical_flow import optical_flow_iterations
 from actviz.run.gradients import write_gradient_flow
-from actviz.run.job import ImageJob, thumbnail_path, top_k_predictions
-from actviz.run.optical_flow import optical_flow_iterations
+from actviz.run.job import ImageJob, top_k_predictions
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.stats import stats_callback
 
@@ -206,22 +207,23 @@ def capture_and_render(
                         if loaded.classifier
                         else []
                     )
+                    extras: dict[str, Any] = {}
+                    if loaded.segmentation is not None:
+                        extras["segmentation"] = loaded.segmentation
+                    if loaded.family.key == "optical_flow":
+                        extras["optical_flow"] = optical_flow_iterations(logits, i)
+                    if detected is not None:
+                        found, cams = detected[i]
+                        result.extras.update(_detection_record(found))
+                        empty += not found.scores
+                        extras.update(detections=found, detection_cams=cams)
                     job = _image_job(
                         shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
                     )
-                    if loaded.family.key == "optical_flow":
-                        job = dataclasses.replace(
-                            job, optical_flow=optical_flow_iterations(logits, i)
-                        )
-                        if opts.draw.grids and job.optical_flow is not None:
-                            result.pictures["optical_flow"] = (
-                                result.out_dir / "optical_flow.png"
-                            ).as_posix()
-                    if detected is not None:
-                        found, cams = detected[i]
-                        _record_detections(result, found, opts)
-                        empty += not found.scores
-                        job = dataclasses.replace(job, detections=found, detection_cams=cams)
+                    job = dataclasses.replace(job, extras=extras)
+                    for kind in IMAGE_KINDS:
+                        if kind.record is not None and kind.wanted(job):
+                            kind.keep(result, (job.folder / f"{kind.name}.png").as_posix())
                     jobs.append((index, job))
                 if pca is not None:
                     # Sampled ahead of the batch's pictures: after the last batch, the fits
@@ -266,16 +268,16 @@ def _probe(loaded: LoadedModel, plan: Plan, stack: contextlib.ExitStack) -> Dete
     return stack.enter_context(DetectionProbe(plan.module))
 
 
-def _record_detections(result: ImageResult, found: Found, opts: RunOptions) -> None:
-    """One image's detections above the threshold, in its record."""
-    result.detections = found.records()
-    result.detection_heads = dict(found.head_shapes) or None
-    if opts.draw.grids:
-        result.detections_file = (result.out_dir / "detections.png").as_posix()
-    if any(found.heads) and opts.draw.grids:
-        result.detection_heads_file = (result.out_dir / "detection_heads.png").as_posix()
-    if opts.gradients.cam and opts.draw.grids:
-        result.detection_cam_file = (result.out_dir / "detection_cam.png").as_posix()
+def _detection_record(found: Found) -> dict[str, Any]:
+    """What one image's record keeps of its detections above the threshold (its pictures'
+    files are named once they are known to be drawn)."""
+    return {
+        "detections": found.records(),
+        "detections_file": None,
+        "detection_heads_file": None,
+        "detection_heads": dict(found.head_shapes) or None,
+        "detection_cam_file": None,
+    }
 
 
 @dataclass
@@ -343,8 +345,6 @@ def _image_job(
 ) -> ImageJob:
     """The drawing of image ``i`` of a batch, for a render thread."""
     back = batch.backward
-    if opts.report:
-        result.thumbnail = thumbnail_path(result.out_dir).as_posix()
     target = back.targets[i] if back.targets else None
     names = loaded.categories or []
     label = names[target] if target is not None and target < len(names) else None
@@ -382,7 +382,6 @@ def _image_job(
         class_cams={key: maps[i] for key, maps in back.class_maps.items()},
         random_weights=loaded.weights.random,
         channel_names=loaded.channel_names,
-        segmentation=loaded.segmentation,
         features=plan.features,
         pca=plan.pca,
     )

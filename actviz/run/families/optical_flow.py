@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from actviz.run.families.base import ImageKind
 from actviz.run.job import ImageJob, header_notes
 
-__all__ = ["optical_flow_iterations", "write_optical_flow"]
+__all__ = ["OPTICAL_FLOW", "optical_flow_iterations", "optical_flow_png"]
 
 
 def optical_flow_iterations(output: Any, row: int) -> Any:
@@ -23,23 +24,23 @@ def optical_flow_iterations(output: Any, row: int) -> Any:
     return torch.stack([f[row] for f in fields]).detach().to("cpu", torch.float32).numpy()
 
 
-def write_optical_flow(job: ImageJob) -> str | None:
-    """Write ``<pair folder>/optical_flow.png``; its path relative to the output folder, or
-    None when the job holds no optical flow."""
+def _wanted(job: ImageJob) -> bool:
+    return job.options.grids and job.extras.get("optical_flow") is not None
+
+
+def optical_flow_png(job: ImageJob) -> bytes:
+    """The pair and its flow at every iteration, on one scale, under a header."""
     import numpy as np
 
-    from actviz import output
     from actviz.render.optical_flow import render_optical_flow
     from actviz.render.overlay import input_view
     from actviz.render.png import encode_png
 
-    if job.optical_flow is None:
-        return None
     pair = []
     x = job.model_input.numpy() if job.model_input is not None else None
     if x is not None and x.ndim == 4 and x.shape[1] == 2:  # (C, 2, H, W): both pictures
         pair = [np.asarray(input_view(x[:, k], job.mean, job.std)) for k in range(2)]
-    flows = job.optical_flow
+    flows = job.extras["optical_flow"]
     picture = render_optical_flow(
         flows,
         title=f"optical flow at each of {flows.shape[0]} iterations "
@@ -47,14 +48,15 @@ def write_optical_flow(job: ImageJob) -> str | None:
         pair=pair,
         notes=header_notes(job),
     )
-    rel = job.folder / "optical_flow.png"
-    png = encode_png(picture, level=job.options.png_compression)
-    output.write_bytes(job.out_dir / rel, png)
-    fmt = job.options.save_tensors
-    if fmt is not None:  # every iteration's flow, (N, 2, H, W), beside the layers' tensors
-        import torch
+    return encode_png(picture, level=job.options.png_compression)
 
-        output.write_tensor(
-            job.out_dir / job.folder / f"optical_flow.{fmt}", torch.from_numpy(flows), fmt
-        )
-    return rel.as_posix()
+
+def _tensor(job: ImageJob) -> Any:
+    """Every iteration's flow, ``(N, 2, H, W)``, beside the layers' tensors."""
+    import torch
+
+    return torch.from_numpy(job.extras["optical_flow"])
+
+
+#: The estimate at every iteration, named in the record's ``pictures``.
+OPTICAL_FLOW = ImageKind("optical_flow", wanted=_wanted, make=optical_flow_png, tensor=_tensor)
