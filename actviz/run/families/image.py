@@ -1,13 +1,21 @@
-"""The image families' per-image pictures: what the model saw (every image of a run with a
-report: ``<image>/input.png``) and a segmentation model's class map
-(``<image>/segmentation.png``)."""
+"""The image families in a run (classification, segmentation, quantized): what the model saw
+(every image of a run with a report: ``<image>/input.png``) and, for a model with a
+segmentation head, its class map (``<image>/segmentation.png``)."""
 
 from __future__ import annotations
 
-from actviz.run.families.base import ImageKind
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from actviz.models.families import CLASSIFICATION, QUANTIZED, SEGMENTATION, Family
+from actviz.run.families.base import Extras, ImageKind, Probe, RunFamily, Same
 from actviz.run.job import ImageJob, model_view
 
-__all__ = ["INPUT", "SEGMENTATION"]
+if TYPE_CHECKING:
+    from actviz.models import LoadedModel
+    from actviz.run.options import RunOptions
+
+__all__ = ["CLASS_MAP", "CLASSIFICATION_RUN", "INPUT", "QUANTIZED_RUN", "SEGMENTATION_RUN"]
 
 
 def _input_wanted(job: ImageJob) -> bool:
@@ -60,6 +68,27 @@ def segmentation_png(job: ImageJob) -> bytes | None:
 
 
 #: A segmentation model's class map over what the model saw; the record does not name it.
-SEGMENTATION = ImageKind(
+CLASS_MAP = ImageKind(
     "segmentation", wanted=_segmentation_wanted, make=segmentation_png, record=None
 )
+
+
+def _class_map_probe(
+    loaded: LoadedModel, module: Any, opts: RunOptions, stack: contextlib.ExitStack
+) -> Probe | None:
+    """The module a model's class map is read from, for each image; None for a model without
+    a segmentation head."""
+    if loaded.segmentation is None:
+        return None
+    return Same(Extras(job={"segmentation": loaded.segmentation}))
+
+
+def image_run(family: Family) -> RunFamily:
+    """The run row of a family of image models: any of them with a segmentation head's class
+    logits (a quantized one too) gets its class map."""
+    return RunFamily(family, probe=_class_map_probe, pictures=(CLASS_MAP,))
+
+
+CLASSIFICATION_RUN = image_run(CLASSIFICATION)
+SEGMENTATION_RUN = image_run(SEGMENTATION)
+QUANTIZED_RUN = image_run(QUANTIZED)

@@ -1,14 +1,28 @@
-"""An optical-flow model's estimate of one pair at every iteration: ``<pair>/optical_flow.png``
-(and, with ``--save-tensors``, ``<pair>/optical_flow.npy``)."""
+"""Optical-flow models in a run: ``--flow-updates`` sets RAFT's iterations, and each pair's
+estimate at every iteration is drawn in ``<pair>/optical_flow.png`` (and, with
+``--save-tensors``, kept in ``<pair>/optical_flow.npy``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from actviz.run.families.base import ImageKind
+from actviz.errors import UsageError
+from actviz.models.families import OPTICAL_FLOW
+from actviz.run.families.base import Batch, Extras, FamilyOption, ImageKind, RunFamily
 from actviz.run.job import ImageJob, header_notes
 
-__all__ = ["OPTICAL_FLOW", "optical_flow_iterations", "optical_flow_png"]
+if TYPE_CHECKING:
+    from actviz.models import LoadedModel
+    from actviz.run.options import RunOptions
+
+__all__ = [
+    "OPTICAL_FLOW_PICTURE",
+    "OPTICAL_FLOW_RUN",
+    "optical_flow_iterations",
+    "optical_flow_png",
+]
 
 
 def optical_flow_iterations(output: Any, row: int) -> Any:
@@ -59,4 +73,51 @@ def _tensor(job: ImageJob) -> Any:
 
 
 #: The estimate at every iteration, named in the record's ``pictures``.
-OPTICAL_FLOW = ImageKind("optical_flow", wanted=_wanted, make=optical_flow_png, tensor=_tensor)
+OPTICAL_FLOW_PICTURE = ImageKind(
+    "optical_flow", wanted=_wanted, make=optical_flow_png, tensor=_tensor
+)
+
+
+def _updates(loaded: LoadedModel, updates: int) -> None:
+    """RAFT's refinement iterations (at least 1)."""
+    from actviz.models.families.optical_flow import flow_updates
+
+    if updates < 1:
+        raise UsageError(f"--flow-updates must be at least 1, not {updates}")
+    flow_updates(loaded.module, updates)
+
+
+def _settings(loaded: LoadedModel, opts: RunOptions) -> dict[str, Any]:
+    """The iterations, when set."""
+    return {"clip": [None, opts.flow_updates]} if opts.flow_updates is not None else {}
+
+
+@dataclass(frozen=True)
+class _Iterations:
+    """Each pair's flow at every iteration, from the model's output."""
+
+    own_cam: bool = False
+
+    def batch(self, batch: Batch) -> Sequence[Extras]:
+        return [
+            Extras(job={"optical_flow": optical_flow_iterations(batch.outputs, i)})
+            for i in range(batch.rows)
+        ]
+
+    def warnings(self) -> list[str]:
+        return []
+
+
+OPTICAL_FLOW_RUN = RunFamily(
+    OPTICAL_FLOW,
+    options=(
+        FamilyOption(
+            "flow_updates",
+            apply=_updates,
+            refusal="--flow-updates is for optical-flow models, not {model}",
+        ),
+    ),
+    settings=_settings,
+    probe=lambda loaded, module, opts, stack: _Iterations(),
+    pictures=(OPTICAL_FLOW_PICTURE,),
+)
