@@ -24,6 +24,7 @@ _moved.install()
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
+    from actviz.attribute import attribute as attribute
     from actviz.cam_eval import cam_eval
     from actviz.dictionary import load_sae
     from actviz.diff import diff as diff
@@ -42,6 +43,7 @@ __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "attribute",
     "browse",
     "cam_eval",
     "capture",
@@ -63,6 +65,7 @@ __all__ = [
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "attribute": "actviz.attribute",
     "browse": "actviz.look",
     "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",
