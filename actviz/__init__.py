@@ -25,17 +25,19 @@ _moved.install()
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
     from actviz.cam_eval import cam_eval
-    from actviz.dictionary import load_sae
+    from actviz.dictionary import load_dictionary
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.hooks import ActivationRecorder, capture
-    from actviz.look import browse, show
     from actviz.models import load_model
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
+    from actviz.notebook import browse, show
+    from actviz.optimize import optimize as optimize
     from actviz.run.pca import pca_view
     from actviz.sae import sae as sae
     from actviz.selectors import select_layers
+    from actviz.stats import stats as stats
     from actviz.top_images import top_images
 
 __all__ = [
@@ -47,8 +49,9 @@ __all__ = [
     "capture",
     "diff",
     "list_layers",
+    "load_dictionary",
     "load_model",
-    "load_sae",
+    "optimize",
     "pca_view",
     "read_images",
     "read_log",
@@ -57,20 +60,22 @@ __all__ = [
     "sae",
     "select_layers",
     "show",
+    "stats",
     "top_images",
     "watch",
 ]
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
-    "browse": "actviz.look",
+    "browse": "actviz.notebook",
     "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
     "list_layers": "actviz.api",
+    "load_dictionary": "actviz.dictionary",
     "load_model": "actviz.models",
-    "load_sae": "actviz.dictionary",
+    "optimize": "actviz.optimize",
     "pca_view": "actviz.run.pca",
     "read_images": "actviz.api",
     "read_log": "actviz.monitor",
@@ -78,7 +83,8 @@ _LAZY = {
     "run": "actviz.api",
     "sae": "actviz.sae",
     "select_layers": "actviz.selectors",
-    "show": "actviz.look",
+    "show": "actviz.notebook",
+    "stats": "actviz.stats",
     "top_images": "actviz.top_images",
     "watch": "actviz.monitor",
 }
@@ -87,5 +93,5 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'actviz' has no attribute {name!r}")
+        return _moved.moved_name(__name__, name)  # an old name warns; others: AttributeError
     return getattr(importlib.import_module(module), name)

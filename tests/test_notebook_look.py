@@ -18,7 +18,7 @@ from torch import nn
 
 import actviz
 from actviz.errors import UsageError
-from tests.test_notebook import decoded
+from tests.test_cards import decoded
 
 ROOT = Path(__file__).resolve().parents[1]
 

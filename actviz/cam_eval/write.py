@@ -121,6 +121,7 @@ def write_outputs(
         skipped=list(cmd.found.skipped if cmd.found else []),
         warnings=list(cmd.warnings),
         reused=reused,
+        model=cmd.model,
     )
 
 

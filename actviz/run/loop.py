@@ -29,7 +29,7 @@ from actviz.run.gradients import write_gradient_flow
 from actviz.run.job import ImageJob, thumbnail_path, top_k_predictions
 from actviz.run.optical_flow import optical_flow_iterations
 from actviz.run.scales import SharedScales, shared_ranges
-from actviz.stats import stats_callback
+from actviz.statistics import stats_callback
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel

@@ -60,11 +60,11 @@ class SaeResult:
     document: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:
-        from actviz.notebook import sae_card
+        from actviz.cards import dictionary_card
 
-        return sae_card(self, pictures=False).text()
+        return dictionary_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import sae_card
+        from actviz.cards import dictionary_card
 
-        return sae_card(self).html()
+        return dictionary_card(self).html()

@@ -1,4 +1,5 @@
-"""Tests of actviz.stats.compute: per-sample statistics, pooling, anomaly flags, CSV and JSON."""
+"""Tests of actviz.statistics.compute: per-sample statistics, pooling, anomaly flags, CSV and
+JSON."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from actviz.errors import UsageError
-from actviz.stats import (
+from actviz.statistics import (
     CSV_FIELDS,
     FLAG_KINDS,
     RUN_KEY,
@@ -25,7 +26,7 @@ from actviz.stats import (
     flag_anomalies,
     parse_kinds,
 )
-from actviz.stats.compute import PERCENTILE_EXACT_LIMIT, compute_stats, default_channel_dim
+from actviz.statistics.compute import PERCENTILE_EXACT_LIMIT, compute_stats, default_channel_dim
 from tests.conftest import layer_stats
 from tests.oracles import aggregate, aggregate_run, stats_rows, to_csv, to_json
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
-    from actviz.stats.layerstats import LayerStats
+    from actviz.statistics.layerstats import LayerStats
 
 __all__ = [
     "FLAG_KINDS",

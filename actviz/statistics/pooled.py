@@ -11,8 +11,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from actviz.stats.layerstats import LayerStats, _json_float
-from actviz.stats.sketch import Sketch
+from actviz.statistics.layerstats import LayerStats, _json_float
+from actviz.statistics.sketch import Sketch
 
 __all__ = ["ACROSS_IMAGES", "RunningLayer"]
 

@@ -19,9 +19,16 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from actviz.cards import (
+    CARD_MAX_BYTES,
+    MAX_ROWS,
+    LiveView,
+    cam_eval_card,
+    fit_size,
+    run_card,
+)
 from actviz.models.listing import LayerInfo, LayerListing
 from actviz.models.weights import WeightsInfo
-from actviz.notebook import CARD_MAX_BYTES, MAX_ROWS, LiveView, fit_size, run_card
 from actviz.results import ImageResult, LayerResult
 from actviz.run.result import ImageRecords, RunCounts, RunResult
 
@@ -265,7 +272,7 @@ def test_reprs_of_results_from_disk_never_import_torch(tmp_path: Path) -> None:
         import sys
         from pathlib import Path
         import actviz
-        from tests.test_notebook import synthetic_run, LayerInfo, LayerListing
+        from tests.test_cards import synthetic_run, LayerInfo, LayerListing
         log = actviz.read_log({str(tmp_path / "log")!r})
         result, _ = synthetic_run(Path({str(tmp_path / "run")!r}), images=2, layers=2)
         listing = LayerListing("m", (1, 3, 8, 8), [LayerInfo("a", "Conv2d", None, 1, 0, True)],
@@ -437,6 +444,69 @@ def test_optimize_card_shows_each_layers_sheet(tmp_path: Path) -> None:
     assert "channels=3, steps=64, complete=False" in repr(result)
 
 
+def test_cam_eval_card_scores_every_map_and_flags_a_failed_sanity_check(tmp_path: Path) -> None:
+    from actviz.cam_eval import CamEvalResult
+    from actviz.cards import RANDOM_WARNING
+
+    def ci(mean: float) -> dict[str, float]:
+        return {"mean": mean, "low": mean - 0.01, "high": mean + 0.01}
+
+    def entry(deletion: float, insertion: float, spearman: float | None, **more: Any) -> Any:
+        stages = [] if spearman is None else [{"block": "fc", "spearman": ci(spearman)}]
+        metrics = [("deletion_auc", deletion), ("insertion_auc", insertion)]
+        metrics += [("drop_pct", 41.5), ("increase", 0.25)]
+        return {
+            "metrics": {name: ci(value) for name, value in metrics},
+            "sanity": {"stages": stages, "flagged": spearman is not None and spearman > 0.9},
+            **more,
+        }
+
+    verdict = {"overall": "yes"}
+    summary = {
+        "gradcam": entry(0.125, 0.5, 0.25, beats={"random": verdict, "sobel": {"overall": "tie"}}),
+        "eigencam": entry(0.25, 0.375, 0.96, beats={"random": {"overall": "no"}}),
+        "random": entry(0.5, 0.5, None, baseline=True),
+    }
+    noise_png(tmp_path / "curves.png", (320, 160))
+    result = CamEvalResult(
+        out=tmp_path,
+        record=tmp_path / "cam-eval.json",
+        layer="layer4",
+        methods=["gradcam", "eigencam"],
+        summary=summary,
+        images=[{"status": "ok"}, {"status": "ok"}, {"status": "failed", "error": "x"}],
+        random_weights=True,
+        seconds=2.5,
+        device="cpu",
+        chart=tmp_path / "curves.png",
+        report=tmp_path / "cam-eval.html",
+        model="resnet18",
+    )
+    card = cam_eval_card(result)
+    assert card.warnings[0] == RANDOM_WARNING
+    assert card.flags == [
+        "eigencam: sanity check failed: its maps barely change as the weights are re-initialised"
+    ]
+    assert card.table is not None and [row[0] for row in card.table.rows] == [
+        "gradcam",
+        "eigencam",
+        "(random)",
+    ]
+    gradcam, eigencam, baseline = card.table.rows
+    assert gradcam == ["gradcam", "0.125", "0.5", "41.5", "0.25", "random:yes sobel:tie", "0.25"]
+    assert eigencam[-2:] == ["random:no", "0.96 UNCHANGED"] and baseline[-2:] == ["-", "-"]
+    assert ("images", "2 scored (1 failed)") in card.facts and ("layer", "layer4") in card.facts
+    html_card = result._repr_html_()
+    assert [(w, h) for _, w, h in decoded(html_card)] == [fit_size(320, 160)]
+    text = html.unescape(html_card)
+    assert text.index(RANDOM_WARNING) < text.index("gradcam")
+    assert [label for label, _ in card.links] == ["report", "cam-eval.json", "folder"]
+    assert repr(result) == (
+        f"CamEvalResult(model='resnet18', layer='layer4', methods=['gradcam', 'eigencam'], "
+        f"images=2, out={str(tmp_path)!r})"
+    )
+
+
 def test_top_images_card_of_a_real_run(tmp_path: Path, make_photos: Any) -> None:
     import torch
 
@@ -468,7 +538,7 @@ def test_optimized_images_show_side_by_side() -> None:
 def test_links_are_relative_under_the_working_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from actviz.notebook.card import href
+    from actviz.cards.card import href
 
     monkeypatch.chdir(tmp_path)
     assert href(tmp_path / "out" / "index.html") == "out/index.html"

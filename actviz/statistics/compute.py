@@ -3,7 +3,7 @@
 :func:`compute_stats` summarises every sample of a captured batch on the tensor's own device,
 before any copy, with a handful of whole-batch reductions and one small transfer, so it can run
 inside a forward hook. The conventions of the numbers (finite values only, population ``std``,
-what a dead channel is) are those of :mod:`actviz.stats.layerstats`.
+what a dead channel is) are those of :mod:`actviz.statistics.layerstats`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from actviz.stats.layerstats import LayerStats
+from actviz.statistics.layerstats import LayerStats
 
 if TYPE_CHECKING:
     import torch

@@ -1,10 +1,11 @@
 """Running summaries of a run's statistics, whose size depends on the layers, not the images.
 
-:class:`RunningLayer` (in :mod:`actviz.stats.pooled`) folds one layer's per-image
-:class:`~actviz.stats.layerstats.LayerStats` into what :func:`~actviz.stats.layerstats.aggregate`
-would pool from all of them, plus quantile sketches of the images' means, RMS, maxima and dead
-fractions. :class:`RunningStats` does it for a whole run, with flag counts, the worst images of
-each kind of flag and where non-finite values start, and writes ``stats.json`` format 2 from them.
+:class:`RunningLayer` (in :mod:`actviz.statistics.pooled`) folds one layer's per-image
+:class:`~actviz.statistics.layerstats.LayerStats` into what
+:func:`~actviz.statistics.layerstats.aggregate` would pool from all of them, plus quantile
+sketches of the images' means, RMS, maxima and dead fractions. :class:`RunningStats` does it
+for a whole run, with flag counts, the worst images of each kind of flag and where non-finite
+values start, and writes ``stats.json`` format 2 from them.
 
 Every sum is kept exactly, as an integer times a power of two (which every float is), so
 nothing is lost to rounding or cancellation, and the result is the same whatever order the
@@ -20,10 +21,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from actviz.stats.anomalies import FLAG_KINDS, Flag, Thresholds, first_bad_layer, flag_anomalies
-from actviz.stats.layerstats import LayerStats, _json_float
-from actviz.stats.pooled import ACROSS_IMAGES, RunningLayer
-from actviz.stats.sketch import Sketch
+from actviz.statistics.anomalies import (
+    FLAG_KINDS,
+    Flag,
+    Thresholds,
+    first_bad_layer,
+    flag_anomalies,
+)
+from actviz.statistics.layerstats import LayerStats, _json_float
+from actviz.statistics.pooled import ACROSS_IMAGES, RunningLayer
+from actviz.statistics.sketch import Sketch
 
 __all__ = ["ACROSS_IMAGES", "WORST", "RunningLayer", "RunningStats", "Sketch"]
 
@@ -90,7 +97,7 @@ class RunningStats:
             thresholds: When to flag.
 
         Returns:
-            :func:`~actviz.stats.anomalies.flag_anomalies` of the image's layers.
+            :func:`~actviz.statistics.anomalies.flag_anomalies` of the image's layers.
         """
         flags = flag_anomalies(layers, thresholds)
         if not layers:

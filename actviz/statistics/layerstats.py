@@ -1,7 +1,7 @@
 """The summary of one layer's activations, :class:`LayerStats`, and pooling it over images.
 
-Pure data: nothing here touches a tensor. :func:`~actviz.stats.compute_stats` makes the
-per-image summaries on the device; :class:`~actviz.stats.RunningStats` pools them over a folder
+Pure data: nothing here touches a tensor. :func:`~actviz.statistics.compute_stats` makes the
+per-image summaries on the device; :class:`~actviz.statistics.RunningStats` pools them over a folder
 run.
 
 Conventions:
@@ -39,7 +39,7 @@ class LayerStats:
         min: Smallest finite value.
         max: Largest finite value.
         p01: 1st percentile of the finite values (nearest rank, see
-            :func:`actviz.stats.compute.compute_stats`).
+            :func:`actviz.statistics.compute.compute_stats`).
         p99: 99th percentile of the finite values.
         zero_frac: Fraction of all elements that are exactly 0.
         neg_frac: Fraction of all elements below 0.

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.cards import Card, Picture, Table, Thumb, picture_of
+from actviz.cards.results import RANDOM_WARNING, fmt, weights_text
 from actviz.errors import UsageError
-from actviz.notebook import Card, Picture, Table, Thumb, picture_of
-from actviz.notebook.cards import RANDOM_WARNING, fmt, weights_text
 
 if TYPE_CHECKING:
     import torch
@@ -174,7 +174,7 @@ class Look:
         return cached
 
     def _draw(self, cap: Capture, kind: str) -> Picture:
-        from actviz.look.drawing import draw_picture
+        from actviz.notebook.drawing import draw_picture
 
         png = draw_picture(self, cap, kind)
         if png is None:
@@ -189,8 +189,8 @@ class Look:
         return "its output cannot be drawn"
 
     def job(self, cap: Capture, **fields: Any) -> ImageJob:
-        """The run's drawing job for this image and capture (see :mod:`actviz.look.drawing`)."""
-        from actviz.look.drawing import image_job
+        """The run's drawing job for this image and capture (see :mod:`actviz.notebook.drawing`)."""
+        from actviz.notebook.drawing import image_job
 
         return image_job(self, cap, **fields)
 
@@ -273,7 +273,7 @@ def _thumb(picture: Picture, label: str) -> Thumb:
 
     from PIL import Image
 
-    from actviz.notebook import thumb_from_array
+    from actviz.cards import thumb_from_array
 
     with Image.open(io.BytesIO(picture.png)) as image:
         return thumb_from_array(image.convert("RGB"), label)

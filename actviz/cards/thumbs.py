@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.notebook.card import Thumb
+from actviz.cards.card import Thumb
 
 if TYPE_CHECKING:
     from PIL import Image

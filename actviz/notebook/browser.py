@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from actviz.cards import Thumb, thumb_from_array, thumb_from_file
+from actviz.cards.results import fmt
 from actviz.errors import UsageError
-from actviz.look.tops import MAX_CHANNELS, top_images
-from actviz.notebook import Thumb, thumb_from_array, thumb_from_file
-from actviz.notebook.cards import fmt
+from actviz.notebook.tops import MAX_CHANNELS, top_images
 
 __all__ = ["LiveData", "RunData", "browse", "channel_rgb"]
 
@@ -30,9 +30,9 @@ def browse(source: Any, *, top: Any = None, layer: str | None = None, context: A
     large with its statistics and, when ``top`` is given, its top images.
 
     Args:
-        source: A :class:`~actviz.look.Look` (``actviz.show``), a mapping of capture keys to
+        source: A :class:`~actviz.notebook.Look` (``actviz.show``), a mapping of capture keys to
             tensors (``actviz.capture``), a ``RunResult``, or a run's folder; or a sparse
-            dictionary (``actviz.sae``'s result, ``actviz.load_sae``'s, or the folder or
+            dictionary (``actviz.sae``'s result, ``actviz.load_dictionary``'s, or the folder or
             ``sae.json`` of ``actviz sae``): its features instead of channels, with their
             density, strength, stability and top images.
         top: A ``TopImagesResult`` or its folder: each channel's top images.
@@ -44,13 +44,13 @@ def browse(source: Any, *, top: Any = None, layer: str | None = None, context: A
         UsageError: Without anywidget (``pip install 'actviz[notebook]'``), or for a source
             that is none of those.
     """
-    from actviz.look.features import SaeData, sae_folder
-    from actviz.look.inline import Look
+    from actviz.notebook.features import DictionaryData, dictionary_folder
+    from actviz.notebook.inline import Look
     from actviz.notebook.widget import browser_widget
 
-    folder = sae_folder(source)
+    folder = dictionary_folder(source)
     if folder is not None:
-        return browser_widget(SaeData(folder), layer)
+        return browser_widget(DictionaryData(folder), layer)
     tops = _top_document(top)
     if isinstance(source, str | Path) or hasattr(source, "manifest"):
         data: Any = RunData(Path(getattr(source, "out", source)), tops)

@@ -1,4 +1,4 @@
-"""Tests of actviz.stats.table: the streamed per-image table, stats.parquet and stats.csv."""
+"""Tests of actviz.statistics.table: the streamed per-image table, stats.parquet and stats.csv."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from actviz.errors import OutputError, UsageError
-from actviz.stats import RUN_KEY, STAT_FIELDS, Flag, LayerStats, flag_anomalies
-from actviz.stats.table import (
+from actviz.statistics import RUN_KEY, STAT_FIELDS, Flag, LayerStats, flag_anomalies
+from actviz.statistics.table import (
     CSV_FILE,
     TABLE_FILE,
     TABLE_SCHEMA,
@@ -307,8 +307,8 @@ def test_without_pyarrow_the_error_says_how_to_install_it(
 _LAZY = """
 import sys
 from pathlib import Path
-from actviz.stats import LayerStats
-from actviz.stats.table import StatsTable
+from actviz.statistics import LayerStats
+from actviz.statistics.table import StatsTable
 
 out = Path(sys.argv[1])
 row = [("conv", LayerStats(36, 0.5, 1.0, -1.0, 2.0, -0.9, 1.9, 0.0, 0.25, 0, 0, 4, 0, 0.0))]

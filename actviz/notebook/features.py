@@ -1,5 +1,5 @@
 """``actviz.browse`` on a sparse dictionary (``actviz sae``'s folder, its result, or
-``actviz.load_sae``'s dictionary): the features instead of the channels, each with the
+``actviz.load_dictionary``'s dictionary): the features instead of the channels, each with the
 figures of its page (density, images, strength, peak, stability, classes) and its top images.
 
 Read from the files ``actviz sae`` wrote (``sae.json``, ``sae-features/features.json``,
@@ -12,11 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from actviz.cards import thumb_from_file
 from actviz.errors import UsageError
-from actviz.look.tops import MAX_CHANNELS, top_images
-from actviz.notebook import thumb_from_file
+from actviz.notebook.tops import MAX_CHANNELS, top_images
 
-__all__ = ["SaeData", "sae_folder"]
+__all__ = ["DictionaryData", "dictionary_folder"]
 
 _JSON = "sae.json"
 _FEATURES = "sae-features/features.json"
@@ -24,13 +24,13 @@ _THUMB = (48, 48)
 _SHEET = (480, 480)
 
 
-def sae_folder(source: Any) -> Path | None:
+def dictionary_folder(source: Any) -> Path | None:
     """The ``actviz sae`` folder ``source`` stands for, or None: a dictionary loaded from a
     file, an ``SaeResult``, ``sae.json``/``sae.safetensors``/``sae.html``, or a folder with
     ``sae.json`` and no run in it (a folder with both: pass its ``sae.json``)."""
     file = getattr(source, "file", None)
     if isinstance(file, Path) and file.suffix == ".safetensors":
-        return file.parent  # load_sae's dictionary, or the SaeResult
+        return file.parent  # load_dictionary's dictionary, or the SaeResult
     if not isinstance(source, str | Path):
         return None
     path = Path(source)
@@ -48,7 +48,7 @@ def _read(path: Path) -> Any:
         return None
 
 
-class SaeData:
+class DictionaryData:
     """A browser's data from an ``actviz sae`` folder: one layer (the dictionary's), whose
     strip is its features (each one's thumbnail: its top image)."""
 

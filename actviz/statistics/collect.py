@@ -10,7 +10,7 @@ __all__ = ["stats_callback"]
 
 def stats_callback(contexts: Mapping[str, Any]) -> Callable[[str, Any], Any]:
     """Statistics per image of a captured batch, computed where the tensor is."""
-    from actviz.stats.compute import compute_stats, default_channel_dim
+    from actviz.statistics.compute import compute_stats, default_channel_dim
 
     def summarize(module: str, tensor: Any) -> Any:
         ctx = contexts.get(module)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actviz.notebook.card import MAX_FLAGS, Card, Table, href
-from actviz.notebook.cards import fmt, stats_rows
+from actviz.cards.card import MAX_FLAGS, Card, Table, href
+from actviz.cards.results import fmt, stats_rows
 
 __all__ = ["LiveView", "LogFollower", "TrainingState", "log_state", "training_card"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from actviz.notebook import thumb_from_file
-from actviz.notebook.cards import fmt
+from actviz.cards import thumb_from_file
+from actviz.cards.results import fmt
 
 __all__ = ["MAX_CHANNELS", "top_images"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from actviz.notebook.card import clip_text
-from actviz.notebook.thumbs import data_uri
+from actviz.cards.card import clip_text
+from actviz.cards.thumbs import data_uri
 
 __all__ = ["Picture", "picture_of", "rgb_png", "side_by_side"]
 

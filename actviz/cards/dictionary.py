@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from actviz.notebook.card import MAX_ROWS, MAX_THUMBS, Card, Table
-from actviz.notebook.cards import _links, _thumb, _weights_warnings, fmt, weights_text
+from actviz.cards.card import MAX_ROWS, MAX_THUMBS, Card, Table
+from actviz.cards.results import _links, _thumb, _weights_warnings, fmt, weights_text
 
-__all__ = ["sae_card"]
+__all__ = ["dictionary_card"]
 
 
 def _share(value: object) -> str:
@@ -28,7 +28,7 @@ def _features(result: Any) -> list[dict[str, Any]]:
     return features if isinstance(features, list) else []
 
 
-def sae_card(result: Any, pictures: bool = True) -> Card:
+def dictionary_card(result: Any, pictures: bool = True) -> Card:
     """The card of an ``SaeResult``: the most stable features first (the densest with one
     seed), their contact sheets as thumbnails."""
     q = result.quality or {}

@@ -13,8 +13,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from actviz.notebook.card import MAX_ROWS, MAX_THUMBS, Card, Table, Thumb, href
-from actviz.notebook.thumbs import thumb_from_file
+from actviz.cards.card import MAX_ROWS, MAX_THUMBS, Card, Table, Thumb, href
+from actviz.cards.thumbs import thumb_from_file
 
 __all__ = [
     "RANDOM_WARNING",

@@ -1,4 +1,4 @@
-"""The pictures of a :class:`~actviz.look.inline.Look` (given as ``look``): a run's drawing job
+"""The pictures of a :class:`~actviz.notebook.inline.Look` (given as ``look``): a run's drawing job
 for one image, built in memory, handed to the run's picture makers; and a histogram of a
 layer's values."""
 

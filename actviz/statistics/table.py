@@ -4,7 +4,7 @@ One row per image and layer, in the order the images finished. :class:`StatsTabl
 image's rows as it comes, to temporary names in the output folder, holding at most one Parquet
 row group in memory, and renames both files into place when the run ends; the CSV's ``(all)``
 rows for the run come last. The Parquet columns are :func:`TABLE_SCHEMA`; the CSV's are
-:data:`~actviz.stats.layerstats.CSV_FIELDS`, byte for byte what the plain CSV writer in the
+:data:`~actviz.statistics.layerstats.CSV_FIELDS`, byte for byte what the plain CSV writer in the
 tests writes for the same rows.
 
 Numbers are those of :meth:`LayerStats.to_dict` (7 significant digits, non-finite as null): the
@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.errors import UsageError
 from actviz.output import ParquetParts, TextPart, naming
-from actviz.stats.layerstats import CSV_FIELDS, RUN_KEY, STAT_FIELDS, _json_float
+from actviz.statistics.layerstats import CSV_FIELDS, RUN_KEY, STAT_FIELDS, _json_float
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from actviz.stats.anomalies import Flag
-    from actviz.stats.layerstats import LayerStats
+    from actviz.statistics.anomalies import Flag
+    from actviz.statistics.layerstats import LayerStats
 
 __all__ = [
     "CSV_FILE",
@@ -245,7 +245,7 @@ class StatsTable:
             image: The image's key (its output folder, as posix text).
             path: The input file.
             layers: ``(layer, stats)`` in depth order.
-            flags: The image's flags (from :func:`~actviz.stats.flag_anomalies`); a layer's
+            flags: The image's flags (from :func:`~actviz.statistics.flag_anomalies`); a layer's
                 ``flags`` are the kinds of those whose ``layer`` is its name, in order.
 
         Raises:
