@@ -70,7 +70,8 @@ def test_the_literal_options_are_the_ones_expected() -> None:
     found = {cls.__name__: sorted(_literal_fields(cls)) for cls in OPTION_CLASSES}
     assert found == {
         "DrawOptions": ["layout", "norm", "order", "save_tensors"],
-        "GradientOptions": ["cam_method"],
+        # cam_method is looked up in the map methods' table (tests/test_map_methods.py).
+        "GradientOptions": [],
         "RunOptions": ["capture"],
         "ExecutionOptions": ["engine"],
         "LoadOptions": [],
@@ -189,6 +190,7 @@ def test_stats_is_a_run_without_pictures_with_the_command_line_s_keywords(tmp_pa
         ("top_images", "TopImagesResult"),
         ("diff", "DiffResult"),
         ("cam_eval", "CamEvalResult"),
+        ("attribute", "AttributeResult"),
         ("optimize", "OptimizeResult"),
         ("sae", "SaeResult"),
     ],

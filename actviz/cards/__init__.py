@@ -9,6 +9,7 @@ builds on it.
 
 from __future__ import annotations
 
+from actviz.cards.attribute import attribute_card
 from actviz.cards.cam_eval import cam_eval_card
 from actviz.cards.card import CARD_MAX_BYTES, MAX_ROWS, MAX_THUMBS, Card, Table, Thumb
 from actviz.cards.dictionary import dictionary_card
@@ -42,6 +43,7 @@ __all__ = [
     "Picture",
     "Table",
     "Thumb",
+    "attribute_card",
     "cam_eval_card",
     "TrainingState",
     "diff_card",
