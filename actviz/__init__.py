@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from actviz.errors import ActvizError
     from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture
+    from actviz.label import label as label
     from actviz.look import browse, show
     from actviz.models import load_model
     from actviz.monitor.log import read_log
@@ -42,6 +43,7 @@ __all__ = [
     "cam_eval",
     "capture",
     "diff",
+    "label",
     "list_layers",
     "load_model",
     "load_sae",
@@ -64,6 +66,7 @@ _LAZY = {
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
+    "label": "actviz.label",
     "list_layers": "actviz.api",
     "load_model": "actviz.models",
     "load_sae": "actviz.dictionary",

@@ -11,6 +11,7 @@ from actviz.cli import collector
 from actviz.cli import commands as commands
 from actviz.cli import diff as diff
 from actviz.cli import examples as examples
+from actviz.cli import label as label
 from actviz.cli import monitor as monitor
 from actviz.cli import optimize as optimize
 from actviz.cli import sae as sae

@@ -72,6 +72,7 @@ VIDEO = Family(
     commands={
         "optimize": "a video model's input is a clip; actviz optimizes images: use an image model",
         "top-images": "top-images ranks images; a video model takes clips: use actviz run on them",
+        "label": "label scores units on images; a video model takes clips: use actviz run on them",
     },
     outputs="(B, classes) Kinetics scores of a clip",
 )
