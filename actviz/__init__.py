@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from actviz.run.pca import pca_view
     from actviz.sae import sae as sae
     from actviz.selectors import select_layers
+    from actviz.tcav import tcav as tcav
 
 __all__ = [
     "ActivationRecorder",
@@ -55,6 +56,7 @@ __all__ = [
     "sae",
     "select_layers",
     "show",
+    "tcav",
     "top_images",
     "watch",
 ]
@@ -78,6 +80,7 @@ _LAZY = {
     "sae": "actviz.sae",
     "select_layers": "actviz.selectors",
     "show": "actviz.look",
+    "tcav": "actviz.tcav",
     "top_images": "actviz.examples",
     "watch": "actviz.monitor",
 }

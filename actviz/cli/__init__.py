@@ -15,6 +15,7 @@ from actviz.cli import label as label
 from actviz.cli import monitor as monitor
 from actviz.cli import optimize as optimize
 from actviz.cli import sae as sae
+from actviz.cli import tcav as tcav
 from actviz.cli.boundary import app, usage_error
 from actviz.errors import ExitCode
 

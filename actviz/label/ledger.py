@@ -1,4 +1,5 @@
-"""The journal ``--resume`` reads: the settings, then one line per batch with what the batch
+"""The journal ``--resume`` reads (label's; tcav's is written the same way): the settings,
+then one line per batch with what the batch
 added (its images' scores per layer and their pixel features; with masks, the values that can
 still be among each unit's top quantile, then in a second pass the masks' counts), each array
 as base64 of its bytes. Small: a batch of 8 images and 512 units is 16 KB of scores.
@@ -43,22 +44,29 @@ def line(record: Mapping[str, Any]) -> bytes:
 
 
 def read_ledger(
-    out: Path, settings: Mapping[str, Any], *, resume: bool
+    out: Path,
+    settings: Mapping[str, Any],
+    *,
+    resume: bool,
+    name: str = LEDGER,
+    what: str = "label",
+    differ: str = "model, layers, concepts, score or images",
 ) -> Iterator[dict[str, Any]]:
     """With ``resume``: the batch records of an earlier run with the same settings (none
-    without it, or when there is no journal yet).
+    without it, or when there is no journal yet), from the journal ``name`` of the command
+    ``what`` (``differ``: what its settings are, for the refusal).
 
     Raises:
-        UsageError: For a folder that holds files but no label journal, or one written with
+        UsageError: For a folder that holds files but no such journal, or one written with
             other settings.
     """
-    path = out / LEDGER
+    path = out / name
     if not resume:
         return
     if not path.is_file():
         if out.is_dir() and any(not p.name.startswith(output.TMP_MARK) for p in out.iterdir()):
             raise UsageError(
-                f"{out} holds no label run to resume (no {LEDGER}); use --overwrite to replace "
+                f"{out} holds no {what} run to resume (no {name}); use --overwrite to replace "
                 "what is there, or another --out"
             )
         return
@@ -76,8 +84,8 @@ def read_ledger(
             first = False
             if record.get("settings") != json.loads(json.dumps(settings)):
                 raise UsageError(
-                    f"{out} holds a label run with other settings (model, layers, concepts, "
-                    "score or images); use --overwrite to start again, or another --out"
+                    f"{out} holds a {what} run with other settings ({differ}); use "
+                    "--overwrite to start again, or another --out"
                 )
             continue
         yield record
