@@ -16,15 +16,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from actviz import _moved
 from actviz._version import __version__ as __version__
+
+# Old import paths (actviz.examples, actviz.images, ...) keep working for one release.
+_moved.install()
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
-    from actviz.cameval import cam_eval
+    from actviz.cam_eval import cam_eval
     from actviz.dictionary import load_sae
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
-    from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture
     from actviz.label import label as label
     from actviz.look import browse, show
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     from actviz.sae import sae as sae
     from actviz.selectors import select_layers
     from actviz.tcav import tcav as tcav
+    from actviz.top_images import top_images
 
 __all__ = [
     "ActivationRecorder",
@@ -64,7 +68,7 @@ __all__ = [
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
     "browse": "actviz.look",
-    "cam_eval": "actviz.cameval",
+    "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
@@ -81,7 +85,7 @@ _LAZY = {
     "select_layers": "actviz.selectors",
     "show": "actviz.look",
     "tcav": "actviz.tcav",
-    "top_images": "actviz.examples",
+    "top_images": "actviz.top_images",
     "watch": "actviz.monitor",
 }
 

@@ -20,7 +20,7 @@ def test_masks_label_the_detectors_and_iou_equals_brute_force(tmp_path: Path) ->
     import torch
     import torch.nn.functional as F
 
-    from actviz.images import load_rgb
+    from actviz.io.images import load_rgb
     from actviz.label.masks import iou_grid, load_mask
     from actviz.models import Preprocessing
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from actviz.examples.plan import LayerPlan, as_maps
-from actviz.examples.scoring import fit_to_plan
 from actviz.hooks import HookSession, tensor_items
+from actviz.top_images.plan import LayerPlan, as_maps
+from actviz.top_images.scoring import fit_to_plan
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ class UnitRecorder(HookSession):
     Args:
         model: The model to hook.
         layers: Qualified names of the modules to hook.
-        plans: Capture key -> its plan (:func:`actviz.examples.plan.plan_layers`).
+        plans: Capture key -> its plan (:func:`actviz.top_images.plan.plan_layers`).
         consume: Called in the hook for each planned output.
         transforms: Capture key -> what its output becomes first (a sparse dictionary's
             feature maps); None from it: an output it cannot transform.

@@ -178,7 +178,7 @@ def _image_features(model: Any, preprocess: Any, paths: Sequence[Path], device: 
     import torch
 
     from actviz.errors import ImageLoadError
-    from actviz.images import load_rgb
+    from actviz.io.images import load_rgb
 
     out = np.full((len(paths), 0), np.nan, dtype=np.float32)
     chunks: list[np.ndarray[Any, Any]] = []

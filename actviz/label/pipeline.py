@@ -189,12 +189,12 @@ def _layers(
     cmd: Command, loaded: LoadedModel, opts: LabelOptions, rels: list[Any], paths: list[Path]
 ) -> tuple[Pass, str]:
     """The layers' plans (a dictionary's features with ``--sae``), and the word for a unit."""
-    from actviz.examples.plan import plan_layers
     from actviz.layouts import layer_contexts
+    from actviz.top_images.plan import plan_layers
 
     transforms: dict[str, Any] = {}
     if opts.sae is not None:
-        from actviz.examples.features import dictionary_layer, feature_plans
+        from actviz.top_images.features import dictionary_layer, feature_plans
 
         sae = cmd.dictionary(opts.sae, loaded, loaded.device)
         key, module_name = dictionary_layer(sae)

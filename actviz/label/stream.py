@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     import torch
 
     from actviz.command.progress import Reporter
-    from actviz.examples.plan import LayerPlan
     from actviz.models import LoadedModel
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["Gathered", "Pass", "first_pass", "second_pass"]
 

@@ -135,7 +135,7 @@ def _sets(opts: TcavOptions, given: list[Path]) -> tuple[Sets, dict[str, list[st
         UsageError: For a folder without images, a concept with fewer than
             :data:`MIN_CONCEPT` images, too few random images, or a class without images.
     """
-    from actviz.images import discover
+    from actviz.io.images import discover
 
     def found(paths: list[Path], what: str) -> list[Path]:
         for path in paths:
@@ -177,8 +177,8 @@ def _sets(opts: TcavOptions, given: list[Path]) -> tuple[Sets, dict[str, list[st
 
 def _layer(cmd: Command, loaded: LoadedModel, opts: TcavOptions) -> Layer:
     """The one layer, and its plan."""
-    from actviz.examples.plan import plan_layers
     from actviz.layouts import layer_contexts
+    from actviz.top_images.plan import plan_layers
 
     _, names = cmd.deepest(loaded, opts.layers)
     if len(names) != 1:

@@ -22,8 +22,8 @@ from actviz.label.capture import UnitRecorder
 if TYPE_CHECKING:
     import torch
 
-    from actviz.examples.plan import LayerPlan
     from actviz.models import LoadedModel
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["Layer", "activations", "gradients"]
 
@@ -55,7 +55,7 @@ def _decoded(
     """``(indices, batch on the device)``; unreadable images to ``failed``."""
     import torch
 
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
 
     loaded = layer.loaded
     decoded = decode_batches(
@@ -112,8 +112,8 @@ def gradients(
 ) -> Iterator[tuple[list[int], npt.NDArray[np.float32]]]:
     """Per batch, its images' indices and the gradient of class ``target``'s score with
     respect to the layer, summed over the positions ``(n, C)``."""
-    from actviz.examples.plan import as_maps
     from actviz.gradients import compute_gradients
+    from actviz.top_images.plan import as_maps
 
     loaded, key = layer.loaded, layer.plan.key
     with contextlib.ExitStack() as stack:
