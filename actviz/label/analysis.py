@@ -115,14 +115,7 @@ def analyse_layer(
     clean, nonfinite = clean_scores(scores)
     ranked = rank_units(clean)
     testable = np.array([why is None for why in untestable], dtype=bool)
-    k = labels.shape[1]
-    values = {
-        name: np.stack([row.observe(ranked, labels[:, c], opts.fire) for c in range(k)], axis=1)
-        if k
-        else np.zeros((ranked.units, 0))
-        for name, row in METRICS.items()
-        if name != "auc" or opts.metric == "auc"
-    }
+    values = _values(ranked, labels, opts)
     chosen = METRICS[opts.metric]
     tested = permutation_test(
         ranked,
@@ -178,6 +171,19 @@ def analyse_layer(
         records=records,
         nonfinite=nonfinite,
     )
+
+
+def _values(ranked: Any, labels: npt.NDArray[np.bool_], opts: LabelOptions) -> dict[str, F64]:
+    """Every metric's ``(U, K)`` values; AUC only when it is the chosen one (it fails the
+    sanity checks, so it is not shown beside the others)."""
+    k = labels.shape[1]
+    return {
+        name: np.stack([row.observe(ranked, labels[:, c], opts.fire) for c in range(k)], axis=1)
+        if k
+        else np.zeros((ranked.units, 0))
+        for name, row in METRICS.items()
+        if name != "auc" or opts.metric == "auc"
+    }
 
 
 def _unit_record(

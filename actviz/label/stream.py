@@ -54,7 +54,6 @@ class Pass:
     """Image path -> its name in records (its path relative to the folder)."""
     index: dict[str, int]
     """Image name -> its place in the folder."""
-    pixel_channels: int = 3
 
 
 @dataclass

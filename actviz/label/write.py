@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,11 +14,17 @@ import numpy.typing as npt
 
 from actviz import output
 from actviz.command.head import json_head, model_fields
-from actviz.label.analysis import LayerLabels, analyse_layer, testable_concepts
+from actviz.label.analysis import (
+    LayerLabels,
+    analyse_layer,
+    clean_scores,
+    testable_concepts,
+)
 from actviz.label.concepts import Concepts
 from actviz.label.masks import IOU_SIDE, MaskSet, iou_grid
 from actviz.label.metrics import METRICS
 from actviz.label.options import LabelOptions
+from actviz.label.probe import probe_auprc
 from actviz.label.result import RECORD, LabelResult, LayerResult
 from actviz.label.stream import Gathered, Pass
 
@@ -34,6 +41,23 @@ RANDOM_NOTE = "random weights: these labels describe an untrained model"
 SHOWN = 100
 
 
+@dataclass(frozen=True)
+class Analysed:
+    """Every layer analysed, over the images scored.
+
+    Attributes:
+        ok: The images scored, in the folder's order.
+        labels: ``(N, K)`` their concepts' labels.
+        untestable: Per concept, why it is not tested, or None.
+        layers: Per layer its analysis and its files' stem (``00_layer4``).
+    """
+
+    ok: list[str]
+    labels: npt.NDArray[np.bool_]
+    untestable: list[str | None]
+    layers: list[tuple[LayerLabels, str]]
+
+
 def write_outputs(
     cmd: Command,
     opened: Loaded,
@@ -48,13 +72,76 @@ def write_outputs(
     reused: int,
 ) -> LabelResult:
     """Analyse every layer and write every file; the result the command returns."""
+    analysed = _analyse(cmd, run, gathered, concepts, opts, masks, sheets_doc)
+    learnability = _learnability(gathered, analysed, opts)
+    rows = _concept_rows(concepts, analysed, learnability, opts)
+    document = _document(
+        cmd,
+        opened,
+        run,
+        gathered,
+        concepts,
+        opts,
+        analysed,
+        rows,
+        unit=unit,
+        masks=masks,
+        reused=reused,
+    )
+    record = opts.out / RECORD
+    output.write_json(record, document)
+    random = bool(opened.model.weights.random)
+    report = _pages(document, opts, random) if opts.report else None
     assert cmd.found is not None
-    loaded = opened.model
+    return LabelResult(
+        model=cmd.model,
+        out=opts.out,
+        record=record,
+        metric=str(document["metric"]),
+        source=concepts.source,
+        concepts=rows,
+        layers=[
+            LayerResult(
+                key=layer["layer"],
+                units=layer["units"],
+                unit=unit,
+                labelled=layer["labelled"],
+                records=layer["records"],
+                page=layer["page"],
+                chart=layer["chart"],
+            )
+            for layer in document["layers"]
+        ],
+        images=len(analysed.ok),
+        failed=_failed(gathered),
+        random_weights=random,
+        weights=opened.model.weights,
+        report=report,
+        skipped=list(cmd.found.skipped),
+        warnings=list(cmd.warnings),
+        reused=reused,
+        seconds=cmd.seconds(),
+        device=str(opened.model.device),
+        alpha=opts.alpha,
+    )
+
+
+def _analyse(
+    cmd: Command,
+    run: Pass,
+    gathered: Gathered,
+    concepts: Concepts,
+    opts: LabelOptions,
+    masks: MaskSet | None,
+    sheets_doc: Mapping[str, Any] | None,
+) -> Analysed:
+    """Every layer's labels over the images scored, in the folder's order (so a resumed run
+    gives what an uninterrupted one gives)."""
+    assert cmd.found is not None
     ok = [
         item.rel.as_posix() for item in cmd.found.images if item.rel.as_posix() in gathered.scores
     ]
-    rows = [run.index[name] for name in ok]
-    labels = concepts.labels[rows]
+    labels = concepts.labels[[run.index[name] for name in ok]]
     untestable = testable_concepts(labels, opts.min_positives)
     width = output.order_width(len(run.plans))
     layers: list[tuple[LayerLabels, str]] = []
@@ -66,28 +153,50 @@ def write_outputs(
         )
         iou = _iou(gathered, key) if masks is not None else None
         sheets = _sheets(sheets_doc, opts, key, plan.channels, cmd)
-        analysed = analyse_layer(
+        layer = analyse_layer(
             key, scores, labels, concepts.names, untestable, opts, iou=iou, sheets=sheets
         )
-        if analysed.nonfinite:
+        if layer.nonfinite:
             cmd.warn(
-                f"{analysed.nonfinite} score(s) of layer {key} were NaN or infinite; NaN and "
+                f"{layer.nonfinite} score(s) of layer {key} were NaN or infinite; NaN and "
                 "-inf rank lowest, +inf highest"
             )
         stem = output.layer_filename(order, key, width=width).removesuffix(".png")
-        layers.append((analysed, stem))
-    learnability = _learnability(gathered, ok, labels, layers, opts)
-    random = bool(loaded.weights.random)
-    concept_rows = _concept_rows(concepts, labels, untestable, learnability, layers, opts)
-    failed = sorted(gathered.failed.values(), key=lambda r: str(r["image"]))
-    document = {
+        layers.append((layer, stem))
+    return Analysed(ok, labels, untestable, layers)
+
+
+def _failed(gathered: Gathered) -> list[dict[str, Any]]:
+    return sorted(gathered.failed.values(), key=lambda r: str(r["image"]))
+
+
+def _document(
+    cmd: Command,
+    opened: Loaded,
+    run: Pass,
+    gathered: Gathered,
+    concepts: Concepts,
+    opts: LabelOptions,
+    analysed: Analysed,
+    rows: list[dict[str, Any]],
+    *,
+    unit: str,
+    masks: MaskSet | None,
+    reused: int,
+) -> dict[str, Any]:
+    """``labels.json`` (schema in docs/outputs.md)."""
+    assert cmd.found is not None
+    loaded = opened.model
+    failed = _failed(gathered)
+    layers = analysed.layers
+    return {
         **json_head(
             infos=[loaded.record()],
             device=str(loaded.device),
             model=model_fields(cmd.model, loaded.record(), loaded.weights, opened.warning),
         ),
         "command": "label",
-        "random_weights": random,
+        "random_weights": bool(loaded.weights.random),
         "unit": unit,
         "sae": str(opts.sae) if opts.sae else None,
         "source": _source(concepts),
@@ -105,10 +214,10 @@ def write_outputs(
             },
         },
         "protocol": _protocol(opts, masks, run),
-        "concepts": concept_rows,
+        "concepts": rows,
         "images": {
             "count": len(cmd.found.images),
-            "scored": len(ok),
+            "scored": len(analysed.ok),
             "reused": reused,
             "failed": failed[:SHOWN],
             "failed_count": len(failed),
@@ -118,45 +227,9 @@ def write_outputs(
         "top_images": str(opts.top_images) if opts.top_images else None,
         "report": PAGE if opts.report else None,
         "warnings": list(cmd.warnings),
-        "layers": [
-            _layer_record(analysed, stem, run, unit, opts, gathered) for analysed, stem in layers
-        ],
+        "layers": [_layer_record(layer, stem, run, unit, opts, gathered) for layer, stem in layers],
         "seconds": round(cmd.seconds(), 3),
     }
-    record_path = opts.out / RECORD
-    output.write_json(record_path, document)
-    report = _pages(document, opts, random) if opts.report else None
-    return LabelResult(
-        model=cmd.model,
-        out=opts.out,
-        record=record_path,
-        metric=str(document["metric"]),
-        source=concepts.source,
-        concepts=concept_rows,
-        layers=[
-            LayerResult(
-                key=layer["layer"],
-                units=layer["units"],
-                unit=unit,
-                labelled=layer["labelled"],
-                records=layer["records"],
-                page=layer["page"],
-                chart=layer["chart"],
-            )
-            for layer in document["layers"]
-        ],
-        images=len(ok),
-        failed=failed,
-        random_weights=random,
-        weights=loaded.weights,
-        report=report,
-        skipped=list(cmd.found.skipped),
-        warnings=list(cmd.warnings),
-        reused=reused,
-        seconds=cmd.seconds(),
-        device=str(loaded.device),
-        alpha=opts.alpha,
-    )
 
 
 def _iou(gathered: Gathered, key: str) -> npt.NDArray[np.float64]:
@@ -201,37 +274,27 @@ def _sheets(
     return out
 
 
-def _learnability(
-    gathered: Gathered,
-    ok: list[str],
-    labels: npt.NDArray[np.bool_],
-    layers: list[tuple[LayerLabels, str]],
-    opts: LabelOptions,
-) -> dict[str, Any]:
-    """Per concept, a probe's AUPRC from each layer and from the pixels (None when off)."""
+def _learnability(gathered: Gathered, analysed: Analysed, opts: LabelOptions) -> dict[str, Any]:
+    """Per concept, a probe's AUPRC from each layer and from the pixels (empty when off)."""
+    ok, labels = analysed.ok, analysed.labels
     if not opts.learnability or len(ok) < 4:
         return {}
-    from actviz.label.probe import probe_auprc
-
     pixels = np.stack([gathered.pixels[name] for name in ok])
     found: dict[str, Any] = {"pixels": probe_auprc(pixels, labels, seed=opts.seed)}
-    for analysed, _ in layers:
-        scores = np.stack([gathered.scores[name][analysed.key] for name in ok])
-        from actviz.label.analysis import clean_scores
-
+    for layer, _ in analysed.layers:
+        scores = np.stack([gathered.scores[name][layer.key] for name in ok])
         clean, _count = clean_scores(scores)
-        found[analysed.key] = probe_auprc(clean, labels, seed=opts.seed)
+        found[layer.key] = probe_auprc(clean, labels, seed=opts.seed)
     return found
 
 
 def _concept_rows(
     concepts: Concepts,
-    labels: npt.NDArray[np.bool_],
-    untestable: list[str | None],
+    analysed: Analysed,
     learnability: Mapping[str, Any],
-    layers: list[tuple[LayerLabels, str]],
     opts: LabelOptions,
 ) -> list[dict[str, Any]]:
+    labels, untestable, layers = analysed.labels, analysed.untestable, analysed.layers
     n = labels.shape[0]
     rows = []
     for c, name in enumerate(concepts.names):

@@ -150,10 +150,12 @@ def _sets(opts: TcavOptions, given: list[Path]) -> tuple[Sets, dict[str, list[st
         assert folder is not None
         sets[f"concept:{name}"] = found([folder], f"--concept {name}")
         folders[f"concept:{name}"] = [str(folder)]
-        if len(sets[f"concept:{name}"]) < MIN_CONCEPT:
+        count = len(sets[f"concept:{name}"])
+        if count < max(MIN_CONCEPT, opts.per_run):
+            need = f"--per-run {opts.per_run}" if opts.per_run > MIN_CONCEPT else "a concept vector"
             raise UsageError(
-                f"--concept {name} has {len(sets[f'concept:{name}'])} image(s) in {folder}; "
-                f"a concept vector needs at least {MIN_CONCEPT}"
+                f"--concept {name} has {count} image(s) in {folder}; {need} needs at least "
+                f"{max(MIN_CONCEPT, opts.per_run)}"
             )
     sets["random"] = found(list(opts.random), "--random")
     folders["random"] = [str(p) for p in opts.random]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,25 @@ def _matrix(found: Mapping[str, Any], paths: Sequence[Path], channels: int) -> F
     return np.stack(rows).astype(np.float64) if rows else np.zeros((0, channels))
 
 
+@dataclass(frozen=True)
+class Tested:
+    """Every concept's vectors and every score.
+
+    Attributes:
+        concepts: Per concept its row of ``tcav.json``.
+        scores: Per concept and class its row, with its q-value.
+        saved: Per concept its direction, its runs' vectors and the random ones.
+        randoms: How many random images there are.
+        inputs: Per class how many of its images have a gradient.
+    """
+
+    concepts: list[dict[str, Any]]
+    scores: list[dict[str, Any]]
+    saved: dict[str, tuple[F64, F64, F64]]
+    randoms: int
+    inputs: dict[int, int]
+
+
 def write_outputs(
     cmd: Command,
     opened: Loaded,
@@ -71,6 +91,115 @@ def write_outputs(
 ) -> TcavResult:
     """The vectors, the scores and the test; every file; the result."""
     loaded = opened.model
+    tested = _test(layer, opts, sets, folders, targets, gathered, loaded.categories)
+    _write_vectors(opts.out, tested.saved, cmd.model, layer, opts)
+    random = bool(loaded.weights.random)
+    failures = sorted(failed.values(), key=lambda r: (str(r.get("set")), str(r.get("path"))))
+    images = sum(tested.inputs.values())
+    document = _document(
+        cmd, opened, layer, opts, folders, targets, tested, failures, reused=reused
+    )
+    record = opts.out / RECORD
+    output.write_json(record, document)
+    if opts.report:
+        from actviz.report.tcav import tcav_page
+        from actviz.tcav.chart import tcav_chart
+
+        title = f"TCAV: {cmd.model} at {layer.plan.key}, {opts.runs} runs ({opts.cav})"
+        output.write_bytes(opts.out / CHART, tcav_chart(tested.scores, title=title, random=random))
+        output.write_bytes(opts.out / PAGE, tcav_page(document))
+    return TcavResult(
+        model=cmd.model,
+        out=opts.out,
+        record=record,
+        layer=layer.plan.key,
+        cav=opts.cav,
+        runs=opts.runs,
+        seed=opts.seed,
+        concepts=tested.concepts,
+        scores=tested.scores,
+        vectors=opts.out / VECTORS / "cavs.safetensors",
+        images=images,
+        random_weights=random,
+        weights=loaded.weights,
+        report=opts.out / PAGE if opts.report else None,
+        chart=opts.out / CHART if opts.report else None,
+        failed=failures,
+        warnings=list(cmd.warnings),
+        reused=reused,
+        seconds=cmd.seconds(),
+        device=str(loaded.device),
+    )
+
+
+def _document(
+    cmd: Command,
+    opened: Loaded,
+    layer: Layer,
+    opts: TcavOptions,
+    folders: dict[str, list[str]],
+    targets: list[tuple[int, str]],
+    tested: Tested,
+    failures: list[dict[str, Any]],
+    *,
+    reused: int,
+) -> dict[str, Any]:
+    """``tcav.json`` (schema in docs/outputs.md)."""
+    loaded = opened.model
+    random = bool(loaded.weights.random)
+    images = sum(tested.inputs.values())
+    return {
+        **json_head(
+            infos=[loaded.record()],
+            device=str(loaded.device),
+            model=model_fields(cmd.model, loaded.record(), loaded.weights, opened.warning),
+        ),
+        "command": "tcav",
+        "random_weights": random,
+        "layer": layer.plan.key,
+        "module": layer.module,
+        "maps": [layer.plan.channels, layer.plan.height, layer.plan.width],
+        "space": "channel",
+        "cav": opts.cav,
+        "cav_title": CAVS[opts.cav].title,
+        "protocol": _protocol(opts, folders, tested.randoms),
+        "concepts": tested.concepts,
+        "targets": [
+            {
+                "target": index,
+                "name": _class_name(loaded.categories, index),
+                "given": target,
+                "folders": folders[f"class:{target}"],
+                "images": tested.inputs[index],
+            }
+            for index, target in targets
+        ],
+        "scores": tested.scores,
+        "vectors": f"{VECTORS}/cavs.safetensors",
+        "images": {
+            "scored": images,
+            "reused": reused,
+            "failed": failures[:100],
+            "failed_count": len(failures),
+        },
+        "report": PAGE if opts.report else None,
+        "chart": CHART if opts.report else None,
+        "warnings": list(cmd.warnings),
+        "seconds": round(cmd.seconds(), 3),
+    }
+
+
+def _test(
+    layer: Layer,
+    opts: TcavOptions,
+    sets: dict[str, list[Path]],
+    folders: dict[str, list[str]],
+    targets: list[tuple[int, str]],
+    gathered: dict[str, dict[str, Any]],
+    categories: Sequence[str] | None,
+) -> Tested:
+    """Per concept, its vector and a random one in every run, their scores for every class,
+    the two-sided test and Benjamini-Hochberg over concepts and classes."""
     channels = layer.plan.channels
     method = CAVS[opts.cav]
     randoms = _matrix(gathered["random"], sets["random"], channels)
@@ -81,14 +210,8 @@ def write_outputs(
     concepts, rows, saved = [], [], {}
     for c, (name, _) in enumerate(opts.concepts):
         positives = _matrix(gathered[f"concept:{name}"], sets[f"concept:{name}"], channels)
-        size = opts.per_run or min(len(positives), len(randoms) // 2)
-        if size > len(positives) or 2 * size > len(randoms):
-            from actviz.errors import UsageError
-
-            raise UsageError(
-                f"--per-run {size} is more than concept {name!r} ({len(positives)} images) or "
-                f"half the random images ({len(randoms)}) hold"
-            )
+        # Checked when the sets were read; fewer here only when images could not be read.
+        size = min(opts.per_run or len(positives), len(positives), len(randoms) // 2)
         vectors, nulls = [], []
         for r, (chosen, neg, pos) in enumerate(
             draws(len(positives), len(randoms), opts.runs, size, opts.seed, c)
@@ -110,85 +233,13 @@ def write_outputs(
             }
         )
         for index, target in targets:
-            rows.append(_score(name, index, target, v, n, grads[index], opts, loaded))
+            rows.append(_score(name, index, target, v, n, grads[index], opts, categories))
     q = benjamini_hochberg(np.array([r["p"] for r in rows], dtype=np.float64))
     for row, value in zip(rows, q.tolist(), strict=True):
         row["q"] = float(f"{value:.6g}")
         row["significant"] = bool(value <= opts.alpha)
-    _write_vectors(opts.out, saved, cmd.model, layer, opts)
-    random = bool(loaded.weights.random)
-    failures = sorted(failed.values(), key=lambda r: (str(r.get("set")), str(r.get("path"))))
-    images = sum(len(g) for g in grads.values())
-    document = {
-        **json_head(
-            infos=[loaded.record()],
-            device=str(loaded.device),
-            model=model_fields(cmd.model, loaded.record(), loaded.weights, opened.warning),
-        ),
-        "command": "tcav",
-        "random_weights": random,
-        "layer": layer.plan.key,
-        "module": layer.module,
-        "maps": [layer.plan.channels, layer.plan.height, layer.plan.width],
-        "space": "channel",
-        "cav": opts.cav,
-        "cav_title": method.title,
-        "protocol": _protocol(opts, folders, len(randoms)),
-        "concepts": concepts,
-        "targets": [
-            {
-                "target": index,
-                "name": _class_name(loaded.categories, index),
-                "given": target,
-                "folders": folders[f"class:{target}"],
-                "images": int(len(grads[index])),
-            }
-            for index, target in targets
-        ],
-        "scores": rows,
-        "vectors": f"{VECTORS}/cavs.safetensors",
-        "images": {
-            "scored": images,
-            "reused": reused,
-            "failed": failures[:100],
-            "failed_count": len(failures),
-        },
-        "report": PAGE if opts.report else None,
-        "chart": CHART if opts.report else None,
-        "warnings": list(cmd.warnings),
-        "seconds": round(cmd.seconds(), 3),
-    }
-    record = opts.out / RECORD
-    output.write_json(record, document)
-    if opts.report:
-        from actviz.report.tcav import tcav_page
-        from actviz.tcav.chart import tcav_chart
-
-        title = f"TCAV: {cmd.model} at {layer.plan.key}, {opts.runs} runs ({opts.cav})"
-        output.write_bytes(opts.out / CHART, tcav_chart(rows, title=title, random=random))
-        output.write_bytes(opts.out / PAGE, tcav_page(document))
-    return TcavResult(
-        model=cmd.model,
-        out=opts.out,
-        record=record,
-        layer=layer.plan.key,
-        cav=opts.cav,
-        runs=opts.runs,
-        seed=opts.seed,
-        concepts=concepts,
-        scores=rows,
-        vectors=opts.out / VECTORS / "cavs.safetensors",
-        images=images,
-        random_weights=random,
-        weights=loaded.weights,
-        report=opts.out / PAGE if opts.report else None,
-        chart=opts.out / CHART if opts.report else None,
-        failed=failures,
-        warnings=list(cmd.warnings),
-        reused=reused,
-        seconds=cmd.seconds(),
-        device=str(loaded.device),
-    )
+    inputs = {index: int(len(g)) for index, g in grads.items()}
+    return Tested(concepts, rows, saved, int(len(randoms)), inputs)
 
 
 def _class_name(categories: Sequence[str] | None, index: int) -> str | None:
@@ -203,7 +254,7 @@ def _score(
     nulls: F64,
     grads: F64,
     opts: TcavOptions,
-    loaded: Any,
+    categories: Sequence[str] | None,
 ) -> dict[str, Any]:
     """One concept and class: the runs' scores, the random vectors', and the test."""
     scores, magnitudes = tcav_scores(grads, vectors)
@@ -212,8 +263,7 @@ def _score(
     return {
         "concept": concept,
         "target": index,
-        "target_name": _class_name(loaded.categories, index)
-        or (target if not target.isdigit() else None),
+        "target_name": _class_name(categories, index) or (target if not target.isdigit() else None),
         "score": _num(scores.mean()),
         "spread": _num(scores.std(ddof=1)),
         "scores": [_num(v) for v in scores],
