@@ -24,6 +24,7 @@ _moved.install()
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
+    from actviz.attribute import attribute as attribute
     from actviz.cam_eval import cam_eval
     from actviz.dictionary import load_sae
     from actviz.diff import diff as diff
@@ -44,6 +45,7 @@ __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "attribute",
     "browse",
     "cam_eval",
     "capture",
@@ -67,6 +69,7 @@ __all__ = [
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "attribute": "actviz.attribute",
     "browse": "actviz.look",
     "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",
