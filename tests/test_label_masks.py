@@ -149,3 +149,33 @@ def test_clip_refuses_what_is_not_a_local_checkpoint(tmp_path: Path) -> None:
         with pytest.raises(UsageError, match=said) as caught:
             clip_concepts(opts, [])
         assert "offline" in str(caught.value)
+
+
+@pytest.mark.slow
+def test_masks_resume_gives_the_iou_of_an_uninterrupted_run(tmp_path: Path) -> None:
+    model = write_factory(tmp_path)
+    held = write_squares(tmp_path / "images", 24, seed=7, share=0.2, single=True)
+    masks = write_masks(tmp_path / "masks", held)
+    common = {
+        "layers": "1",
+        "masks": masks,
+        "input_size": (32, 32),
+        "batch_size": 5,
+        "learnability": False,
+        "report": False,
+    }
+    fresh = actviz.label(model, tmp_path / "images", out=tmp_path / "fresh", **common)
+    out = tmp_path / "out"
+    actviz.label(model, tmp_path / "images", out=out, **common)
+    # Stopped in the second pass: its last two batches gone, the first pass kept.
+    ledger = out / "label.jsonl"
+    lines = ledger.read_bytes().splitlines(keepends=True)
+    assert sum(b'"pass":2' in line for line in lines) == 5
+    ledger.write_bytes(b"".join(lines[:-2]))
+    resumed = actviz.label(model, tmp_path / "images", out=out, resume=True, **common)
+    assert resumed.reused == 24
+    first = json.loads(fresh.record.read_text())["layers"][0]
+    again = json.loads(resumed.record.read_text())["layers"][0]
+    assert again["thresholds"] == first["thresholds"]
+    assert again["tables"]["iou"] == first["tables"]["iou"]
+    assert again["records"] == first["records"]

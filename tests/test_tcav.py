@@ -273,3 +273,55 @@ def test_bad_inputs_exit_2_and_write_nothing(folders: dict[str, str], tmp_path: 
         "0,1",
     )
     assert code == 2 and "one layer" in " ".join(stderr.split()) and not out.exists()
+
+
+@pytest.mark.slow
+def test_random_weights_are_said_everywhere(folders: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, stdout, stderr = _invoke(
+        "resnet18",
+        folders["red"],
+        "-l",
+        "layer4",
+        "--input-size",
+        "32,32",
+        "--concept",
+        f"red={folders['red']}",
+        "--random",
+        folders["random"],
+        "--target",
+        "1",
+        "--runs",
+        "3",
+        "-b",
+        "64",
+        "-o",
+        str(out),
+    )
+    assert code == 0, stdout + stderr
+    record = json.loads((out / "tcav.json").read_text())
+    assert record["random_weights"] is True and "RANDOM WEIGHTS" in record["weights"]["warning"]
+    assert "RANDOM WEIGHTS: these scores describe an untrained model" in stdout
+    assert (
+        "RANDOM WEIGHTS: these scores describe an untrained network"
+        in (out / "tcav.html").read_text()
+    )
+    assert np.load(out / "cavs" / "red.npy").shape == (512,)
+    from actviz.tcav.result import TcavResult
+
+    result = TcavResult(
+        model="resnet18",
+        out=out,
+        record=out / "tcav.json",
+        layer="layer4",
+        cav="fast",
+        runs=3,
+        seed=0,
+        concepts=record["concepts"],
+        scores=record["scores"],
+        vectors=out / "cavs" / "cavs.safetensors",
+        images=12,
+        random_weights=True,
+        weights=None,
+    )
+    assert "random weights: these scores describe an untrained model" in result._repr_html_()

@@ -272,6 +272,7 @@ def _score(
         "random_spread": _num(random.std(ddof=1)),
         "random_scores": [_num(v) for v in random],
         "p": _num(p),
+        "runs": int(len(scores)),
         "welch_t": welch_t(scores, random) if len(grads) else None,
         "images": int(len(grads)),
     }
