@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from actviz._version import __version__ as __version__
 
 if TYPE_CHECKING:
+    from actviz.ablate import ablate as ablate
     from actviz.api import list_layers, read_images, render_activation, run
     from actviz.cameval import cam_eval
     from actviz.dictionary import load_sae
@@ -38,6 +39,7 @@ __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "ablate",
     "browse",
     "cam_eval",
     "capture",
@@ -59,6 +61,7 @@ __all__ = [
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "ablate": "actviz.ablate",
     "browse": "actviz.look",
     "cam_eval": "actviz.cameval",
     "capture": "actviz.hooks",
