@@ -166,7 +166,7 @@ DETECTION = Family(
             "classifier or backbone (resnet50, ...)"
         ),
         "ablate": (
-            "a detector's output is boxes, not one class per image to measure; ablate a "
+            "a detector's output is boxes, not one class per image to measure; use a "
             "classifier (resnet50, ...)"
         ),
     },

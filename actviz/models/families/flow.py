@@ -104,7 +104,7 @@ OPTICAL_FLOW = Family(
         ),
         "ablate": (
             "ablate measures class accuracy over images, and a flow model gives flow fields "
-            "for pairs; ablate a classifier"
+            "for pairs; use a classifier"
         ),
     },
     outputs="a list of (B, 2, H, W) flow fields, one per refinement iteration",

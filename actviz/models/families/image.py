@@ -34,7 +34,7 @@ SEGMENTATION = Family(
     claims=_segments,
     commands={
         "ablate": (
-            "a segmentation model gives a class per pixel, not one per image; ablate an image "
+            "a segmentation model gives a class per pixel, not one per image; use an image "
             "classifier"
         )
     },

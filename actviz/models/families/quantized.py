@@ -68,7 +68,7 @@ QUANTIZED = Family(
         ),
         "ablate": (
             "a quantized model's layers give quantized tensors, which ablate does not edit; "
-            "ablate the float model (the name without quantized_)"
+            "use the float model (the name without quantized_)"
         ),
     },
     meta="quantized models are built and calibrated on the CPU",

@@ -74,7 +74,7 @@ VIDEO = Family(
         "top-images": "top-images ranks images; a video model takes clips: use actviz run on them",
         "ablate": (
             "ablate measures classes over a folder of images; a video model takes clips: "
-            "ablate an image classifier"
+            "use an image classifier"
         ),
     },
     outputs="(B, classes) Kinetics scores of a clip",
