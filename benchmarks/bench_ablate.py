@@ -39,8 +39,17 @@ UNITS = "0-63"
 def with_ablate(folder: Path, out: Path, layer: str) -> float:
     start = time.perf_counter()
     result = actviz.ablate(
-        MODEL, folder, layer=layer, units=UNITS, each=True, labels="none", weights="none",
-        out=out, batch_size=BATCH, cases=0, report=False,
+        MODEL,
+        folder,
+        layer=layer,
+        units=UNITS,
+        each=True,
+        labels="none",
+        weights="none",
+        out=out,
+        batch_size=BATCH,
+        cases=0,
+        report=False,
     )
     seconds = time.perf_counter() - start
     assert len(result.ablations) == 64 and result.images > 0
@@ -97,7 +106,9 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument(
-        "--recipe-units", type=int, default=64,
+        "--recipe-units",
+        type=int,
+        default=64,
         help="whole passes the recipe times (its figure is scaled to 64 when fewer)",
     )
     args = parser.parse_args()
@@ -115,15 +126,21 @@ def measure(args: argparse.Namespace, work: Path) -> None:
     scale = (64 + 1) / (args.recipe_units + 1)
     runs["recipe"].append(recipe(folder, "layer2", args.recipe_units) * scale)
     best = {k: min(v) for k, v in runs.items()}
-    print(f"{MODEL} (random weights), {args.images} images at 224 px, batch {BATCH}, "
-          f"torch threads {torch.get_num_threads()}")
+    print(
+        f"{MODEL} (random weights), {args.images} images at 224 px, batch {BATCH}, "
+        f"torch threads {torch.get_num_threads()}"
+    )
     print(f"    actviz stats                      {best['stats']:7.1f} s")
-    print(f"    ablate layer4 --units 0-63 --each {best['layer4']:7.1f} s  "
-          f"= {best['layer4'] / best['stats']:.2f}x stats  (target <= 3x)")
+    print(
+        f"    ablate layer4 --units 0-63 --each {best['layer4']:7.1f} s  "
+        f"= {best['layer4'] / best['stats']:.2f}x stats  (target <= 3x)"
+    )
     print(f"    ablate layer2 --units 0-63 --each {best['layer2']:7.1f} s")
     said = "" if args.recipe_units == 64 else f" (timed {args.recipe_units}, scaled)"
-    print(f"    64 whole forwards + 1, layer2     {best['recipe']:7.1f} s{said}  "
-          f"= {best['recipe'] / best['layer2']:.2f}x ablate's time")
+    print(
+        f"    64 whole forwards + 1, layer2     {best['recipe']:7.1f} s{said}  "
+        f"= {best['recipe'] / best['layer2']:.2f}x ablate's time"
+    )
     print(json.dumps({"seconds": runs}))
 
 
