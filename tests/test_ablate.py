@@ -21,7 +21,7 @@ from actviz.ablate.modes import parse_mode
 from actviz.ablate.readout import linear_readout, pooled
 from actviz.ablate.split import split_model
 from actviz.ablate.targets import Direction, LayerGeometry, Units
-from actviz.examples.plan import output_plan
+from actviz.top_images.plan import output_plan
 
 SIZE = 32
 

@@ -134,7 +134,7 @@ def _run(
             append(record)
         records = [done[r] for r in rels if r in done]
         curves = None
-        if opts.each:
+        if opts.each and any(r.get("status") == "ok" for r in records):
             curves, measured = _curve_plan(state, records)
             classes = {r["image"]: int(r["label"]) for r in measured}
             todo_curves = [Path(r["path"]) for r in measured if "curve:" + r["image"] not in done]

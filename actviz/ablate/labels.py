@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
-    from actviz.images import ImageInput
+    from actviz.io.images import ImageInput
 
 __all__ = ["Labels", "read_labels"]
 

@@ -149,7 +149,7 @@ def _donor_values(state: State, rels: list[str], refs: References, device: Any) 
     """The coordinates' values in each image's donor."""
     import torch
 
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
 
     donors = [refs.donors[rel] for rel in rels]
     decoded = next(iter(decode_batches(donors, state.loaded.preprocess, batch_size=len(donors))))

@@ -189,7 +189,7 @@ def _cases(
         return []
     import torch
 
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
 
     paths = [Path(str(ok[i]["path"])) for i in chosen]
     pre = state.loaded.preprocess

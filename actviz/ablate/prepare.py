@@ -112,8 +112,8 @@ def _probe(loaded: LoadedModel, opts: AblateOptions) -> torch.Tensor:
 
 
 def _geometry(loaded: LoadedModel, layer: str, shape: tuple[int, ...]) -> LayerGeometry:
-    from actviz.examples.plan import output_plan
     from actviz.layouts import layer_contexts
+    from actviz.top_images.plan import output_plan
 
     module_type = type(loaded.module.get_submodule(layer)).__name__
     ctx = layer_contexts(loaded.module, loaded.input_size).get(layer)
@@ -144,7 +144,7 @@ def _coordinates(
         vector = load_direction(Path(opts.direction), geometry.channels, geometry.name)
         return Direction(vector, geometry, Path(opts.direction))
     assert opts.sae is not None
-    from actviz.examples.features import dictionary_layer
+    from actviz.top_images.features import dictionary_layer
 
     sae = cmd.dictionary(Path(opts.sae), loaded, loaded.device)
     key, module = dictionary_layer(sae)

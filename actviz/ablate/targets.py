@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     import torch
 
     from actviz.dictionary import SparseDictionary
-    from actviz.examples.plan import LayerPlan
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = [
     "Coordinates",
@@ -216,7 +216,7 @@ class Features(Coordinates):
         self._where: torch.Tensor | None = None
 
     def read(self, a: torch.Tensor) -> torch.Tensor:
-        from actviz.examples.plan import as_maps
+        from actviz.top_images.plan import as_maps
 
         codes = self.sae.encode_maps(as_maps(a, self.plan).float())
         return codes.index_select(1, _index(self.features, codes.device))
@@ -226,7 +226,7 @@ class Features(Coordinates):
     ) -> torch.Tensor:
         import torch
 
-        from actviz.examples.plan import positions
+        from actviz.top_images.plan import positions
 
         if self._where is None or self._where.device != a.device:
             self._where = positions(self.plan, a.device)

@@ -52,10 +52,10 @@ def _curves(
     curves: Mapping[str, Any] | None,
     names: Mapping[int, str],
     ok: Sequence[Mapping[str, Any]],
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The curves per class, and the ranking per class."""
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The curves per class, and each class's units in order of importance."""
     if curves is None:
-        return [], {}
+        return [], []
     plan = curves["plan"]
     points = curves["points"]
     labels = {r["image"]: int(r["label"]) for r in ok}
@@ -78,13 +78,17 @@ def _curves(
             row[end] = curve_accuracy(truth, preds, [c])[c]
         row["order"] = [state.coords.labels[j] for j in order]
         out.append(row)
-    ranking = {
-        names.get(c, state.class_name(c)): [
-            {"unit": state.coords.labels[int(j)], "drop": round(float(d), 6)}
-            for j, d in zip(order, drops, strict=True)
-        ]
-        for c, (order, drops) in curves["ranked"].items()
-    }
+    ranking = [
+        {
+            "class": names.get(c, state.class_name(c)),
+            "index": c,
+            "units": [
+                {"unit": state.coords.labels[int(j)], "drop": round(float(d), 6)}
+                for j, d in zip(order, drops, strict=True)
+            ],
+        }
+        for c, (order, drops) in sorted(curves["ranked"].items())
+    ]
     return out, ranking
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from actviz.examples.plan import positions
 from actviz.hooks import HookSession, tensor_items
+from actviz.top_images.plan import positions
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
