@@ -239,7 +239,8 @@ def _maps(
     from actviz.ablate.passes import reference_values
     from actviz.ablate.split import LayerTap
     from actviz.gradients.core import compute_gradients
-    from actviz.gradients.methods import raw_cam, scale_cams
+    from actviz.gradients.methods import scale_cams
+    from actviz.gradients.registry import raw_cam
     from actviz.hooks import eval_mode
 
     ctx_layout = _layout(state, layer)
