@@ -23,6 +23,7 @@ from actviz._version import __version__ as __version__
 _moved.install()
 
 if TYPE_CHECKING:
+    from actviz.ablate import ablate as ablate
     from actviz.api import list_layers, read_images, render_activation, run
     from actviz.attribute import attribute as attribute
     from actviz.cam_eval import cam_eval
@@ -45,6 +46,7 @@ __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "ablate",
     "attribute",
     "browse",
     "cam_eval",
@@ -69,6 +71,7 @@ __all__ = [
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "ablate": "actviz.ablate",
     "attribute": "actviz.attribute",
     "browse": "actviz.look",
     "cam_eval": "actviz.cam_eval",

@@ -162,6 +162,10 @@ def test_known_answer_red_moves_class_0_and_a_random_concept_does_not(
     vector = np.load(out / "cavs" / "red.npy")
     assert vector.shape == (8,) and vector.dtype == np.float32
     assert np.linalg.norm(vector) == pytest.approx(1.0, abs=1e-6) and np.argmax(vector) == 0
+    # What ablate --direction reads: the same vector, of the layer's channel length.
+    from actviz.ablate.targets import load_direction
+
+    assert load_direction(out / "cavs" / "red.npy", 8, "1").numpy() == pytest.approx(vector)
     from safetensors import safe_open
 
     with safe_open(str(out / "cavs" / "cavs.safetensors"), framework="np") as fh:
