@@ -23,6 +23,7 @@ from actviz._version import __version__ as __version__
 _moved.install()
 
 if TYPE_CHECKING:
+    from actviz.ablate import ablate as ablate
     from actviz.api import list_layers, read_images, render_activation, run
     from actviz.attribute import attribute as attribute
     from actviz.cam_eval import cam_eval
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.hooks import ActivationRecorder, capture
+    from actviz.label import label as label
     from actviz.look import browse, show
     from actviz.models import load_model
     from actviz.monitor.log import read_log
@@ -37,17 +39,20 @@ if TYPE_CHECKING:
     from actviz.run.pca import pca_view
     from actviz.sae import sae as sae
     from actviz.selectors import select_layers
+    from actviz.tcav import tcav as tcav
     from actviz.top_images import top_images
 
 __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "ablate",
     "attribute",
     "browse",
     "cam_eval",
     "capture",
     "diff",
+    "label",
     "list_layers",
     "load_model",
     "load_sae",
@@ -59,18 +64,21 @@ __all__ = [
     "sae",
     "select_layers",
     "show",
+    "tcav",
     "top_images",
     "watch",
 ]
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "ablate": "actviz.ablate",
     "attribute": "actviz.attribute",
     "browse": "actviz.look",
     "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
+    "label": "actviz.label",
     "list_layers": "actviz.api",
     "load_model": "actviz.models",
     "load_sae": "actviz.dictionary",
@@ -82,6 +90,7 @@ _LAZY = {
     "sae": "actviz.sae",
     "select_layers": "actviz.selectors",
     "show": "actviz.look",
+    "tcav": "actviz.tcav",
     "top_images": "actviz.top_images",
     "watch": "actviz.monitor",
 }

@@ -153,6 +153,7 @@ DETECTION = Family(
     label="detection",
     torchvision="detection",
     claims=is_detector,
+    classes=detector_classes,
     call=_call,
     preprocessing=_preprocessing,
     classifies=False,
@@ -164,6 +165,10 @@ DETECTION = Family(
         "optimize": (
             "a detector's output is a list of boxes, not a score to maximize; optimize a "
             "classifier or backbone (resnet50, ...)"
+        ),
+        "ablate": (
+            "a detector's output is boxes, not one class per image to measure; use a "
+            "classifier (resnet50, ...)"
         ),
     },
     selector=_selector,
