@@ -23,6 +23,7 @@ from actviz._version import __version__ as __version__
 _moved.install()
 
 if TYPE_CHECKING:
+    from actviz.ablate import ablate as ablate
     from actviz.api import list_layers, read_images, render_activation, run
     from actviz.attribute import attribute as attribute
     from actviz.cam_eval import cam_eval
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.hooks import ActivationRecorder, capture
+    from actviz.label import label as label
     from actviz.models import load_model
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
@@ -39,17 +41,20 @@ if TYPE_CHECKING:
     from actviz.sae import sae as sae
     from actviz.selectors import select_layers
     from actviz.stats import stats as stats
+    from actviz.tcav import tcav as tcav
     from actviz.top_images import top_images
 
 __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "ablate",
     "attribute",
     "browse",
     "cam_eval",
     "capture",
     "diff",
+    "label",
     "list_layers",
     "load_dictionary",
     "load_model",
@@ -63,18 +68,21 @@ __all__ = [
     "select_layers",
     "show",
     "stats",
+    "tcav",
     "top_images",
     "watch",
 ]
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "ablate": "actviz.ablate",
     "attribute": "actviz.attribute",
     "browse": "actviz.notebook",
     "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
+    "label": "actviz.label",
     "list_layers": "actviz.api",
     "load_dictionary": "actviz.dictionary",
     "load_model": "actviz.models",
@@ -88,6 +96,7 @@ _LAZY = {
     "select_layers": "actviz.selectors",
     "show": "actviz.notebook",
     "stats": "actviz.stats",
+    "tcav": "actviz.tcav",
     "top_images": "actviz.top_images",
     "watch": "actviz.monitor",
 }

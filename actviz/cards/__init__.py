@@ -9,9 +9,11 @@ builds on it.
 
 from __future__ import annotations
 
+from actviz.cards.ablate import ablate_card
 from actviz.cards.attribute import attribute_card
 from actviz.cards.cam_eval import cam_eval_card
 from actviz.cards.card import CARD_MAX_BYTES, MAX_ROWS, MAX_THUMBS, Card, Table, Thumb
+from actviz.cards.concepts import label_card, tcav_card
 from actviz.cards.dictionary import dictionary_card
 from actviz.cards.picture import Picture, picture_of, rgb_png, side_by_side
 from actviz.cards.results import (
@@ -43,11 +45,13 @@ __all__ = [
     "Picture",
     "Table",
     "Thumb",
+    "ablate_card",
     "attribute_card",
     "cam_eval_card",
     "TrainingState",
     "diff_card",
     "fit_size",
+    "label_card",
     "listing_card",
     "log_state",
     "optimize_card",
@@ -56,6 +60,7 @@ __all__ = [
     "run_card",
     "dictionary_card",
     "side_by_side",
+    "tcav_card",
     "thumb_from_array",
     "thumb_from_file",
     "top_images_card",
