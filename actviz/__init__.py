@@ -23,34 +23,42 @@ from actviz._version import __version__ as __version__
 _moved.install()
 
 if TYPE_CHECKING:
+    from actviz.ablate import ablate as ablate
     from actviz.api import list_layers, read_images, render_activation, run
     from actviz.attribute import attribute as attribute
     from actviz.cam_eval import cam_eval
-    from actviz.dictionary import load_sae
+    from actviz.dictionary import load_dictionary
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.hooks import ActivationRecorder, capture
-    from actviz.look import browse, show
+    from actviz.label import label as label
     from actviz.models import load_model
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
+    from actviz.notebook import browse, show
+    from actviz.optimize import optimize as optimize
     from actviz.run.pca import pca_view
     from actviz.sae import sae as sae
     from actviz.selectors import select_layers
+    from actviz.stats import stats as stats
+    from actviz.tcav import tcav as tcav
     from actviz.top_images import top_images
 
 __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "ablate",
     "attribute",
     "browse",
     "cam_eval",
     "capture",
     "diff",
+    "label",
     "list_layers",
+    "load_dictionary",
     "load_model",
-    "load_sae",
+    "optimize",
     "pca_view",
     "read_images",
     "read_log",
@@ -59,21 +67,26 @@ __all__ = [
     "sae",
     "select_layers",
     "show",
+    "stats",
+    "tcav",
     "top_images",
     "watch",
 ]
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "ablate": "actviz.ablate",
     "attribute": "actviz.attribute",
-    "browse": "actviz.look",
+    "browse": "actviz.notebook",
     "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
+    "label": "actviz.label",
     "list_layers": "actviz.api",
+    "load_dictionary": "actviz.dictionary",
     "load_model": "actviz.models",
-    "load_sae": "actviz.dictionary",
+    "optimize": "actviz.optimize",
     "pca_view": "actviz.run.pca",
     "read_images": "actviz.api",
     "read_log": "actviz.monitor",
@@ -81,7 +94,9 @@ _LAZY = {
     "run": "actviz.api",
     "sae": "actviz.sae",
     "select_layers": "actviz.selectors",
-    "show": "actviz.look",
+    "show": "actviz.notebook",
+    "stats": "actviz.stats",
+    "tcav": "actviz.tcav",
     "top_images": "actviz.top_images",
     "watch": "actviz.monitor",
 }
@@ -90,5 +105,5 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'actviz' has no attribute {name!r}")
+        return _moved.moved_name(__name__, name)  # an old name warns; others: AttributeError
     return getattr(importlib.import_module(module), name)

@@ -375,7 +375,7 @@ def test_drawing_a_raw_capture_says_which_rows_are_not_images() -> None:
     """Drawing one image keeps its per-image policy: a run's recorder (per_image=True) keeps
     an unattributable output empty with the reason, and the browser on a raw capture says
     the reason rather than draw another tensor's first row as the image."""
-    from actviz.look.browser import LiveData
+    from actviz.notebook.browser import LiveData
 
     torch.manual_seed(0)
     model = _Sequences().eval()

@@ -43,7 +43,7 @@ def _literal_fields(cls: type[Any]) -> dict[str, tuple[Any, ...]]:
     from actviz.hooks.recorders import CaptureMode
     from actviz.layouts import Layout
     from actviz.models import Preprocessing
-    from actviz.stats import Thresholds
+    from actviz.statistics import Thresholds
 
     names = {
         "CaptureMode": CaptureMode,
@@ -156,6 +156,68 @@ def test_one_path_is_one_input_for_every_command(tmp_path: Path) -> None:
         model, str(image), against_model=other, out=tmp_path / "diff", layers="0", **SMALL
     )
     assert [r.path for r in compared.images] == [image]
+
+
+def test_stats_is_a_run_without_pictures_with_the_command_line_s_keywords(tmp_path: Path) -> None:
+    image = make_image(tmp_path / "photos" / "cat.png", size=(40, 32))
+    model = _known_channels()
+    small = {"input_size": (32, 32), "device": "cpu", "layers": "0"}
+    with pytest.raises(
+        KeywordError, match="draws no picture and takes no gradient: drop cam, norm"
+    ):
+        actviz.stats(model, image, out=tmp_path / "refused", cam=True, norm="layer", **small)
+    with pytest.raises(KeywordError, match="'layer'; did you mean layers"):
+        actviz.stats(model, image, out=tmp_path / "refused", layer="0")
+    assert not (tmp_path / "refused").exists()
+    checked = actviz.stats(model, image.parent, out=tmp_path / "stats", batch_size=2, **small)
+    assert [r.path for r in checked.images] == [image] and checked.counts.grids == 0
+    assert checked.report is None and (tmp_path / "stats" / "stats.json").is_file()
+    assert not list((tmp_path / "stats").rglob("*.png"))
+    (layer,) = checked.stats["run"]["layers"]
+    assert (layer["name"], layer["channels"]) == ("0", 4)
+    # Each channel is constant at its bias, [0, 1, 5, 9]: their mean over the layer is 3.75.
+    assert layer["mean"] == pytest.approx(3.75)
+    # The same as the command line's stats, and as a run's options with the pictures set aside.
+    again = actviz.stats(model, image, RunOptions(layers="0", out=tmp_path / "again", report=False))
+    assert again.counts.grids == 0 and again.stats["run"]["layers"][0]["mean"] == layer["mean"]
+
+
+@pytest.mark.parametrize(
+    ("command", "result"),
+    [
+        ("run", "RunResult"),
+        ("stats", "RunResult"),
+        ("top_images", "TopImagesResult"),
+        ("diff", "DiffResult"),
+        ("cam_eval", "CamEvalResult"),
+        ("attribute", "AttributeResult"),
+        ("optimize", "OptimizeResult"),
+        ("sae", "SaeResult"),
+    ],
+)
+def test_every_command_is_a_function_of_actviz_typed_with_its_result(
+    command: str, result: str
+) -> None:
+    import importlib
+    import inspect
+
+    first = getattr(actviz, command)
+    importlib.import_module(f"actviz.{command}")  # binds actviz.<command> to its package
+    package = getattr(actviz, command)
+    assert callable(package) and callable(first)
+    for function in (first, package):
+        signature = inspect.signature(function)
+        assert signature.return_annotation == result
+        assert "model" in signature.parameters and "reporter" in signature.parameters
+
+
+def test_optimize_is_callable_as_actviz_optimize(tmp_path: Path) -> None:
+    import actviz.optimize
+
+    made = actviz.optimize(
+        _known_channels(), layers="0", channels="2-3", steps=2, size=16, out=tmp_path / "opt"
+    )
+    assert [c.channel for c in made.layers[0].channels] == [2, 3] and made.json.is_file()
 
 
 @pytest.mark.parametrize("wrong", [3, [torch.zeros(3, 8, 8)]])

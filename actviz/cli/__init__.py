@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
+from actviz.cli import ablate as ablate
 from actviz.cli import attribute as attribute
 from actviz.cli import cam_eval as cam_eval
 from actviz.cli import collector
@@ -17,9 +18,11 @@ from actviz.cli import diff as diff
 from actviz.cli import top_images as top_images
 
 # isort: split
+from actviz.cli import label as label
 from actviz.cli import monitor as monitor
 from actviz.cli import optimize as optimize
 from actviz.cli import sae as sae
+from actviz.cli import tcav as tcav
 from actviz.cli.boundary import app, usage_error
 from actviz.errors import ExitCode
 

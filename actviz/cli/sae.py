@@ -239,7 +239,7 @@ def sae(
     One vector per spatial position of a map, per patch token of a ViT (class and register
     tokens left out), per image of a vector; streamed from the forward passes through a
     bounded shuffle buffer, each epoch running the images again (nothing is recorded to
-    disk). Writes OUT/sae.safetensors (actviz.load_sae reads it; run --sae and top-images
+    disk). Writes OUT/sae.safetensors (actviz.load_dictionary reads it; run --sae and top-images
     --sae use it), OUT/sae.json (quality on the held-out images) and a page per feature with
     its index OUT/sae.html. Ctrl-C keeps a usable dictionary; --resume goes on.
     """

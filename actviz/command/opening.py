@@ -100,9 +100,9 @@ class Command:
         Raises:
             UsageError: When it cannot be read, or was trained on another named model.
         """
-        from actviz.dictionary import check_fit, load_sae
+        from actviz.dictionary import check_fit, load_dictionary
 
-        sae = load_sae(path, device)
+        sae = load_dictionary(path, device)
         check_fit(
             sae,
             path,

@@ -53,12 +53,12 @@ class LayerListing:
     """What the names mean, where the model changed them (a quantized model's fused layers)."""
 
     def __repr__(self) -> str:
-        from actviz.notebook import listing_card
+        from actviz.cards import listing_card
 
         return listing_card(self).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import listing_card
+        from actviz.cards import listing_card
 
         return listing_card(self).html()
 

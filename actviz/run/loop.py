@@ -27,7 +27,7 @@ from actviz.run.families import IMAGE_KINDS, Batch, Extras, Probe, run_family
 from actviz.run.gradients import write_gradient_flow
 from actviz.run.job import ImageJob, top_k_predictions
 from actviz.run.scales import SharedScales, shared_ranges
-from actviz.stats import stats_callback
+from actviz.statistics import stats_callback
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel

@@ -55,7 +55,7 @@ def sae(
     model's device; each epoch runs the training images again. The held-out share of the
     images measures the result: the fraction of variance explained, L0, dead and dense
     features, and how often the model's top-1 changes with the layer replaced by its
-    reconstruction. Writes ``sae.safetensors`` (read with :func:`actviz.load_sae`),
+    reconstruction. Writes ``sae.safetensors`` (read with :func:`actviz.load_dictionary`),
     ``sae.json`` and, unless ``pages=False``, a page per feature.
 
     Takes ``model``, ``inputs``, ``reporter`` and flat keywords as :func:`actviz.run` does,

@@ -65,11 +65,11 @@ class SaeResult:
         return str((self.document.get("sizes") or {}).get("k", "given"))
 
     def __repr__(self) -> str:
-        from actviz.notebook import sae_card
+        from actviz.cards import dictionary_card
 
-        return sae_card(self, pictures=False).text()
+        return dictionary_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import sae_card
+        from actviz.cards import dictionary_card
 
-        return sae_card(self).html()
+        return dictionary_card(self).html()

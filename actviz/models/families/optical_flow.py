@@ -100,9 +100,17 @@ OPTICAL_FLOW = Family(
             "a flow model takes pairs of images, not single images to rank; run it on the "
             "pairs instead (actviz run MODEL FRAME1 FRAME2)"
         ),
+        "label": (
+            "label scores units on single images, and a flow model takes pairs of images; run "
+            "it on the pairs instead (actviz run MODEL FRAME1 FRAME2)"
+        ),
         "diff": (
             "diff compares models on single images, and a flow model takes pairs; run each "
             "model on the pairs with actviz run"
+        ),
+        "ablate": (
+            "ablate measures class accuracy over images, and a flow model gives flow fields "
+            "for pairs; use a classifier"
         ),
     },
     outputs="a list of (B, 2, H, W) flow fields, one per refinement iteration",
