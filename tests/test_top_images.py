@@ -592,7 +592,7 @@ def test_errors_are_one_line_with_their_exit_code(lamps: tuple[str, Path], tmp_p
     result = runner.invoke(app, ["top-images", model, str(bad), "-l", "body", *common])
     assert result.exit_code == 1 and "no image could be read" in result.stderr
     # Options checked before any work.
-    with pytest.raises(Exception, match="-k must be between 1 and 100"):
+    with pytest.raises(Exception, match="k must be between 1 and 100"):
         TopImagesOptions(k=0)
     done = subprocess.run(
         [sys.executable, "-m", "actviz", "top-images", model, str(photos), "-k", "0"],
