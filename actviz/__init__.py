@@ -20,6 +20,7 @@ from actviz._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
+    from actviz.atlas import atlas as atlas
     from actviz.cameval import cam_eval
     from actviz.dictionary import load_sae
     from actviz.diff import diff as diff
@@ -38,6 +39,7 @@ __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "atlas",
     "browse",
     "cam_eval",
     "capture",
@@ -59,6 +61,7 @@ __all__ = [
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "atlas": "actviz.atlas",
     "browse": "actviz.look",
     "cam_eval": "actviz.cameval",
     "capture": "actviz.hooks",

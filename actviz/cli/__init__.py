@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
+from actviz.cli import atlas as atlas
 from actviz.cli import cam_eval as cam_eval
 from actviz.cli import collector
 from actviz.cli import commands as commands

@@ -11,6 +11,7 @@ from __future__ import annotations
 from actviz.notebook.card import CARD_MAX_BYTES, MAX_ROWS, MAX_THUMBS, Card, Table, Thumb
 from actviz.notebook.cards import (
     RANDOM_WARNING,
+    atlas_card,
     diff_card,
     listing_card,
     optimize_card,
@@ -41,6 +42,7 @@ __all__ = [
     "Table",
     "Thumb",
     "TrainingState",
+    "atlas_card",
     "diff_card",
     "fit_size",
     "listing_card",
