@@ -12,10 +12,16 @@ from actviz.atlas.layout import Laid
 from actviz.atlas.options import AtlasOptions
 from actviz.atlas.stream import Side
 
-__all__ = ["ICON_BATCH", "cell_icons"]
+__all__ = ["ICON_BATCH", "OBJECTIVE", "cell_icons"]
 
 #: Cells optimized together.
 ICON_BATCH = 32
+#: What each icon maximizes, as ``atlas.json`` says it.
+OBJECTIVE = (
+    "the cell's mean direction: (v . m) x cos(v, m), v the layer's vector (the spatial mean, "
+    "or the centre position for spatial points), m the cell's mean; Lucent's transforms and "
+    "Fourier parameterization"
+)
 
 
 def cell_icons(side: Side, laid: Laid, opts: AtlasOptions) -> npt.NDArray[np.uint8]:

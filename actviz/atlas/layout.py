@@ -78,6 +78,13 @@ def lay_out(
         assert np.array_equal(image, image_b)  # filled by the same batches
         if len(image):
             ridge = ridge_map(vectors_b, vectors_a, opts.ridge, a.loaded.device)
+            if len(image) <= vectors_b.shape[1]:
+                warn(
+                    f"{len(image)} points and {vectors_b.shape[1]} channels of model B: the "
+                    "ridge map can fit B's points onto A's whatever changed (R\u00b2 "
+                    f"{ridge.r2:.3f}), so the map shows little of what moved; give more images "
+                    "than B's layer has channels, or more points per image (--points spatial:K)"
+                )
             vectors = np.concatenate([vectors_a, ridge.mapped])
             side = np.concatenate([side, np.ones(len(image), np.int8)])
             position = np.concatenate([position, position])

@@ -21,7 +21,7 @@ from actviz.atlas.options import AtlasOptions
 from actviz.atlas.points import PointStore, per_image_rows
 from actviz.atlas.reduce import check_enough
 from actviz.atlas.result import AtlasResult
-from actviz.atlas.stream import Side, _progress, stream
+from actviz.atlas.stream import Side, progress_of, stream
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -262,7 +262,7 @@ def _forward(
     start_progress(
         cmd.notify,
         len(rels),
-        [_progress(paths[i], rels[i], None) for i, rel in enumerate(rels) if rel in earlier.done],
+        [progress_of(paths[i], rels[i], None) for i, rel in enumerate(rels) if rel in earlier.done],
     )
     parts = Parts(
         opts.out,

@@ -36,11 +36,11 @@ PART_IMAGES = 512
 
 @dataclass
 class Earlier:
-    """What an earlier run with the same settings kept: per side its store (filled for the
-    images it covers), each image's prediction, and the images that failed."""
+    """What an earlier run with the same settings kept: the images its parts cover (their
+    points now in the stores; the images that failed are run again), and how many parts its
+    journal lists."""
 
     done: set[str] = field(default_factory=set)
-    failed: dict[str, str] = field(default_factory=dict)
     parts: int = 0
 
 
@@ -81,11 +81,7 @@ def load_earlier(
             continue
         earlier.parts += 1
         _read_part(out / FOLDER / str(record["part"]), record, index, stores, predictions)
-        for rel in record.get("images", []):
-            if rel in index:
-                earlier.done.add(rel)
-        for rel, why in (record.get("failed") or {}).items():
-            earlier.failed[str(rel)] = str(why)
+        earlier.done.update(rel for rel in record.get("images", []) if rel in index)
     return earlier
 
 

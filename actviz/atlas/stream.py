@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from actviz.examples.plan import LayerPlan
     from actviz.models import LoadedModel
 
-__all__ = ["Side", "stream"]
+__all__ = ["Side", "Streamed", "progress_of", "stream"]
 
 
 @dataclass
@@ -87,7 +87,7 @@ def stream(
         index = todo[position]
         result.failed[index] = error or "unreadable"
         parts.fail(index, error or "unreadable")
-        notify.advance(_progress(paths[index], rels[index], error or "unreadable"))
+        notify.advance(progress_of(paths[index], rels[index], error or "unreadable"))
 
     with contextlib.ExitStack() as stack:
         recorders = []
@@ -114,12 +114,13 @@ def stream(
             for index in indices:
                 parts.add(index)
                 result.ran += 1
-                notify.advance(_progress(paths[index], rels[index], None))
+                notify.advance(progress_of(paths[index], rels[index], None))
     parts.flush()
     return result
 
 
-def _progress(path: Path, rel: str, error: str | None) -> ImageResult:
+def progress_of(path: Path, rel: str, error: str | None) -> ImageResult:
+    """What the reporter is told of one image: done, or failed with ``error``."""
     result = ImageResult(path=path, out_dir=PurePosixPath(rel).parent)
     result.status = "ok" if error is None else "failed"
     result.error = error

@@ -26,12 +26,39 @@ TABLE_CELLS = 100
 def atlas_page(record: Mapping[str, Any], scatter: Mapping[str, Any]) -> bytes:
     """``atlas.html`` for an atlas's record and its scatter sample (``x``, ``y`` as integers
     of 0-65535, ``c`` palette indices, ``palette``, ``total``), as UTF-8."""
+    cells = sorted(record.get("cells") or [], key=lambda c: -int(c.get("count", 0)))
+    return render(
+        "atlas.html",
+        record=record,
+        banner=weights_banner(record),
+        meta=_meta(record),
+        data=_data(record, scatter),
+        table=cells[:TABLE_CELLS],
+        against=record.get("against"),
+        shown=len(scatter.get("x") or []),
+        total=int(scatter.get("total", 0)),
+        failed=[
+            {"path": f.get("image"), "error": f.get("error")}
+            for f in (record.get("images") or {}).get("failed") or []
+        ],
+        warnings=[
+            str(w)
+            for w in record.get("warnings") or []
+            if not is_weights_warning(str(w), record.get("weights") or {})
+        ],
+    )
+
+
+def _meta(record: Mapping[str, Any]) -> list[MetaRow]:
+    """The atlas's facts."""
     grid = record.get("grid") or {}
     points = record.get("points") or {}
     reduce = record.get("reduce") or {}
     readout = record.get("readout") or {}
     against = record.get("against")
-    colour = record.get("colour") or {}
+    supports = f"none: {readout.get('reason')}"
+    if readout.get("linear"):
+        supports = f"{readout.get('rule')} ({readout.get('module')})"
     meta = [
         MetaRow("model", str(record.get("model", "?")), code=True),
         MetaRow("layer", str(record.get("layer", "")), code=True),
@@ -49,13 +76,8 @@ def atlas_page(record: Mapping[str, Any], scatter: Mapping[str, Any]) -> bytes:
             f"{grid.get('min_count')} points dropped ({grid.get('kept', 0):,} kept, "
             f"{grid.get('dropped_points', 0):,} points in dropped cells)",
         ),
-        MetaRow(
-            "supported class",
-            f"{readout.get('rule')} ({readout.get('module')})"
-            if readout.get("linear")
-            else f"none: {readout.get('reason')}",
-        ),
-        MetaRow("coloured by", str(colour.get("name", ""))),
+        MetaRow("supported class", supports),
+        MetaRow("coloured by", str((record.get("colour") or {}).get("name", ""))),
         MetaRow("device", str(record.get("device", "?"))),
         MetaRow("actviz", f"{record.get('actviz', '')}, {record.get('created', '')}"),
     ]
@@ -69,49 +91,37 @@ def atlas_page(record: Mapping[str, Any], scatter: Mapping[str, Any]) -> bytes:
                 f"{against.get('r2', 0):.3f}), then one layout",
             ),
         )
-    cells = sorted(record.get("cells") or [], key=lambda c: -int(c.get("count", 0)))
-    data = {
-        "grid": grid.get("size"),
-        "cells": [
+    return meta
+
+
+def _data(record: Mapping[str, Any], scatter: Mapping[str, Any]) -> dict[str, Any]:
+    """What the page's script draws from: every kept cell, the sheets, the scatter sample."""
+    cells = []
+    for c in record.get("cells") or []:
+        colour = c.get("colour") or {}
+        named = c.get("class_name")
+        if named is None and c.get("class") is not None:
+            named = f"class {c['class']}"
+        cells.append(
             {
                 "cell": c["cell"],
                 "row": c["row"],
                 "col": c["col"],
                 "count": c["count"],
                 "counts": c.get("counts"),
-                "cls": c.get("class_name")
-                or (None if c.get("class") is None else f"class {c['class']}"),
-                "rgb": (c.get("colour") or {}).get("rgb"),
-                "colour": (c.get("colour") or {}).get("label")
-                or (c.get("colour") or {}).get("mean"),
+                "cls": named,
+                "rgb": colour.get("rgb"),
+                "colour": colour.get("label") or colour.get("mean"),
                 "tiles": [n.get("tile") for n in c.get("nearest") or []],
                 "names": [n.get("image") for n in c.get("nearest") or []],
                 "icon": c.get("icon"),
             }
-            for c in record.get("cells") or []
-        ],
+        )
+    return {
+        "grid": (record.get("grid") or {}).get("size"),
+        "cells": cells,
         "tiles": record.get("tiles"),
         "icons": record.get("icons"),
         "scatter": dict(scatter),
-        "legend": colour.get("legend") or [],
+        "legend": (record.get("colour") or {}).get("legend") or [],
     }
-    return render(
-        "atlas.html",
-        record=record,
-        banner=weights_banner(record),
-        meta=meta,
-        data=data,
-        table=cells[:TABLE_CELLS],
-        against=against,
-        shown=len(scatter.get("x") or []),
-        total=int(scatter.get("total", 0)),
-        failed=[
-            {"path": f.get("image"), "error": f.get("error")}
-            for f in (record.get("images") or {}).get("failed") or []
-        ],
-        warnings=[
-            str(w)
-            for w in record.get("warnings") or []
-            if not is_weights_warning(str(w), record.get("weights") or {})
-        ],
-    )
