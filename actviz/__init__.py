@@ -16,16 +16,19 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from actviz import _moved
 from actviz._version import __version__ as __version__
+
+# Old import paths (actviz.examples, actviz.images, ...) keep working for one release.
+_moved.install()
 
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
     from actviz.atlas import atlas as atlas
-    from actviz.cameval import cam_eval
+    from actviz.cam_eval import cam_eval
     from actviz.dictionary import load_sae
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
-    from actviz.examples import top_images
     from actviz.hooks import ActivationRecorder, capture
     from actviz.look import browse, show
     from actviz.models import load_model
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from actviz.run.pca import pca_view
     from actviz.sae import sae as sae
     from actviz.selectors import select_layers
+    from actviz.top_images import top_images
 
 __all__ = [
     "ActivationRecorder",
@@ -63,7 +67,7 @@ _LAZY = {
     "ActivationRecorder": "actviz.hooks",
     "atlas": "actviz.atlas",
     "browse": "actviz.look",
-    "cam_eval": "actviz.cameval",
+    "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
@@ -78,7 +82,7 @@ _LAZY = {
     "sae": "actviz.sae",
     "select_layers": "actviz.selectors",
     "show": "actviz.look",
-    "top_images": "actviz.examples",
+    "top_images": "actviz.top_images",
     "watch": "actviz.monitor",
 }
 

@@ -1,6 +1,6 @@
 """The library face of ``actviz run``, ``list-layers`` and of drawing one activation.
 
-Each command lives in its family (``actviz.run``, ``actviz.examples``, ``actviz.diff``); this
+Each command lives in its family (``actviz.run``, ``actviz.top_images``, ``actviz.diff``); this
 module gathers the names the package re-exports, :func:`list_layers` for a model name or a
 module object, :func:`read_images`, which refuses a folder that holds no run, and
 :func:`render_activation`, which draws one activation without a run.

@@ -93,7 +93,7 @@ class ImageResult:
     note: str | None = None
     """What the model saw of an image it barely sees (a far-off aspect ratio, a tiny image)."""
     pictures: dict[str, str] = field(default_factory=dict)
-    """Pictures of the whole input by kind (``flow``: an optical-flow model's estimate at
+    """Pictures of the whole input by kind (``optical_flow``: an optical-flow model's estimate at
     every iteration), relative to the output folder."""
     detections: list[dict[str, Any]] | None = None
     """A detector's detections at or above the score threshold: ``label``, ``name``,

@@ -31,8 +31,8 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import make_folder  # noqa: E402
 
-from actviz.cameval import cam_eval  # noqa: E402
-from actviz.cameval.metrics import Protocol, baseline_maps, blurred  # noqa: E402
+from actviz.cam_eval import cam_eval  # noqa: E402
+from actviz.cam_eval.metrics import Protocol, baseline_maps, blurred  # noqa: E402
 
 MODEL = "resnet18"
 METHODS = ("gradcam", "eigencam")

@@ -36,7 +36,7 @@ from _common import make_folder  # noqa: E402
 import actviz  # noqa: E402
 from actviz.dictionary import SparseDictionary  # noqa: E402
 from actviz.hooks import capture  # noqa: E402
-from actviz.loader import decode_batches  # noqa: E402
+from actviz.io.loader import decode_batches  # noqa: E402
 from actviz.models import load_model  # noqa: E402
 from actviz.sae.train import ShuffleBuffer, Trainer, normalisation  # noqa: E402
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import make_folder, peak_rss_mib  # noqa: E402
 
 import actviz  # noqa: E402
-from actviz.loader import decode_batches  # noqa: E402
+from actviz.io.loader import decode_batches  # noqa: E402
 from actviz.models import load_model  # noqa: E402
 
 MODEL = "resnet18"

@@ -29,6 +29,10 @@ if "PYTEST_XDIST_WORKER" in os.environ and "OMP_NUM_THREADS" not in os.environ:
     if "torch" in sys.modules:  # a plugin imported it first
         sys.modules["torch"].set_num_threads(1)
 
+# No test reaches the Hugging Face hub: folders are written by save_pretrained in the test, and
+# a lookup that would go online fails at once instead of waiting on the network.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: a worker per core this process may run on, at most four (each holds its

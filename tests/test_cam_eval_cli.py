@@ -197,8 +197,8 @@ def test_vit_tokens_with_score_cam(tmp_path: Path) -> None:
 
 
 def test_perturbed_chunks_on_a_cpu_hold_about_400k_pixels() -> None:
-    from actviz.cameval.evaluate import _scoring_chunk
-    from actviz.cameval.options import CamEvalOptions
+    from actviz.cam_eval.evaluate import _scoring_chunk
+    from actviz.cam_eval.options import CamEvalOptions
 
     default = CamEvalOptions(methods="gradcam")  # 8 x --batch-size
     assert _scoring_chunk(default, "cpu", (128, 128)) == 24

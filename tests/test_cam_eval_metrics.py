@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from actviz.cameval.metrics import (
+from actviz.cam_eval.metrics import (
     Protocol,
     baseline_maps,
     blurred,
@@ -20,8 +20,8 @@ from actviz.cameval.metrics import (
     perturbation_curves,
     spearman,
 )
-from actviz.cameval.result import CamEvalResult
-from actviz.cameval.summary import bootstrap_mean, summarize
+from actviz.cam_eval.result import CamEvalResult
+from actviz.cam_eval.summary import bootstrap_mean, summarize
 
 SIZE = 32
 HALF = SIZE // 2

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from actviz import output
-from actviz.run.gradients import RunFlow
+from actviz.run.gradients import RunGradientFlow
 from actviz.run.records import LedgerReader, RunRecords
 from actviz.run.sink import RunSink
 from actviz.stats import LayerStats, RunningStats, flag_anomalies
@@ -246,7 +246,7 @@ def test_running_stats_and_flow_state_round_trip() -> None:
         )  # fmt: skip
 
     stats = RunningStats()
-    flow = RunFlow()
+    flow = RunGradientFlow()
     for i in range(6):
         stats.add_image(f"img{i}", [("a", layer(i / 3, (1,))), ("b", layer(1e-300 * i))])
         flow.add(f"img{i}", [{"name": "a", "gradient": {"norm": i / 7 or None}}])
@@ -257,7 +257,7 @@ def test_running_stats_and_flow_state_round_trip() -> None:
         stats.to_json(), allow_nan=True
     )
     assert json.dumps(again.to_state()) == json.dumps(stats.to_state())
-    flow_again = RunFlow.from_state(back["f"])
+    flow_again = RunGradientFlow.from_state(back["f"])
     assert json.dumps(flow_again.to_state()) == json.dumps(flow.to_state())
     assert flow_again.describe() == flow.describe()
     # Folding on after the round trip equals folding on the original.

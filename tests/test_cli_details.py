@@ -49,8 +49,8 @@ def test_top_images_workers_help_keeps_the_engine() -> None:
 
 
 def test_tile_labels_keep_the_folder_and_cut_in_the_middle() -> None:
-    from actviz.examples.sheets import LABEL_SIZE, _fit, tile_name
     from actviz.render.legend import text_width
+    from actviz.top_images.sheets import LABEL_SIZE, _fit, tile_name
 
     a = tile_name("/data/photos/a_long_folder_name/red_bell_pepper_rot90.jpg")
     b = tile_name("/data/photos/another_folder/red_bell_pepper_rot90.jpg")

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import actviz
-from actviz.examples.draw import _status
 from actviz.stats import judges_dead
+from actviz.top_images.draw import _status
 
 from .conftest import make_image
 
@@ -35,7 +35,7 @@ def _net() -> nn.Module:
 def test_negative_logits_are_not_dead_but_silent_maps_are(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import actviz.examples.draw as draw
+    import actviz.top_images.draw as draw
 
     words: list[tuple[str, ...]] = []
 
@@ -106,7 +106,7 @@ def test_overviews_stay_within_what_pillow_opens(
 def test_gradient_flow_charts_of_random_weights_say_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import actviz.gradients.flowchart as flowchart
+    import actviz.gradients.gradient_flow as flowchart
     from actviz.command.session import RANDOM_NOTE
 
     titles: list[str] = []

@@ -11,7 +11,7 @@ import pytest
 import torch
 from PIL import Image
 
-from actviz.loader import decode_batches
+from actviz.io.loader import decode_batches
 
 from .conftest import make_image
 
@@ -71,7 +71,7 @@ def test_top_images_interrupted_while_drawing_drops_the_queued_sheets(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import actviz
-    import actviz.examples.pipeline as pipeline
+    import actviz.top_images.pipeline as pipeline
 
     torch.manual_seed(0)
     wide = torch.nn.Sequential(torch.nn.Conv2d(3, 512, 3, padding=1), torch.nn.ReLU())

@@ -338,9 +338,9 @@ def small_detector() -> object:
 def test_every_recorder_sees_the_maps_cropped_to_the_image(small_detector: object) -> None:
     import re
 
-    from actviz.examples.plan import plan_layers
-    from actviz.examples.scoring import ScoreRecorder
     from actviz.hooks import eval_mode
+    from actviz.top_images.plan import plan_layers
+    from actviz.top_images.scoring import ScoreRecorder
 
     loaded = small_detector
     model = loaded.module  # type: ignore[attr-defined]

@@ -134,7 +134,9 @@ def test_pixels_and_activations_are_the_processors_and_transformers_own(
     build, make_processor = PROCESSORS[kind]
     original = _saved(tmp_path / kind, build, make_processor())
     loaded = _load(tmp_path / kind)
-    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / kind, backend="pil")
+    # What pipeline() runs: the processor transformers gives by default (no backend asked).
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / kind)
+    assert processor.backend == "torchvision"
     photo = _photo(70, 50)
     theirs = processor(images=photo, return_tensors="pt")["pixel_values"]
     ours = loaded.preprocess(photo)
@@ -156,14 +158,15 @@ def test_pixels_and_activations_are_the_processors_and_transformers_own(
     record = loaded.record()["preprocessing"]
     assert record["by"] == "image processor"
     assert record["processor"] == type(processor).__name__
-    assert record["from"].endswith("called on each image (its Pillow backend)")
+    assert record["backend"] == "torchvision"
+    assert record["from"].endswith("called on each image (its torchvision backend)")
 
 
 @pytest.mark.parametrize("kind", ["detr", "yolos"])
 def test_shortest_edge_processors_keep_the_aspect_ratio_and_run_one_image_at_a_time(
     tmp_path: Path, kind: str
 ) -> None:
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
 
     build, make_processor = PROCESSORS[kind]
     _saved(tmp_path / kind, build, make_processor())

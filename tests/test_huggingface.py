@@ -68,8 +68,8 @@ def test_a_classifier_folder_loads_with_its_weights_labels_and_processor(
     assert loaded.categories == ["cat", "dog", "fox"]
     assert loaded.versions == {"transformers": transformers.__version__}
 
-    # The image processor's own output on the same image (its Pillow backend).
-    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "vit", backend="pil")
+    # The image processor's own output on the same image, as transformers gives it by default.
+    processor = transformers.AutoImageProcessor.from_pretrained(tmp_path / "vit")
     theirs = processor(photo, return_tensors="pt")["pixel_values"][0]
     ours = loaded.preprocess(photo)
     assert ours.shape == theirs.shape == (3, 32, 32)
@@ -209,7 +209,8 @@ def test_cli_run_with_cam_and_top5(tmp_path: Path, vit_folder: Path, image_file:
     assert info["source"] == "hf" and info["preprocessing"]["resize"] == {"height": 32, "width": 32}
     assert info["preprocessing"]["crop"] is None and info["preprocessing"]["std"] == [0.2, 0.3, 0.4]
     assert info["preprocessing"]["by"] == "image processor"
-    assert info["preprocessing"]["processor"] == "ViTImageProcessorPil"
+    assert info["preprocessing"]["processor"] == "ViTImageProcessor"
+    assert info["preprocessing"]["backend"] == "torchvision"
     assert manifest["images"]["ok"] == 1
     assert [p["label"] for p in run_images(out)[0]["predictions"]][:1][0] in LABELS.values()
     assert manifest["layers"] == [

@@ -1,4 +1,4 @@
-"""Tests for actviz.images: discovery of inputs and decoding into RGB."""
+"""Tests for actviz.io.images: discovery of inputs and decoding into RGB."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from PIL import Image, features
 
 from actviz.errors import ImageLoadError
-from actviz.images import ALLOWED_FORMATS, IMAGE_SUFFIXES, discover, load_rgb
+from actviz.io.images import ALLOWED_FORMATS, IMAGE_SUFFIXES, discover, load_rgb
 
 RED = (255, 0, 0)
 WHITE = (255, 255, 255)
@@ -590,7 +590,7 @@ def test_batches_split_where_the_input_shape_changes(tmp_path: Path) -> None:
     """Segmentation presets keep each image's aspect ratio: a batch must still stack."""
     from torchvision.models.segmentation import FCN_ResNet50_Weights
 
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
     from actviz.models.sources.torchvision import weights_preprocessing
 
     preprocess = weights_preprocessing(FCN_ResNet50_Weights.DEFAULT, input_size=None)

@@ -271,7 +271,7 @@ def test_cli_end_to_end_with_random_weights(tmp_path: Path) -> None:
 
 
 def test_pages_link_top_images_of_the_same_channels(known: str, tmp_path: Path) -> None:
-    from actviz.examples import top_images
+    from actviz.top_images import top_images
 
     photos = tmp_path / "photos"
     photos.mkdir()

@@ -20,9 +20,9 @@ from actviz.cli import app
 from actviz.command.options import ExecutionOptions, KeywordError, LoadOptions
 from actviz.diff.options import DiffOptions
 from actviz.errors import ActvizError, ImageLoadError, ModelError, UsageError
-from actviz.examples.options import ExamplesOptions
 from actviz.optimize.options import OptimizeOptions
 from actviz.run.options import DrawOptions, GradientOptions, RunOptions
+from actviz.top_images.options import TopImagesOptions
 
 from .conftest import make_image
 
@@ -32,7 +32,7 @@ OPTION_CLASSES = [
     RunOptions,
     ExecutionOptions,
     LoadOptions,
-    ExamplesOptions,
+    TopImagesOptions,
     DiffOptions,
     OptimizeOptions,
 ]
@@ -74,7 +74,7 @@ def test_the_literal_options_are_the_ones_expected() -> None:
         "RunOptions": ["capture"],
         "ExecutionOptions": ["engine"],
         "LoadOptions": [],
-        "ExamplesOptions": ["score"],
+        "TopImagesOptions": ["score"],
         "DiffOptions": ["metric"],
         "OptimizeOptions": [],
     }

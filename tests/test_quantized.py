@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -44,11 +45,11 @@ class Net(nn.Module):
         return self.dequant(self.fc(self.pool(x).flatten(1)))
 
 
-def build():
+def build(seed=0):
     engines = torch.backends.quantized.supported_engines
     engine = "fbgemm" if "fbgemm" in engines else "qnnpack"
     torch.backends.quantized.engine = engine
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = Net().eval()
     tq.fuse_modules(model, [["conv1", "bn1", "relu"]], inplace=True)
     model.qconfig = tq.get_default_qconfig(engine)
@@ -98,6 +99,93 @@ def test_a_quantized_layer_is_recorded_as_a_plain_hook_dequantizes_it(
     # No gradients through quantized kernels: a one-line usage error.
     cam = runner.invoke(app, [*argv, "--cam", "-o", str(tmp_path / "cam")])
     assert cam.exit_code == 2 and "quantized kernels have no gradients" in cam.stderr
+
+
+def _factory_module(factory: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("qnet_test", factory.split(":")[0])
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _plain_dequantized(model: torch.nn.Module, names: list[str], x: torch.Tensor) -> dict:
+    """What plain forward hooks see, dequantized: the reference actviz's layers must equal."""
+    seen: dict[str, torch.Tensor] = {}
+    modules = dict(model.named_modules())
+    handles = [
+        modules[n].register_forward_hook(
+            lambda _m, _i, out, n=n: seen.__setitem__(n, out.dequantize())
+        )
+        for n in names
+    ]
+    with torch.inference_mode():
+        model(x)
+    for handle in handles:
+        handle.remove()
+    return seen
+
+
+@pytest.mark.parametrize("versions", ["kept", "lost"])
+def test_a_quantized_checkpoint_loads_its_packed_linear(
+    factory: str, tmp_path: Path, versions: str
+) -> None:
+    """A quantized Linear saves a dtype and a (weight, bias) tuple beside its tensors; the safe
+    reader keeps them, and a state_dict rebuilt as a plain dict (its modules' versions lost)
+    is read in the model's own format."""
+    trained = _factory_module(factory).build(seed=1)  # other weights than the factory's own
+    state = trained.state_dict()
+    assert isinstance(state["fc._packed_params.dtype"], torch.dtype)
+    checkpoint = tmp_path / "q.pt"
+    torch.save(state if versions == "kept" else {"model": dict(state), "epoch": 3}, checkpoint)
+    loaded = load_model(factory, weights=str(checkpoint), device="cpu", input_size=(32, 32))
+    assert loaded.weights.source == "checkpoint"
+    from PIL import Image
+
+    x = loaded.preprocess(Image.open(make_image(tmp_path / "a.png", (40, 36)))).unsqueeze(0)
+    names = ["conv1", "conv2", "fc"]
+    expected = _plain_dequantized(trained, names, x)
+    with ActivationRecorder(loaded.module, names) as acts, torch.inference_mode():
+        out = loaded.module(x)
+    for name in names:
+        assert torch.equal(acts[name], expected[name]), name
+    with torch.inference_mode():
+        assert torch.equal(out, trained(x))
+
+
+@pytest.mark.slow
+def test_a_users_torchvision_quantized_checkpoint_runs(tmp_path: Path) -> None:
+    """``torch.save(get_model("quantized_resnet18", quantize=True).state_dict(), p)`` then
+    ``actviz run quantized_resnet18 IMG --weights p``: each layer is what a plain hook on the
+    saved model sees, dequantized."""
+    from torchvision.models import get_model
+
+    from actviz.models.families.quantized import quantized_engine
+
+    torch.manual_seed(7)  # not actviz's seed: the checkpoint's weights must be the ones used
+    saved = get_model("quantized_resnet18", quantize=True, backend=quantized_engine()).eval()
+    checkpoint = tmp_path / "q.pt"
+    torch.save(saved.state_dict(), checkpoint)
+    image = make_image(tmp_path / "cat.png", (80, 64))
+    out = tmp_path / "out"
+    argv = ["run", "quantized_resnet18", str(image), "--weights", str(checkpoint)]
+    result = runner.invoke(
+        app, [*argv, "-l", "conv1,layer3.1,fc", "--save-tensors", "-o", str(out), "--no-report"]
+    )
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["weights"]["source"] == "checkpoint"
+    from PIL import Image
+
+    loaded = load_model("quantized_resnet18", weights=str(checkpoint), device="cpu")
+    x = loaded.preprocess(Image.open(image).convert("RGB")).unsqueeze(0)
+    expected = _plain_dequantized(saved, ["conv1", "layer3.1", "fc"], x)
+    for index, name in enumerate(["conv1", "layer3.1"]):
+        tensor = np.load(out / "cat" / f"{index:02d}_{name}.npy")
+        np.testing.assert_array_equal(tensor, expected[name][0].numpy())
+    assert expected["fc"].shape == (1, 1000)
 
 
 def test_list_layers_says_the_layers_are_fused(factory: str) -> None:

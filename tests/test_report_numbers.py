@@ -102,7 +102,7 @@ def test_percentiles_of_an_earlier_summary_interpolate_below_101_images() -> Non
 def test_a_tied_head_predicts_no_class() -> None:
     import torch
 
-    from actviz.examples.scoring import predicted_classes
+    from actviz.top_images.scoring import predicted_classes
 
     # A head that outputs all zeros ties every class: argmax's class 0 is no prediction.
     assert predicted_classes(torch.zeros(3, 1000), 3).tolist() == [-1, -1, -1]

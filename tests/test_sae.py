@@ -325,8 +325,8 @@ def test_top_images_per_feature_equal_a_brute_force_ranking(
 ) -> None:
     """top-images --sae against every image's feature maps computed from the saved weights."""
 
-    from actviz.examples import top_images
     from actviz.models import Preprocessing
+    from actviz.top_images import top_images
 
     factory, photos, _ = planted
     result = top_images(

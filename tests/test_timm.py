@@ -242,7 +242,7 @@ def test_attention_maps_are_timms_own_weights_with_the_fused_path_restored() -> 
 
 
 def test_top_images_of_a_backbone_name_no_predicted_class(tmp_path: Path) -> None:
-    from actviz.examples.pipeline import top_images
+    from actviz.top_images.pipeline import top_images
 
     folder = tmp_path / "images"
     folder.mkdir()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from actviz.cli import app
 from actviz.errors import UsageError, VideoLoadError
-from actviz.video import discover_clips, pick_frames, read_frames, sample_times
+from actviz.io.video import discover_clips, pick_frames, read_frames, sample_times
 from tests.conftest import make_image, run_images
 
 VIDEO_FPS = 12

@@ -2,9 +2,9 @@
 saw, all in one sheet of tiles the page draws from (``atlas-tiles.png``), and ``atlas.png``.
 
 A tile is the model's view of the image (preprocessed as for the model, then de-normalized,
-:func:`actviz.examples.draw.model_view`): the whole view for a pooled point, the receptive
+:func:`actviz.top_images.draw.model_view`): the whole view for a pooled point, the receptive
 field of its map position for a spatial one (measured from the model,
-:mod:`actviz.examples.fields`), fitted to a square. Images are decoded once each, in order,
+:mod:`actviz.top_images.fields`), fitted to a square. Images are decoded once each, in order,
 and cut as they come: memory holds the tiles, never the views of every image.
 """
 
@@ -41,9 +41,9 @@ def cut_tiles(
     rank the tile's index (-1 where the cell has fewer points)."""
     from PIL import Image
 
-    from actviz.examples.draw import model_view
-    from actviz.examples.sheets import crop_view
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
+    from actviz.top_images.draw import model_view
+    from actviz.top_images.sheets import crop_view
 
     nearest = laid.cells.nearest
     points = sorted({int(p) for p in nearest.reshape(-1) if p >= 0})

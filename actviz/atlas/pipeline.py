@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.command import Command
-    from actviz.examples.plan import LayerPlan
     from actviz.models import LoadedModel
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["atlas"]
 
@@ -181,8 +181,8 @@ def _one_plan(
 ) -> LayerPlan:
     """The plan of the one output ``layer`` names; refused unless there is one, of at least
     two channels."""
-    from actviz.examples import plan_layers
     from actviz.layouts import layer_contexts
+    from actviz.top_images import plan_layers
 
     _, names = cmd.select(loaded, layer)
     module = loaded.module

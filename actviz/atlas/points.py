@@ -2,7 +2,7 @@
 and the store that keeps them.
 
 A layer's output is read as ``(C, H, W)`` maps through the plan top-images makes
-(:func:`actviz.examples.plan_layers`, the grids' own layout decisions: a ViT's class and
+(:func:`actviz.top_images.plan_layers`, the grids' own layout decisions: a ViT's class and
 register tokens dropped, channels-last blocks transposed). ``pooled`` keeps each image's
 spatial mean, reduced in the hook, so only ``(B, C)`` numbers leave the device; ``spatial:K``
 keeps the batch's maps on the device (a copy: a later in-place op of the model cannot change
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from actviz.examples.plan import LayerPlan
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["PointRecorder", "PointStore", "draw_positions"]
 
@@ -51,7 +51,7 @@ def maps_for(tensor: torch.Tensor, plan: LayerPlan) -> torch.Tensor | None:
     """A batch of the layer's outputs as ``(B, C, H, W)`` maps: through the plan when the
     shape is the planned one, as they are for a channels-first map of another size (an image
     the preprocessing did not crop to one size); None when they cannot be read."""
-    from actviz.examples.plan import as_maps
+    from actviz.top_images.plan import as_maps
 
     if tuple(tensor.shape[1:]) == plan.shape:
         return as_maps(tensor, plan)

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from actviz.examples.plan import LayerPlan
     from actviz.models import LoadedModel
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["Readout", "find_readout"]
 

@@ -19,8 +19,8 @@ from actviz.command.progress import Reporter
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
-    from actviz.examples.plan import LayerPlan
     from actviz.models import LoadedModel
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["Side", "Streamed", "progress_of", "stream"]
 
@@ -65,8 +65,8 @@ def stream(
 ) -> Streamed:
     """Run the images ``todo`` (indices into ``paths``) through the model(s)."""
     from actviz.command.forward import BatchForward
-    from actviz.examples.scoring import predicted_classes
     from actviz.hooks import eval_mode
+    from actviz.top_images.scoring import predicted_classes
 
     a = sides[0]
     second = sides[1].loaded if len(sides) > 1 else None

@@ -11,7 +11,12 @@ from actviz.cli import cam_eval as cam_eval
 from actviz.cli import collector
 from actviz.cli import commands as commands
 from actviz.cli import diff as diff
-from actviz.cli import examples as examples
+
+# isort: split
+# Commands register as they are imported, in the order `actviz --help` lists them.
+from actviz.cli import top_images as top_images
+
+# isort: split
 from actviz.cli import monitor as monitor
 from actviz.cli import optimize as optimize
 from actviz.cli import sae as sae

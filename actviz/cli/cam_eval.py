@@ -38,7 +38,7 @@ from actviz.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from actviz.cameval import CamEvalResult
+    from actviz.cam_eval import CamEvalResult
 
 __all__ = ["cam_eval"]
 
@@ -172,8 +172,8 @@ def cam_eval(
 
     Writes OUT/cam-eval.json, OUT/curves.png, OUT/cam-eval.html and OUT/cases/.
     """
-    from actviz.cameval import DEFAULT_METHODS, CamEvalOptions
-    from actviz.cameval import cam_eval as run_cam_eval
+    from actviz.cam_eval import DEFAULT_METHODS, CamEvalOptions
+    from actviz.cam_eval import cam_eval as run_cam_eval
 
     options = CamEvalOptions(
         methods=tuple(methods) if methods else DEFAULT_METHODS,

@@ -68,7 +68,7 @@ class BatchForward:
         go to ``failed(index, reason)``."""
         import torch
 
-        from actviz.loader import decode_batches
+        from actviz.io.loader import decode_batches
 
         loaded = self.loaded
         device = loaded.device

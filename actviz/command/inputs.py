@@ -15,7 +15,7 @@ from actviz.errors import UsageError
 if TYPE_CHECKING:
     from torch import nn
 
-    from actviz.images import Discovery
+    from actviz.io.images import Discovery
     from actviz.models import LoadedModel
 
 __all__ = ["deferred_discovery", "discovery_for", "inputs_for"]
@@ -36,7 +36,7 @@ def deferred_discovery(paths: Sequence[Path]) -> Discovery:
     import os
 
     from actviz.errors import ImageLoadError
-    from actviz.images import Discovery
+    from actviz.io.images import Discovery
 
     for path in paths:
         if not os.path.exists(path):
@@ -53,16 +53,16 @@ def inputs_for(loaded: LoadedModel, paths: Sequence[Path], found: Discovery) -> 
         UsageError: Still images for a video model, one image for a flow model, video files
             for an image model, or nothing usable.
     """
-    from actviz.images import discover
+    from actviz.io.images import discover
 
     key = loaded.family.key
     if key == "video":
-        from actviz.video import discover_clips
+        from actviz.io.video import discover_clips
 
         return discover_clips(paths)
     if key == "optical_flow":
+        from actviz.io.video import discover_pairs
         from actviz.models.clips import PairPreprocessing
-        from actviz.video import discover_pairs
 
         pairs, partners = discover_pairs(paths)
         if isinstance(loaded.preprocess, PairPreprocessing):
@@ -75,7 +75,7 @@ def inputs_for(loaded: LoadedModel, paths: Sequence[Path], found: Discovery) -> 
 def _refuse_videos(model: str, paths: Sequence[Path]) -> None:
     """A video file, or an animated GIF or WebP, named to an image model is refused: its first
     frame alone would be drawn as if it were the input."""
-    from actviz.video import VIDEO_SUFFIXES
+    from actviz.io.video import VIDEO_SUFFIXES
 
     video = next((p for p in paths if p.suffix.lower() in VIDEO_SUFFIXES or _animated(p)), None)
     if video is not None:
@@ -88,7 +88,7 @@ def _refuse_videos(model: str, paths: Sequence[Path]) -> None:
 
 def _animated(path: Path) -> bool:
     """Whether ``path`` is a GIF or WebP of more than one frame (reading its header only)."""
-    from actviz.video import ANIMATED_SUFFIXES
+    from actviz.io.video import ANIMATED_SUFFIXES
 
     if path.suffix.lower() not in ANIMATED_SUFFIXES or not path.is_file():
         return False

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.dictionary import SparseDictionary
-    from actviz.images import Discovery
+    from actviz.io.images import Discovery
     from actviz.models import LoadedModel
     from actviz.models.options import LoadOptions
 
@@ -232,7 +232,8 @@ def open_command(
         ImageLoadError: For an input that does not exist.
         OutputError: For an output folder that cannot be used.
     """
-    from actviz import images, output
+    from actviz import output
+    from actviz.io import images
     from actviz.output.files import removed_if_empty
 
     if engine == "ray" and not isinstance(model, str):

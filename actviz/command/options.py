@@ -3,7 +3,7 @@
 :func:`from_flat`, which builds a command's options from flat keywords; and
 :func:`check_choices`, which every options dataclass calls when built so that a value outside
 a ``Literal`` field's choices is refused by name. Each command's own options live in its
-family (``actviz.run.options``, ``actviz.examples.options``, ``actviz.diff.options``).
+family (``actviz.run.options``, ``actviz.top_images.options``, ``actviz.diff.options``).
 Importing this module imports no torch.
 """
 

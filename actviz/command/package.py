@@ -12,10 +12,14 @@ __all__ = ["callable_package"]
 
 def callable_package(name: str, function: Callable[..., Any]) -> None:
     """Make the package ``name`` callable as ``function``: importing a package binds its name
-    in the parent (``actviz.run``) to the package, so calling the package calls the function."""
+    in the parent (``actviz.run``) to the package, so calling the package calls the function.
+    The package wraps the function (``__wrapped__``), so ``inspect.signature`` and ``help``
+    in a notebook show the function's parameters and its result's type, not ``Any``."""
 
     class CallablePackage(types.ModuleType):
         def __call__(self, *args: Any, **kwargs: Any) -> Any:
             return function(*args, **kwargs)
 
-    sys.modules[name].__class__ = CallablePackage
+    package = sys.modules[name]
+    package.__class__ = CallablePackage
+    package.__wrapped__ = function  # type: ignore[attr-defined]

@@ -1,5 +1,5 @@
 """The similarity chart: CKA and cosine similarity against depth, the threshold, and the first
-divergent layer marked (a chart of :func:`actviz.gradients.flowchart.depth_axes`)."""
+divergent layer marked (a chart of :func:`actviz.gradients.gradient_flow.depth_axes`)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def similarity_png(
     """
     import numpy as np
 
-    from actviz.gradients.flowchart import depth_axes, depth_png
+    from actviz.gradients.gradient_flow import depth_axes, depth_png
 
     if not layers:
         raise ValueError("need at least one layer")

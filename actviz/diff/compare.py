@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.command import Command
-    from actviz.images import Discovery
+    from actviz.io.images import Discovery
     from actviz.models import LoadedModel
 
 __all__ = ["diff"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from actviz.gradients.batch import backward, choose_cam_keys
 from actviz.gradients.cam import class_cams, grad_cam, to_nchw
 from actviz.gradients.core import compute_gradients
-from actviz.gradients.flowchart import EXPLODING, VANISHING, gradient_flow_png
+from actviz.gradients.gradient_flow import EXPLODING, VANISHING, gradient_flow_png
 from actviz.gradients.recorder import GradientRecorder
 
 __all__ = [

@@ -102,7 +102,7 @@ def _input(image: Any, loaded: LoadedModel) -> torch.Tensor:
     import torch
     from PIL import Image
 
-    from actviz.images import load_rgb
+    from actviz.io.images import load_rgb
 
     if isinstance(image, str | Path):
         image = load_rgb(Path(image))

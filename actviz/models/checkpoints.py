@@ -5,15 +5,19 @@ more is refused unless the user says they trust it, and the refusal names the gl
 wanted, found without unpickling it. Safetensors files are recognised by their header, not
 their extension. Common wrappers and DataParallel's ``module.`` prefix are unwrapped, and a
 state_dict that does not fit is explained key by key.
+
+A state_dict holds tensors, and a quantized Linear's also the two things its packed parameters
+save: a ``torch.dtype`` and a (weight, bias) tuple. The safe unpickler reads both.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from actviz.errors import CheckpointError, first_line
 
@@ -22,14 +26,20 @@ if TYPE_CHECKING:
     from torch import nn
 
 __all__ = [
+    "StateDict",
     "checkpoint_classes",
     "load_checkpoint",
     "load_state_dict_into",
     "unwrap_state_dict",
 ]
 
+#: One value of a state_dict: a tensor, or what a quantized Linear's packed parameters save
+#: (``_packed_params.dtype`` and ``_packed_params._packed_params``: weight and bias).
+StateValue: TypeAlias = "torch.Tensor | torch.dtype | tuple[torch.Tensor | None, ...]"
+StateDict: TypeAlias = "dict[str, StateValue]"
 
-def load_checkpoint(path: Path, *, trust: bool = False) -> dict[str, torch.Tensor]:
+
+def load_checkpoint(path: Path, *, trust: bool = False) -> StateDict:
     """Read a state_dict from ``.pt``/``.pth`` (safe unpickling only) or ``.safetensors``.
 
     Common wrappers (``{"state_dict": ...}``, ``{"model": ...}``) and DataParallel's
@@ -113,10 +123,11 @@ _WRAPPER_KEYS = (
 )
 
 
-def unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a state_dict, unwrapped from a training checkpoint: under a common key
-    (``state_dict``, ``model_state``, ``model``, ``net``, ...; one level or two), or the one
-    nested dict that holds tensors; DataParallel's ``module.`` prefix is removed.
+def unwrap_state_dict(loaded: object, path: Path) -> StateDict:
+    """The state of a state_dict (its tensors, and a quantized Linear's packed parameters),
+    unwrapped from a training checkpoint: under a common key (``state_dict``, ``model_state``,
+    ``model``, ``net``, ...; one level or two), or the one nested dict that holds tensors;
+    DataParallel's ``module.`` prefix is removed. Other values (an epoch, a config) are left.
 
     Raises:
         CheckpointError: If no state_dict is found; the message names the keys there are.
@@ -132,8 +143,15 @@ def unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
             f"{path} holds no state_dict (found {type(loaded).__name__}); save one with "
             "torch.save(model.state_dict(), path)"
         )
-    tensors = {str(k): v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    if not tensors:
+    tensors: StateDict = OrderedDict(
+        (str(k), v) for k, v in state.items() if isinstance(v, torch.Tensor) or _packed_state(k, v)
+    )
+    if any(isinstance(v, torch.Tensor) for v in tensors.values()):
+        # The modules' versions, which tell their loaders which format the keys are in.
+        metadata = getattr(state, "_metadata", None)
+        if metadata is not None:
+            setattr(tensors, "_metadata", metadata)  # noqa: B010 (an OrderedDict's attribute)
+    else:
         keys = ", ".join(repr(str(k)) for k in list(state)[:8])
         more = f" (+{len(state) - 8} more)" if len(state) > 8 else ""
         raise CheckpointError(
@@ -142,6 +160,23 @@ def unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
         )
     consume_prefix_in_state_dict_if_present(tensors, "module.")
     return tensors
+
+
+def _packed_state(key: object, value: object) -> bool:
+    """True for what a quantized Linear's packed parameters put in a state_dict besides
+    tensors: their dtype and their (weight, bias) tuple, under ``_packed_params.``."""
+    import torch
+
+    if str(key).rsplit(".", 2)[-2:-1] != ["_packed_params"]:
+        return False
+    if isinstance(value, torch.dtype):
+        return True
+    return (
+        isinstance(value, tuple)
+        and bool(value)
+        and isinstance(value[0], torch.Tensor)
+        and all(v is None or isinstance(v, torch.Tensor) for v in value)
+    )
 
 
 def _inner(state: object) -> object:
@@ -278,8 +313,9 @@ def _raw_pickle_globals(path: Path) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def checkpoint_classes(module: nn.Module, state: Mapping[str, torch.Tensor]) -> int | None:
+def checkpoint_classes(module: nn.Module, state: Mapping[str, StateValue]) -> int | None:
     """The class count of a checkpoint whose classifier head differs from the model's."""
+    import torch
     from torch import nn
 
     head: tuple[str, nn.Linear] | None = None
@@ -289,7 +325,9 @@ def checkpoint_classes(module: nn.Module, state: Mapping[str, torch.Tensor]) -> 
     if head is None:
         return None
     weight = state.get(f"{head[0]}.weight")
-    if weight is None or weight.ndim != 2 or weight.shape[0] == head[1].out_features:
+    if not isinstance(weight, torch.Tensor) or weight.ndim != 2:
+        return None
+    if weight.shape[0] == head[1].out_features:
         return None
     if weight.shape[1] != head[1].in_features:
         return None  # not just a new head: let the key check explain the mismatch
@@ -297,15 +335,21 @@ def checkpoint_classes(module: nn.Module, state: Mapping[str, torch.Tensor]) -> 
 
 
 def load_state_dict_into(
-    module: nn.Module, state: Mapping[str, torch.Tensor], *, name: str, source: str
+    module: nn.Module, state: Mapping[str, StateValue], *, name: str, source: str
 ) -> None:
+    """Load ``state`` into ``module`` strictly, or explain key by key why it does not fit.
+
+    A state_dict that lost its modules' versions (rebuilt as a plain dict) is read in the
+    format of the model's own keys, which it must match: a quantized Linear's loader needs
+    the version to know its packed parameters.
+    """
     own = module.state_dict()
     missing = [k for k in own if k not in state]
     unexpected = [k for k in state if k not in own]
     mismatched = [
-        f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}"
+        f"{k} {_shape_text(state[k])} vs {_shape_text(v)}"
         for k, v in own.items()
-        if k in state and tuple(state[k].shape) != tuple(v.shape)
+        if k in state and _shapes(state[k]) != _shapes(v)
     ]
     if missing or unexpected or mismatched:
         parts = []
@@ -319,7 +363,26 @@ def load_state_dict_into(
             f"{source} does not fit {name}: {'; '.join(parts)}; check that the checkpoint was "
             f"saved from {name}"
         )
+    if getattr(state, "_metadata", None) is None:
+        state = OrderedDict(state)
+        setattr(state, "_metadata", getattr(own, "_metadata", None))  # noqa: B010
     module.load_state_dict(state, strict=True)
+
+
+def _shapes(value: StateValue) -> object:
+    """A state value's shape: a tensor's, each of a packed tuple's; None for a dtype."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return tuple(value.shape)
+    if isinstance(value, tuple):
+        return tuple(None if v is None else tuple(v.shape) for v in value)
+    return None
+
+
+def _shape_text(value: StateValue) -> str:
+    shapes = _shapes(value)
+    return str(shapes) if shapes is not None else str(value)
 
 
 def _few(items: list[str], n: int = 5) -> str:

@@ -49,7 +49,7 @@ class ClipPreprocessing(Preprocessing):
         ``(width, height)`` of its frames."""
         import torch
 
-        from actviz.video import read_frames
+        from actviz.io.video import read_frames
 
         pictures = read_frames(path, self.frames, self.fps)
         size = pictures[0].size
@@ -170,8 +170,8 @@ class PairPreprocessing(Preprocessing):
         """The pair starting at ``path``, ``(C, 2, H, W)``, and the first picture's size."""
         import torch
 
-        from actviz.images import load_rgb
-        from actviz.video import read_pair
+        from actviz.io.images import load_rgb
+        from actviz.io.video import read_pair
 
         partner = self.partners.get(str(path))
         if partner is not None:

@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from actviz.errors import UnknownWeightsError, WeightsError, first_line
-from actviz.models.checkpoints import unwrap_state_dict
+from actviz.models.checkpoints import StateDict, unwrap_state_dict
 from actviz.output import atomic_path
 
 if TYPE_CHECKING:
-    import torch
     from torchvision.models import WeightsEnum
 
 __all__ = [
@@ -59,7 +58,7 @@ def _socket_timeout(seconds: float) -> Iterator[None]:
         socket.setdefaulttimeout(previous)
 
 
-def fetch_pretrained(weights: WeightsEnum) -> dict[str, torch.Tensor]:
+def fetch_pretrained(weights: WeightsEnum) -> StateDict:
     """The state_dict of pretrained weights: from the cache, or downloaded into it."""
     import torch
 

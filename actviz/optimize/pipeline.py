@@ -209,7 +209,7 @@ def _run(
             for rel, data in build_optimize_report(doc, opts.out).items():
                 output.write_bytes(opts.out / rel, data)
             report = opts.out / REPORT_FILE
-            _relink_examples(opts.out)
+            _relink_top_images(opts.out)
         return OptimizeResult(
             model=cmd.model,
             weights=loaded.weights,
@@ -253,18 +253,18 @@ def _run(
     return finish()
 
 
-def _relink_examples(out: Path) -> None:
+def _relink_top_images(out: Path) -> None:
     """The top-images pages of the same folder now link the optimized images."""
     import json
 
     from actviz import output
-    from actviz.report import build_examples_report
+    from actviz.report import build_top_images_report
 
     try:
         doc = json.loads((out / "top-images.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return
-    for rel, data in build_examples_report(doc, out).items():
+    for rel, data in build_top_images_report(doc, out).items():
         output.write_bytes(out / rel, data)
 
 

@@ -24,7 +24,6 @@ from actviz.report.charts import (
     depth_chart as depth_chart,
 )
 from actviz.report.diff import diff_page as diff_page
-from actviz.report.examples import build_examples_report as build_examples_report
 from actviz.report.markup import (
     environment as environment,
 )
@@ -80,3 +79,4 @@ from actviz.report.pages import (
 from actviz.report.pages import (
     related_reports as related_reports,
 )
+from actviz.report.top_images import build_top_images_report as build_top_images_report

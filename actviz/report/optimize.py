@@ -43,7 +43,7 @@ def optimized_images(out: Path | None) -> dict[tuple[str, int], str]:
     return found
 
 
-def _examples_pages(out: Path | None) -> dict[tuple[str, int], str]:
+def _top_images_pages(out: Path | None) -> dict[tuple[str, int], str]:
     """``(layer, channel) -> top-images channel page`` in ``out``, when it has them."""
     doc = _read(out / _EXAMPLES_JSON) if out is not None else None
     if doc is None or out is None:
@@ -67,7 +67,7 @@ def build_optimize_report(doc: Mapping[str, Any], out: Path | None = None) -> di
     Returns:
         Paths relative to the output folder -> file content.
     """
-    examples = _examples_pages(out)
+    examples = _top_images_pages(out)
     settings = doc.get("settings") or {}
     layers = []
     for layer in doc.get("layers") or []:

@@ -145,7 +145,7 @@ def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
 def _clip_options(loaded: LoadedModel, opts: RunOptions) -> None:
     """``frames`` for a video model's clips, ``flow_updates`` for a flow model's iterations."""
     from actviz.models.clips import ClipPreprocessing
-    from actviz.models.families.flow import flow_updates
+    from actviz.models.families.optical_flow import flow_updates
 
     if opts.execution.engine == "ray" and loaded.family.key in ("video", "optical_flow"):
         raise UsageError(
@@ -367,7 +367,7 @@ def _write(
         # back after the new ones, so that a resume starts at once whatever the ledger's size.
         sink.replay(plan.results)
         stats_doc = sink.finish()
-        flow = sink.flow_chart() if opts.gradients.grads else None
+        gradient_flow = sink.gradient_flow_chart() if opts.gradients.grads else None
     except BaseException:
         sink.abort()
         raise
@@ -402,7 +402,7 @@ def _write(
         render=opts.draw.describe(),
         stats=stats_doc,
         report=out_dir / "index.html" if opts.report else None,
-        gradient_flow=flow,
+        gradient_flow=gradient_flow,
         pca={key: fit.describe() for key, fit in plan.pca.items()},
         weights_warning=opened.warning,
         counts=sink.counts,

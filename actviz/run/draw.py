@@ -17,8 +17,8 @@ from actviz.render.png import picture_png
 from actviz.results import LayerResult
 from actviz.run.detection import write_detections
 from actviz.run.detection_cam import write_detection_cams
-from actviz.run.flow import write_flow
 from actviz.run.job import ImageJob, model_view, thumbnail_path
+from actviz.run.optical_flow import write_optical_flow
 from actviz.run.pictures import PICTURE_KINDS
 from actviz.run.record import LayerView, layer_record, layer_view, summaries
 from actviz.run.segmentation import write_segmentation
@@ -37,8 +37,8 @@ def draw_image(job: ImageJob) -> list[LayerResult]:
     layers = [_draw_layer(view, order) for order, view in _views(job)]
     if job.segmentation is not None and job.options.grids:
         write_segmentation(job)
-    if job.flows is not None and job.options.grids:
-        write_flow(job)
+    if job.optical_flow is not None and job.options.grids:
+        write_optical_flow(job)
     if job.detections is not None and job.options.grids and job.model_input is not None:
         write_detections(
             job.folder,

@@ -29,11 +29,11 @@ if TYPE_CHECKING:
     from actviz.layouts import Drawable
 
 __all__ = [
-    "RunFlow",
+    "RunGradientFlow",
     "cam_picture",
     "class_name",
     "gradient_picture",
-    "write_flow_chart",
+    "write_gradient_flow",
 ]
 
 
@@ -181,10 +181,10 @@ def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def write_flow_chart(out_dir: Path, result: ImageResult, *, random: bool = False) -> str | None:
+def write_gradient_flow(out_dir: Path, result: ImageResult, *, random: bool = False) -> str | None:
     """One image's gradient norm per layer against depth; ``random``: the model's weights
     are random, and the chart says so as every picture does."""
-    from actviz.gradients.flowchart import gradient_flow_png
+    from actviz.gradients.gradient_flow import gradient_flow_png
 
     layers = [layer for layer in result.layers if layer.gradient and layer.kind == "output"]
     if not layers:
@@ -201,7 +201,7 @@ def write_flow_chart(out_dir: Path, result: ImageResult, *, random: bool = False
     return rel.as_posix()
 
 
-class RunFlow:
+class RunGradientFlow:
     """The run's gradient flow, folded image by image: a sample of the images' norms to draw
     (the first :attr:`SAMPLE`), and the geometric mean of every image's, per layer."""
 
@@ -249,7 +249,7 @@ class RunFlow:
         }
 
     @classmethod
-    def from_state(cls, data: Mapping[str, Any]) -> RunFlow:
+    def from_state(cls, data: Mapping[str, Any]) -> RunGradientFlow:
         """The flow :meth:`to_state` gave.
 
         Raises:
@@ -286,7 +286,7 @@ class RunFlow:
 
     def write(self, out_dir: Path, *, random: bool = False) -> Path | None:
         """``gradient_flow.png``: the sampled images and the mean of all."""
-        from actviz.gradients.flowchart import gradient_flow_png
+        from actviz.gradients.gradient_flow import gradient_flow_png
 
         if not self.sample:
             return None

@@ -74,9 +74,9 @@ class ImageJob:
     """With ``--view pca``: capture key -> the components fitted over the run."""
     features: Mapping[str, Any] = field(default_factory=dict)
     """With ``--sae``: capture key -> the sparse dictionary whose feature maps are drawn."""
-    flows: Any = None
+    optical_flow: Any = None
     """An optical-flow model's estimate for this pair at each iteration, ``(N, 2, H, W)``:
-    ``flow.png``."""
+    ``optical_flow.png``."""
     detections: Found | None = None
     """A detector's detections in this image: ``detections.png``."""
     detection_cams: DetectionCams | None = None

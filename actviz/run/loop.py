@@ -25,9 +25,9 @@ from actviz.results import ImageResult, LayerResult
 from actviz.run.detection import DetectionProbe, Found
 from actviz.run.detection_cam import batch_detections
 from actviz.run.draw import draw_image, summaries
-from actviz.run.flow import flow_iterations
-from actviz.run.gradients import write_flow_chart
+from actviz.run.gradients import write_gradient_flow
 from actviz.run.job import ImageJob, thumbnail_path, top_k_predictions
+from actviz.run.optical_flow import optical_flow_iterations
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.stats import stats_callback
 
@@ -131,7 +131,7 @@ def capture_and_render(
         for result, future in zip(batch, futures, strict=True):
             result.layers = future.result()
             if grads.grads:
-                result.gradient_flow = write_flow_chart(
+                result.gradient_flow = write_gradient_flow(
                     opts.out, result, random=loaded.weights.random
                 )
             record(result)
@@ -210,9 +210,13 @@ def capture_and_render(
                         shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
                     )
                     if loaded.family.key == "optical_flow":
-                        job = dataclasses.replace(job, flows=flow_iterations(logits, i))
-                        if opts.draw.grids and job.flows is not None:
-                            result.pictures["flow"] = (result.out_dir / "flow.png").as_posix()
+                        job = dataclasses.replace(
+                            job, optical_flow=optical_flow_iterations(logits, i)
+                        )
+                        if opts.draw.grids and job.optical_flow is not None:
+                            result.pictures["optical_flow"] = (
+                                result.out_dir / "optical_flow.png"
+                            ).as_posix()
                     if detected is not None:
                         found, cams = detected[i]
                         _record_detections(result, found, opts)

@@ -43,8 +43,8 @@ def stats_summaries(
     import torch
 
     from actviz.hooks import ActivationRecorder, eval_mode
+    from actviz.io.loader import stacked_parts
     from actviz.layouts import layer_contexts
-    from actviz.loader import stacked_parts
     from actviz.run.draw import layer_records
     from actviz.run.job import ImageJob, top_k_predictions
     from actviz.run.options import DrawOptions

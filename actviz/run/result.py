@@ -193,11 +193,12 @@ def files_of(result: ImageResult) -> tuple[int, int]:
     grids = sum(1 for layer in result.layers if layer.file)
     files = (result.thumbnail is not None) + (result.gradient_flow is not None)
     # The pictures of the whole input: a flow model's estimate, a detector's boxes, heads, CAMs.
-    # With --save-tensors (the layers' tensors were saved), a flow's iterations too: flow.npy.
+    # With --save-tensors (the layers' tensors were saved), a flow's iterations too:
+    # optical_flow.npy.
     saved = any(layer.tensor_file is not None for layer in result.layers)
     files += (
         len(result.pictures)
-        + ("flow" in result.pictures and saved)
+        + ("optical_flow" in result.pictures and saved)
         + sum(
             name is not None
             for name in (

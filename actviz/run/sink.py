@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from actviz.command.progress import Reporter
 from actviz.results import ImageResult, notes_of
-from actviz.run.gradients import RunFlow
+from actviz.run.gradients import RunGradientFlow
 from actviz.run.manifest import image_from_record, image_record
 from actviz.run.result import RunCounts, files_of
 
@@ -80,7 +80,7 @@ class RunSink:
         self.counts = RunCounts()
         self.notes: dict[str, str] = {}
         self.undrawable: dict[str, str] = {}
-        self.flow = RunFlow()
+        self.gradient_flow = RunGradientFlow()
         self.running: Any = None
         self.table: Any = None
         # What a checkpoint must have been written with to be resumed from.
@@ -189,7 +189,8 @@ class RunSink:
             "images": self.folded,
             "offsets": f"{self._offsets:016x}",
             "running": self.running.to_state() if self.running is not None else None,
-            "flow": self.flow.to_state(),
+            # "flow": the gradient flow, under the key earlier runs' checkpoints have.
+            "flow": self.gradient_flow.to_state(),
             "notes": list(self.notes.items()),
             "undrawable": list(self.undrawable.items()),
             "table": table,
@@ -243,7 +244,7 @@ class RunSink:
             running = state["running"]
             return {
                 "running": RunningStats.from_state(running) if self._key["stats"] else None,
-                "flow": RunFlow.from_state(state["flow"]),
+                "gradient_flow": RunGradientFlow.from_state(state["flow"]),
                 "notes": {str(k): str(v) for k, v in state["notes"]},
                 "undrawable": {str(k): str(v) for k, v in state["undrawable"]},
                 "images": int(state["images"]),
@@ -255,7 +256,7 @@ class RunSink:
     def _restore(self, restored: dict[str, Any]) -> None:
         if self.running is not None:
             self.running = restored["running"]
-        self.flow = restored["flow"]
+        self.gradient_flow = restored["gradient_flow"]
         self.notes = restored["notes"]
         self.undrawable = restored["undrawable"]
         self.folded = restored["images"]
@@ -275,7 +276,7 @@ class RunSink:
         for x in layers:
             if x.get("layout") == "none" and x["name"] not in self.undrawable:
                 self.undrawable[x["name"]] = x.get("note") or "cannot be drawn"
-        self.flow.add(where, layers)
+        self.gradient_flow.add(where, layers)
 
     def finish(self) -> dict[str, Any] | None:
         """``stats.json``, the tables and the run's gradient-flow chart.
@@ -289,7 +290,7 @@ class RunSink:
         doc: dict[str, Any] | None = None
         if self.running is not None:
             doc = self.running.to_json(self.thresholds)
-            gradients = self.flow.describe()
+            gradients = self.gradient_flow.describe()
             if gradients:
                 doc["gradients"] = gradients
             # The CSV's "(all)" rows, as before: only for a folder of more than one image.
@@ -302,9 +303,9 @@ class RunSink:
             self._save(self.records.sync(), table)
         return doc
 
-    def flow_chart(self) -> Path | None:
+    def gradient_flow_chart(self) -> Path | None:
         """The run's gradient-flow chart, when gradients were taken."""
-        return self.flow.write(self.out, random=self.random)
+        return self.gradient_flow.write(self.out, random=self.random)
 
     def abort(self) -> None:
         """The run failed or was interrupted: what it recorded is synced to disk for

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.command import Command
-    from actviz.examples.plan import LayerPlan
     from actviz.models import LoadedModel
     from actviz.sae.session import Run
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["FEATURES", "FOLDER", "INDEX", "feature_pages"]
 
@@ -127,15 +127,15 @@ def feature_pages(
 
     from actviz import output
     from actviz.command.options import ExecutionOptions
-    from actviz.examples import ExamplesOptions, top_images
     from actviz.sae.survey import survey
+    from actviz.top_images import TopImagesOptions, top_images
 
     opts = run.opts
     assert run.saes is not None
     ranked = top_images(
         model,
         inputs,
-        ExamplesOptions(
+        TopImagesOptions(
             out=opts.out,
             k=opts.top,
             sae=opts.out / FILE,

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.command import Command
-    from actviz.examples.plan import LayerPlan
     from actviz.models import LoadedModel
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["sae"]
 
@@ -209,8 +209,8 @@ def split(paths: Sequence[Path], share: float, seed: int) -> tuple[list[Path], l
 
 def _one_plan(cmd: Command, loaded: LoadedModel, opts: SaeOptions) -> LayerPlan:
     """The plan of the one selected output (its vectors); refused unless there is one."""
-    from actviz.examples import plan_layers
     from actviz.layouts import layer_contexts
+    from actviz.top_images import plan_layers
 
     _selector, names = cmd.deepest(loaded, opts.layers)
     module = loaded.module

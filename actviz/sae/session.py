@@ -16,7 +16,7 @@ from actviz.sae.train import Trainer, normalisation
 if TYPE_CHECKING:
     import torch
 
-    from actviz.examples.plan import LayerPlan
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["Run"]
 

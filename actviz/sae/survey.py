@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     import torch
 
     from actviz.dictionary import SparseDictionary
-    from actviz.examples.plan import LayerPlan
     from actviz.models import LoadedModel
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["QUANTILES", "Survey", "survey"]
 

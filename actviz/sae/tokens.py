@@ -2,7 +2,7 @@
 the layer replaced by its reconstruction (the splice), both through the hook core.
 
 A layer's output is read as ``(C, H, W)`` maps by the plan top-images makes
-(:func:`actviz.examples.plan_layers`, through the grids' own layout decisions): one vector
+(:func:`actviz.top_images.plan_layers`, through the grids' own layout decisions): one vector
 per spatial position of a convolution's map, one per patch token of a ViT (its class and
 register tokens dropped, as the grids drop them), one per image for a vector.
 """
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.dictionary import SparseDictionary
-    from actviz.examples.plan import LayerPlan
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["SpliceSession", "TokenRecorder", "maps_of", "positions"]
 
@@ -27,7 +27,7 @@ __all__ = ["SpliceSession", "TokenRecorder", "maps_of", "positions"]
 def maps_of(tensor: torch.Tensor, plan: LayerPlan) -> torch.Tensor | None:
     """A batch of the layer's outputs as ``(B, C, H, W)`` maps, or None when their shape is
     not the planned one (an image of another size)."""
-    from actviz.examples.plan import as_maps
+    from actviz.top_images.plan import as_maps
 
     if tuple(tensor.shape[1:]) != plan.shape:
         return None

@@ -14,9 +14,9 @@ from actviz.dictionary.file import FILE
 
 if TYPE_CHECKING:
     from actviz.command import Command, Loaded
-    from actviz.examples.plan import LayerPlan
     from actviz.sae.metrics import Quality
     from actviz.sae.session import Run
+    from actviz.top_images.plan import LayerPlan
 
 __all__ = ["FILE", "JSON_FILE", "seed_file", "write_dictionaries", "write_state"]
 

@@ -24,8 +24,8 @@ from actviz.models.families.detection import (
     lower_score_threshold,
     score_threshold_kept,
 )
-from actviz.models.families.flow import OPTICAL_FLOW, flow_updates_kept
 from actviz.models.families.image import CLASSIFICATION, SEGMENTATION
+from actviz.models.families.optical_flow import OPTICAL_FLOW, flow_updates_kept
 from actviz.models.families.quantized import FUSED_NOTE, QUANTIZED, is_quantized
 from actviz.models.families.video import VIDEO
 

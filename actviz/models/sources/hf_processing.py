@@ -1,11 +1,13 @@
 """A Hugging Face model's inputs, prepared by its own image processor.
 
-The folder's ``AutoImageProcessor`` (its Pillow backend, as actviz decodes with Pillow) is
+The folder's ``AutoImageProcessor``, as transformers gives it by default (the one
+``pipeline()`` runs: in transformers 5 its torchvision backend where the model has one), is
 called on each PIL image with ``return_tensors="pt"``, so the pixel values are the processor's
-own, bit for bit: processors that keep the aspect ratio (``shortest_edge``/``longest_edge``, as
-DETR and YOLOS have) give inputs of the image's shape. Such inputs are never padded into one
-batch (padding would change what the model sees without a pixel mask): the loader batches only
-consecutive inputs of one shape, so images of different sizes run one at a time.
+own, bit for bit; the manifest names the processor and its backend. Processors that keep the
+aspect ratio (``shortest_edge``/``longest_edge``, as DETR and YOLOS have) give inputs of the
+image's shape. Such inputs are never padded into one batch (padding would change what the
+model sees without a pixel mask): the loader batches only consecutive inputs of one shape, so
+images of different sizes run one at a time.
 
 Only where the user asks for what the processor cannot give (``--input-size``, greyscale input)
 are the processor's values followed with torchvision transforms, and the manifest says so.
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     import torch
     from PIL import Image
 
-__all__ = ["ProcessorPreprocessing", "from_processor"]
+__all__ = ["ProcessorPreprocessing", "from_processor", "processor_backend"]
 
 #: Pillow's resampling numbers, as image processors store them.
 _RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic", 4: "box", 5: "hamming"}
@@ -80,6 +82,7 @@ class ProcessorPreprocessing(Preprocessing):
         return {
             "by": "image processor",
             "processor": type(self.processor).__name__,
+            "backend": processor_backend(self.processor),
             "resize": entries or None,
             "crop": crop,
             "keeps_aspect_ratio": self.keeps_aspect,
@@ -89,6 +92,15 @@ class ProcessorPreprocessing(Preprocessing):
             "batching": _BATCHING if self.keeps_aspect else "batched (one input size)",
             "from": self.origin or None,
         }
+
+
+def processor_backend(processor: Any) -> str:
+    """Which backend an image processor computes with: ``torchvision`` or ``pil`` (its
+    ``backend`` in transformers 5; before, a ``...Fast`` class was torchvision's)."""
+    backend = getattr(processor, "backend", None)
+    if isinstance(backend, str) and backend:
+        return backend
+    return "torchvision" if type(processor).__name__.endswith("Fast") else "pil"
 
 
 def _edges(width: int, height: int, entries: dict[str, int]) -> tuple[int, int]:
@@ -127,7 +139,7 @@ def from_processor(
 ) -> Preprocessing:
     """The processor itself as the model's preprocessing; with ``--input-size`` or greyscale
     input, what it does followed with torchvision transforms, and ``from`` saying so."""
-    name = type(processor).__name__.removesuffix("Pil")
+    name = type(processor).__name__.removesuffix("Pil").removesuffix("Fast")
     origin = f"{name} from {ref}/preprocessor_config.json"
     resample = getattr(processor, "resample", 2)
     value = getattr(resample, "value", resample)
@@ -170,7 +182,7 @@ def from_processor(
         resize = shortest or max(config_size)
         nominal = Preprocessing.fitted(resize=resize, crop=max(config_size), crops=False)
     keeps = not crop and ("shortest_edge" in size or "longest_edge" in size)
-    backend = " (its Pillow backend)" if type(processor).__name__.endswith("Pil") else ""
+    backend = f" (its {processor_backend(processor)} backend)"
     return ProcessorPreprocessing(
         resize_size=nominal.resize_size,
         crop_size=nominal.crop_size,

@@ -325,8 +325,9 @@ def _return_tensor(module: nn.Module, head: Head) -> None:
 
 
 def _processor(ref: str) -> Any | None:
-    """The folder's image processor (Pillow backend, as actviz decodes with Pillow), or None
-    without a ``preprocessor_config.json``."""
+    """The folder's image processor as ``AutoImageProcessor.from_pretrained`` gives it by
+    default (what ``pipeline()`` runs: the torchvision backend in transformers 5, where it has
+    one), or None without a ``preprocessor_config.json``."""
     folder = Path(ref)
     has = (folder / "preprocessor_config.json").is_file() if folder.is_dir() else None
     if has is None:
@@ -335,11 +336,6 @@ def _processor(ref: str) -> Any | None:
         return None
     transformers = import_transformers()
     try:
-        with _quiet():
-            return transformers.AutoImageProcessor.from_pretrained(
-                ref, local_files_only=True, backend="pil"
-            )
-    except TypeError:  # an older transformers without backends
         with _quiet():
             return transformers.AutoImageProcessor.from_pretrained(ref, local_files_only=True)
     except Exception as exc:

@@ -23,7 +23,12 @@ from actviz.errors import (
     first_line,
     import_extra,
 )
-from actviz.models.checkpoints import checkpoint_classes, load_checkpoint, load_state_dict_into
+from actviz.models.checkpoints import (
+    StateDict,
+    checkpoint_classes,
+    load_checkpoint,
+    load_state_dict_into,
+)
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry
 from actviz.models.weights import WeightsInfo, existing_checkpoint, seeded
@@ -31,7 +36,6 @@ from actviz.models.weights import WeightsInfo, existing_checkpoint, seeded
 if TYPE_CHECKING:
     from types import ModuleType
 
-    import torch
     from torch import nn
 
 __all__ = ["TimmSource", "import_timm"]
@@ -96,7 +100,7 @@ class TimmSource:
         self.check_name(model)
         name = model.removeprefix(PREFIX)
         lowered = weights.lower()
-        state: dict[str, torch.Tensor] | None = None
+        state: StateDict | None = None
         if lowered == "none":
             info = WeightsInfo(spec="none", source="random")
         elif lowered in ("auto", "default"):
@@ -263,7 +267,7 @@ def _cached_pretrained(name: str) -> tuple[Path, str]:
     )
 
 
-def _converted(module: nn.Module, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _converted(module: nn.Module, state: StateDict) -> StateDict:
     """A checkpoint as the model's own module converts it (original-format keys, position
     embeddings resampled to another input size); unchanged where there is nothing to do."""
     convert = getattr(sys.modules.get(type(module).__module__), "checkpoint_filter_fn", None)

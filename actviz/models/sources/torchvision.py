@@ -13,12 +13,17 @@ import inspect
 import math
 import urllib.error
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ModelError, UnknownModelError, UsageError, WeightsError, first_line
-from actviz.models.checkpoints import checkpoint_classes, load_checkpoint, load_state_dict_into
+from actviz.models.checkpoints import (
+    StateDict,
+    checkpoint_classes,
+    load_checkpoint,
+    load_state_dict_into,
+)
 from actviz.models.families import torchvision_family
 from actviz.models.families.detection import detector_classes, is_detector
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
@@ -104,7 +109,7 @@ class TorchvisionSource:
         spec = weights
         lowered = spec.lower()
         chosen: WeightsEnum | None = None
-        state_dict: Mapping[str, torch.Tensor] | None = None
+        state_dict: StateDict | None = None
         if lowered == "none":
             info = WeightsInfo(spec="none", source="random")
         elif lowered in ("auto", "default") or (
@@ -329,7 +334,7 @@ def build_architecture(name: str, **kwargs: Any) -> nn.Module:
 
 def architecture_kwargs(
     name: str,
-    state_dict: Mapping[str, torch.Tensor] | None = None,
+    state_dict: StateDict | None = None,
     weights: WeightsEnum | None = None,
     *,
     input_size: tuple[int, int] | None = None,
@@ -377,13 +382,15 @@ def architecture_kwargs(
     return kwargs
 
 
-def _vit_image_size(
-    state_dict: Mapping[str, torch.Tensor] | None, weights: WeightsEnum | None
-) -> int | None:
+def _vit_image_size(state_dict: StateDict | None, weights: WeightsEnum | None) -> int | None:
+    import torch
+
     if state_dict is not None:
         # The position embedding has one row per patch plus the class token.
         pos, proj = state_dict.get("encoder.pos_embedding"), state_dict.get("conv_proj.weight")
-        if pos is None or proj is None or pos.ndim != 3 or proj.ndim != 4:
+        if not isinstance(pos, torch.Tensor) or not isinstance(proj, torch.Tensor):
+            return None
+        if pos.ndim != 3 or proj.ndim != 4:
             return None
         side = math.isqrt(int(pos.shape[1]) - 1)
         return side * int(proj.shape[-1]) if side * side == pos.shape[1] - 1 else None

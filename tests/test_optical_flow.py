@@ -11,9 +11,9 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from actviz.cli import app
+from actviz.io.video import discover_pairs
 from actviz.models.clips import pair_preprocessing
-from actviz.render.flow import flow_colours, render_flow_iterations
-from actviz.video import discover_pairs
+from actviz.render.optical_flow import optical_flow_colours, render_optical_flow
 from tests.conftest import make_image, run_images
 
 
@@ -51,10 +51,10 @@ def test_sizes_become_multiples_of_8_of_at_least_128() -> None:
 def test_each_iteration_is_drawn_on_one_scale() -> None:
     flows = np.zeros((3, 2, 8, 8), dtype=np.float32)
     flows[:, 0] = np.array([1.0, 2.0, 4.0], np.float32)[:, None, None]  # rightwards, growing
-    colours = flow_colours(flows)
+    colours = optical_flow_colours(flows)
     saturation = [int(c[0, 0].max()) - int(c[0, 0].min()) for c in colours]
     assert saturation == sorted(saturation) and saturation[0] < saturation[-1]
-    picture = render_flow_iterations(flows, title="t", columns=4, max_side=64)
+    picture = render_optical_flow(flows, title="t", columns=4, max_side=64)
     assert picture.dtype == np.uint8 and picture.ndim == 3
     for colour in colours:  # every iteration's tile is in the picture, as flow_to_image drew it
         hits = np.all(picture == colour[0, 0], axis=-1)
@@ -85,13 +85,13 @@ def test_the_last_flow_equals_the_models_and_the_encoder_shows_both_frames(tmp_p
         "update_block:3[0]",
         "update_block:3[1]",
     ]
-    assert record["pictures"] == {"flow": "f1/flow.png"}
-    flow_png = Image.open(out / "f1" / "flow.png")
+    assert record["pictures"] == {"optical_flow": "f1/optical_flow.png"}
+    flow_png = Image.open(out / "f1" / "optical_flow.png")
     assert flow_png.mode == "RGB" and flow_png.width > 3 * 136  # pair, key, iterations
-    # The run's count of files names every file the pair's folder holds, flow.png included.
+    # The run's count of files names every file the pair's folder holds, optical_flow.png included.
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["files"]["all"] == len(list((out / "f1").iterdir()))
-    saved = np.load(out / "f1" / "flow.npy")
+    saved = np.load(out / "f1" / "optical_flow.npy")
 
     model = load_model("raft_small", weights="none").module
     raw = [
@@ -126,7 +126,7 @@ def test_sizes_not_divisible_by_8_run(tmp_path: Path) -> None:
         app, ["run", "raft_small", str(first), str(second), "-o", str(out), "--save-tensors", *args]
     )
     assert result.exit_code == 0, result.output
-    assert np.load(out / "f1" / "flow.npy").shape == (2, 2, 128, 160)
+    assert np.load(out / "f1" / "optical_flow.npy").shape == (2, 2, 128, 160)
 
 
 def test_one_image_to_a_flow_model_says_what_to_pass(tmp_path: Path) -> None:
@@ -205,7 +205,7 @@ def test_a_users_own_flow_model_takes_pairs(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*argv, "--save-tensors", "--no-report"])
     assert result.exit_code == 0, result.output
     record = run_images(out)[0]
-    assert record["pictures"] == {"flow": "f1/flow.png"}
+    assert record["pictures"] == {"optical_flow": "f1/optical_flow.png"}
     names = [layer["name"] for layer in record["layers"]]
     assert "encoder" in names and {"update:2", "update:3"} <= set(names)
     encoder = next(layer for layer in record["layers"] if layer["name"] == "encoder")
@@ -232,7 +232,7 @@ def test_a_users_own_flow_model_takes_pairs(tmp_path: Path) -> None:
     ]
     with torch.inference_mode():
         flows = model(pair[0] * 2 - 1, pair[1] * 2 - 1)
-    saved = np.load(out / "f1" / "flow.npy")
+    saved = np.load(out / "f1" / "optical_flow.npy")
     assert saved.shape == (3, 2, 128, 136)
     np.testing.assert_allclose(saved[-1], flows[-1][0].numpy(), atol=1e-5, rtol=1e-4)
 
@@ -241,7 +241,7 @@ def test_a_users_own_flow_model_takes_pairs(tmp_path: Path) -> None:
         model, [first, second], out=tmp_path / "o2", flow_updates=2, save_tensors="npy",
         report=False,
     )  # fmt: skip
-    assert np.load(again.out / "f1" / "flow.npy").shape == (2, 2, 128, 136)
+    assert np.load(again.out / "f1" / "optical_flow.npy").shape == (2, 2, 128, 136)
     assert not hasattr(model, "_actviz_flow_updates")
     with torch.inference_mode():
         assert len(model(pair[0], pair[1])) == 3

@@ -1,6 +1,6 @@
 """The pages of ``actviz top-images``, from ``top-images.json`` alone.
 
-:func:`build_examples_report` returns ``relative path -> bytes`` for ``actviz.output`` to write:
+:func:`build_top_images_report` returns ``relative path -> bytes`` for ``actviz.output`` to write:
 
 - ``top-images.html``: the run (model, weights with the red banner when they are random,
   device, selector, k, score, images) and one row and overview per layer; it links to the run
@@ -22,13 +22,13 @@ from typing import Any
 from actviz.report.blocks import MetaRow, channel_page, run_warnings, weights_banner
 from actviz.report.markup import render
 
-__all__ = ["INDEX", "build_examples_report", "channel_page"]
+__all__ = ["INDEX", "build_top_images_report", "channel_page"]
 
 INDEX = "top-images.html"
 _TEMPLATE = "top_images.html"
 
 
-def build_examples_report(doc: Mapping[str, Any], out: Path | None = None) -> dict[str, bytes]:
+def build_top_images_report(doc: Mapping[str, Any], out: Path | None = None) -> dict[str, bytes]:
     """Build the pages of a top-images run.
 
     Args:

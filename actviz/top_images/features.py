@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from actviz.errors import UsageError
-from actviz.examples.plan import Planned, as_maps
+from actviz.top_images.plan import Planned, as_maps
 
 if TYPE_CHECKING:
     import torch

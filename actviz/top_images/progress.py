@@ -12,10 +12,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from actviz.command.progress import Reporter, start_progress
-from actviz.examples.checkpoint import Checkpoint, save_checkpoint
-from actviz.examples.document import SHOWN
-from actviz.examples.topk import Candidates, TopK
 from actviz.results import ImageResult
+from actviz.top_images.checkpoint import Checkpoint, save_checkpoint
+from actviz.top_images.document import SHOWN
+from actviz.top_images.topk import Candidates, TopK
 
 __all__ = ["CHECKPOINT_SECONDS", "Failures", "Progress", "still_to_score"]
 
@@ -91,7 +91,7 @@ class Progress:
     def __init__(
         self, out: Path, settings: dict[str, Any], k: int, earlier: Checkpoint | None
     ) -> None:
-        from actviz.examples.checkpoint import Ledger
+        from actviz.top_images.checkpoint import Ledger
 
         self.out = out
         self.settings = settings

@@ -22,8 +22,6 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-from actviz.examples.plan import LayerPlan
-from actviz.examples.topk import LayerTop
 from actviz.render import (
     BACKGROUND,
     Header,
@@ -35,6 +33,8 @@ from actviz.render import (
     paste_text,
     text_width,
 )
+from actviz.top_images.plan import LayerPlan
+from actviz.top_images.topk import LayerTop
 
 __all__ = [
     "GAP",

@@ -27,7 +27,7 @@ from actviz.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from actviz.examples import TopImagesResult
+    from actviz.top_images import TopImagesResult
 
 __all__ = ["top_images"]
 
@@ -61,7 +61,7 @@ OverviewChannelsOption = Annotated[
     ),
 ]
 #: The execution options ``top-images`` offers: all but --amp and --channels-last.
-ExamplesExecution = Annotated[ExecutionFlags, Group(without=("amp", "channels_last"))]
+TopImagesExecution = Annotated[ExecutionFlags, Group(without=("amp", "channels_last"))]
 
 
 @app.command("top-images")
@@ -78,7 +78,7 @@ def top_images(
     sae: SaeFileOption = None,
     out: FreshOutOption = None,
     load: LoadFlags,
-    execution: ExamplesExecution,
+    execution: TopImagesExecution,
     no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -90,10 +90,10 @@ def top_images(
     the report OUT/top-images.html. Without --layers: the deepest layer of the architecture's
     default selection.
     """
-    from actviz.examples import ExamplesOptions
-    from actviz.examples import top_images as find_top_images
+    from actviz.top_images import TopImagesOptions
+    from actviz.top_images import top_images as find_top_images
 
-    options = ExamplesOptions(
+    options = TopImagesOptions(
         layers=selector(layers),
         out=fresh_out(out, reuse=execution.resume or execution.overwrite),
         k=k,

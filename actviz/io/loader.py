@@ -51,7 +51,7 @@ class _Decoder:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> Decoded:
-        from actviz.images import load_rgb
+        from actviz.io.images import load_rgb
 
         try:
             # Clips and pairs are read from their file (or folder) by the preprocessing.

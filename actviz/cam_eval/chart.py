@@ -26,7 +26,7 @@ def curves_png(
     Args:
         summary: Per map name, ``curves`` (``deletion``/``insertion`` mean curves) and
             ``metrics`` (``deletion_auc``/``insertion_auc`` means), as
-            :func:`actviz.cameval.summary.summarize` gives them.
+            :func:`actviz.cam_eval.summary.summarize` gives them.
         titles: Map name -> its label (``Grad-CAM``).
         fractions: The x of each point.
         title: The chart's title (says "random weights" when they are).

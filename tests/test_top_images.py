@@ -22,20 +22,20 @@ from typer.testing import CliRunner
 
 from actviz.cli import app
 from actviz.command.options import COMMON_GROUPS, from_flat
-from actviz.examples import (
+from actviz.render.legend import Header
+from actviz.render.png import encode_png
+from actviz.top_images import (
     Candidates,
-    ExamplesOptions,
     LayerTop,
     ReceptiveField,
+    TopImagesOptions,
     TopK,
     plan_layers,
     top_images,
 )
-from actviz.examples.fields import field_from_boxes
-from actviz.examples.sheets import SheetTile, contact_sheet
-from actviz.examples.topk import layer_candidates
-from actviz.render.legend import Header
-from actviz.render.png import encode_png
+from actviz.top_images.fields import field_from_boxes
+from actviz.top_images.sheets import SheetTile, contact_sheet
+from actviz.top_images.topk import layer_candidates
 
 LAMPS = '''
 import torch
@@ -339,8 +339,8 @@ def test_nan_scores_sort_last() -> None:
 def test_view_cache_keeps_only_wanted_views_within_its_budget() -> None:
     import torch
 
-    from actviz.examples.draw import ViewCache
     from actviz.models.preprocessing import Preprocessing
+    from actviz.top_images.draw import ViewCache
 
     class Loaded:
         preprocess = Preprocessing(4, (2, 2))
@@ -593,7 +593,7 @@ def test_errors_are_one_line_with_their_exit_code(lamps: tuple[str, Path], tmp_p
     assert result.exit_code == 1 and "no image could be read" in result.stderr
     # Options checked before any work.
     with pytest.raises(Exception, match="-k must be between 1 and 100"):
-        ExamplesOptions(k=0)
+        TopImagesOptions(k=0)
     done = subprocess.run(
         [sys.executable, "-m", "actviz", "top-images", model, str(photos), "-k", "0"],
         capture_output=True,
@@ -617,9 +617,9 @@ def test_option_errors_name_the_fix(keywords: dict[str, Any], message: str) -> N
     from actviz.errors import UsageError
 
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        from_flat(ExamplesOptions, COMMON_GROUPS, keywords, caller="top_images")
+        from_flat(TopImagesOptions, COMMON_GROUPS, keywords, caller="top_images")
     with pytest.raises(TypeError, match="did you mean k"):
-        from_flat(ExamplesOptions, COMMON_GROUPS, {"kk": 3}, caller="top_images")
+        from_flat(TopImagesOptions, COMMON_GROUPS, {"kk": 3}, caller="top_images")
 
 
 # ------------------------------------------------------------------ any folder size
@@ -629,7 +629,7 @@ def test_resume_drops_a_torn_ledger_line_and_lines_no_state_covers(
     lamps: tuple[str, Path], lamps_run: Any, tmp_path: Path
 ) -> None:
     from actviz.errors import OutputError
-    from actviz.examples.checkpoint import FILE, LEDGER
+    from actviz.top_images.checkpoint import FILE, LEDGER
 
     class StopAt:
         def __init__(self, n: int) -> None:
@@ -680,7 +680,7 @@ def _feed(out: Path, n: int, batch: int = 50) -> int:
     import tracemalloc
 
     from actviz.command import SilentReporter
-    from actviz.examples.progress import Progress as _Progress
+    from actviz.top_images.progress import Progress as _Progress
 
     rng = np.random.default_rng(0)
     zeros = np.zeros
@@ -723,7 +723,7 @@ def _feed(out: Path, n: int, batch: int = 50) -> int:
 
 
 def test_a_runs_memory_and_state_do_not_grow_with_the_number_of_images(tmp_path: Path) -> None:
-    from actviz.examples.checkpoint import FILE, load_checkpoint
+    from actviz.top_images.checkpoint import FILE, load_checkpoint
 
     warm, small, large = tmp_path / "warm", tmp_path / "small", tmp_path / "large"
     for folder in (warm, small, large):
@@ -743,7 +743,7 @@ def test_a_runs_memory_and_state_do_not_grow_with_the_number_of_images(tmp_path:
 def test_the_document_names_at_most_a_hundred_failed_and_skipped_files(
     lamps: tuple[str, Path], lamps_run: Any
 ) -> None:
-    from actviz.examples.document import SHOWN, document
+    from actviz.top_images.document import SHOWN, document
 
     doc = lamps_run.document
     assert doc["failed"] == [] and doc["failed_count"] == 0 and doc["skipped_count"] == 0
@@ -759,12 +759,12 @@ def test_the_document_names_at_most_a_hundred_failed_and_skipped_files(
 
 
 def test_the_report_counts_every_failed_image_and_lists_the_first(lamps_run: Any) -> None:
-    from actviz.report import build_examples_report
+    from actviz.report import build_top_images_report
 
     doc = dict(lamps_run.document)
     doc["failed"] = [{"path": f"/x/{i:04d}.png", "reason": "broken"} for i in range(100)]
     doc["failed_count"] = 250
-    page = build_examples_report(doc, lamps_run.out)["top-images.html"].decode()
+    page = build_top_images_report(doc, lamps_run.out)["top-images.html"].decode()
     assert "Failed images (250)" in page and page.count("<code>/x/0") == 100
     assert "The first 100 are listed; each was named on stderr as it failed." in page
 

@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ImageLoadError, UsageError, VideoLoadError, first_line
-from actviz.images import IMAGE_SUFFIXES, Discovery, ImageInput
+from actviz.io.images import IMAGE_SUFFIXES, Discovery, ImageInput
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -100,7 +100,7 @@ def _take(stream: Iterable[tuple[float, Any]], times: Sequence[float], path: Pat
 def _animated_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
     from PIL import Image as PILImage
 
-    from actviz.images import ALLOWED_FORMATS
+    from actviz.io.images import ALLOWED_FORMATS
 
     try:
         with PILImage.open(path, formats=ALLOWED_FORMATS) as im:
@@ -176,7 +176,7 @@ def _duration(container: Any, stream: Any) -> float | None:
 def _folder_frames(folder: Path, frames: int) -> list[Image.Image]:
     """``frames`` consecutive frames from the middle of a folder of images (sorted by name);
     a folder with fewer gives all of them, spread evenly (frames repeat)."""
-    from actviz.images import load_rgb
+    from actviz.io.images import load_rgb
 
     names = frame_files(folder)
     if not names:
@@ -223,7 +223,7 @@ def is_clip_input(path: Path) -> bool:
 def _frame_count(path: Path) -> int:
     from PIL import Image as PILImage
 
-    from actviz.images import ALLOWED_FORMATS
+    from actviz.io.images import ALLOWED_FORMATS
 
     try:
         with PILImage.open(path, formats=ALLOWED_FORMATS) as im:

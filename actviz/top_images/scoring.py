@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from actviz.examples.options import Score
-from actviz.examples.plan import LayerPlan
-from actviz.examples.topk import Candidates, layer_candidates
 from actviz.hooks import HookSession, tensor_items
+from actviz.top_images.options import Score
+from actviz.top_images.plan import LayerPlan
+from actviz.top_images.topk import Candidates, layer_candidates
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ class ScoreRecorder(HookSession):
     Args:
         model: The model to hook.
         layers: Qualified names of the modules to hook.
-        plans: Capture key -> its plan (:func:`actviz.examples.plan.plan_layers`).
+        plans: Capture key -> its plan (:func:`actviz.top_images.plan.plan_layers`).
         score: ``max`` or ``mean``.
         transforms: Capture key -> what its output becomes before it is scored (a sparse
             dictionary's feature maps); None for an output it cannot transform.

@@ -25,9 +25,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from actviz.examples.document import LayerFiles, channel_health, selectivity
-from actviz.examples.plan import LayerPlan
-from actviz.examples.sheets import (
+from actviz.render import Header, fmt_value
+from actviz.render.png import encode_png
+from actviz.top_images.document import LayerFiles, channel_health, selectivity
+from actviz.top_images.plan import LayerPlan
+from actviz.top_images.sheets import (
     Row,
     SheetTile,
     contact_sheet,
@@ -39,15 +41,13 @@ from actviz.examples.sheets import (
     score_text,
     tile_name,
 )
-from actviz.examples.topk import LayerTop
-from actviz.render import Header, fmt_value
-from actviz.render.png import encode_png
+from actviz.top_images.topk import LayerTop
 
 if TYPE_CHECKING:
     from PIL import Image
 
-    from actviz.examples.options import ExamplesOptions
     from actviz.models import LoadedModel
+    from actviz.top_images.options import TopImagesOptions
 
 __all__ = ["ENTRY_BUDGET", "FOLDER", "VIEW_BUDGET", "ViewCache", "draw_layers", "layer_files"]
 
@@ -135,7 +135,7 @@ def draw_layers(
     plans: Sequence[LayerPlan],
     tops: Mapping[str, LayerTop],
     loaded: LoadedModel,
-    options: ExamplesOptions,
+    options: TopImagesOptions,
     *,
     categories: Sequence[str] | None,
     warn: Callable[[str], None],
@@ -221,14 +221,14 @@ def _cut_tiles(
     group: Sequence[LayerPlan],
     tops: Mapping[str, LayerTop],
     loaded: LoadedModel,
-    options: ExamplesOptions,
+    options: TopImagesOptions,
     views: Mapping[str, U8],
     unreadable: dict[str, str],
 ) -> dict[str, np.ndarray]:
     """Every entry's tile for the layers of ``group``: ``(C, m, tile, tile, 3)`` per layer."""
     from PIL import Image
 
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
 
     tile = options.tile
     wanted: dict[str, list[tuple[str, int, int]]] = {}
@@ -309,7 +309,7 @@ def _submit_layer(
     plan: LayerPlan,
     top: LayerTop,
     tiles: np.ndarray,
-    options: ExamplesOptions,
+    options: TopImagesOptions,
     categories: Sequence[str] | None,
     *,
     random: bool,

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from actviz.command.head import json_head, model_fields
-from actviz.examples.plan import LayerPlan
-from actviz.examples.topk import LayerTop
+from actviz.top_images.plan import LayerPlan
+from actviz.top_images.topk import LayerTop
 
 __all__ = ["SHOWN", "LayerFiles", "Selectivity", "channel_health", "document", "selectivity"]
 

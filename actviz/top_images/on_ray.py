@@ -1,5 +1,5 @@
 """``actviz top-images`` on the Ray engine: each actor scores its batches and sends back the
-batch's per-channel top-k candidates (:class:`~actviz.examples.topk.Candidates`, no pixels);
+batch's per-channel top-k candidates (:class:`~actviz.top_images.topk.Candidates`, no pixels);
 the driver merges them into the same running top-k as a local run, whose order is total (score,
 then path), so the result is identical whatever the pool size or the order batches come back in.
 """
@@ -16,9 +16,9 @@ from actviz.engines import RayOptions, WorkerSpec, ray_batches
 
 if TYPE_CHECKING:
     from actviz.command.options import ExecutionOptions, LoadOptions
-    from actviz.examples.plan import LayerPlan
-    from actviz.examples.topk import Candidates
     from actviz.models import LoadedModel
+    from actviz.top_images.plan import LayerPlan
+    from actviz.top_images.topk import Candidates
 
 __all__ = ["BatchCandidates", "candidates_on_ray", "example_candidates"]
 
@@ -57,8 +57,8 @@ def example_candidates(
     to the planned size fail by name, with the fix.
     """
 
-    from actviz.examples.scoring import score_batch, unfit_reason
-    from actviz.loader import stacked_parts
+    from actviz.io.loader import stacked_parts
+    from actviz.top_images.scoring import score_batch, unfit_reason
 
     out: list[tuple[list[int], BatchCandidates]] = []
     # Split where the input shape changes, so that each part stacks.

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
-from actviz.cameval.metrics import BASELINE_TITLES, BASELINES
-from actviz.cameval.result import RECORD, CamEvalResult, EvalState
-from actviz.cameval.summary import BOOTSTRAP, METRICS, SANITY_THRESHOLD, summarize
+from actviz.cam_eval.metrics import BASELINE_TITLES, BASELINES
+from actviz.cam_eval.result import RECORD, CamEvalResult, EvalState
+from actviz.cam_eval.summary import BOOTSTRAP, METRICS, SANITY_THRESHOLD, summarize
 from actviz.command.head import json_head, model_fields
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def write_outputs(
         pixels = protocol["input_size"][0] * protocol["input_size"][1]
         step = protocol["step_pixels"]
         fractions = [min(i * step, pixels) / pixels for i in range(protocol["steps"] + 1)]
-        from actviz.cameval.chart import curves_png
+        from actviz.cam_eval.chart import curves_png
 
         title = f"cam-eval: {cmd.model} at {state.layer}, {len(ok)} images"
         if random:
@@ -139,7 +139,7 @@ def _cases(
     from PIL import Image
 
     from actviz.gradients.methods import cam_title
-    from actviz.loader import decode_batches
+    from actviz.io.loader import decode_batches
     from actviz.render.legend import Header, new_canvas
     from actviz.render.overlay import cam_panel, input_view
     from actviz.render.palette import palette_for

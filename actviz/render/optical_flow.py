@@ -21,12 +21,12 @@ from actviz.render.legend import (
 from actviz.render.palette import LABEL, palette_for
 from actviz.render.tiling import GAP
 
-__all__ = ["flow_colours", "render_flow_iterations"]
+__all__ = ["optical_flow_colours", "render_optical_flow"]
 
 U8Array = npt.NDArray[np.uint8]
 
 
-def flow_colours(flows: npt.ArrayLike) -> U8Array:
+def optical_flow_colours(flows: npt.ArrayLike) -> U8Array:
     """``(N, 2, H, W)`` flow fields as ``(N, H, W, 3)`` RGB on one scale (the largest
     displacement of all of them is full saturation), with torchvision's colour wheel."""
     import torch
@@ -43,7 +43,7 @@ def _wheel(side: int) -> U8Array:
     v, u = np.meshgrid(axis, axis, indexing="ij")
     inside = u * u + v * v <= 1.0
     field = np.stack([u * inside, v * inside])[None]
-    wheel: U8Array = flow_colours(field)[0]
+    wheel: U8Array = optical_flow_colours(field)[0]
     return wheel
 
 
@@ -53,7 +53,7 @@ def _fit(tile: U8Array, side: int) -> U8Array:
     return tile[::step, ::step] if step > 1 else tile
 
 
-def render_flow_iterations(
+def render_optical_flow(
     flows: npt.ArrayLike,
     *,
     title: str,
@@ -82,7 +82,7 @@ def render_flow_iterations(
     if array.ndim != 4 or array.shape[1] != 2 or 0 in array.shape:
         raise ValueError(f"flows must be a non-empty (N, 2, H, W) array, got {array.shape}")
     count, _, height, width = array.shape
-    coloured = flow_colours(np.nan_to_num(array, nan=0.0, posinf=0.0, neginf=0.0))
+    coloured = optical_flow_colours(np.nan_to_num(array, nan=0.0, posinf=0.0, neginf=0.0))
     tiles = [_fit(np.asarray(p, dtype=np.uint8), max_side) for p in pair]
     names = ["frame 1", "frame 2"][: len(tiles)] + ["direction key"]
     tile_h, tile_w = _fit(coloured[0], max_side).shape[:2]
@@ -126,7 +126,7 @@ def render_flow_iterations(
     bar_y, bar_x, bar_h, bar_w = bar_box(header, canvas.shape[1])
     ramp = np.zeros((1, 2, 1, bar_w), dtype=np.float32)
     ramp[0, 0, 0] = np.linspace(0.0, 1.0, bar_w)
-    rgb[bar_y : bar_y + bar_h, bar_x : bar_x + bar_w] = flow_colours(ramp)[0]
+    rgb[bar_y : bar_y + bar_h, bar_x : bar_x + bar_w] = optical_flow_colours(ramp)[0]
     for position, tile in enumerate(tiles):
         row, col = divmod(position, columns)
         y = top + GAP + row * cell_h + label

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.cameval.maps import LayerShape
-from actviz.cameval.metrics import Protocol
-from actviz.cameval.options import CamEvalOptions
+from actviz.cam_eval.maps import LayerShape
+from actviz.cam_eval.metrics import Protocol
+from actviz.cam_eval.options import CamEvalOptions
 
 if TYPE_CHECKING:
     from torch import nn

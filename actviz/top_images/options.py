@@ -15,7 +15,7 @@ from typing import Any, Literal
 from actviz.command.options import ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
 
-__all__ = ["SCORES", "ExamplesOptions", "Score"]
+__all__ = ["SCORES", "TopImagesOptions", "Score"]
 
 Score = Literal["max", "mean"]
 #: What ``--score`` accepts.
@@ -26,7 +26,7 @@ _MIN_TILE, _MAX_TILE = 32, 512
 
 
 @dataclass(frozen=True)
-class ExamplesOptions:
+class TopImagesOptions:
     """Everything ``actviz top-images`` takes besides the model and the inputs.
 
     Attributes:

@@ -1,11 +1,11 @@
 """``top_images``: load -> select -> plan -> one streamed pass -> draw -> write.
 
-The pass over the folder keeps a running top-k per channel (:class:`~actviz.examples.topk.TopK`)
+The pass over the folder keeps a running top-k per channel (:class:`~actviz.top_images.topk.TopK`)
 fed by each batch's candidates, which the forward hooks compute on the device
-(:mod:`actviz.examples.scoring`); memory does not grow with the folder. The state is saved
+(:mod:`actviz.top_images.scoring`); memory does not grow with the folder. The state is saved
 every few seconds and when the run is interrupted, so ``--resume`` continues where it stopped
 and ends with the same ``top-images.json`` as an uninterrupted run. Then the images the top-k
-chose are read once more for the pictures (:mod:`actviz.examples.draw`).
+chose are read once more for the pictures (:mod:`actviz.top_images.draw`).
 """
 
 from __future__ import annotations
@@ -19,21 +19,21 @@ from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.command.session import weights_record
 from actviz.errors import UsageError
-from actviz.examples.checkpoint import load_checkpoint
-from actviz.examples.document import LayerFiles, document, selectivity
-from actviz.examples.draw import ViewCache, draw_layers, layer_files
-from actviz.examples.options import ExamplesOptions
-from actviz.examples.plan import LayerPlan, Planned, plan_layers
-from actviz.examples.progress import Progress, still_to_score
-from actviz.examples.results import LayerSummary, TopImagesResult
-from actviz.examples.topk import TopK
+from actviz.top_images.checkpoint import load_checkpoint
+from actviz.top_images.document import LayerFiles, document, selectivity
+from actviz.top_images.draw import ViewCache, draw_layers, layer_files
+from actviz.top_images.options import TopImagesOptions
+from actviz.top_images.plan import LayerPlan, Planned, plan_layers
+from actviz.top_images.progress import Progress, still_to_score
+from actviz.top_images.results import LayerSummary, TopImagesResult
+from actviz.top_images.topk import TopK
 
 if TYPE_CHECKING:
     from torch import nn
 
     from actviz.command import Command, Loaded
-    from actviz.examples.features import Transform
     from actviz.models import LoadedModel
+    from actviz.top_images.features import Transform
 
 __all__ = ["JSON_FILE", "REPORT_FILE", "top_images"]
 
@@ -44,7 +44,7 @@ REPORT_FILE = "top-images.html"
 def top_images(
     model: str | nn.Module,
     inputs: Sequence[Path | str] | Path | str,
-    options: ExamplesOptions | None = None,
+    options: TopImagesOptions | None = None,
     *,
     reporter: Reporter | None = None,
     **keywords: Any,
@@ -58,7 +58,7 @@ def top_images(
     under ``top-images/``, and the HTML pages.
 
     Takes ``model``, ``inputs``, ``reporter`` and flat keywords as :func:`actviz.run` does,
-    and :class:`~actviz.examples.options.ExamplesOptions`.
+    and :class:`~actviz.top_images.options.TopImagesOptions`.
 
     Raises:
         ActvizError: For every expected failure (unknown model, empty selection, a selection
@@ -67,7 +67,7 @@ def top_images(
     """
     from actviz.command import open_command
 
-    opts = from_flat(ExamplesOptions, COMMON_GROUPS, keywords, caller="top_images", given=options)
+    opts = from_flat(TopImagesOptions, COMMON_GROUPS, keywords, caller="top_images", given=options)
     ex = opts.execution
 
     with open_command(
@@ -86,7 +86,7 @@ def top_images(
         loaded = opened.model
         transforms = None
         if opts.sae is not None:
-            from actviz.examples.features import dictionary_layer, feature_plans
+            from actviz.top_images.features import dictionary_layer, feature_plans
 
             if ex.engine != "local":
                 raise UsageError("--sae ranks features in this process: drop --engine ray")
@@ -183,7 +183,7 @@ def _write_documents(
     plans: list[LayerPlan],
     planned: Planned,
     progress: Progress,
-    opts: ExamplesOptions,
+    opts: TopImagesOptions,
     report: Path | None,
 ) -> dict[str, Any]:
     """``top-images.json`` and, with ``report``, the pages (and the run's report in the same
@@ -215,9 +215,9 @@ def _write_documents(
     )
     output.write_json(opts.out / JSON_FILE, doc)
     if report is not None:
-        from actviz.report import build_examples_report, rebuild_run_report
+        from actviz.report import build_top_images_report, rebuild_run_report
 
-        for rel, data in build_examples_report(doc, opts.out).items():
+        for rel, data in build_top_images_report(doc, opts.out).items():
             output.write_bytes(opts.out / rel, data)
         # Then a run's report in the same folder links these pages, now that they exist.
         for rel, data in rebuild_run_report(opts.out).items():
@@ -225,7 +225,7 @@ def _write_documents(
     return doc
 
 
-def _plan(model: str, loaded: LoadedModel, names: list[str], opts: ExamplesOptions) -> Planned:
+def _plan(model: str, loaded: LoadedModel, names: list[str], opts: TopImagesOptions) -> Planned:
     from actviz.layouts import layer_contexts
 
     module = loaded.module
@@ -257,20 +257,20 @@ def _stream(
     todo: list[Path],
     progress: Progress,
     views: ViewCache,
-    opts: ExamplesOptions,
+    opts: TopImagesOptions,
     notify: Reporter,
     transforms: Mapping[str, Transform] | None = None,
 ) -> None:
     """The one pass over the images still to score; the views of images that made some
     top-k are kept for the pictures while they fit."""
     from actviz.command.forward import BatchForward
-    from actviz.examples.scoring import (
+    from actviz.hooks import eval_mode
+    from actviz.top_images.scoring import (
         ScoreRecorder,
         batch_candidates,
         predicted_classes,
         unfit_reason,
     )
-    from actviz.hooks import eval_mode
 
     ex, module = opts.execution, loaded.module
     if ex.engine == "ray":
@@ -330,12 +330,12 @@ def _stream_on_ray(
     planned: Planned,
     todo: list[Path],
     progress: Progress,
-    opts: ExamplesOptions,
+    opts: TopImagesOptions,
     notify: Reporter,
 ) -> None:
     """The same pass on a pool of Ray actors: each batch's candidates merged as they come
     back. The pictures decode the chosen images again (no views travel back)."""
-    from actviz.examples.on_ray import candidates_on_ray
+    from actviz.top_images.on_ray import candidates_on_ray
 
     pairs = candidates_on_ray(
         model,
@@ -403,7 +403,7 @@ def _summaries(
 def _remove_outputs(out: Path) -> None:
     """``--overwrite``: remove what an earlier top-images run wrote, and nothing else."""
     from actviz import output
-    from actviz.examples.checkpoint import FILE, LEDGER
+    from actviz.top_images.checkpoint import FILE, LEDGER
 
     folder = out / "top-images"
     pictures = (

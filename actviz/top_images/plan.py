@@ -9,7 +9,7 @@ gather with, so the scores of every batch are computed on the device with torch 
 per-image copy.
 
 :func:`plan_layers` runs one probe batch (noise from a fixed seed) with gradients on: its
-outputs give each layer's shape and, through :mod:`actviz.examples.fields`, its receptive
+outputs give each layer's shape and, through :mod:`actviz.top_images.fields`, its receptive
 field, measured from the model itself.
 """
 
@@ -25,8 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz.errors import ModelError, first_line
-from actviz.examples.fields import ReceptiveField, measure_fields
 from actviz.hooks import HookSession, tensor_items
+from actviz.top_images.fields import ReceptiveField, measure_fields
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:

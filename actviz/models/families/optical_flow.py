@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 
     from actviz.models.preprocessing import Preprocessing
 
-__all__ = ["OPTICAL_FLOW", "flow_updates", "flow_updates_kept", "is_flow_model"]
+__all__ = ["OPTICAL_FLOW", "flow_updates", "flow_updates_kept", "is_optical_flow_model"]
 
 #: The attribute :func:`flow_updates` sets on a model for the calls of one command.
 _UPDATES = "_actviz_flow_updates"
 
 
-def is_flow_model(module: nn.Module) -> bool:
+def is_optical_flow_model(module: nn.Module) -> bool:
     """torchvision's RAFT (and models built on it), or a model that says it is one."""
     from actviz.contexts import type_names
     from actviz.models.families.video import declared_family
@@ -81,7 +81,7 @@ OPTICAL_FLOW = Family(
     key="optical_flow",
     label="optical-flow",
     torchvision="optical_flow",
-    claims=is_flow_model,
+    claims=is_optical_flow_model,
     call=_call,
     preprocessing=_preprocessing,
     classifies=False,

@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from actviz.cameval.metrics import BASELINES
+from actviz.cam_eval.metrics import BASELINES
 
 __all__ = [
     "BOOTSTRAP",

@@ -1,6 +1,6 @@
 """The resume files: the accumulator, and a ledger of the images it covers.
 
-``OUT/.actviz-top-images.npz`` holds every layer's :class:`~actviz.examples.topk.LayerTop`
+``OUT/.actviz-top-images.npz`` holds every layer's :class:`~actviz.top_images.topk.LayerTop`
 arrays and a JSON record of the settings and exact sums. It is an ``npz`` read with
 ``allow_pickle=False``: a file in an output folder is never a way to run code. Its size
 depends on layers x channels x k, never on the number of images: the images already merged
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from actviz.errors import OutputError
-from actviz.examples.topk import ARRAY_FIELDS, LayerTop, TopK
 from actviz.output import Journal, atomic_file
+from actviz.top_images.topk import ARRAY_FIELDS, LayerTop, TopK
 
 __all__ = [
     "FILE",

@@ -15,16 +15,16 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
-from actviz.cameval.maps import last_blocks, layer_shape, method_maps, randomized
-from actviz.cameval.metrics import (
+from actviz.cam_eval.maps import last_blocks, layer_shape, method_maps, randomized
+from actviz.cam_eval.metrics import (
     Protocol,
     baseline_maps,
     confidence_change,
     perturbation_curves,
     spearman,
 )
-from actviz.cameval.options import CamEvalOptions
-from actviz.cameval.result import CamEvalResult, EvalState
+from actviz.cam_eval.options import CamEvalOptions
+from actviz.cam_eval.result import CamEvalResult, EvalState
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -62,7 +62,7 @@ def cam_eval(
         model: A model name, ``file.py:factory``, or an ``nn.Module``, as :func:`actviz.run`.
         inputs: Image files and/or folders.
         options, reporter, **keywords: As :func:`actviz.run` takes them, for
-            :class:`~actviz.cameval.options.CamEvalOptions`.
+            :class:`~actviz.cam_eval.options.CamEvalOptions`.
 
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
@@ -117,7 +117,7 @@ def cam_eval(
             for item in images
             if state.rels[str(item.path)] in done
         ]
-        from actviz.cameval.write import write_outputs
+        from actviz.cam_eval.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, settings, reused=reused)
 
