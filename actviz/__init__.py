@@ -25,6 +25,7 @@ _moved.install()
 if TYPE_CHECKING:
     from actviz.api import list_layers, read_images, render_activation, run
     from actviz.atlas import atlas as atlas
+    from actviz.attribute import attribute as attribute
     from actviz.cam_eval import cam_eval
     from actviz.dictionary import load_sae
     from actviz.diff import diff as diff
@@ -44,6 +45,7 @@ __all__ = [
     "ActvizError",
     "__version__",
     "atlas",
+    "attribute",
     "browse",
     "cam_eval",
     "capture",
@@ -66,6 +68,7 @@ __all__ = [
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
     "atlas": "actviz.atlas",
+    "attribute": "actviz.attribute",
     "browse": "actviz.look",
     "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",

@@ -15,7 +15,8 @@ from torch import nn
 from actviz.errors import UsageError
 from actviz.gradients.cam import to_nchw
 from actviz.gradients.core import compute_gradients
-from actviz.gradients.methods import cam_method, cam_title, raw_cam, scale_cams, score_cam
+from actviz.gradients.methods import scale_cams, score_cam
+from actviz.gradients.registry import cam_method, cam_title, raw_cam
 
 gradcam = pytest.importorskip("pytorch_grad_cam")
 targets_mod = pytest.importorskip("pytorch_grad_cam.utils.model_targets")

@@ -119,7 +119,8 @@ def test_eigencam_refuses_more_than_one_class(tmp_path: Path) -> None:
 
 def test_cam_method_equals_the_library_map_and_implies_cam(tmp_path: Path) -> None:
     """The map of `run --cam-method eigencam` (no --cam) is the EigenCAM of the layer output."""
-    from actviz.gradients.methods import raw_cam, scale_cams
+    from actviz.gradients.methods import scale_cams
+    from actviz.gradients.registry import raw_cam
 
     factory = tmp_path / "tinyvit.py"
     factory.write_text(TINY_VIT)
@@ -212,7 +213,8 @@ def test_timm_and_hugging_face_models_with_each_layout(
     assert all(any("random weights" in n.lower() for n in h.notes) for h in cams)
     # The maps themselves, on the layer's own grid, from the library on the same output.
     from actviz.gradients.core import compute_gradients
-    from actviz.gradients.methods import raw_cam, scale_cams
+    from actviz.gradients.methods import scale_cams
+    from actviz.gradients.registry import raw_cam
     from actviz.layouts import layer_contexts
     from actviz.models import load_model
 

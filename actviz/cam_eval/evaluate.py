@@ -8,14 +8,21 @@ the summary, ``cam-eval.json``, the chart, the best and worst cases and the page
 from __future__ import annotations
 
 import contextlib
-import json
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from actviz import output
-from actviz.cam_eval.maps import last_blocks, layer_shape, method_maps, randomized
+from actviz.cam_eval.maps import (
+    attribution_job,
+    attribution_settings,
+    last_blocks,
+    layer_shape,
+    method_maps,
+    random_grid,
+    randomized,
+    recorded,
+)
 from actviz.cam_eval.metrics import (
     Protocol,
     baseline_maps,
@@ -25,6 +32,7 @@ from actviz.cam_eval.metrics import (
 )
 from actviz.cam_eval.options import CamEvalOptions
 from actviz.cam_eval.result import CamEvalResult, EvalState
+from actviz.command.ledger import ImageLedger
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -94,24 +102,23 @@ def cam_eval(
         images = cmd.found.images
         state.rels = {str(item.path): item.rel.as_posix() for item in images}
         settings = _settings(cmd.model, loaded, state)
-        done = _ledger(opts, settings)
+        ledger = ImageLedger(
+            opts.out,
+            LEDGER,
+            command="cam-eval",
+            settings=settings,
+            differs="model, layer, methods, target or protocol",
+        )
+        done = ledger.read(ex.resume)
         todo = [item.path for item in images if state.rels[str(item.path)] not in done]
         reused = len(images) - len(todo)
         start_progress(cmd.notify, len(images), [_progress(r) for r in done.values()])
-        journal = output.Journal(opts.out / LEDGER, keep=None if done else 0)
-        # The settings go first with the first record: a command that fails before any image
-        # is scored leaves no ledger behind (and a new folder is removed).
-        head = [] if done else [_line({"settings": settings})]
         try:
             for record in _stream(state, todo, cmd.notify):
                 done[record["image"]] = record
-                for line in head:
-                    journal.append(line)
-                head = []
-                journal.append(_line(record))
-            journal.sync()
+                ledger.append(record)
         finally:
-            journal.close()
+            ledger.close()
         records = [
             done[state.rels[str(item.path)]]
             for item in images
@@ -152,6 +159,7 @@ def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) ->
         cmd.warn(f"the sanity check re-initialises {len(blocks)} blocks: the model has no more")
     twins = [randomized(loaded.module, blocks[: j + 1], opts.seed + j) for j in range(len(blocks))]
     return EvalState(
+        job=attribution_job(loaded, opts),
         opts=opts,
         loaded=loaded,
         layer=layer,
@@ -209,48 +217,8 @@ def _settings(model: str, loaded: LoadedModel, state: EvalState) -> dict[str, An
         "target": opts.target,
         "protocol": state.protocol.describe(loaded.input_size),
         "sanity_blocks": state.stages,
+        **attribution_settings(opts.methods, state.job),
     }
-
-
-def _ledger(opts: CamEvalOptions, settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """With ``--resume``: the images an earlier run with the same settings scored.
-
-    A line cut short by a kill is left out, also once a later run has ended it with a line
-    break (which makes it look whole). A folder that holds files but no cam-eval is refused:
-    resuming there would mix cam-eval's files with another command's."""
-    path = opts.out / LEDGER
-    if not opts.execution.resume:
-        return {}
-    if not path.is_file():
-        if any(not p.name.startswith(output.TMP_MARK) for p in opts.out.iterdir()):
-            raise UsageError(
-                f"{opts.out} holds no cam-eval to resume (no {LEDGER}); use --overwrite to "
-                "replace what is there, or another --out"
-            )
-        return {}
-    records: list[dict[str, Any]] = []
-    with path.open("rb") as fh:
-        for line in fh:
-            if not output.whole(line):
-                continue
-            try:
-                data = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue  # cut short by a kill, then ended by the run that resumed
-            if isinstance(data, dict):
-                records.append(data)
-    if not records:
-        return {}
-    if records[0].get("settings") != json.loads(json.dumps(settings)):
-        raise UsageError(
-            f"{opts.out} holds a cam-eval with other settings (model, layer, methods, "
-            "target or protocol); use --overwrite to start again, or another --out"
-        )
-    return {str(r["image"]): r for r in records[1:] if r.get("status") == "ok" and "image" in r}
-
-
-def _line(record: Mapping[str, Any]) -> bytes:
-    return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
 
 
 def _progress(record: Mapping[str, Any]) -> ImageResult:
@@ -304,9 +272,16 @@ def _score_batch(
     targets = resolve_targets(logits.float(), opts.target, loaded.categories)
     chunk = _scoring_chunk(opts, x.device.type, (x.shape[-2], x.shape[-1]))
     maps = method_maps(
-        loaded.module, x, state.layer, opts.methods, targets, state.shape, batch_size=chunk
+        loaded.module,
+        x,
+        state.layer,
+        opts.methods,
+        targets,
+        state.shape,
+        batch_size=chunk,
+        job=state.job,
     )
-    grid = tuple(next(iter(maps.values())).shape[-2:])
+    grid = random_grid(maps)
     rels = [state.rels[str(p)] for p in paths]
     seeds = [zlib.crc32(rel.encode()) ^ opts.seed for rel in rels]
     every = {**maps, **baseline_maps(x, (int(grid[0]), int(grid[1])), state.protocol, seeds)}
@@ -349,7 +324,7 @@ def _score_batch(
                 "scores": per,
                 "sanity": {name: [row[i] for row in rows] for name, rows in sanity.items()},
                 "maps": {
-                    name: [[round(float(v), 4) for v in row] for row in m[i]]
+                    name: [[round(float(v), 4) for v in row] for row in recorded(name, m[i])]
                     for name, m in maps.items()
                 },
             }
@@ -371,7 +346,14 @@ def _sanity(
     out: dict[str, list[list[float | None]]] = {name: [] for name in every}
     for twin in state.twins:
         again = method_maps(
-            twin, x, state.layer, opts.methods, targets, state.shape, batch_size=chunk
+            twin,
+            x,
+            state.layer,
+            opts.methods,
+            targets,
+            state.shape,
+            batch_size=chunk,
+            job=state.job,
         )
         for name in every:
             fresh = again.get(name, every[name])

@@ -1,12 +1,13 @@
-"""The maps cam-eval scores: every method's on one layer for a batch (one forward and backward
-shared by the gradient methods), and the model's last blocks re-initialised one at a time from
-the output down for the sanity check (Adebayo et al., 2018, cascading randomization)."""
+"""The maps cam-eval scores: every CAM method's on one layer for a batch (one forward and
+backward shared by the gradient methods) and every attribution method's at the input; and the
+model's last blocks re-initialised one at a time from the output down for the sanity check
+(Adebayo et al., 2018, cascading randomization)."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ModelError, UsageError
@@ -15,9 +16,23 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from actviz.cam_eval.options import CamEvalOptions
+    from actviz.gradients.attribution import AttributionJob
     from actviz.gradients.nchw import CamLayout
+    from actviz.models import LoadedModel
 
-__all__ = ["LayerShape", "last_blocks", "layer_shape", "method_maps", "randomized"]
+__all__ = [
+    "RECORDED_SIDE",
+    "LayerShape",
+    "attribution_job",
+    "attribution_settings",
+    "last_blocks",
+    "layer_shape",
+    "method_maps",
+    "random_grid",
+    "randomized",
+    "recorded",
+]
 
 
 @dataclass(frozen=True)
@@ -47,50 +62,58 @@ def method_maps(
     shape: LayerShape,
     *,
     batch_size: int = 64,
+    job: AttributionJob | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Each method's ``(B, h, w)`` maps in ``[0, 1]`` of ``targets`` at ``layer``, on the CPU.
+    """Each method's maps in ``[0, 1]`` of ``targets``, on the CPU: a CAM's ``(B, h, w)`` at
+    ``layer`` (one forward and backward shared by every CAM), an attribution's at the input
+    (:func:`actviz.gradients.attribution.unit_maps`), computed as ``job`` says (its model, input
+    and targets replaced by these; None: the default settings).
 
     Raises:
         ModelError: If the layer gives no output or no gradient.
-        UsageError: If its output is not a spatial map.
+        UsageError: If its output is not a spatial map, or an attribution method refuses the
+            model.
     """
-    from actviz.gradients.core import compute_gradients
-    from actviz.gradients.methods import raw_cam, scale_cams, score_cam
+    from actviz.gradients.attribution import AttributionJob, unit_maps
+    from actviz.gradients.methods import CamInputs, scale_cams
+    from actviz.gradients.registry import MAP_METHODS
 
-    result = compute_gradients(model, x, [layer], target=list(targets))
-    capture = result.captures.get(layer)
-    if capture is None:
-        raise ModelError(f"no output and gradient of {layer}: pick another layer with --layers")
+    rows = [MAP_METHODS[m] for m in methods]
     maps: dict[str, torch.Tensor] = {}
-    for method in methods:
-        try:
-            if method == "scorecam":
-                raw = score_cam(
-                    model,
-                    x,
-                    capture.activation,
-                    targets,
-                    layout=shape.layout,
-                    grid=shape.grid,
-                    prefix_tokens=shape.prefix_tokens,
-                    batch_size=batch_size,
-                )
-            else:
-                raw = raw_cam(
-                    method,
-                    capture.activation,
-                    capture.gradient,
-                    layout=shape.layout,
-                    grid=shape.grid,
-                    prefix_tokens=shape.prefix_tokens,
-                )
-        except ValueError as exc:
-            raise UsageError(
-                f"the output of {layer} {tuple(capture.activation.shape)} is not a spatial map "
-                f"({exc}); pick a convolution, stage or encoder block with --layers"
-            ) from None
-        maps[method] = scale_cams(raw).cpu()
-    return maps
+    cams = [row for row in rows if row.kind == "cam"]
+    if cams:
+        from actviz.gradients.core import compute_gradients
+
+        result = compute_gradients(model, x, [layer], target=list(targets))
+        capture = result.captures.get(layer)
+        if capture is None:
+            raise ModelError(f"no output and gradient of {layer}: pick another layer with --layers")
+        inputs = CamInputs(
+            capture.activation,
+            capture.gradient,
+            shape.layout,
+            shape.grid,
+            shape.prefix_tokens,
+            model,
+            x,
+            targets,
+            batch_size,
+        )
+        for row in cams:
+            try:
+                raw = row.compute(inputs)
+            except ValueError as exc:
+                raise UsageError(
+                    f"the output of {layer} {tuple(capture.activation.shape)} is not a spatial "
+                    f"map ({exc}); pick a convolution, stage or encoder block with --layers"
+                ) from None
+            maps[row.name] = scale_cams(raw).cpu()
+    template = job if job is not None else AttributionJob(model, x, list(targets))
+    for row in rows:
+        if row.kind == "attribution":
+            found = row.compute(replace(template, model=model, x=x, targets=list(targets)))
+            maps[row.name] = unit_maps(found.values, row.signed).cpu()
+    return {name: maps[name] for name in methods}
 
 
 def last_blocks(model: nn.Module, count: int) -> list[str]:
@@ -140,3 +163,76 @@ def randomized(model: nn.Module, blocks: Sequence[str], seed: int) -> nn.Module:
                         for p in module.parameters(recurse=False):
                             p.normal_(0.0, 0.02)
     return twin
+
+
+def attribution_job(loaded: LoadedModel, opts: CamEvalOptions) -> AttributionJob | None:
+    """How the attribution methods among ``opts.methods`` run: the settings (SmoothGrad's
+    noise seeded with ``--seed``), their steps and noisy copies in batches of
+    ``--batch-size``, the baseline image decoded once; None when only CAMs are scored."""
+    from dataclasses import replace
+
+    import torch
+
+    from actviz.gradients.attribution import BASELINES as NAMED
+    from actviz.gradients.attribution import AttributionJob, baseline_image
+    from actviz.gradients.registry import MAP_METHODS
+
+    if all(MAP_METHODS[m].kind == "cam" for m in opts.methods):
+        return None
+    settings = replace(opts.attribution, seed=opts.seed)
+    pre = loaded.preprocess
+    baseline = None
+    if settings.baseline not in NAMED:
+        baseline = baseline_image(settings.baseline, pre)
+    return AttributionJob(
+        loaded.module,
+        torch.empty(0),
+        [],
+        settings,
+        opts.execution.batch_size,
+        baseline,
+        tuple(pre.mean),
+        tuple(pre.std),
+    )
+
+
+def attribution_settings(methods: Sequence[str], job: AttributionJob | None) -> dict[str, Any]:
+    """The attribution methods' settings, for the settings a resume must share and the record
+    (nothing when only CAMs are scored, so that their settings stay as they were)."""
+    from actviz.gradients.registry import MAP_METHODS
+
+    if job is None:
+        return {}
+    settings = job.settings
+    return {
+        "attribution": {m: settings.describe(m) for m in methods if MAP_METHODS[m].kind != "cam"}
+    }
+
+
+#: The longest side of a map in an image's record: an attribution's map, at the input's
+#: resolution, is pooled to this for the record and the cases' pictures (it is scored whole).
+RECORDED_SIDE = 64
+
+
+def random_grid(maps: Mapping[str, torch.Tensor]) -> tuple[int, int]:
+    """The random baseline's grid: the first CAM's (the layer's), else the first map's."""
+    from actviz.gradients.registry import MAP_METHODS
+
+    first = next((m for n, m in maps.items() if MAP_METHODS[n].kind == "cam"), None)
+    shape = (first if first is not None else next(iter(maps.values()))).shape[-2:]
+    return int(shape[0]), int(shape[1])
+
+
+def recorded(name: str, heat: torch.Tensor) -> torch.Tensor:
+    """One map as the record keeps it: an attribution's pooled (area mean) to at most
+    :data:`RECORDED_SIDE` on its longer side; a CAM's as it is."""
+    import torch.nn.functional as F
+
+    from actviz.gradients.registry import MAP_METHODS
+
+    height, width = int(heat.shape[-2]), int(heat.shape[-1])
+    if MAP_METHODS[name].kind == "cam" or max(height, width) <= RECORDED_SIDE:
+        return heat
+    scale = RECORDED_SIDE / max(height, width)
+    size = (max(1, round(height * scale)), max(1, round(width * scale)))
+    return F.adaptive_avg_pool2d(heat[None, None].float(), size)[0, 0]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from actviz.command.options import ExecutionOptions, LoadOptions
 from actviz.errors import UsageError
+from actviz.gradients.attribution import AttributionSettings
 
 __all__ = ["DEFAULT_METHODS", "CamEvalOptions"]
 
@@ -19,7 +20,8 @@ class CamEvalOptions:
     """Everything ``actviz cam-eval`` takes besides the model and the inputs.
 
     Attributes:
-        methods: CAM methods to score (:data:`actviz.gradients.methods.CAM_METHODS`).
+        methods: Methods to score: CAMs and attributions alike
+            (:data:`actviz.gradients.registry.MAP_METHODS`).
         layers: Selector of the one layer the maps are computed at; None: the layer ``run
             --cam`` takes by default (the last whose positions reach the classifier).
         target: ``top1`` (each image its own most likely class), a class index or a name.
@@ -30,6 +32,8 @@ class CamEvalOptions:
         seed: Seed of the random-map baseline and of the re-initialised weights.
         chunk: Perturbed images per forward (0: 8 times the batch size).
         report: Write ``cam-eval.html`` and the pictures of the best and worst cases.
+        attribution: How the attribution methods among ``methods`` run (their steps, baseline,
+            samples, ...); SmoothGrad's noise is seeded with ``seed``.
         load: How the model is built.
         execution: Batch size, decoding workers, resume and overwrite.
     """
@@ -43,17 +47,18 @@ class CamEvalOptions:
     seed: int = 0
     chunk: int = 0
     report: bool = True
+    attribution: AttributionSettings = field(default_factory=AttributionSettings)
     load: LoadOptions = field(default_factory=LoadOptions)
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     def __post_init__(self) -> None:
-        from actviz.gradients.methods import cam_method
+        from actviz.gradients.registry import map_method
 
         given = [self.methods] if isinstance(self.methods, str) else list(self.methods)
         names = [part for item in given for part in str(item).split(",") if part.strip()]
         if not names:
             raise UsageError("--methods needs at least one method, e.g. gradcam,eigencam")
-        methods = tuple(dict.fromkeys(cam_method(n, "--methods") for n in names))
+        methods = tuple(dict.fromkeys(map_method(n, "--methods").name for n in names))
         object.__setattr__(self, "methods", methods)
         object.__setattr__(self, "out", Path(self.out))
         if not 2 <= self.steps <= 1000:

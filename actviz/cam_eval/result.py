@@ -13,6 +13,7 @@ from actviz.cam_eval.options import CamEvalOptions
 if TYPE_CHECKING:
     from torch import nn
 
+    from actviz.gradients.attribution import AttributionJob
     from actviz.models import LoadedModel
 
 __all__ = ["RECORD", "CamEvalResult"]
@@ -77,3 +78,6 @@ class EvalState:
     """The model the perturbed images go through: the model itself, or on a CPU a
     channels-last copy of it (the same numbers to float rounding, several times faster)."""
     channels_last: bool = False
+    job: AttributionJob | None = None
+    """How the attribution methods run (model, input and targets filled in per batch); None
+    when only CAMs are scored."""

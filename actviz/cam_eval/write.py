@@ -35,7 +35,7 @@ def write_outputs(
 ) -> CamEvalResult:
     """Summarize the records and write every file; the result the command returns
     (``reused``: images an earlier run scored, taken from its ledger by ``--resume``)."""
-    from actviz.gradients.methods import cam_title
+    from actviz.gradients.registry import cam_title
 
     loaded, opts, out = state.loaded, state.opts, state.opts.out
     methods = list(opts.methods)
@@ -75,6 +75,7 @@ def write_outputs(
         "titles": {**{m: cam_title(m) for m in methods}, **BASELINE_TITLES},
         "target": opts.target,
         "protocol": protocol,
+        **({"attribution": settings["attribution"]} if "attribution" in settings else {}),
         "metrics": {
             m: {"label": label, "better": "higher" if sign > 0 else "lower"}
             for m, (label, sign) in METRICS.items()
@@ -138,7 +139,7 @@ def _cases(
     import numpy as np
     from PIL import Image
 
-    from actviz.gradients.methods import cam_title
+    from actviz.gradients.registry import cam_title
     from actviz.io.loader import decode_batches
     from actviz.render.legend import Header, new_canvas
     from actviz.render.overlay import cam_panel, input_view

@@ -49,7 +49,8 @@ MethodsOption = Annotated[
         "-m",
         metavar="METHODS",
         help=(
-            "CAM methods to score: gradcam, gradcam++, layercam, scorecam, eigencam "
+            "Methods to score: the CAMs gradcam, gradcam++, layercam, scorecam, eigencam and "
+            "the attributions ig, smoothgrad, gradxinput, lrp, rollout, grad-rollout "
             "(comma-separate or repeat). \\[default: gradcam,gradcam++,layercam,eigencam; "
             "scorecam runs one forward per channel and image]"
         ),
@@ -113,6 +114,50 @@ ChunkOption = Annotated[
     ),
 ]
 
+IgStepsOption = Annotated[
+    int,
+    typer.Option(
+        "--ig-steps",
+        min=1,
+        max=10_000,
+        help="ig: points of the path integral (attribute's --steps).",
+        rich_help_panel="Attribution",
+    ),
+]
+
+BaselineOption = Annotated[
+    str,
+    typer.Option(
+        "--baseline",
+        metavar="zero|blur|mean|FILE",
+        help="ig: the path's start (attribute's --baseline).",
+        rich_help_panel="Attribution",
+    ),
+]
+
+SamplesOption = Annotated[
+    int,
+    typer.Option(
+        "--samples",
+        min=1,
+        max=10_000,
+        help="smoothgrad: noisy copies of each input (the noise seeded with --seed).",
+        rich_help_panel="Attribution",
+    ),
+]
+
+NoiseOption = Annotated[
+    float,
+    typer.Option(
+        "--noise",
+        metavar="FRACTION",
+        min=0.0,
+        max=10.0,
+        help="smoothgrad: the noise's standard deviation, a fraction of each input's range.",
+        rich_help_panel="Attribution",
+    ),
+]
+
 CamEvalLayerOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -155,6 +200,10 @@ def cam_eval(
     steps: StepsOption = 32,
     sanity_blocks: SanityBlocksOption = 3,
     seed: SeedOption = 0,
+    ig_steps: IgStepsOption = 32,
+    baseline: BaselineOption = "zero",
+    samples: SamplesOption = 16,
+    noise: NoiseOption = 0.15,
     out: CamEvalOutOption = None,
     load: LoadFlags,
     chunk: ChunkOption = 0,
@@ -163,7 +212,7 @@ def cam_eval(
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
-    """Score CAM methods: deletion/insertion curves, confidence drop, baselines, sanity check.
+    """Score CAMs and attributions: deletion/insertion curves, confidence drop, baselines, sanity.
 
     Per image and method: the deletion and insertion curves and their areas, the average drop
     and increase in confidence on the map-masked image, and the same for a random map, a
@@ -174,6 +223,7 @@ def cam_eval(
     """
     from actviz.cam_eval import DEFAULT_METHODS, CamEvalOptions
     from actviz.cam_eval import cam_eval as run_cam_eval
+    from actviz.gradients.attribution import AttributionSettings
 
     options = CamEvalOptions(
         methods=tuple(methods) if methods else DEFAULT_METHODS,
@@ -185,6 +235,9 @@ def cam_eval(
         seed=seed,
         chunk=chunk,
         report=not no_report,
+        attribution=AttributionSettings(
+            steps=ig_steps, baseline=baseline, samples=samples, noise=noise, seed=seed
+        ),
         load=load.options(),
         execution=execution.options(),
     )
@@ -207,7 +260,7 @@ _COLUMNS = ["map", "deletion AUC", "insertion AUC", "avg drop %", "increase", "b
 
 def _rows(result: CamEvalResult) -> list[tuple[list[str], bool, bool]]:
     """Per map: its cells, whether it is a baseline, whether the sanity check flagged it."""
-    from actviz.gradients.methods import cam_title
+    from actviz.gradients.registry import cam_title
 
     rows = []
     ok = len(result.images) - len(result.failed)

@@ -278,7 +278,7 @@ class GradientFlags(Flags):
     def options(self) -> GradientOptions:
         """The library's gradient options (the same fields; ``--cam-method`` implies
         ``--cam``)."""
-        from actviz.gradients.methods import cam_method
+        from actviz.gradients.registry import cam_method
         from actviz.run.options import GradientOptions
 
         return GradientOptions(

@@ -146,7 +146,7 @@ def _target_cams(
     """Each image's map of its target class, from the gradients already taken (Score-CAM's
     from the masked forwards it runs)."""
     from actviz.gradients.cam import ClassCam
-    from actviz.gradients.methods import method_cams
+    from actviz.gradients.registry import method_cams
 
     try:
         cams = method_cams(

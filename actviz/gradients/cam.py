@@ -30,7 +30,7 @@ class ClassCam:
         probability: The class's softmax probability for the image.
         cam: ``(h, w)`` map in ``[0, 1]``.
         note: Why the map is all zero, when it is and the reason is known.
-        method: The method that drew it (:data:`actviz.gradients.methods.CAM_METHODS`).
+        method: The method that drew it (:data:`actviz.gradients.registry.MAP_METHODS`).
     """
 
     index: int
@@ -110,7 +110,7 @@ def class_cams(
                 reason = rec.skipped[0].reason if rec.skipped else "it did not run"
                 raise ModelError(f"no gradient for {layer}: {reason}; pick another layer")
             taken.append((caps[0].activation, caps[0].gradient))
-    from actviz.gradients.methods import method_cams
+    from actviz.gradients.registry import method_cams
 
     # The maps once the hooks are gone: Score-CAM runs the model again.
     per_image: list[list[ClassCam]] = [[] for _ in range(int(top.indices.shape[0]))]

@@ -2,7 +2,8 @@
 (from the same activation and gradient as Grad-CAM), Score-CAM (from forwards of the input
 masked by each channel, batched) and EigenCAM (from the activation alone).
 
-Every method returns raw maps (:func:`raw_cam`) that :func:`scale_cams` turns into maps in
+Every method returns raw maps (:func:`actviz.gradients.registry.raw_cam`) that
+:func:`scale_cams` turns into maps in
 ``[0, 1]`` the same way: ReLU, then each map divided by its maximum (an all-zero map stays zero).
 The formulas follow pytorch-grad-cam 1.5.7's, which the tests check them against.
 """
@@ -10,9 +11,9 @@ The formulas follow pytorch-grad-cam 1.5.7's, which the tests check them against
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from actviz.errors import UsageError
 from actviz.gradients.nchw import CamLayout, to_nchw
 
 if TYPE_CHECKING:
@@ -21,102 +22,119 @@ if TYPE_CHECKING:
     from torch import nn
 
 __all__ = [
-    "CAM_METHODS",
-    "GRADIENT_FREE",
-    "CamMethod",
-    "cam_method",
-    "cam_title",
+    "CamInputs",
+    "eigencam_raw",
     "forward_chunk",
-    "method_cams",
-    "raw_cam",
+    "gradcam_raw",
+    "gradcampp_raw",
+    "layercam_raw",
     "scale_cams",
     "score_cam",
+    "scorecam_raw",
 ]
 
-CamMethod = Literal["gradcam", "gradcam++", "layercam", "scorecam", "eigencam"]
-CAM_METHODS: tuple[CamMethod, ...] = ("gradcam", "gradcam++", "layercam", "scorecam", "eigencam")
-"""Every method's name, as ``--cam-method`` and ``--methods`` take it."""
-GRADIENT_FREE: frozenset[str] = frozenset({"scorecam", "eigencam"})
-"""Methods that read no gradient (Score-CAM reads the model's scores instead)."""
-_TITLES = {
-    "gradcam": "Grad-CAM",
-    "gradcam++": "Grad-CAM++",
-    "layercam": "LayerCAM",
-    "scorecam": "Score-CAM",
-    "eigencam": "EigenCAM",
-}
 
+@dataclass(frozen=True)
+class CamInputs:
+    """What a CAM method's function reads (:data:`actviz.gradients.registry.MAP_METHODS`).
 
-def cam_method(name: str, option: str = "--cam-method") -> CamMethod:
-    """A method name, forgiving case, dashes and underscores (``grad-cam++``, ``Score_CAM``).
-
-    Raises:
-        UsageError: For a name that is not a method, listing them.
-    """
-    key = name.strip().lower().replace("-", "").replace("_", "")
-    for method in CAM_METHODS:
-        if key == method:
-            return method
-    raise UsageError(f"{option} takes one of {', '.join(CAM_METHODS)}, not '{name}'")
-
-
-def cam_title(method: str) -> str:
-    """``"Grad-CAM++"`` for ``gradcam++``: the name pictures and tables show."""
-    return _TITLES.get(method, method)
-
-
-def raw_cam(
-    method: str,
-    activation: torch.Tensor | npt.ArrayLike,
-    gradient: torch.Tensor | npt.ArrayLike | None = None,
-    *,
-    layout: CamLayout = "nchw",
-    grid: tuple[int, int] | None = None,
-    prefix_tokens: int = 1,
-) -> torch.Tensor:
-    """One gradient (or activation) method's map before ReLU and scaling, in float64.
-
-    Args:
-        method: ``gradcam``, ``gradcam++``, ``layercam`` or ``eigencam`` (Score-CAM needs the
-            model: :func:`score_cam`).
+    Attributes:
         activation: A layer output, batched or not, laid out as ``layout`` (:func:`to_nchw`).
-        gradient: The gradient of the class score with respect to it (not for ``eigencam``).
+        gradient: The gradient of the class score with respect to it (None: not taken).
+        layout, grid, prefix_tokens: How the output is laid out.
+        model, x, targets: The model, its input batch and each image's class, for a method
+            that runs the model again (Score-CAM).
+        batch_size: Inputs per forward of such a method (None: :func:`forward_chunk`'s).
+    """
 
-    Returns:
-        ``(B, H, W)`` (or ``(H, W)``) float64 maps.
+    activation: torch.Tensor | npt.ArrayLike
+    gradient: torch.Tensor | npt.ArrayLike | None = None
+    layout: CamLayout = "nchw"
+    grid: tuple[int, int] | None = None
+    prefix_tokens: int = 1
+    model: nn.Module | None = None
+    x: torch.Tensor | None = None
+    targets: Sequence[int] = ()
+    batch_size: int | None = None
+
+    def nchw(self, tensor: torch.Tensor | npt.ArrayLike) -> torch.Tensor:
+        """``tensor`` (the activation or the gradient) channels-first, in float64."""
+        import torch
+
+        shaped = to_nchw(
+            torch.as_tensor(tensor), self.layout, grid=self.grid, prefix_tokens=self.prefix_tokens
+        )
+        return shaped.double()
+
+    def pair(self, method: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The activation and the gradient channels-first, in float64.
+
+        Raises:
+            ValueError: Without a gradient, or for shapes that differ.
+        """
+        if self.gradient is None:
+            raise ValueError(f"{method} needs the gradient")
+        a, g = self.nchw(self.activation), self.nchw(self.gradient)
+        if a.shape != g.shape:
+            raise ValueError(f"activation {tuple(a.shape)} and gradient {tuple(g.shape)} differ")
+        return a, g
+
+
+def gradcam_raw(inputs: CamInputs) -> torch.Tensor:
+    """Grad-CAM (Selvaraju et al., 2017): each channel weighed by its mean gradient."""
+    a, g = inputs.pair("gradcam")
+    return (g.mean(dim=(-2, -1), keepdim=True) * a).sum(dim=-3)
+
+
+def gradcampp_raw(inputs: CamInputs) -> torch.Tensor:
+    """Grad-CAM++ (Chattopadhay et al., 2018), Eq. 19, with the ReLU of Eq. 7 and alpha 0
+    where the gradient is 0, as pytorch-grad-cam computes it."""
+    import torch
+
+    a, g = inputs.pair("gradcam++")
+    g2 = g * g
+    total = a.sum(dim=(-2, -1), keepdim=True)
+    alpha = g2 / (2 * g2 + total * g2 * g + 1e-6)
+    alpha = torch.where(g != 0, alpha, 0.0)
+    weights = (torch.relu(g) * alpha).sum(dim=(-2, -1), keepdim=True)
+    return (weights * a).sum(dim=-3)
+
+
+def layercam_raw(inputs: CamInputs) -> torch.Tensor:
+    """LayerCAM (Jiang et al., 2021): per-position weights, the gradient's positive part."""
+    import torch
+
+    a, g = inputs.pair("layercam")
+    return (torch.relu(g) * a).sum(dim=-3)
+
+
+def eigencam_raw(inputs: CamInputs) -> torch.Tensor:
+    """EigenCAM (Muhammad & Yeasin, 2020): the activations' first principal component."""
+    from actviz.gradients.eigen import first_component_projection
+
+    return first_component_projection(inputs.nchw(inputs.activation)).double()
+
+
+def scorecam_raw(inputs: CamInputs) -> torch.Tensor:
+    """Score-CAM (Wang et al., 2020): :func:`score_cam` on the inputs' model and batch.
 
     Raises:
-        ValueError: For mismatched shapes, a missing gradient or an unknown method.
+        ValueError: Without the model, its input or the targets.
     """
     import torch
 
-    from actviz.gradients.eigen import first_component_projection
-
-    a = to_nchw(torch.as_tensor(activation), layout, grid=grid, prefix_tokens=prefix_tokens)
-    a = a.double()
-    if method == "eigencam":
-        return first_component_projection(a).double()
-    if gradient is None:
-        raise ValueError(f"{method} needs the gradient")
-    g = to_nchw(torch.as_tensor(gradient), layout, grid=grid, prefix_tokens=prefix_tokens)
-    if a.shape != g.shape:
-        raise ValueError(f"activation {tuple(a.shape)} and gradient {tuple(g.shape)} differ")
-    g = g.double()
-    if method == "gradcam":
-        weights = g.mean(dim=(-2, -1), keepdim=True)
-    elif method == "gradcam++":
-        # Chattopadhay et al. (2018), Eq. 19, with the ReLU of Eq. 7 and alpha 0 where the
-        # gradient is 0, as pytorch-grad-cam computes it.
-        g2 = g * g
-        total = a.sum(dim=(-2, -1), keepdim=True)
-        alpha = g2 / (2 * g2 + total * g2 * g + 1e-6)
-        alpha = torch.where(g != 0, alpha, 0.0)
-        weights = (torch.relu(g) * alpha).sum(dim=(-2, -1), keepdim=True)
-    elif method == "layercam":
-        return (torch.relu(g) * a).sum(dim=-3)  # per-position weights (Jiang et al., 2021)
-    else:
-        raise ValueError(f"unknown CAM method {method!r}: one of {', '.join(CAM_METHODS)}")
-    return (weights * a).sum(dim=-3)
+    if inputs.model is None or inputs.x is None:
+        raise ValueError("scorecam needs the model, its input and the targets")
+    return score_cam(
+        inputs.model,
+        inputs.x,
+        torch.as_tensor(inputs.activation),
+        inputs.targets,
+        layout=inputs.layout,
+        grid=inputs.grid,
+        prefix_tokens=inputs.prefix_tokens,
+        batch_size=inputs.batch_size,
+    )
 
 
 def scale_cams(raw: torch.Tensor) -> torch.Tensor:
@@ -205,34 +223,3 @@ def forward_chunk(device: str, size: tuple[int, int], default: int = 64) -> int:
         return default
     fits = round(CPU_CHUNK_PIXELS / max(1, size[0] * size[1]))
     return max(1, min(default, fits))
-
-
-def method_cams(
-    method: str,
-    activation: torch.Tensor,
-    gradient: torch.Tensor | None,
-    *,
-    layout: CamLayout = "nchw",
-    grid: tuple[int, int] | None = None,
-    prefix_tokens: int = 1,
-    model: nn.Module | None = None,
-    x: torch.Tensor | None = None,
-    targets: Sequence[int] = (),
-) -> torch.Tensor:
-    """One method's maps in ``[0, 1]`` (:func:`scale_cams` of :func:`raw_cam`; Score-CAM's by
-    :func:`score_cam`, which needs ``model``, ``x`` and ``targets``).
-
-    Raises:
-        ValueError: For a shape that does not fit the layout, or an unknown method.
-    """
-    if method == "scorecam":
-        if model is None or x is None:
-            raise ValueError("scorecam needs the model, its input and the targets")
-        raw = score_cam(
-            model, x, activation, targets, layout=layout, grid=grid, prefix_tokens=prefix_tokens
-        )
-    else:
-        raw = raw_cam(
-            method, activation, gradient, layout=layout, grid=grid, prefix_tokens=prefix_tokens
-        )
-    return scale_cams(raw)

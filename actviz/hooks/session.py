@@ -150,15 +150,19 @@ class HookSession(abc.ABC):
     def _register(self, name: str, module: nn.Module) -> None:
         """Register the hooks for one selected module."""
 
-    def _add_forward_hook(self, module: nn.Module, hook: Callable[..., None]) -> None:
-        """``hook(module, args, output)`` after each call of ``module``, until exit."""
-        self._handles.append(module.register_forward_hook(hook))
-
-    def _add_pre_hook(
+    def _add_forward_hook(
         self, module: nn.Module, hook: Callable[..., None], *, with_kwargs: bool = False
     ) -> None:
+        """``hook(module, args, output)`` (or ``hook(module, args, kwargs, output)``) after
+        each call of ``module``, until exit."""
+        self._handles.append(module.register_forward_hook(hook, with_kwargs=with_kwargs))
+
+    def _add_pre_hook(
+        self, module: nn.Module, hook: Callable[..., object], *, with_kwargs: bool = False
+    ) -> None:
         """``hook(module, args)`` (or ``hook(module, args, kwargs)``) before each call of
-        ``module``, until exit."""
+        ``module``, until exit; what it returns replaces the call's arguments (None: keeps
+        them)."""
         self._handles.append(module.register_forward_pre_hook(hook, with_kwargs=with_kwargs))
 
     def _undo_on_exit(self, undo: Callable[[], None]) -> None:

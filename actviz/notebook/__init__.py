@@ -8,6 +8,7 @@ call into it; ``actviz.look`` (``actviz.show``, ``actviz.browse``) builds on it.
 
 from __future__ import annotations
 
+from actviz.notebook.attribution import attribute_card
 from actviz.notebook.card import CARD_MAX_BYTES, MAX_ROWS, MAX_THUMBS, Card, Table, Thumb
 from actviz.notebook.cards import (
     RANDOM_WARNING,
@@ -43,6 +44,7 @@ __all__ = [
     "Thumb",
     "TrainingState",
     "atlas_card",
+    "attribute_card",
     "diff_card",
     "fit_size",
     "listing_card",

@@ -10,12 +10,25 @@ is written and ``matplotlib.pyplot`` is never used.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageDraw, ImageFont
 
-__all__ = ["blend", "cam_panel", "input_view", "upsample"]
+if TYPE_CHECKING:
+    from actviz.render.legend import Header
+
+__all__ = [
+    "MIN_VIEW",
+    "blend",
+    "cam_panel",
+    "display_view",
+    "headed",
+    "input_view",
+    "panel_row",
+    "upsample",
+]
 
 U8Array = npt.NDArray[np.uint8]
 
@@ -23,6 +36,9 @@ LABEL_HEIGHT = 20
 """Pixels of the label strip above each panel of :func:`cam_panel`."""
 PANEL_GAP = 4
 """Pixels between panels of :func:`cam_panel`."""
+
+MIN_VIEW = 160
+"""Views smaller than this (a 28 x 28 digit model) are enlarged for the blended pictures."""
 
 _BACKGROUND_RGB = (38, 38, 38)
 _TEXT_RGB = (235, 235, 235)
@@ -52,6 +68,37 @@ def input_view(x: npt.ArrayLike, mean: Sequence[float], std: Sequence[float]) ->
     s = np.asarray(std, dtype=np.float64).reshape(-1, 1, 1)
     pixels = np.clip(np.rint((array * s + m) * 255.0), 0, 255).astype(np.uint8)
     return Image.fromarray(np.ascontiguousarray(pixels.transpose(1, 2, 0)))
+
+
+def display_view(x: npt.ArrayLike, mean: Sequence[float], std: Sequence[float]) -> Image.Image:
+    """What the model saw (:func:`input_view`; a greyscale model's one channel as grey),
+    enlarged by a whole factor (nearest) when it is smaller than :data:`MIN_VIEW`.
+
+    Raises:
+        ValueError: If ``x`` is not a ``(3, H, W)`` or ``(1, H, W)`` array.
+    """
+    array = np.asarray(x)
+    mean, std = list(mean), list(std)
+    if array.ndim == 3 and array.shape[0] == 1:
+        array = array.repeat(3, axis=0)
+        mean, std = mean * 3 if len(mean) == 1 else mean, std * 3 if len(std) == 1 else std
+    view = input_view(array, mean, std)
+    factor = -(-MIN_VIEW // max(view.size))
+    if factor > 1:
+        view = view.resize((view.width * factor, view.height * factor), Image.Resampling.NEAREST)
+    return view
+
+
+def headed(pixels: U8Array, header: Header, cmap: str) -> Image.Image:
+    """An RGB picture under a header whose colour bar shows ``cmap``."""
+    from actviz.render.legend import new_canvas
+    from actviz.render.palette import palette_for
+
+    height, width = pixels.shape[:2]
+    canvas, top = new_canvas(height, width, header)
+    rgb = palette_for(cmap)[canvas]
+    rgb[top:, :width] = pixels
+    return Image.fromarray(rgb)
 
 
 def blend(
@@ -141,7 +188,24 @@ def cam_panel(
     if include_view:
         panels.append(("input", np.asarray(view.convert("RGB"), dtype=np.uint8)))
     panels += [(label, blend(view, heat, cmap=cmap, alpha=alpha)) for label, heat in cams]
-    width, height = view.size
+    return panel_row(panels)
+
+
+def panel_row(panels: Sequence[tuple[str, U8Array]]) -> U8Array:
+    """Pictures of one size side by side, each under its own label.
+
+    Args:
+        panels: ``(label, (H, W, 3) uint8 pixels)`` pairs, all of the same size.
+
+    Returns:
+        ``(LABEL_HEIGHT + H, n * W + (n - 1) * PANEL_GAP, 3)`` uint8 RGB array.
+
+    Raises:
+        ValueError: If ``panels`` is empty.
+    """
+    if not panels:
+        raise ValueError("panels must hold at least one (label, pixels) pair")
+    height, width = panels[0][1].shape[:2]
     total_w = len(panels) * width + (len(panels) - 1) * PANEL_GAP
     canvas = Image.new("RGB", (total_w, LABEL_HEIGHT + height), _BACKGROUND_RGB)
     draw = ImageDraw.Draw(canvas)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.gradients.cam import grad_cam
 from actviz.gradients.core import zero_cam_note
-from actviz.gradients.methods import cam_title
+from actviz.gradients.registry import cam_title
 from actviz.render import Header, cam_panel, render_grid
 from actviz.render.png import picture_png
 from actviz.results import ImageResult

@@ -112,16 +112,14 @@ def header_notes(job: ImageJob, *lines: str | None) -> list[str]:
     return notes
 
 
-_MIN_VIEW = 160
-"""Views smaller than this (a 28 x 28 digit model) are enlarged for the blended pictures."""
-
-
 def display_view(job: ImageJob) -> Image.Image:
     """What the model saw, enlarged by a whole factor (nearest) when it is small."""
     from PIL import Image
 
+    from actviz.render.overlay import MIN_VIEW
+
     view = model_view(job)
-    factor = -(-_MIN_VIEW // max(view.size))
+    factor = -(-MIN_VIEW // max(view.size))
     if factor > 1:
         view = view.resize((view.width * factor, view.height * factor), Image.Resampling.NEAREST)
     return view
@@ -129,16 +127,9 @@ def display_view(job: ImageJob) -> Image.Image:
 
 def headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
     """An RGB picture under a header whose colour bar shows ``cmap``."""
-    from PIL import Image
+    from actviz.render.overlay import headed as under_header
 
-    from actviz.render.legend import new_canvas
-    from actviz.render.palette import palette_for
-
-    height, width = pixels.shape[:2]
-    canvas, top = new_canvas(height, width, header)
-    rgb = palette_for(cmap)[canvas]
-    rgb[top:, :width] = pixels
-    return Image.fromarray(rgb)
+    return under_header(pixels, header, cmap)
 
 
 def top_k_predictions(

@@ -133,20 +133,25 @@ class GradientOptions:
         cam_classes: Grad-CAMs of this many top classes side by side (more than 1 implies
             ``cam``).
         cam_method: Which class activation map ``cam`` draws: ``gradcam``, ``gradcam++``,
-            ``layercam``, ``scorecam`` or ``eigencam`` (:mod:`actviz.gradients.methods`).
+            ``layercam``, ``scorecam`` or ``eigencam`` (the CAM rows of
+            :data:`actviz.gradients.registry.MAP_METHODS`).
     """
 
     grads: bool = False
     target: str = "top1"
     cam: bool = False
     cam_classes: int = 1
-    cam_method: Literal["gradcam", "gradcam++", "layercam", "scorecam", "eigencam"] = "gradcam"
+    cam_method: str = "gradcam"
 
     def __post_init__(self) -> None:
+        from actviz.gradients.registry import map_method
+
         check_choices(self)
+        method = map_method(self.cam_method, "cam_method", kind="cam")
+        object.__setattr__(self, "cam_method", method.name)
         if self.cam_classes < 1:
             raise UsageError("--cam-classes must be at least 1")
-        if self.cam_classes > 1 and self.cam_method == "eigencam":
+        if self.cam_classes > 1 and not method.class_specific:
             raise UsageError(
                 "--cam-method eigencam draws one class-agnostic map per image (the first "
                 "principal component of the layer's activations): --cam-classes would repeat "

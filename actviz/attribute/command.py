@@ -1,0 +1,218 @@
+"""``actviz attribute``: which input pixels the model's class score rests on, per image, as
+named steps.
+
+open -> load (refusing what cannot be attributed) -> the baseline image -> the ledger -> per
+batch: the targets, every method's attributions, one picture per image and method (and the
+tensors), one ledger line per image -> ``attribute.json`` and ``attribute.html``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from actviz import output
+from actviz.attribute.options import GROUPS, AttributeOptions
+from actviz.attribute.result import LEDGER, AttributeResult, AttributeState
+from actviz.command.ledger import ImageLedger
+from actviz.command.options import from_flat
+from actviz.command.progress import Reporter, start_progress
+from actviz.errors import UsageError
+from actviz.results import ImageResult
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from actviz.models import LoadedModel
+
+__all__ = ["attribute"]
+
+_SHOWS = "The attributions show"
+_NOT_EMPTY = (
+    "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
+    "start again, or choose another --out"
+)
+#: Classification families whose inputs are images (a video classifier takes clips).
+_IMAGE_FAMILIES = ("classification", "quantized")
+
+
+def attribute(
+    model: str | nn.Module,
+    inputs: Sequence[Path | str] | Path | str,
+    options: AttributeOptions | None = None,
+    *,
+    reporter: Reporter | None = None,
+    **keywords: Any,
+) -> AttributeResult:
+    """Attribute a classifier's class score to its input pixels, per image: Integrated
+    Gradients, SmoothGrad, gradient x input, LRP or attention rollout, each drawn over what
+    the model saw, with its axiom checked and recorded.
+
+    Args:
+        model: A model name, ``file.py:factory``, or an ``nn.Module``, as :func:`actviz.run`.
+        inputs: Image files and/or folders.
+        options: :class:`~actviz.attribute.options.AttributeOptions`; or flat keywords
+            (``method="ig"``, ``steps=64``, ``target="tabby"``, ``batch_size=16``, ...).
+        reporter: Receives warnings and progress.
+
+    Returns:
+        The result: every image's record, the axioms' summary, the files written.
+
+    Raises:
+        ActvizError: For every expected failure; TypeError for an unknown keyword.
+    """
+    from actviz.command import open_command
+
+    opts = from_flat(
+        AttributeOptions,
+        GROUPS,
+        keywords,
+        caller="attribute",
+        given=options,
+        aliases={"method": "methods"},
+    )
+    ex = opts.execution
+    with open_command(
+        model,
+        opts.out,
+        reporter=reporter,
+        inputs=inputs,
+        resume=ex.resume,
+        overwrite=ex.overwrite,
+        hint=_NOT_EMPTY,
+        channels_last=ex.channels_last,
+        name="attribute",
+    ) as cmd:
+        assert cmd.found is not None
+        opened = cmd.load(opts.load, shows=_SHOWS, check=lambda loaded: _check(loaded, opts))
+        loaded = opened.model
+        images = cmd.found.images
+        state = AttributeState(
+            opts=opts,
+            loaded=loaded,
+            rels={str(item.path): item.rel.as_posix() for item in images},
+            folders=_folders([item.rel for item in images]),
+            random=bool(loaded.weights.random),
+            baseline=_baseline(loaded, opts),
+        )
+        settings = _settings(cmd.model, loaded, opts)
+        ledger = ImageLedger(
+            opts.out,
+            LEDGER,
+            command="attribute",
+            settings=settings,
+            differs="model, weights, methods, target or the methods' settings",
+        )
+        done = ledger.read(ex.resume)
+        todo = [item.path for item in images if state.rels[str(item.path)] not in done]
+        start_progress(cmd.notify, len(images), [_progress(r) for r in done.values()])
+        try:
+            for record in _stream(state, todo, cmd.notify):
+                done[record["image"]] = record
+                ledger.append(record)
+        finally:
+            ledger.close()
+        records = [
+            done[state.rels[str(item.path)]]
+            for item in images
+            if state.rels[str(item.path)] in done
+        ]
+        from actviz.attribute.write import write_outputs
+
+        return write_outputs(cmd, opened, state, records, settings, reused=len(images) - len(todo))
+
+
+def _check(loaded: LoadedModel, opts: AttributeOptions) -> None:
+    """Refuse a model whose class score cannot be attributed to its input pixels."""
+    from actviz.gradients.registry import MAP_METHODS
+
+    family = loaded.family
+    if family.key not in _IMAGE_FAMILIES:
+        raise UsageError(
+            f"attribute explains image classifiers; {loaded.name} is a {family.label} model"
+        )
+    if not loaded.classifier:
+        raise UsageError(
+            f"{loaded.name} is a backbone without a classifier: there is no class score to "
+            "attribute; load a classifier"
+        )
+    reading = [m for m in opts.methods if MAP_METHODS[m].gradient]
+    if family.gradients is not None and reading:
+        raise UsageError(f"--method {reading[0]} needs gradients: {family.gradients}")
+
+
+def _folders(rels: Sequence[PurePosixPath]) -> dict[str, str]:
+    """Each image's folder in the output (its relative path without extension, made safe)."""
+    return {
+        rel.as_posix(): folder.as_posix()
+        for rel, folder in zip(rels, output.image_dirs(rels), strict=True)
+    }
+
+
+def _baseline(loaded: LoadedModel, opts: AttributeOptions) -> Any:
+    """The baseline image of ``--baseline FILE``, decoded once (None for a named baseline or
+    without Integrated Gradients)."""
+    from actviz.gradients.attribution import BASELINES, baseline_image
+
+    if "ig" not in opts.methods or opts.settings.baseline in BASELINES:
+        return None
+    return baseline_image(opts.settings.baseline, loaded.preprocess)
+
+
+def _settings(model: str, loaded: LoadedModel, opts: AttributeOptions) -> dict[str, Any]:
+    """What a resumed run must share with the earlier one."""
+    return {
+        "model": model,
+        "weights": loaded.weights.name or loaded.weights.source,
+        "methods": list(opts.methods),
+        "target": opts.target,
+        "settings": {m: opts.settings.describe(m) for m in opts.methods},
+        "input_size": list(loaded.input_size) if loaded.input_size else None,
+    }
+
+
+def _progress(record: Mapping[str, Any]) -> ImageResult:
+    result = ImageResult(
+        path=Path(record["path"]), out_dir=PurePosixPath(record.get("folder") or ".")
+    )
+    result.status = "ok" if record.get("status") == "ok" else "failed"
+    result.error = record.get("error")
+    return result
+
+
+def _stream(state: AttributeState, todo: list[Path], notify: Reporter) -> Iterator[dict[str, Any]]:
+    """Each image's record, batch by batch; unreadable images as failed records, named."""
+    from actviz.attribute.batch import attribute_batch
+    from actviz.command.forward import BatchForward
+    from actviz.hooks import eval_mode
+
+    opts, loaded = state.opts, state.loaded
+    ex = opts.execution
+    forward = BatchForward(
+        loaded, loaded.module, ex.batch_size, ex.workers, False, ex.channels_last
+    )
+    failed: list[dict[str, Any]] = []
+
+    def on_failure(index: int, error: str | None) -> None:
+        path = todo[index]
+        failed.append(
+            {"image": state.rels[str(path)], "path": str(path), "status": "failed", "error": error}
+        )
+
+    with eval_mode(loaded.module), contextlib.ExitStack() as stack:
+        for good, logits, x in forward.batches(todo, stack, on_failure):
+            yield from _flush(failed, notify)
+            paths = [todo[index] for index, _, _ in good]
+            for record in attribute_batch(state, paths, logits, x):
+                notify.advance(_progress(record))
+                yield record
+    yield from _flush(failed, notify)
+
+
+def _flush(failed: list[dict[str, Any]], notify: Reporter) -> Iterator[dict[str, Any]]:
+    for record in failed:
+        notify.advance(_progress(record))
+        yield record
+    failed.clear()
