@@ -95,30 +95,57 @@ class ImageResult:
     pictures: dict[str, str] = field(default_factory=dict)
     """Pictures of the whole input by kind (``optical_flow``: an optical-flow model's estimate at
     every iteration), relative to the output folder."""
-    detections: list[dict[str, Any]] | None = None
-    """A detector's detections at or above the score threshold: ``label``, ``name``,
-    ``score``, ``box`` (``x1, y1, x2, y2`` in the model input's pixels); None for other
-    models."""
-    detections_file: str | None = None
-    """``<image>/detections.png``, relative to the output folder."""
-    detection_heads_file: str | None = None
-    """``<image>/detection_heads.png`` (box features, mask logits, keypoint heatmaps of the
-    first detections), relative to the output folder."""
-    detection_heads: dict[str, list[int]] | None = None
-    """The shape of what each per-detection head gave for the image's detections (all the
-    model returned): ``box features`` -> ``[N, 1024]``, ``mask logits`` ->
-    ``[N, 91, 28, 28]``, ``keypoint heatmaps`` -> ``[N, 17, 56, 56]``."""
-    detection_cam_file: str | None = None
-    """``<image>/detection_cam.png`` (EigenCAM and one detection's Grad-CAM), relative to the
-    output folder."""
+    extras: dict[str, Any] = field(default_factory=dict)
+    """What the model's family records of the image, by the keys its record has: a
+    detector's ``detections``, ``detections_file``, ``detection_heads_file``,
+    ``detection_heads`` and ``detection_cam_file`` (read as the attributes of those names);
+    empty for other models."""
     record: int | None = None
     """The byte offset of this image's line in the run's ledger, once it has one."""
 
     def let_go(self) -> None:
-        """Drop what the ledger now holds (layers, predictions): the stub stays small."""
+        """Drop what the ledger now holds (layers, predictions, the family's extras): the stub
+        stays small."""
         self.layers = []
         self.predictions = []
-        self.detections = None
+        self.extras = {}
+
+    @property
+    def detections(self) -> list[dict[str, Any]] | None:
+        """A detector's detections at or above the score threshold: ``label``, ``name``,
+        ``score``, ``box`` (``x1, y1, x2, y2`` in the model input's pixels); None for other
+        models."""
+        found: list[dict[str, Any]] | None = self.extras.get("detections")
+        return found
+
+    @property
+    def detections_file(self) -> str | None:
+        """``<image>/detections.png``, relative to the output folder."""
+        return self._file("detections_file")
+
+    @property
+    def detection_heads_file(self) -> str | None:
+        """``<image>/detection_heads.png`` (box features, mask logits, keypoint heatmaps of
+        the first detections), relative to the output folder."""
+        return self._file("detection_heads_file")
+
+    @property
+    def detection_heads(self) -> dict[str, list[int]] | None:
+        """The shape of what each per-detection head gave for the image's detections (all
+        the model returned): ``box features`` -> ``[N, 1024]``, ``mask logits`` ->
+        ``[N, 91, 28, 28]``, ``keypoint heatmaps`` -> ``[N, 17, 56, 56]``."""
+        shapes: dict[str, list[int]] | None = self.extras.get("detection_heads")
+        return shapes
+
+    @property
+    def detection_cam_file(self) -> str | None:
+        """``<image>/detection_cam.png`` (EigenCAM and one detection's Grad-CAM), relative to
+        the output folder."""
+        return self._file("detection_cam_file")
+
+    def _file(self, key: str) -> str | None:
+        value = self.extras.get(key)
+        return None if value is None else str(value)
 
 
 def layer_notes(result: ImageResult) -> list[str]:

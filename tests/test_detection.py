@@ -171,7 +171,7 @@ def test_a_label_at_the_right_edge_is_moved_left_whole() -> None:
 
 @pytest.mark.slow
 def test_a_labels_name_says_its_id_where_the_list_has_none() -> None:
-    from actviz.run.detection import found_in
+    from actviz.run.families.detection.probe import found_in
 
     output = {
         "scores": torch.tensor([0.9, 0.8, 0.7, 0.6]),
@@ -223,7 +223,7 @@ def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
     from pytorch_grad_cam.utils.svd_on_activations import get_2d_projection
 
     from actviz.hooks import Capture
-    from actviz.run.detection_cam import eigen_maps
+    from actviz.run.families.detection.cam import eigen_maps
 
     loaded = load_model(
         "fasterrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(128, 160)
@@ -249,7 +249,7 @@ def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
 
 @pytest.mark.slow
 def test_the_mask_head_of_each_detection_is_its_row_of_the_mask_predictor(tmp_path: Path) -> None:
-    from actviz.run.detection import DetectionProbe, found_in, with_heads
+    from actviz.run.families.detection.probe import DetectionProbe, found_in, with_heads
 
     loaded = load_model("maskrcnn_resnet50_fpn", weights="none", device="cpu", input_size=(96, 128))
     model = loaded.module
@@ -290,8 +290,8 @@ def test_the_mask_head_of_each_detection_is_its_row_of_the_mask_predictor(tmp_pa
 def test_grad_cam_of_a_detection_takes_the_gradient_of_its_score(tmp_path: Path) -> None:
     from torch.nn import functional as F
 
-    from actviz.run.detection import DetectionProbe, found_in
-    from actviz.run.detection_cam import grad_cam_maps
+    from actviz.run.families.detection.cam import grad_cam_maps
+    from actviz.run.families.detection.probe import DetectionProbe, found_in
 
     loaded = load_model(
         "fasterrcnn_mobilenet_v3_large_320_fpn", weights="none", device="cpu", input_size=(128, 160)
@@ -414,7 +414,7 @@ def test_the_box_features_of_each_detection_are_the_box_head_on_its_final_box(
     small_detector: object, tmp_path: Path
 ) -> None:
     from actviz.hooks import eval_mode
-    from actviz.run.detection import DetectionProbe, found_in, with_heads
+    from actviz.run.families.detection.probe import DetectionProbe, found_in, with_heads
 
     loaded = small_detector
     model = loaded.module  # type: ignore[attr-defined]

@@ -107,3 +107,30 @@ def test_list_layers_takes_every_torchvision_name(name: str) -> None:
         assert listing.input_shape[2] == 2
     elif family.key == "video":
         assert listing.input_shape[2] >= 8
+
+
+def test_every_family_has_a_run_row_whose_options_and_pictures_are_run_s() -> None:
+    import dataclasses
+
+    from actviz.run import RunOptions
+    from actviz.run.families import IMAGE_KINDS, RUN_FAMILIES, run_family
+
+    assert [run_family(family).family for family in FAMILIES] == list(FAMILIES)
+    assert sorted(row.family.key for row in RUN_FAMILIES) == sorted(f.key for f in FAMILIES)
+    fields = {f.name for f in dataclasses.fields(RunOptions)}
+    taken = [option.name for row in RUN_FAMILIES for option in row.options]
+    assert sorted(taken) == ["detection", "flow_updates", "frames", "score_threshold"]
+    assert set(taken) <= fields
+    names = [kind.name for kind in IMAGE_KINDS]
+    assert names[0] == "input" and len(names) == len(set(names))
+    assert set(names) == {
+        "input",
+        "segmentation",
+        "optical_flow",
+        "detections",
+        "detection_heads",
+        "detection_cam",
+    }
+    # Only a detector draws maps of its own with --cam; only image models take images.
+    assert [row.family.key for row in RUN_FAMILIES if row.own_cam] == ["detection"]
+    assert {f.key for f in FAMILIES if not f.inputs.images} == {"video", "optical_flow"}

@@ -1,7 +1,8 @@
-"""What a command's inputs are for the model it loaded: images for an image model, clips for a
-video model (video files, animations, folders of frames), pairs for an optical-flow model (two
-images, consecutive frames). Discovery waits for the model when its name does not say which
-(a user's own model); each mismatch is a one-line usage error that says what to pass.
+"""What a command's inputs are for the model it loaded, as its family's row says
+(:class:`~actviz.models.families.Inputs`): images for an image model, clips for a video model
+(video files, animations, folders of frames), pairs for an optical-flow model (two images,
+consecutive frames). Discovery waits for the model when its name does not say which (a user's
+own model); each mismatch is a one-line usage error that says what to pass.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from actviz.errors import UsageError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -45,60 +44,15 @@ def deferred_discovery(paths: Sequence[Path]) -> Discovery:
 
 
 def inputs_for(loaded: LoadedModel, paths: Sequence[Path], found: Discovery) -> Discovery:
-    """The inputs of a loaded model: clips for a video model, pairs for a flow model (their
-    partners set on its preprocessing), images otherwise (``found`` when the opening walked
-    them already).
+    """The inputs of a loaded model, as its family's row finds them: clips for a video model,
+    pairs for a flow model (their partners set on its preprocessing), images otherwise
+    (``found`` when the opening walked them already).
 
     Raises:
         UsageError: Still images for a video model, one image for a flow model, video files
             for an image model, or nothing usable.
     """
-    from actviz.io.images import discover
-
-    key = loaded.family.key
-    if key == "video":
-        from actviz.io.video import discover_clips
-
-        return discover_clips(paths)
-    if key == "optical_flow":
-        from actviz.io.video import discover_pairs
-        from actviz.models.clips import PairPreprocessing
-
-        pairs, partners = discover_pairs(paths)
-        if isinstance(loaded.preprocess, PairPreprocessing):
-            loaded.preprocess = loaded.preprocess.with_partners(partners)
-        return pairs
-    _refuse_videos(loaded.name, paths)
-    return (found if found.images else discover(paths)).require(paths)
-
-
-def _refuse_videos(model: str, paths: Sequence[Path]) -> None:
-    """A video file, or an animated GIF or WebP, named to an image model is refused: its first
-    frame alone would be drawn as if it were the input."""
-    from actviz.io.video import VIDEO_SUFFIXES
-
-    video = next((p for p in paths if p.suffix.lower() in VIDEO_SUFFIXES or _animated(p)), None)
-    if video is not None:
-        raise UsageError(
-            f"{video} is a video, and {model} takes images: pass image files or folders, or a "
-            "video model (r3d_18, mvit_v2_s, ...; a model whose first convolution is Conv3d "
-            "or that sets actviz_family = 'video')"
-        )
-
-
-def _animated(path: Path) -> bool:
-    """Whether ``path`` is a GIF or WebP of more than one frame (reading its header only)."""
-    from actviz.io.video import ANIMATED_SUFFIXES
-
-    if path.suffix.lower() not in ANIMATED_SUFFIXES or not path.is_file():
-        return False
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            return int(getattr(im, "n_frames", 1)) > 1
-    except Exception:  # unreadable: the image's own read names the problem
-        return False
+    return loaded.family.inputs.find(loaded, paths, found)
 
 
 def _image_model_name(model: str) -> bool:
@@ -110,4 +64,4 @@ def _image_model_name(model: str) -> bool:
     from actviz.models.families import torchvision_family
 
     family = torchvision_family(model)
-    return family is not None and family.key not in ("video", "optical_flow")
+    return family is not None and family.inputs.images

@@ -10,13 +10,14 @@ from typing import Any, Protocol
 
 __all__ = ["Reporter", "SilentReporter", "input_units", "start_progress"]
 
-#: What a run's inputs are, by model family: one, many, and what a skipped file is not.
-_UNITS = {"video": ("clip", "clips", "non-video"), "optical_flow": ("pair", "pairs", "non-image")}
-
 
 def input_units(family: str | None) -> tuple[str, str, str]:
-    """``image``, ``images``, ``non-image``; a video model's clips, a flow model's pairs."""
-    return _UNITS.get(str(family), ("image", "images", "non-image"))
+    """``image``, ``images``, ``non-image``; a video model's clips, a flow model's pairs: as
+    the row of the family called ``family`` (a record's key) names its inputs."""
+    from actviz.models.families import inputs_of
+
+    inputs = inputs_of(family)
+    return inputs.unit, inputs.units, inputs.skipped
 
 
 class Reporter(Protocol):

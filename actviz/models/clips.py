@@ -44,6 +44,11 @@ class ClipPreprocessing(Preprocessing):
     fps: float = DEFAULT_FPS
     resize_hw: tuple[int, int] | None = None
 
+    @property
+    def input_axes(self) -> tuple[int, ...]:
+        """A clip's frames: ``(C, T, H, W)``."""
+        return (self.frames,)
+
     def read_file(self, path: Path) -> tuple[torch.Tensor, tuple[int, int]]:
         """The clip of the video, animation or frame folder at ``path``, and the size
         ``(width, height)`` of its frames."""
@@ -165,6 +170,11 @@ class PairPreprocessing(Preprocessing):
     partners: Mapping[str, str] = field(default_factory=dict, compare=False)
     fixed: tuple[int, int] | None = None
     min_side: int = 128
+
+    @property
+    def input_axes(self) -> tuple[int, ...]:
+        """A pair's two pictures: ``(C, 2, H, W)``."""
+        return (2,)
 
     def read_file(self, path: Path) -> tuple[torch.Tensor, tuple[int, int]]:
         """The pair starting at ``path``, ``(C, 2, H, W)``, and the first picture's size."""

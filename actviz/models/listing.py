@@ -268,18 +268,11 @@ def _input_shape(
     gives (a detector's ``min_size``), unless ``--input-size`` asks for another; a video
     model's clip ``(1, C, T, H, W)`` and an optical-flow model's pair ``(1, C, 2, H, W)`` as
     their families feed them, so that the listing says what the model takes."""
-    from actviz.models.clips import ClipPreprocessing, PairPreprocessing
-
     fed = family_of(module).preprocessing(preprocess, module)
     if input_size is None:
         preprocess = fed
     height, width = preprocess.crop_size
-    along: tuple[int, ...] = ()
-    if isinstance(fed, ClipPreprocessing):
-        along = (fed.frames,)
-    elif isinstance(fed, PairPreprocessing):
-        along = (2,)
-    return (1, preprocess.channels, *along, height, width)
+    return (1, preprocess.channels, *fed.input_axes, height, width)
 
 
 def trace_until_stopped(

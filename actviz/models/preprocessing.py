@@ -162,6 +162,12 @@ class Preprocessing:
     Face's ViT image processors), or to ``resize_size`` square and then centre-crop
     ``crop_size`` (timm's ``squash`` crop mode)."""
 
+    @property
+    def input_axes(self) -> tuple[int, ...]:
+        """The sizes of one input between its channels and its height: none for an image
+        (a clip's frames, a pair's two pictures)."""
+        return ()
+
     def __call__(self, image: Image.Image) -> torch.Tensor:
         """An RGB PIL image -> a normalized ``(channels, height, width)`` float tensor."""
         from torchvision.transforms import InterpolationMode

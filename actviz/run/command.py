@@ -15,14 +15,14 @@ from actviz import output
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
-from actviz.results import ImageResult
-from actviz.run.loop import Plan, capture_and_render
+from actviz.run.families import RUN_FAMILIES, run_family
+from actviz.run.loop import capture_and_render
 from actviz.run.manifest import manifest
 from actviz.run.on_ray import stats_on_ray
 from actviz.run.options import ALIASES, GROUPS, RunOptions
-from actviz.run.records import RunRecords
+from actviz.run.plan import Plan, plan
 from actviz.run.result import ImageRecords, RunCounts, RunResult
-from actviz.run.sink import RunSink, loader, report_images
+from actviz.run.sink import loader, report_images
 
 if TYPE_CHECKING:
     from torch import nn
@@ -65,11 +65,8 @@ def run(
             keywords given together with ``options``, is a
             :class:`~actviz.command.options.KeywordError` (also a ``TypeError``).
     """
-    from actviz.command import input_paths, open_command
-    from actviz.command.inputs import discovery_for, inputs_for
-    from actviz.command.progress import input_units
-    from actviz.hooks import layer_refs
-    from actviz.models.listing import fold_never_ran
+    from actviz.command import open_command
+    from actviz.command.inputs import discovery_for
 
     opts = from_flat(RunOptions, GROUPS, keywords, caller="run", given=options, aliases=ALIASES)
     ex = opts.execution
@@ -85,91 +82,103 @@ def run(
         channels_last=ex.channels_last,
         discover=discovery_for(model),
     ) as cmd:
-        assert cmd.found is not None  # open_command walked the inputs
-        opened = cmd.load(
-            opts.load, shows="The grids show", check=lambda m: _check_classifier(m, opts, cmd)
-        )
+        opened = _open_model(cmd, inputs, opts)
         loaded = opened.model
-        cmd.found = inputs_for(loaded, input_paths(inputs), cmd.found)
-        _clip_options(loaded, opts)
-        if loaded.family.key == "detection":
-            from actviz.models.families import lower_score_threshold
-
-            lower_score_threshold(loaded.module, opts.score_threshold)
-        if opts.report:
-            from actviz.report import warm_up
-
-            warm_up()  # the report's templates, compiled while the images run
         selector, names = _select(cmd, loaded, opts)
         # The dictionary is checked against the model before anything is planned or written.
         features = _features(opts.sae, names, cmd, loaded) if opts.sae is not None else None
-        state = _plan(cmd.model, loaded, selector, names, cmd.found, opts, cmd.notify)
+        state = plan(cmd.model, loaded, selector, names, cmd.found, opts, cmd.notify)
         if features is not None:
             state.features = features
         if state.kept:
             shown = ", ".join(state.kept[:5]) + (", ..." if len(state.kept) > 5 else "")
             cmd.warn(f"--overwrite kept {len(state.kept)} file(s) no run wrote: {shown}")
-        try:
-            reused = (r for r in state.results if r.status == "reused")
-            unit = input_units(loaded.family.key)[1]
-            start_progress(cmd.notify, len(state.results), reused, unit=unit)
-            if ex.engine == "ray":
-                if opts.draw.pca:
-                    raise UsageError("--view pca runs on the local engine; leave out --engine ray")
-                never_ran = stats_on_ray(cmd.model, state.names, state.todo, state.sink, opts)
-            else:
-                never_ran = capture_and_render(cmd.model, loaded, state, opts, cmd.notify, cmd.warn)
-        except BaseException:
-            state.sink.abort()
-            raise
-        # What the selector swept in but the forward never called: one warning, and left out.
-        refs = layer_refs(loaded.module)
-        state.names, idle = fold_never_ran(refs, selector, state.names, never_ran)
-        for message in idle:
-            cmd.warn(message)
+        never_ran = _capture(cmd, loaded, state, opts)
+        _fold_never_ran(cmd, loaded, selector, state, never_ran)
         if (note := _overlay_note(state.sink.counts, opts)) is not None:
             cmd.warn(note)
+        assert cmd.found is not None
         return _write(cmd, opened, state, cmd.found.skipped, opts)
 
 
-def _reuse(records: RunRecords, results: list[ImageResult]) -> None:
-    """Mark the images an earlier run completed (same settings, files still there) as
-    reused; their records stay in the ledger, where the run reads them when it needs them."""
-    done = records.completed()
-    for result in results:
-        offset = done.get((str(result.path), result.out_dir.as_posix()))
-        if offset is not None:
-            result.status, result.record = "reused", offset
+def _open_model(
+    cmd: Command, inputs: Sequence[Path | str] | Path | str, opts: RunOptions
+) -> Loaded:
+    """The model loaded and checked, its inputs found as its family takes them, and the
+    options only its family takes applied to it."""
+    from actviz.command import input_paths
+    from actviz.command.inputs import inputs_for
+
+    assert cmd.found is not None  # open_command walked the inputs
+    opened = cmd.load(
+        opts.load, shows="The grids show", check=lambda m: _check_classifier(m, opts, cmd)
+    )
+    loaded = opened.model
+    cmd.found = inputs_for(loaded, input_paths(inputs), cmd.found)
+    _family_options(loaded, opts)
+    if opts.report:
+        from actviz.report import warm_up
+
+        warm_up()  # the report's templates, compiled while the images run
+    return opened
 
 
-def _clip_options(loaded: LoadedModel, opts: RunOptions) -> None:
-    """``frames`` for a video model's clips, ``flow_updates`` for a flow model's iterations."""
-    from actviz.models.clips import ClipPreprocessing
-    from actviz.models.families.optical_flow import flow_updates
+def _capture(cmd: Command, loaded: LoadedModel, state: Plan, opts: RunOptions) -> set[str]:
+    """Every image still to draw through the model, on the run's engine; the selected
+    modules that never ran."""
+    try:
+        reused = (r for r in state.results if r.status == "reused")
+        start_progress(cmd.notify, len(state.results), reused, unit=loaded.family.inputs.units)
+        if opts.execution.engine == "ray":
+            if opts.draw.pca:
+                raise UsageError("--view pca runs on the local engine; leave out --engine ray")
+            return stats_on_ray(cmd.model, state.names, state.todo, state.sink, opts)
+        return capture_and_render(cmd.model, loaded, state, opts, cmd.notify, cmd.warn)
+    except BaseException:
+        state.sink.abort()
+        raise
 
-    if opts.execution.engine == "ray" and loaded.family.key in ("video", "optical_flow"):
+
+def _fold_never_ran(
+    cmd: Command, loaded: LoadedModel, selector: str, state: Plan, never_ran: set[str]
+) -> None:
+    """What the selector swept in but the forward never called: one warning, and left out."""
+    from actviz.hooks import layer_refs
+    from actviz.models.listing import fold_never_ran
+
+    refs = layer_refs(loaded.module)
+    state.names, idle = fold_never_ran(refs, selector, state.names, never_ran)
+    for message in idle:
+        cmd.warn(message)
+
+
+def _family_options(loaded: LoadedModel, opts: RunOptions) -> None:
+    """The options only some families take (a clip's length, a flow model's iterations, a
+    detector's threshold), each applied to a model of a family that takes it and refused for
+    another's, as the families' rows say."""
+    inputs = loaded.family.inputs
+    if opts.execution.engine == "ray" and not inputs.images:
         raise UsageError(
-            f"--engine ray runs image models; {loaded.name} takes "
-            f"{'clips' if loaded.family.key == 'video' else 'pairs of images'}: leave it out"
+            f"--engine ray runs image models; {loaded.name} takes {inputs.noun}: leave it out"
         )
-    if opts.frames is not None:
-        if not isinstance(loaded.preprocess, ClipPreprocessing):
-            raise UsageError(f"--frames is for video models; {loaded.name} takes no clips")
-        loaded.preprocess = loaded.preprocess.with_frames(opts.frames)
-    if opts.flow_updates is not None:
-        if loaded.family.key != "optical_flow":
-            raise UsageError(f"--flow-updates is for optical-flow models, not {loaded.name}")
-        if opts.flow_updates < 1:
-            raise UsageError(f"--flow-updates must be at least 1, not {opts.flow_updates}")
-        flow_updates(loaded.module, opts.flow_updates)
+    taken = run_family(loaded.family).options
+    for row in RUN_FAMILIES:
+        for option in row.options:
+            value = getattr(opts, option.name)
+            if value is None:
+                continue
+            if option in taken:
+                option.apply(loaded, value)
+            elif option.refusal is not None:
+                raise UsageError(option.refusal.format(model=loaded.name))
 
 
 def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> None:
     """A family without gradients, or a backbone without a classifier: no gradients to take,
     no predictions to record."""
     family = loaded.family
-    if family.key == "detection" and opts.gradients.cam and not opts.gradients.grads:
-        return  # EigenCAM and the Grad-CAM of one detection (detection_cam.png)
+    if run_family(family).own_cam and opts.gradients.cam and not opts.gradients.grads:
+        return  # maps of the family's own (a detector's EigenCAM, one detection's Grad-CAM)
     if family.gradients is not None and opts.gradients.backward:
         flag = "--cam" if opts.gradients.cam else "--grads"
         raise UsageError(f"{flag} does not apply to {loaded.name}: {family.gradients}")
@@ -233,96 +242,6 @@ def _select(cmd: Command, loaded: LoadedModel, opts: RunOptions) -> tuple[str, l
 
         default = attention_selector(loaded.module)
     return cmd.select(loaded, opts.layers, default=default)
-
-
-def _plan(
-    model: str,
-    loaded: LoadedModel,
-    selector: str,
-    names: list[str],
-    found: Any,
-    opts: RunOptions,
-    notify: Reporter,
-) -> Plan:
-    """Output folders per image, the resume records, and which images are still to draw."""
-    from actviz.layouts import layer_contexts
-
-    module = loaded.module  # in the run's memory format already
-    contexts = layer_contexts(module, loaded.input_size)
-    _check_overlay_channel(opts, module, names, contexts)
-    dirs = output.image_dirs([item.rel for item in found.images])
-    results = [
-        ImageResult(path=item.path, out_dir=folder)
-        for item, folder in zip(found.images, dirs, strict=True)
-    ]
-    grads = opts.gradients
-    settings: dict[str, Any] = {
-        "model": model,
-        "weights": loaded.weights.name or loaded.weights.source,
-        "selector": selector,
-        "capture": opts.capture,
-        "draw": {k: v for k, v in opts.draw.describe().items() if k != "png_compression"},
-        "input_size": list(loaded.input_size),
-        "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes]
-        # Grad-CAM runs keep the settings they always had, so their --resume still matches.
-        + ([grads.cam_method] if grads.cam_method != "gradcam" else []),
-        **({"sae": str(opts.sae)} if opts.sae is not None else {}),
-    }
-    frames = getattr(loaded.preprocess, "frames", None)
-    if frames is not None or opts.flow_updates is not None:  # a clip's length, flow's updates
-        settings["clip"] = [frames, opts.flow_updates]
-    if loaded.family.key == "detection":  # the detections an earlier run recorded
-        settings["score_threshold"] = opts.score_threshold
-        settings["detection"] = opts.detection
-    records = RunRecords(opts.out, settings)
-    kept: list[Path] = []
-    if opts.execution.resume:
-        _reuse(records, results)
-    elif opts.execution.overwrite:
-        kept = records.reset([r.out_dir for r in results])
-    return Plan(
-        selector=selector,
-        names=names,
-        module=module,
-        contexts=contexts,
-        results=results,
-        todo=[r for r in results if r.status != "reused"],
-        sink=RunSink(
-            opts.out,
-            records,
-            notify,
-            stats=opts.stats,
-            thresholds=opts.thresholds,
-            random=loaded.weights.random,
-            resume=results if opts.execution.resume else None,
-        ),
-        kept=[p.relative_to(opts.out).as_posix() for p in kept],
-    )
-
-
-def _check_overlay_channel(
-    opts: RunOptions, module: nn.Module, names: list[str], contexts: Any
-) -> None:
-    """Refuse an ``overlay_channel`` no selected layer has: every overlay would be left out,
-    and the run would succeed with none written. Only a leaf module's own channel count
-    (``out_channels``, ``num_features``, ...) is taken as known: a container's output may
-    concatenate its branches; any layer not known gets the benefit of the doubt."""
-    channel = opts.draw.overlay_channel
-    if channel is None or opts.capture != "output" or not names:
-        return
-    counts = [
-        None
-        if next(iter(module.get_submodule(name).children()), None) is not None
-        else getattr(contexts.get(name), "channels_hint", None)
-        for name in names
-    ]
-    if any(count is None or count > channel for count in counts):
-        return
-    most = max(c for c in counts if c is not None)
-    raise UsageError(
-        f"--overlay-channel {channel}: the selected layers have at most {most} channels "
-        f"(0-{most - 1}); pick one below {most}"
-    )
 
 
 def _overlay_note(counts: RunCounts, opts: RunOptions) -> str | None:

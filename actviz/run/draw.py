@@ -1,7 +1,7 @@
 """Drawing one image's captured layers: each layer's record, then its pictures of every kind
-(:data:`~actviz.run.pictures.PICTURE_KINDS`), its raw tensor, and the image's own pictures
-(what the model saw, a segmentation model's class map, a detector's detections, a flow model's
-iterations).
+(:data:`~actviz.run.pictures.PICTURE_KINDS`), its raw tensor, and the image's own pictures of
+every kind (:data:`~actviz.run.families.IMAGE_KINDS`: what the model saw, a segmentation
+model's class map, a detector's detections, a flow model's iterations).
 
 Runs in the render threads: everything here works on CPU copies of one batch and writes
 through ``output`` only.
@@ -13,15 +13,11 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
-from actviz.render.png import picture_png
 from actviz.results import LayerResult
-from actviz.run.detection import write_detections
-from actviz.run.detection_cam import write_detection_cams
-from actviz.run.job import ImageJob, model_view, thumbnail_path
-from actviz.run.optical_flow import write_optical_flow
+from actviz.run.families import IMAGE_KINDS, ImageKind
+from actviz.run.job import ImageJob
 from actviz.run.pictures import PICTURE_KINDS
 from actviz.run.record import LayerView, layer_record, layer_view, summaries
-from actviz.run.segmentation import write_segmentation
 
 if TYPE_CHECKING:
     from actviz.hooks import Capture
@@ -30,35 +26,25 @@ __all__ = ["draw_image", "layer_records", "summaries"]
 
 
 def draw_image(job: ImageJob) -> list[LayerResult]:
-    """Draw and write every capture of one image of a batch: its records, with the files."""
+    """Draw and write every capture of one image of a batch, then the image's own pictures:
+    its layers' records, with the files."""
 
-    if job.thumbnail and job.model_input is not None:
-        output.write_bytes(job.out_dir / thumbnail_path(job.folder), picture_png(model_view(job)))
     layers = [_draw_layer(view, order) for order, view in _views(job)]
-    if job.segmentation is not None and job.options.grids:
-        write_segmentation(job)
-    if job.optical_flow is not None and job.options.grids:
-        write_optical_flow(job)
-    if job.detections is not None and job.options.grids and job.model_input is not None:
-        write_detections(
-            job.folder,
-            job.out_dir,
-            model_view(job),
-            job.detections,
-            random_weights=job.random_weights,
-            compression=job.options.png_compression,
-        )
-        if job.detection_cams is not None:
-            write_detection_cams(
-                job.folder,
-                job.out_dir,
-                model_view(job),
-                job.detection_cams,
-                job.detections,
-                random_weights=job.random_weights,
-                compression=job.options.png_compression,
-            )
+    for kind in IMAGE_KINDS:
+        if kind.wanted(job):
+            _draw_kind(job, kind)
     return layers
+
+
+def _draw_kind(job: ImageJob, kind: ImageKind) -> None:
+    """One per-image picture of the image (and its tensor, with ``save_tensors``)."""
+    png = kind.make(job)
+    if png is None:
+        return
+    output.write_bytes(job.out_dir / job.folder / f"{kind.name}.png", png)
+    fmt = job.options.save_tensors
+    if fmt is not None and kind.tensor is not None:
+        output.write_tensor(job.out_dir / job.folder / f"{kind.name}.{fmt}", kind.tensor(job), fmt)
 
 
 def layer_records(job: ImageJob) -> list[LayerResult]:

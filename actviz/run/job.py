@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from actviz.hooks import Capture
     from actviz.layouts import LayerContext
     from actviz.render.pca import PcaFit
-    from actviz.run.detection import Found
-    from actviz.run.detection_cam import DetectionCams
 
 __all__ = [
     "RANDOM_NOTE",
@@ -31,7 +29,6 @@ __all__ = [
     "headed",
     "header_notes",
     "model_view",
-    "thumbnail_path",
     "top_k_predictions",
 ]
 
@@ -68,19 +65,15 @@ class ImageJob:
     """The model's weights are random: every picture's header says so."""
     channel_names: Mapping[str, Sequence[str]] = field(default_factory=dict)
     """Module name -> the name of each output channel (a segmentation head's classes)."""
-    segmentation: str | None = None
-    """The module whose output is a segmentation model's class logits: ``segmentation.png``."""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """What the model's family adds for this image, for its per-image pictures
+    (:data:`actviz.run.families.IMAGE_KINDS`): ``segmentation`` (the module whose output is a
+    segmentation model's class logits), ``optical_flow`` (a flow model's estimate at each
+    iteration, ``(N, 2, H, W)``), ``detections`` and ``detection_cams`` (a detector's)."""
     pca: Mapping[str, PcaFit] = field(default_factory=dict)
     """With ``--view pca``: capture key -> the components fitted over the run."""
     features: Mapping[str, Any] = field(default_factory=dict)
     """With ``--sae``: capture key -> the sparse dictionary whose feature maps are drawn."""
-    optical_flow: Any = None
-    """An optical-flow model's estimate for this pair at each iteration, ``(N, 2, H, W)``:
-    ``optical_flow.png``."""
-    detections: Found | None = None
-    """A detector's detections in this image: ``detections.png``."""
-    detection_cams: DetectionCams | None = None
-    """A detector's maps of this image (``--cam``): ``detection_cam.png``."""
 
 
 def model_view(job: ImageJob) -> Image.Image:
@@ -96,11 +89,6 @@ def model_view(job: ImageJob) -> Image.Image:
         x = x.repeat(3, axis=0)
         mean, std = mean * 3, std * 3
     return input_view(x, mean, std)
-
-
-def thumbnail_path(folder: PurePosixPath) -> PurePosixPath:
-    """Where the picture of what the model saw goes, for the report."""
-    return folder / "input.png"
 
 
 def header_notes(job: ImageJob, *lines: str | None) -> list[str]:

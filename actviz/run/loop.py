@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import os
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,52 +22,20 @@ from actviz.command.progress import Reporter
 from actviz.errors import ActvizError
 from actviz.gradients import backward, choose_cam_keys
 from actviz.results import ImageResult, LayerResult
-from actviz.run.detection import DetectionProbe, Found
-from actviz.run.detection_cam import batch_detections
 from actviz.run.draw import draw_image, summaries
+from actviz.run.families import IMAGE_KINDS, Batch, Extras, Probe, run_family
 from actviz.run.gradients import write_gradient_flow
-from actviz.run.job import ImageJob, thumbnail_path, top_k_predictions
-from actviz.run.optical_flow import optical_flow_iterations
+from actviz.run.job import ImageJob, top_k_predictions
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.stats import stats_callback
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
     from actviz.run.options import GradientOptions, RunOptions
-    from actviz.run.sink import RunSink
+    from actviz.run.pca_pass import PcaPass
+    from actviz.run.plan import Plan
 
-__all__ = ["Plan", "capture_and_render"]
-
-
-@dataclass
-class Plan:
-    """What a run is about to do: its layers, their contexts, and the images still to draw.
-
-    Attributes:
-        selector: The selector the layers came from.
-        names: The modules to hook.
-        module: The model, in the memory format the run uses.
-        contexts: What the model's structure says about each module.
-        results: Every image of the run, in order, as small stubs (reused ones marked).
-        todo: The images still to process.
-        sink: Where each finished image goes (:class:`actviz.run.sink.RunSink`).
-        kept: Files ``--overwrite`` left in place because no run wrote them.
-    """
-
-    selector: str
-    names: list[str]
-    module: Any
-    contexts: Mapping[str, Any]
-    results: list[ImageResult]
-    todo: list[ImageResult]
-    sink: RunSink
-    kept: list[str]
-    pca: dict[str, Any] = field(default_factory=dict)
-    """With ``--view pca``: capture key -> its components, fitted over every image."""
-    pca_notes: dict[str, str] = field(default_factory=dict)
-    """Capture key -> why it has no components (no spatial positions, ...)."""
-    features: dict[str, Any] = field(default_factory=dict)
-    """With ``--sae``: capture key -> the sparse dictionary drawn in its place."""
+__all__ = ["capture_and_render"]
 
 
 def capture_and_render(
@@ -84,7 +52,6 @@ def capture_and_render(
 
     Returns the selected modules that never ran.
     """
-    warn = warn or notify.warn
     from actviz.hooks import ActivationRecorder, eval_mode
 
     ex = opts.execution
@@ -93,56 +60,16 @@ def capture_and_render(
     # before the copy; on the CPU in the render threads, where they run in parallel.
     on_cpu = loaded.device.type == "cpu"
     summarize = stats_callback(plan.contexts) if opts.stats and not on_cpu else None
-    stats_in_threads = stats_callback(plan.contexts) if opts.stats and on_cpu else None
-    ranges = SharedScales()
+    stream = _Stream(model, loaded, plan, opts, notify, warn or notify.warn, forward)
+    stream.stats_fn = stats_callback(plan.contexts) if opts.stats and on_cpu else None
     if opts.draw.norm == "shared":
-        # One scale per layer for the whole run needs every image's range before drawing.
-        with (
-            ActivationRecorder(plan.module, plan.names, mode=opts.capture) as recorder,
-            eval_mode(plan.module),
-        ):
-            paths = [r.path for r in plan.results]
-            draw = opts.draw
-            ranges = shared_ranges(
-                forward,
-                paths,
-                recorder,
-                draw.clip,
-                order=draw.order,
-                max_channels=draw.max_channels,
-                contexts=plan.contexts,
-                layout=draw.layout,
-            )
-
-    pca = None
+        stream.ranges = _shared_scales(forward, plan, opts)
     if opts.draw.pca:
         # The components are fitted over every image: the pass samples and keeps the images,
         # and their PCA pictures are drawn, and the images recorded, after it.
         from actviz.run.pca_pass import PcaPass
 
-        pca = PcaPass(plan, opts, ex.batch_size)
-
-    todo, sink, grads = plan.todo, plan.sink, opts.gradients
-    never_ran: set[str] = set()
-    cam_keys: frozenset[str] | None = None
-    in_flight: deque[tuple[list[ImageResult], list[Future[list[LayerResult]]]]] = deque()
-
-    def settle(batch: list[ImageResult], futures: list[Future[list[LayerResult]]]) -> None:
-        for result, future in zip(batch, futures, strict=True):
-            result.layers = future.result()
-            if grads.grads:
-                result.gradient_flow = write_gradient_flow(
-                    opts.out, result, random=loaded.weights.random
-                )
-            record(result)
-
-    def failed(index: int, error: str | None) -> None:
-        result = todo[index]
-        result.status, result.error = "failed", error
-        record(result)
-
-    record = sink.add if pca is None else pca.hold
-
+        stream.pca = PcaPass(plan, opts, ex.batch_size)
     with (
         ActivationRecorder(
             plan.module, plan.names, mode=opts.capture, summarize=summarize
@@ -151,131 +78,194 @@ def capture_and_render(
         ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
         contextlib.ExitStack() as stack,
     ):
-        probe = _probe(loaded, plan, stack)
-        empty = 0  # images of a detector with no detection above the threshold
+        return stream.run(recorder, pool, stack)
+
+
+def _shared_scales(forward: BatchForward, plan: Plan, opts: RunOptions) -> SharedScales:
+    """One scale per layer for the whole run, which needs every image's range before
+    drawing: a pass of its own."""
+    from actviz.hooks import ActivationRecorder, eval_mode
+
+    draw = opts.draw
+    with (
+        ActivationRecorder(plan.module, plan.names, mode=opts.capture) as recorder,
+        eval_mode(plan.module),
+    ):
+        return shared_ranges(
+            forward,
+            [r.path for r in plan.results],
+            recorder,
+            draw.clip,
+            order=draw.order,
+            max_channels=draw.max_channels,
+            contexts=plan.contexts,
+            layout=draw.layout,
+        )
+
+
+_InFlight = tuple[list[ImageResult], list[Future[list[LayerResult]]]]
+
+
+class _Stream:
+    """One run's pass over its images on the local engine: each batch through the hooked
+    model, its images' jobs drawn in the render threads while the next batch runs, each image
+    recorded once drawn (after the PCA pass, with ``--view pca``)."""
+
+    def __init__(
+        self,
+        model: str,
+        loaded: LoadedModel,
+        plan: Plan,
+        opts: RunOptions,
+        notify: Reporter,
+        warn: Callable[[str], None],
+        forward: BatchForward,
+    ) -> None:
+        self.model, self.loaded, self.plan, self.opts = model, loaded, plan, opts
+        self.notify, self.warn, self.forward = notify, warn, forward
+        self.stats_fn: Any = None
+        """Each layer's statistics, computed in the render threads (on the CPU)."""
+        self.ranges = SharedScales()
+        self.pca: PcaPass | None = None
+        self.never_ran: set[str] = set()
+        self.cam_keys: frozenset[str] | None = None
+        self.in_flight: deque[_InFlight] = deque()
+
+    def run(self, recorder: Any, pool: ThreadPoolExecutor, stack: contextlib.ExitStack) -> set[str]:
+        """Every image still to draw, batch by batch; the selected modules that never ran."""
+        todo = self.plan.todo
+        family = run_family(self.loaded.family)
+        probe = family.probe(self.loaded, self.plan.module, self.opts, stack)
         try:
-            for good, logits, x in forward.batches([r.path for r in todo], stack, failed):
-                never_ran.update(recorder.never_called())
-                # A detector's maps come cropped to the image from the hooks (actviz.windows).
-                captures = recorder.captures
-                if grads.cam and cam_keys is None and probe is None:
-                    explicit = opts.layers is not None
-                    cam_keys = choose_cam_keys(captures, plan.contexts, explicit=explicit)
-                backward_pass = _Backward()
-                detected = None
-                if probe is not None:  # a detector: its maps are of one detection, not a class
-                    detected = batch_detections(
-                        logits,
-                        captures,
-                        x,
-                        module=plan.module,
-                        family_call=loaded.family.call,
-                        probe=probe,
-                        threshold=opts.score_threshold,
-                        categories=loaded.categories,
-                        cam=grads.cam,
-                        rank=opts.detection - 1,
-                        paused=recorder.paused,
-                    )
-                elif grads.backward:
-                    with recorder.paused():
-                        backward_pass = _backward(
-                            model, loaded, plan, x, todo[good[0][0]].path, cam_keys, grads
-                        )
-                if pca is not None:
-                    pca.check(captures)
-                # With statistics on, each image's min, max and mean come from them.
-                minmax = (
-                    []
-                    if opts.stats
-                    else [
-                        summaries(recorder[c.key] if c.tensor is None else c.tensor)
-                        for c in captures
-                    ]
-                )
-                shared = _BatchCaptures(captures, minmax, backward_pass)
-                jobs = []
-                for i, (index, size, x_cpu) in enumerate(good):
-                    result = todo[index]
-                    result.size = size
-                    result.note = loaded.preprocess.fit_note(size, result.path) if size else None
-                    if result.note is not None:
-                        notify.warn(result.note)
-                    result.predictions = (
-                        top_k_predictions(logits, i, loaded.categories, opts.top_k)
-                        if loaded.classifier
-                        else []
-                    )
-                    job = _image_job(
-                        shared, i, result, x_cpu, loaded, plan, opts, ranges, stats_in_threads
-                    )
-                    if loaded.family.key == "optical_flow":
-                        job = dataclasses.replace(
-                            job, optical_flow=optical_flow_iterations(logits, i)
-                        )
-                        if opts.draw.grids and job.optical_flow is not None:
-                            result.pictures["optical_flow"] = (
-                                result.out_dir / "optical_flow.png"
-                            ).as_posix()
-                    if detected is not None:
-                        found, cams = detected[i]
-                        _record_detections(result, found, opts)
-                        empty += not found.scores
-                        job = dataclasses.replace(job, detections=found, detection_cams=cams)
-                    jobs.append((index, job))
-                if pca is not None:
+            for good, outputs, x in self.forward.batches(
+                [r.path for r in todo], stack, self._failed
+            ):
+                self.never_ran.update(recorder.never_called())
+                jobs = self._jobs(recorder, probe, good, outputs, x)
+                if self.pca is not None:
                     # Sampled ahead of the batch's pictures: after the last batch, the fits
                     # wait for its sample, not for its pictures as well.
-                    pca.add_batch(captures, jobs, pool)
+                    self.pca.add_batch(recorder.captures, jobs, pool)
                 futures = [pool.submit(draw_image, job) for _, job in jobs]
-                in_flight.append(([todo[index] for index, _, _ in good], futures))
+                self.in_flight.append(([todo[index] for index, _, _ in good], futures))
                 # One batch renders while the next one runs: no more is kept alive.
-                while len(in_flight) > 1:
-                    settle(*in_flight.popleft())
-            while in_flight:
-                settle(*in_flight.popleft())
-            if empty:
-                random = " (random weights: an untrained detector finds nothing)"
-                warn(
-                    f"no detection scored {opts.score_threshold:g} or more in {empty} "
-                    f"image(s){random if loaded.weights.random else ''}; the layers are "
-                    "recorded anyway, and --score-threshold lowers the cut"
-                )
-            if pca is not None:
-                if note := pca.note():
-                    warn(note)
-                pca.finish(forward, recorder, pool, sink.add)
-                for key, note in plan.pca_notes.items():
-                    warn(f"--view pca: no PCA picture of {key}: {note}")
+                while len(self.in_flight) > 1:
+                    self._settle(*self.in_flight.popleft())
+            while self.in_flight:
+                self._settle(*self.in_flight.popleft())
+            self._finish(probe, recorder, pool)
         except BaseException:
-            for _, futures in in_flight:
+            for _, futures in self.in_flight:
                 for future in futures:
                     future.cancel()
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-    return never_ran
+        return self.never_ran
 
+    def _jobs(
+        self, recorder: Any, probe: Probe | None, good: list[Any], outputs: Any, x: Any
+    ) -> list[tuple[int, ImageJob]]:
+        """The jobs of one batch's images: the family's extras, the backward pass of a
+        class, and what its images share."""
+        grads, plan = self.opts.gradients, self.plan
+        # A detector's maps come cropped to the image from the hooks (actviz.windows).
+        captures = recorder.captures
+        own_cam = probe is not None and probe.own_cam  # its maps are not of a class
+        if grads.cam and self.cam_keys is None and not own_cam:
+            explicit = self.opts.layers is not None
+            self.cam_keys = choose_cam_keys(captures, plan.contexts, explicit=explicit)
+        extras: Sequence[Extras] = [Extras()] * len(good)
+        if probe is not None:
+            extras = probe.batch(Batch(outputs, captures, x, len(good), recorder.paused))
+        backward_pass = _Backward()
+        if grads.backward and not own_cam:
+            first = plan.todo[good[0][0]].path
+            with recorder.paused():
+                backward_pass = _backward(
+                    self.model, self.loaded, plan, x, first, self.cam_keys, grads
+                )
+        if self.pca is not None:
+            self.pca.check(captures)
+        # With statistics on, each image's min, max and mean come from them.
+        minmax = (
+            []
+            if self.opts.stats
+            else [summaries(recorder[c.key] if c.tensor is None else c.tensor) for c in captures]
+        )
+        # A family's extras are drawn over what the model saw.
+        shared = _BatchCaptures(captures, minmax, backward_pass, keep_input=probe is not None)
+        return [
+            (index, self._job(shared, i, index, size, x_cpu, outputs, extras[i]))
+            for i, (index, size, x_cpu) in enumerate(good)
+        ]
 
-def _probe(loaded: LoadedModel, plan: Plan, stack: contextlib.ExitStack) -> DetectionProbe | None:
-    """For a detector, the watch on its own transform (padding to crop, sizes), open for the
-    run; None for other models."""
-    from actviz.models.families import detection_transform, is_detector
+    def _job(
+        self,
+        shared: _BatchCaptures,
+        i: int,
+        index: int,
+        size: tuple[int, int] | None,
+        x_cpu: Any,
+        outputs: Any,
+        extras: Extras,
+    ) -> ImageJob:
+        """Image ``i`` of the batch: its size, note and predictions in its record, and its
+        job, whose per-image pictures its record names."""
+        loaded, result = self.loaded, self.plan.todo[index]
+        result.size = size
+        result.note = loaded.preprocess.fit_note(size, result.path) if size else None
+        if result.note is not None:
+            self.notify.warn(result.note)
+        result.predictions = (
+            top_k_predictions(outputs, i, loaded.categories, self.opts.top_k)
+            if loaded.classifier
+            else []
+        )
+        job = _image_job(
+            shared, i, result, x_cpu, loaded, self.plan, self.opts, self.ranges, self.stats_fn
+        )
+        job = dataclasses.replace(job, extras=extras.job)
+        result.extras.update(extras.record)
+        for kind in IMAGE_KINDS:
+            if kind.record is not None and kind.wanted(job):
+                kind.keep(result, (job.folder / f"{kind.name}.png").as_posix())
+        return job
 
-    if not is_detector(plan.module) or detection_transform(plan.module) is None:
-        return None
-    return stack.enter_context(DetectionProbe(plan.module))
+    def _record(self, result: ImageResult) -> None:
+        """An image done: recorded now, or once its PCA pictures are drawn."""
+        if self.pca is None:
+            self.plan.sink.add(result)
+        else:
+            self.pca.hold(result)
 
+    def _settle(self, batch: list[ImageResult], futures: list[Future[list[LayerResult]]]) -> None:
+        """A drawn batch: each image's layers (and gradient-flow chart), recorded."""
+        for result, future in zip(batch, futures, strict=True):
+            result.layers = future.result()
+            if self.opts.gradients.grads:
+                result.gradient_flow = write_gradient_flow(
+                    self.opts.out, result, random=self.loaded.weights.random
+                )
+            self._record(result)
 
-def _record_detections(result: ImageResult, found: Found, opts: RunOptions) -> None:
-    """One image's detections above the threshold, in its record."""
-    result.detections = found.records()
-    result.detection_heads = dict(found.head_shapes) or None
-    if opts.draw.grids:
-        result.detections_file = (result.out_dir / "detections.png").as_posix()
-    if any(found.heads) and opts.draw.grids:
-        result.detection_heads_file = (result.out_dir / "detection_heads.png").as_posix()
-    if opts.gradients.cam and opts.draw.grids:
-        result.detection_cam_file = (result.out_dir / "detection_cam.png").as_posix()
+    def _failed(self, index: int, error: str | None) -> None:
+        """An image that could not be read: recorded as failed."""
+        result = self.plan.todo[index]
+        result.status, result.error = "failed", error
+        self._record(result)
+
+    def _finish(self, probe: Probe | None, recorder: Any, pool: ThreadPoolExecutor) -> None:
+        """What the family's probe has to say; with ``--view pca``, the fits, then the PCA
+        pictures of every image, each image recorded once they are drawn."""
+        for message in probe.warnings() if probe is not None else ():
+            self.warn(message)
+        pca = self.pca
+        if pca is not None:
+            if note := pca.note():
+                self.warn(note)
+            pca.finish(self.forward, recorder, pool, self.plan.sink.add)
+            for key, note in self.plan.pca_notes.items():
+                self.warn(f"--view pca: no PCA picture of {key}: {note}")
 
 
 @dataclass
@@ -295,6 +285,8 @@ class _BatchCaptures:
     captures: list[Any]
     summaries: list[Any]
     backward: _Backward
+    keep_input: bool = False
+    """The family's extras are drawn over what the model saw."""
 
 
 def _backward(
@@ -343,8 +335,6 @@ def _image_job(
 ) -> ImageJob:
     """The drawing of image ``i`` of a batch, for a render thread."""
     back = batch.backward
-    if opts.report:
-        result.thumbnail = thumbnail_path(result.out_dir).as_posix()
     target = back.targets[i] if back.targets else None
     names = loaded.categories or []
     label = names[target] if target is not None and target < len(names) else None
@@ -365,9 +355,7 @@ def _image_job(
             or opts.draw.pca
             or opts.report
             or opts.gradients.cam
-            or loaded.segmentation
-            or loaded.family.key == "optical_flow"
-            or loaded.family.key == "detection"  # detections.png
+            or batch.keep_input
             else None
         ),
         mean=loaded.preprocess.mean,
@@ -382,7 +370,6 @@ def _image_job(
         class_cams={key: maps[i] for key, maps in back.class_maps.items()},
         random_weights=loaded.weights.random,
         channel_names=loaded.channel_names,
-        segmentation=loaded.segmentation,
         features=plan.features,
         pca=plan.pca,
     )

@@ -8,8 +8,10 @@ row per layer of ``stats.parquet``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from actviz.command.head import json_head, model_fields
@@ -67,17 +69,8 @@ def image_record(result: ImageResult) -> dict[str, Any]:
         "gradient_flow": result.gradient_flow,
         "note": result.note,
         "pictures": dict(result.pictures),
-        **(
-            {
-                "detections": result.detections,
-                "detections_file": result.detections_file,
-                "detection_heads_file": result.detection_heads_file,
-                "detection_heads": result.detection_heads,
-                "detection_cam_file": result.detection_cam_file,
-            }
-            if result.detections is not None
-            else {}
-        ),
+        # What the family records of the image (a detector's detections and pictures).
+        **result.extras,
         "predictions": [
             {"index": p.index, "label": p.label, "probability": _finite(p.probability)}
             for p in result.predictions
@@ -125,11 +118,7 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
         gradient_flow=record.get("gradient_flow"),
         note=record.get("note"),
         pictures=dict(record.get("pictures") or {}),
-        detections=record.get("detections"),
-        detections_file=record.get("detections_file"),
-        detection_heads_file=record.get("detection_heads_file"),
-        detection_heads=record.get("detection_heads"),
-        detection_cam_file=record.get("detection_cam_file"),
+        extras={k: v for k, v in record.items() if k not in _image_keys()},
         record=stub.record,
         predictions=[
             Prediction(p["index"], p["label"], nan_if_none(p["probability"]))
@@ -163,6 +152,12 @@ def image_from_record(record: Mapping[str, Any], stub: ImageResult) -> ImageResu
             for x in record.get("layers") or []
         ],
     )
+
+
+@functools.cache
+def _image_keys() -> frozenset[str]:
+    """The keys every image's record has; the others are what its model's family recorded."""
+    return frozenset(image_record(ImageResult(Path(), PurePosixPath())))
 
 
 def _table(stats: Mapping[str, Any] | None) -> str | None:

@@ -44,7 +44,7 @@ KEEP_BYTES = 1 << 30
 
 
 class Plan(Protocol):
-    """What the pass needs of the run's plan (:class:`actviz.run.loop.Plan`)."""
+    """What the pass needs of the run's plan (:class:`actviz.run.plan.Plan`)."""
 
     results: list[ImageResult]
     todo: list[ImageResult]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from actviz.results import ImageResult
+from actviz.run.families import IMAGE_KINDS
 
 if TYPE_CHECKING:
     from actviz.models.registry import WeightsInfo
@@ -191,22 +192,12 @@ def files_of(result: ImageResult) -> tuple[int, int]:
     if result.status != "ok":
         return 0, 0
     grids = sum(1 for layer in result.layers if layer.file)
-    files = (result.thumbnail is not None) + (result.gradient_flow is not None)
-    # The pictures of the whole input: a flow model's estimate, a detector's boxes, heads, CAMs.
-    # With --save-tensors (the layers' tensors were saved), a flow's iterations too:
-    # optical_flow.npy.
+    # The pictures of the whole input its record names (what the model saw, a flow model's
+    # estimate, a detector's boxes, heads, CAMs), and a kind's tensor beside its picture when
+    # the layers' tensors were saved (--save-tensors: optical_flow.npy).
     saved = any(layer.tensor_file is not None for layer in result.layers)
-    files += (
-        len(result.pictures)
-        + ("optical_flow" in result.pictures and saved)
-        + sum(
-            name is not None
-            for name in (
-                result.detections_file,
-                result.detection_heads_file,
-                result.detection_cam_file,
-            )
-        )
-    )
+    kept = [kind for kind in IMAGE_KINDS if kind.kept(result)]
+    files = (result.gradient_flow is not None) + len(kept)
+    files += sum(1 for kind in kept if kind.tensor is not None and saved)
     files += sum(len(layer.pictures) + (layer.tensor_file is not None) for layer in result.layers)
     return grids, files

@@ -25,6 +25,7 @@ from actviz.models.families.detection import (
     score_threshold_kept,
 )
 from actviz.models.families.image import CLASSIFICATION, SEGMENTATION
+from actviz.models.families.inputs import CLIPS, IMAGES, PAIRS, Inputs
 from actviz.models.families.optical_flow import OPTICAL_FLOW, flow_updates_kept
 from actviz.models.families.quantized import FUSED_NOTE, QUANTIZED, is_quantized
 from actviz.models.families.video import VIDEO
@@ -34,17 +35,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLASSIFICATION",
+    "CLIPS",
     "DETECTION",
     "FAMILIES",
     "FUSED_NOTE",
+    "IMAGES",
     "OPTICAL_FLOW",
+    "PAIRS",
     "QUANTIZED",
     "SEGMENTATION",
     "VIDEO",
     "Family",
+    "Inputs",
     "detection_transform",
     "family_named",
     "family_of",
+    "inputs_of",
     "is_detector",
     "is_quantized",
     "lower_score_threshold",
@@ -76,6 +82,12 @@ def family_named(key: str) -> Family:
             return family
     known = ", ".join(family.key for family in FAMILIES)
     raise UsageError(f"unknown model family '{key}'; use one of {known}")
+
+
+def inputs_of(key: str | None) -> Inputs:
+    """What the models of the family called ``key`` take (as a record names it); images for
+    a key no family has."""
+    return next((family.inputs for family in FAMILIES if family.key == key), IMAGES)
 
 
 def family_of(module: nn.Module) -> Family:

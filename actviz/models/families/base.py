@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from actviz.models.families.inputs import IMAGES, Inputs
+
 if TYPE_CHECKING:
     from torch import nn
 
@@ -39,6 +41,14 @@ def no_kwargs(input_size: tuple[int, int] | None) -> dict[str, Any]:
 def no_selector(module: nn.Module) -> str | None:
     """No default selector of the family's own: the architecture's."""
     return None
+
+
+def output_classes(module: nn.Module) -> int | None:
+    """How many classes the model scores: a segmentation head's output channels, else the
+    classifier's outputs (:func:`actviz.models.segmentation.output_classes`)."""
+    from actviz.models.segmentation import output_classes as classes
+
+    return classes(module)
 
 
 def never(module: nn.Module) -> bool:
@@ -84,6 +94,11 @@ class Family:
         outputs: How the family's output is read, in one line (the manifest and the docs).
         selector: The default ``--layers`` for a model of the family; None leaves it to the
             architecture (:func:`actviz.models.default_selector`).
+        classes: How many classes a model of the family scores (its weights' category
+            list must have as many names to be used); None when it does not say.
+        inputs: What its models take (:data:`~actviz.models.families.inputs.IMAGES`,
+            ``CLIPS``, ``PAIRS``): how a command finds them among its paths, and what
+            progress bars and summaries call them.
     """
 
     key: str
@@ -102,6 +117,8 @@ class Family:
     builder_kwargs: Callable[[tuple[int, int] | None], dict[str, Any]] = no_kwargs
     outputs: str = ""
     selector: Callable[[nn.Module], str | None] = no_selector
+    classes: Callable[[nn.Module], int | None] = output_classes
+    inputs: Inputs = IMAGES
 
     @property
     def runnable(self) -> bool:

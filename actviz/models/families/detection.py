@@ -153,6 +153,7 @@ DETECTION = Family(
     label="detection",
     torchvision="detection",
     claims=is_detector,
+    classes=detector_classes,
     call=_call,
     preprocessing=_preprocessing,
     classifies=False,

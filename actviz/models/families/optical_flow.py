@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families.base import Family
+from actviz.models.families.inputs import PAIRS
 
 if TYPE_CHECKING:
     from torch import nn
@@ -84,6 +85,7 @@ OPTICAL_FLOW = Family(
     claims=is_optical_flow_model,
     call=_call,
     preprocessing=_preprocessing,
+    inputs=PAIRS,
     classifies=False,
     gradients=(
         "a flow model has no class scores: its output is a flow field per iteration; leave "

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families.base import Family
+from actviz.models.families.inputs import CLIPS
 
 if TYPE_CHECKING:
     from torch import nn
@@ -69,6 +70,7 @@ VIDEO = Family(
     claims=is_video_model,
     call=_call,
     preprocessing=_preprocessing,
+    inputs=CLIPS,
     commands={
         "optimize": "a video model's input is a clip; actviz optimizes images: use an image model",
         "top-images": "top-images ranks images; a video model takes clips: use actviz run on them",

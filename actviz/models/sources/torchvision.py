@@ -24,8 +24,7 @@ from actviz.models.checkpoints import (
     load_checkpoint,
     load_state_dict_into,
 )
-from actviz.models.families import torchvision_family
-from actviz.models.families.detection import detector_classes, is_detector
+from actviz.models.families import family_of, torchvision_family
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from actviz.models.pretrained import (
     default_weights,
@@ -36,7 +35,6 @@ from actviz.models.pretrained import (
     weights_enum,
     weights_label,
 )
-from actviz.models.segmentation import output_classes
 from actviz.models.sources.base import Built, MetaBuild, ModelEntry, matching
 from actviz.models.sources.hints import MODEL_SPELLINGS, other_source_hint
 from actviz.models.weights import (
@@ -193,7 +191,7 @@ class TorchvisionSource:
         categories = getattr(preset, "meta", {}).get("categories") if preset else None
         if not isinstance(categories, list):
             return None
-        out_features = detector_classes(module) if is_detector(module) else output_classes(module)
+        out_features = family_of(module).classes(module)
         if out_features is not None and out_features != len(categories):
             return None  # a checkpoint with its own head: the labels would lie
         return [str(c) for c in categories]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz.hooks.session import HookSession
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
     import torch
-    from PIL import Image
     from torch import nn
 
 __all__ = [
@@ -32,7 +30,6 @@ __all__ = [
     "Found",
     "found_in",
     "with_heads",
-    "write_detections",
 ]
 
 #: The heads whose rows are the detections themselves (of every image of the batch, in order):
@@ -247,99 +244,3 @@ def _as_grid(vector: torch.Tensor) -> torch.Tensor:
     while length % side:
         side -= 1
     return vector.reshape(length // side, side)
-
-
-#: Detections drawn at most, highest score first (the record holds all of them).
-_DRAWN = 20
-
-#: The person skeleton of COCO keypoints (torchvision's keypoint order), 0-based.
-_COCO_SKELETON = (
-    (15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7),
-    (6, 8), (7, 9), (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6),
-)  # fmt: skip
-
-
-def write_detections(
-    job_folder: PurePosixPath,
-    out_dir: Path,
-    view: Image.Image,
-    found: Found,
-    *,
-    random_weights: bool,
-    compression: int,
-) -> str:
-    """Write ``<image folder>/detections.png``: the detections drawn on what the model saw
-    (``view``), under a title that gives the threshold and notes that say why little is drawn.
-
-    Returns:
-        The file's path relative to the output folder.
-    """
-    from actviz import output
-    from actviz.command.session import RANDOM_NOTE
-    from actviz.render.detection import Detection, detection_picture
-    from actviz.render.png import picture_png
-
-    shown = min(len(found.scores), _DRAWN)
-    drawn = [
-        Detection(
-            box=(float(box[0]), float(box[1]), float(box[2]), float(box[3])),
-            label=f"{name} {score:.2f}",
-            mask=None if found.masks is None else found.masks[i],
-            keypoints=None if found.keypoints is None else found.keypoints[i],
-        )
-        for i, (box, name, score) in enumerate(
-            zip(found.boxes[:shown], found.names[:shown], found.scores[:shown], strict=True)
-        )
-    ]
-    count = len(found.scores)
-    title = (
-        f"detections: {count} with a score of {found.threshold:g} or more "
-        f"(of {found.returned} the model returned)"
-    )
-    notes = []
-    if not count:
-        notes.append(
-            f"no detection scores {found.threshold:g} or more; --score-threshold lowers the cut"
-        )
-    elif shown < count:
-        notes.append(f"the {shown} highest scores are drawn; all {count} are in the record")
-    if random_weights:
-        notes.append(RANDOM_NOTE)
-    skeleton = _COCO_SKELETON if found.keypoints is not None else ()
-    picture = detection_picture(view, drawn, title=title, notes=notes, skeleton=skeleton)
-    rel = job_folder / "detections.png"
-    output.write_bytes(out_dir / rel, picture_png(picture, compression))
-    if any(found.heads):
-        heads = _heads_picture(view, found, random_weights=random_weights)
-        output.write_bytes(out_dir / job_folder / "detection_heads.png", picture_png(heads))
-    return rel.as_posix()
-
-
-def _heads_picture(view: Image.Image, found: Found, *, random_weights: bool) -> Image.Image:
-    """The first detections' rows: the box's crop, then each per-detection head output."""
-    from actviz.command.session import RANDOM_NOTE
-    from actviz.render.detection import heads_picture
-
-    rows = []
-    for rank, panels in enumerate(found.heads):
-        x1, y1, x2, y2 = (float(v) for v in found.boxes[rank])
-        crop = view.crop((int(x1), int(y1), max(int(x2), int(x1) + 1), max(int(y2), int(y1) + 1)))
-        rows.append((f"#{rank + 1} {found.names[rank]} {found.scores[rank]:.2f}", crop, panels))
-    notes = ["each row a detection: its box, then what the model's heads computed for it"]
-    said = []
-    for rank_panels in found.heads[:1]:
-        for name, heat in rank_panels:
-            if name == "box features":
-                length = int(heat.size)
-                said.append(
-                    f"box features: the box head's {length} values for its box, "
-                    f"{heat.shape[0]} x {heat.shape[1]} row by row"
-                )
-            elif name == "mask logits":
-                said.append("mask logits: of its class")
-            elif name.startswith("keypoints"):
-                said.append("keypoints, max: the maximum over its keypoint heatmaps")
-    notes += said
-    if random_weights:
-        notes.append(RANDOM_NOTE)
-    return heads_picture(rows, title="per-detection heads", notes=notes)

@@ -13,18 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz.hooks.session import HookSession
 
 if TYPE_CHECKING:
     import torch
-    from PIL import Image
     from torch import nn
 
     from actviz.hooks import Capture
-    from actviz.run.detection import DetectionProbe, Found
+    from actviz.run.families.detection.probe import DetectionProbe, Found
 
 __all__ = [
     "DetectionCams",
@@ -32,7 +30,6 @@ __all__ = [
     "batch_detections",
     "eigen_maps",
     "grad_cam_maps",
-    "write_detection_cams",
 ]
 
 
@@ -70,7 +67,7 @@ def batch_detections(
     """Each image's detections of one batch and, with ``cam``, its maps: EigenCAM from the
     captures, Grad-CAM of detection ``rank`` from a second forward with gradients, during
     which ``paused()`` keeps the run's recorder from replacing its captures."""
-    from actviz.run.detection import found_in, with_heads
+    from actviz.run.families.detection.probe import found_in, with_heads
 
     found = [found_in(output, threshold, categories) for output in outputs]
     with paused():  # the box head runs again, on the final boxes
@@ -204,58 +201,3 @@ def _kept(size: tuple[int, int], probe: DetectionProbe) -> tuple[int, int]:
         return size
     valid = (max(h for h, _ in probe.image_sizes), max(w for _, w in probe.image_sizes))
     return kept_cells(size, valid, probe.padded)
-
-
-def write_detection_cams(
-    job_folder: PurePosixPath,
-    out_dir: Path,
-    view: Image.Image,
-    cams: DetectionCams,
-    found: Found,
-    *,
-    random_weights: bool,
-    compression: int,
-) -> str | None:
-    """Write ``<image folder>/detection_cam.png``: the input, EigenCAM and the Grad-CAM of one
-    detection (its box outlined), side by side under a header.
-
-    Returns:
-        The file's path relative to the output folder; None without any map.
-    """
-    from PIL import Image as PILImage
-    from PIL import ImageDraw
-
-    from actviz import output
-    from actviz.command.session import RANDOM_NOTE
-    from actviz.render.detection import detection_colour, detection_picture
-    from actviz.render.overlay import LABEL_HEIGHT, PANEL_GAP, cam_panel
-    from actviz.render.png import picture_png
-
-    panels: list[tuple[str, Any]] = []
-    if cams.eigen is not None:
-        panels.append(("EigenCAM (no target)", cams.eigen.numpy()))
-    if cams.grad is not None:
-        name, score = found.names[cams.rank], found.scores[cams.rank]
-        panels.append((f"Grad-CAM of #{cams.rank + 1}: {name} {score:.2f}", cams.grad.numpy()))
-    if not panels:
-        return None
-    pixels = cam_panel(view, panels)
-    picture = PILImage.fromarray(pixels)
-    if cams.grad is not None:  # the explained detection, outlined on its panel
-        draw = ImageDraw.Draw(picture)
-        offset = len(panels) * (view.width + PANEL_GAP)
-        x1, y1, x2, y2 = (float(v) for v in found.boxes[cams.rank])
-        box = (offset + x1, LABEL_HEIGHT + y1, offset + x2, LABEL_HEIGHT + y2)
-        draw.rectangle(box, outline=detection_colour(cams.rank), width=2)
-    notes = [f"maps from {cams.source}, over the input the model saw"]
-    if cams.grad is None:
-        notes.append(
-            f"no detection #{cams.rank + 1} at a score of {found.threshold:g} or more to "
-            "explain with Grad-CAM; --score-threshold lowers the cut"
-        )
-    if random_weights:
-        notes.append(RANDOM_NOTE)
-    framed = detection_picture(picture, [], title="class activation maps", notes=notes)
-    rel = job_folder / "detection_cam.png"
-    output.write_bytes(out_dir / rel, picture_png(framed, compression))
-    return rel.as_posix()

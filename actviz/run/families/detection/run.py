@@ -1,0 +1,126 @@
+"""A detector's row in a run: its options (``--score-threshold``, ``--detection``), what a
+resumed run must match, and its probe, which gives each image its detections (and, with
+``--cam``, its maps) from each batch."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from actviz.models.families import DETECTION
+from actviz.run.families.base import Batch, Extras, FamilyOption, RunFamily
+from actviz.run.families.detection.cam import batch_detections
+from actviz.run.families.detection.pictures import DETECTION_CAM, DETECTION_HEADS, DETECTIONS
+from actviz.run.families.detection.probe import DetectionProbe, Found
+
+if TYPE_CHECKING:
+    from actviz.models import LoadedModel
+    from actviz.run.options import RunOptions
+
+__all__ = ["DETECTION_RUN", "Detections"]
+
+
+class Detections:
+    """A detector's probe in a run: each image's detections above the threshold and, with
+    ``--cam``, its EigenCAM and the Grad-CAM of detection ``--detection``; at the end, how
+    many images had none.
+
+    Args:
+        loaded: The detector.
+        module: The detector as the run runs it.
+        opts: The run's options.
+        watch: The watch on its transform and heads, open for the run.
+    """
+
+    own_cam = True
+
+    def __init__(
+        self, loaded: LoadedModel, module: Any, opts: RunOptions, watch: DetectionProbe
+    ) -> None:
+        self.module, self.call, self.watch = module, loaded.family.call, watch
+        self.categories, self.random = loaded.categories, loaded.weights.random
+        self.threshold, self.rank = opts.score_threshold, opts.detection - 1
+        self.cam = opts.gradients.cam
+        self.empty = 0
+        """Images with no detection above the threshold."""
+
+    def batch(self, batch: Batch) -> Sequence[Extras]:
+        """Each image's detections (and maps) as its pictures draw them and its record keeps
+        them."""
+        detected = batch_detections(
+            batch.outputs,
+            batch.captures,
+            batch.x,
+            module=self.module,
+            family_call=self.call,
+            probe=self.watch,
+            threshold=self.threshold,
+            categories=self.categories,
+            cam=self.cam,
+            rank=self.rank,
+            paused=batch.paused,
+        )
+        extras = []
+        for found, cams in detected:
+            self.empty += not found.scores
+            job = {"detections": found, "detection_cams": cams}
+            extras.append(Extras(job=job, record=_record(found)))
+        return extras
+
+    def warnings(self) -> list[str]:
+        """The images without a detection above the threshold, if any."""
+        if not self.empty:
+            return []
+        random = " (random weights: an untrained detector finds nothing)"
+        return [
+            f"no detection scored {self.threshold:g} or more in {self.empty} "
+            f"image(s){random if self.random else ''}; the layers are recorded anyway, and "
+            "--score-threshold lowers the cut"
+        ]
+
+
+def _record(found: Found) -> dict[str, Any]:
+    """What one image's record keeps of its detections above the threshold (its pictures'
+    files are named once they are known to be drawn)."""
+    return {
+        "detections": found.records(),
+        "detections_file": None,
+        "detection_heads_file": None,
+        "detection_heads": dict(found.head_shapes) or None,
+        "detection_cam_file": None,
+    }
+
+
+def _open(
+    loaded: LoadedModel, module: Any, opts: RunOptions, stack: contextlib.ExitStack
+) -> Detections | None:
+    """The probe, with the watch on the detector's own transform (padding to crop, sizes)
+    open for the run; None for a detector without that transform."""
+    from actviz.models.families import detection_transform
+
+    if detection_transform(module) is None:
+        return None
+    return Detections(loaded, module, opts, stack.enter_context(DetectionProbe(module)))
+
+
+def _lower(loaded: LoadedModel, threshold: float) -> None:
+    """The detector keeps boxes down to the run's threshold."""
+    from actviz.models.families import lower_score_threshold
+
+    lower_score_threshold(loaded.module, threshold)
+
+
+def _settings(loaded: LoadedModel, opts: RunOptions) -> dict[str, Any]:
+    """The detections an earlier run recorded: its threshold and the detection explained."""
+    return {"score_threshold": opts.score_threshold, "detection": opts.detection}
+
+
+DETECTION_RUN = RunFamily(
+    DETECTION,
+    options=(FamilyOption("score_threshold", apply=_lower), FamilyOption("detection")),
+    settings=_settings,
+    own_cam=True,
+    probe=_open,
+    pictures=(DETECTIONS, DETECTION_HEADS, DETECTION_CAM),
+)
