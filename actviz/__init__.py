@@ -23,6 +23,7 @@ from actviz._version import __version__ as __version__
 _moved.install()
 
 if TYPE_CHECKING:
+    from actviz.ablate import ablate as ablate
     from actviz.api import list_layers, read_images, render_activation, run
     from actviz.atlas import atlas as atlas
     from actviz.attribute import attribute as attribute
@@ -44,6 +45,7 @@ __all__ = [
     "ActivationRecorder",
     "ActvizError",
     "__version__",
+    "ablate",
     "atlas",
     "attribute",
     "browse",
@@ -67,6 +69,7 @@ __all__ = [
 
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
+    "ablate": "actviz.ablate",
     "atlas": "actviz.atlas",
     "attribute": "actviz.attribute",
     "browse": "actviz.look",

@@ -142,6 +142,7 @@ def build_report(
 RELATED_REPORTS = (
     ("top-images.html", "top images of every channel"),
     ("diff.html", "layer-by-layer comparison"),
+    ("ablate.html", "ablation: what each class loses"),
 )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actviz.hooks import HookSession, tensor_items
+from actviz.top_images.plan import positions
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
@@ -41,19 +42,6 @@ def vectors(maps: torch.Tensor) -> torch.Tensor:
 
     c = maps.shape[1]
     return maps.permute(0, 2, 3, 1).reshape(-1, c).to(torch.float32, copy=True)
-
-
-def positions(plan: LayerPlan, device: Any) -> torch.Tensor:
-    """``(C*H*W,)`` where each map cell sits in one flattened output, in ``(C, H, W)`` order."""
-    import torch
-
-    c, h, w = plan.channels, plan.height, plan.width
-    if plan.mode == "nchw":
-        return torch.arange(c * h * w, device=device)
-    if plan.mode == "nhwc":
-        return torch.arange(c * h * w, device=device).reshape(h, w, c).permute(2, 0, 1).flatten()
-    assert plan.index is not None
-    return torch.as_tensor(plan.index, device=device)
 
 
 def _element(output: object, plan: LayerPlan, key: str) -> Any:

@@ -35,7 +35,15 @@ if TYPE_CHECKING:
 
     from actviz.layouts import LayerContext
 
-__all__ = ["LayerPlan", "Planned", "as_maps", "map_layout", "plan_layers"]
+__all__ = [
+    "LayerPlan",
+    "Planned",
+    "as_maps",
+    "map_layout",
+    "output_plan",
+    "plan_layers",
+    "positions",
+]
 
 Mode = Literal["nchw", "nhwc", "gather"]
 #: Probe images: the centre, top-left and bottom-right cells are measured on one each.
@@ -170,6 +178,20 @@ def as_maps(tensor: torch.Tensor, plan: LayerPlan) -> torch.Tensor:
     return tensor.reshape(batch, -1).index_select(1, index).reshape(batch, c, h, w)
 
 
+def positions(plan: LayerPlan, device: Any) -> torch.Tensor:
+    """``(C*H*W,)`` where each map cell sits in one flattened output, in ``(C, H, W)`` order
+    (what :func:`as_maps` gathers, for writing maps back)."""
+    import torch
+
+    c, h, w = plan.channels, plan.height, plan.width
+    if plan.mode == "nchw":
+        return torch.arange(c * h * w, device=device)
+    if plan.mode == "nhwc":
+        return torch.arange(c * h * w, device=device).reshape(h, w, c).permute(2, 0, 1).flatten()
+    assert plan.index is not None
+    return torch.as_tensor(plan.index, device=device)
+
+
 class _ProbeRecorder(HookSession):
     """Keep each selected output of one forward, in the graph (cloned, so a later in-place op
     such as ResNet's ``relu(inplace=True)`` after ``bn1`` cannot change what it says)."""
@@ -253,6 +275,24 @@ def plan_layers(
         skipped=skipped,
         never_ran=never_ran,
     )
+
+
+def output_plan(
+    key: str,
+    module: str,
+    module_type: str,
+    shape: Sequence[int],
+    ctx: LayerContext | None,
+    input_size: tuple[int, int],
+) -> tuple[LayerPlan | None, str | None]:
+    """The plan of one output of ``shape`` (one image's), read as :func:`plan_layers` reads
+    it but without a probe batch: its receptive field is the whole input. None, and why,
+    for an output that cannot be read as maps."""
+    layout, why = map_layout(shape, ctx)
+    if layout is None:
+        return None, why or "cannot be read as maps"
+    shape = tuple(int(n) for n in shape)
+    return _partial_plan(key, module, module_type, shape, layout, input_size), None
 
 
 def _partial_plan(

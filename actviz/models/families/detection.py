@@ -166,6 +166,10 @@ DETECTION = Family(
             "a detector's output is a list of boxes, not a score to maximize; optimize a "
             "classifier or backbone (resnet50, ...)"
         ),
+        "ablate": (
+            "a detector's output is boxes, not one class per image to measure; use a "
+            "classifier (resnet50, ...)"
+        ),
     },
     selector=_selector,
     builder_kwargs=_builder_kwargs,

@@ -32,5 +32,11 @@ SEGMENTATION = Family(
     label="segmentation",
     torchvision="segmentation",
     claims=_segments,
+    commands={
+        "ablate": (
+            "a segmentation model gives a class per pixel, not one per image; use an image "
+            "classifier"
+        )
+    },
     outputs="a dict of (B, classes, H, W) class logits ('out', 'aux'): a per-pixel class map",
 )

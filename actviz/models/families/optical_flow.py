@@ -104,6 +104,10 @@ OPTICAL_FLOW = Family(
             "diff compares models on single images, and a flow model takes pairs; run each "
             "model on the pairs with actviz run"
         ),
+        "ablate": (
+            "ablate measures class accuracy over images, and a flow model gives flow fields "
+            "for pairs; use a classifier"
+        ),
     },
     outputs="a list of (B, 2, H, W) flow fields, one per refinement iteration",
 )

@@ -65,7 +65,11 @@ QUANTIZED = Family(
         "optimize": (
             "quantized kernels have no gradients to optimize through; optimize the float model "
             "(the name without quantized_)"
-        )
+        ),
+        "ablate": (
+            "a quantized model's layers give quantized tensors, which ablate does not edit; "
+            "use the float model (the name without quantized_)"
+        ),
     },
     meta="quantized models are built and calibrated on the CPU",
     builder_kwargs=_builder_kwargs,

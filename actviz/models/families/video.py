@@ -74,6 +74,10 @@ VIDEO = Family(
     commands={
         "optimize": "a video model's input is a clip; actviz optimizes images: use an image model",
         "top-images": "top-images ranks images; a video model takes clips: use actviz run on them",
+        "ablate": (
+            "ablate measures classes over a folder of images; a video model takes clips: "
+            "use an image classifier"
+        ),
     },
     outputs="(B, classes) Kinetics scores of a clip",
 )
