@@ -28,17 +28,21 @@ if TYPE_CHECKING:
     from actviz.atlas import atlas as atlas
     from actviz.attribute import attribute as attribute
     from actviz.cam_eval import cam_eval
-    from actviz.dictionary import load_sae
+    from actviz.dictionary import load_dictionary
     from actviz.diff import diff as diff
     from actviz.errors import ActvizError
     from actviz.hooks import ActivationRecorder, capture
-    from actviz.look import browse, show
+    from actviz.label import label as label
     from actviz.models import load_model
     from actviz.monitor.log import read_log
     from actviz.monitor.watch import watch
+    from actviz.notebook import browse, show
+    from actviz.optimize import optimize as optimize
     from actviz.run.pca import pca_view
     from actviz.sae import sae as sae
     from actviz.selectors import select_layers
+    from actviz.stats import stats as stats
+    from actviz.tcav import tcav as tcav
     from actviz.top_images import top_images
 
 __all__ = [
@@ -52,9 +56,11 @@ __all__ = [
     "cam_eval",
     "capture",
     "diff",
+    "label",
     "list_layers",
+    "load_dictionary",
     "load_model",
-    "load_sae",
+    "optimize",
     "pca_view",
     "read_images",
     "read_log",
@@ -63,6 +69,8 @@ __all__ = [
     "sae",
     "select_layers",
     "show",
+    "stats",
+    "tcav",
     "top_images",
     "watch",
 ]
@@ -72,14 +80,16 @@ _LAZY = {
     "ablate": "actviz.ablate",
     "atlas": "actviz.atlas",
     "attribute": "actviz.attribute",
-    "browse": "actviz.look",
+    "browse": "actviz.notebook",
     "cam_eval": "actviz.cam_eval",
     "capture": "actviz.hooks",
     "diff": "actviz.diff",
     "ActvizError": "actviz.errors",
+    "label": "actviz.label",
     "list_layers": "actviz.api",
+    "load_dictionary": "actviz.dictionary",
     "load_model": "actviz.models",
-    "load_sae": "actviz.dictionary",
+    "optimize": "actviz.optimize",
     "pca_view": "actviz.run.pca",
     "read_images": "actviz.api",
     "read_log": "actviz.monitor",
@@ -87,7 +97,9 @@ _LAZY = {
     "run": "actviz.api",
     "sae": "actviz.sae",
     "select_layers": "actviz.selectors",
-    "show": "actviz.look",
+    "show": "actviz.notebook",
+    "stats": "actviz.stats",
+    "tcav": "actviz.tcav",
     "top_images": "actviz.top_images",
     "watch": "actviz.monitor",
 }
@@ -96,5 +108,5 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
-        raise AttributeError(f"module 'actviz' has no attribute {name!r}")
+        return _moved.moved_name(__name__, name)  # an old name warns; others: AttributeError
     return getattr(importlib.import_module(module), name)

@@ -4,8 +4,9 @@ Importing a module by its old path (``actviz.examples``, ``actviz.images``, ...)
 ``DeprecationWarning`` that names the new path, and gives the module at its new path: the same
 module object, so its classes are the ones the rest of actviz uses. An old package's
 submodules move with it (``actviz.examples.scoring``). A name renamed in a package's face
-(``actviz.top_images.ExamplesOptions``) is given by that package's ``__getattr__`` through
-:func:`moved_name`, with the same warning.
+(``actviz.top_images.ExamplesOptions``), or a name of a package's old face (``actviz.stats``
+held the statistics: ``actviz.stats.Thresholds``), is given by that package's ``__getattr__``
+through :func:`moved_name`, with the same warning.
 
 Nothing here imports a module of actviz until an old path or name is used, and no torch.
 """
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, cast
 if TYPE_CHECKING:
     from importlib.abc import Loader  # not at run time: importing it takes 10 ms
 
-__all__ = ["MOVED", "RENAMED", "install", "moved_name", "new_path"]
+__all__ = ["FACES", "MOVED", "RENAMED", "install", "moved_name", "new_path"]
 
 #: Old module path -> its new path; an old package's submodules move with it.
 MOVED: dict[str, str] = {
@@ -31,11 +32,45 @@ MOVED: dict[str, str] = {
     "actviz.images": "actviz.io.images",
     "actviz.video": "actviz.io.video",
     "actviz.loader": "actviz.io.loader",
+    # The notebook face was look/; notebook/ held the cards, which are cards/ now.
+    "actviz.look": "actviz.notebook",
+    "actviz.notebook.card": "actviz.cards.card",
+    "actviz.notebook.cards": "actviz.cards.results",
+    "actviz.notebook.dictionary": "actviz.cards.dictionary",
+    "actviz.notebook.picture": "actviz.cards.picture",
+    "actviz.notebook.thumbs": "actviz.cards.thumbs",
+    "actviz.notebook.training": "actviz.cards.training",
+    # The statistics were actviz.stats, which is now the stats command.
+    **{
+        f"actviz.stats.{module}": f"actviz.statistics.{module}"
+        for module in (
+            "anomalies",
+            "collect",
+            "compute",
+            "layerstats",
+            "pooled",
+            "running",
+            "sketch",
+            "table",
+        )
+    },
 }
 
 #: ``module.old_name`` -> ``module.new_name``: names renamed in a package's face.
 RENAMED: dict[str, str] = {
     "actviz.top_images.ExamplesOptions": "actviz.top_images.TopImagesOptions",
+    # A sparse dictionary is a dictionary outside the sae command that trains it.
+    "actviz.load_sae": "actviz.dictionary.load_dictionary",
+    "actviz.dictionary.load_sae": "actviz.dictionary.load_dictionary",
+    "actviz.dictionary.sae_bytes": "actviz.dictionary.dictionary_bytes",
+    "actviz.notebook.sae_card": "actviz.cards.dictionary_card",
+}
+
+#: A package name whose old face is another package's now: an old name of it is the name in
+#: that package's ``__all__``.
+FACES: dict[str, str] = {
+    "actviz.notebook": "actviz.cards",  # before the notebook face was notebook/
+    "actviz.stats": "actviz.statistics",  # before actviz.stats was the command
 }
 
 _WHEN = "the old name goes in the next release"
@@ -58,11 +93,18 @@ def moved_name(module: str, name: str) -> Any:
         AttributeError: For a name that was not renamed, as Python's own.
     """
     target = RENAMED.get(f"{module}.{name}")
+    face = FACES.get(module)
+    if target is None and face is not None and name in _face(face):
+        target = f"{face}.{name}"
     if target is None:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
     new_module, _, new_name = target.rpartition(".")
     _warn(f"{module}.{name} is now {target}; {_WHEN}", callers=1)  # past the __getattr__
     return getattr(importlib.import_module(new_module), new_name)
+
+
+def _face(package: str) -> tuple[str, ...]:
+    return tuple(getattr(importlib.import_module(package), "__all__", ()))
 
 
 def install() -> None:

@@ -44,12 +44,15 @@ def list_layers(
     layers: str | Sequence[str] | None = None,
     input_size: tuple[int, int] | None = None,
     in_chans: int = 3,
+    input_data: Any = None,
 ) -> LayerListing:
     """Every module of a model in the order it produces output, with output shapes.
 
     A name is built on the ``meta`` device by its source (no weights, no download: see
-    :func:`actviz.models.list_layers`); a module object runs once on zeros where its
-    parameters are, under ``torch.inference_mode()``, and is given back in its training mode.
+    :func:`actviz.models.list_layers`); a module object runs once, under
+    ``torch.inference_mode()``, on ``input_data`` when given, else on zeros of an image batch
+    where its parameters are (a still clip for a video model), and is given back in its
+    training mode.
 
     Args:
         model: A model name (``actviz models``), ``package.module:factory`` /
@@ -58,17 +61,28 @@ def list_layers(
         input_size: ``(height, width)`` of the input to trace with; default: the model's
             crop size for a name, 224 x 224 for a module.
         in_chans: 3 for RGB input, 1 for greyscale.
+        input_data: For a module that does not take an image batch (vectors, sequences,
+            several arguments), an example input as you would call it: a tensor
+            (``model(x)``), a tuple or list (``model(*args)``) or a dict (``model(**kwargs)``),
+            used as it is (its device included). As ``actviz.capture`` sees what the model
+            is called with.
 
     Raises:
-        UsageError: For a model that is neither a name nor a module, or ``in_chans`` not 1
-            or 3; and as :func:`actviz.models.list_layers` raises for a name.
-        ModelError: For a TorchScript or compiled module, or one that cannot run on a zero
-            input of that shape (the message names ``input_size`` and ``in_chans``).
+        UsageError: For a model that is neither a name nor a module, ``in_chans`` not 1 or 3,
+            or ``input_data`` with a name or beside ``input_size``; and as
+            :func:`actviz.models.list_layers` raises for a name.
+        ModelError: For a TorchScript or compiled module, or one that cannot run on the
+            input (the message names the shape it was given and what to pass instead).
         LayerSelectionError: If the selector matches nothing.
     """
+    if input_data is not None and (isinstance(model, str) or input_size is not None):
+        what = "a model name, which is traced on its own input" if isinstance(model, str) else ""
+        raise UsageError(
+            f"input_data is the input of a module object; not with {what or 'input_size'}"
+        )
     if isinstance(model, str):
         return _list_named(model, layers=layers, input_size=input_size, in_chans=in_chans)
-    return _list_module(model, layers, input_size, in_chans)
+    return _list_module(model, layers, input_size, in_chans, input_data)
 
 
 def _list_module(
@@ -76,28 +90,92 @@ def _list_module(
     layers: str | Sequence[str] | None,
     input_size: tuple[int, int] | None,
     in_chans: int,
+    input_data: Any,
 ) -> LayerListing:
-    """:func:`list_layers` for a module object: one forward on zeros, every module hooked."""
+    """:func:`list_layers` for a module object: one forward on ``input_data`` (or zeros as
+    its family feeds an image batch), every module hooked."""
     from torch import nn
 
     from actviz.command.session import hookable_module, restoring
-    from actviz.models.listing import listing_of, trace
+    from actviz.models.listing import listing_of, trace, trace_with
 
     label = hookable_module(model, in_chans, takes="list_layers takes", chans="in_chans")
     assert isinstance(model, nn.Module)
-    height, width = input_size or (224, 224)
-    input_shape = (1, in_chans, height, width)
     device = next((t.device for t in (*model.parameters(), *model.buffers())), None)
+    if input_data is not None:
+        shape = _data_shape(input_data)
+        try:
+            with restoring(model):
+                recorder = trace_with(model, input_data)
+        except Exception as exc:  # the user's forward: report it, whatever it raised
+            raise ModelError(
+                f"cannot run {label} on input_data {shape}: {type(exc).__name__}: "
+                f"{first_line(exc)}; pass input_data as the model is called (a tensor, a "
+                "tuple of arguments or a dict of keywords)"
+            ) from exc
+        return listing_of(
+            model, recorder, model=label, input_shape=_first_shape(input_data), layers=layers
+        )
+    input_shape = _fed_shape(model, input_size, in_chans)
     try:
         with restoring(model):
             recorder = trace(model, input_shape, device or _cpu())
     except Exception as exc:  # the user's forward: report it, whatever it raised
         raise ModelError(
             f"cannot run {label} on a zero input of shape {input_shape}: "
-            f"{type(exc).__name__}: {first_line(exc)}; pass the input size and channels the "
-            "model takes (input_size=(H, W), in_chans=1 or 3)"
+            f"{type(exc).__name__}: {first_line(exc)}; pass the input size and channels an "
+            "image model takes (input_size=(H, W), in_chans=1 or 3), or an example input "
+            "for any other (input_data=x, a tuple of arguments or a dict of keywords)"
         ) from exc
     return listing_of(model, recorder, model=label, input_shape=input_shape, layers=layers)
+
+
+def _fed_shape(
+    model: nn.Module, input_size: tuple[int, int] | None, in_chans: int
+) -> tuple[int, ...]:
+    """The zero input's shape as the module's family feeds it: ``(1, C, H, W)``, or a video
+    model's still clip ``(1, C, T, H, W)`` and a flow model's pair, as a listing by name."""
+    from actviz.models import Preprocessing
+    from actviz.models.listing import traced_input_shape
+
+    base = Preprocessing.fitted(input_size=input_size or (224, 224), in_chans=in_chans)
+    return traced_input_shape(model, base, input_size)
+
+
+def _data_shape(data: Any) -> str:
+    """What ``input_data`` holds, for a message: its tensors' shapes."""
+    if hasattr(data, "shape"):
+        return f"of shape {tuple(data.shape)}"
+    if isinstance(data, dict):
+        parts = [
+            f"{k}={tuple(v.shape) if hasattr(v, 'shape') else type(v).__name__}"
+            for k, v in data.items()
+        ]
+        return "{" + ", ".join(parts) + "}"
+    if isinstance(data, (tuple, list)):
+        return (
+            "("
+            + ", ".join(
+                str(tuple(v.shape)) if hasattr(v, "shape") else type(v).__name__ for v in data
+            )
+            + ")"
+        )
+    return f"of type {type(data).__name__}"
+
+
+def _first_shape(data: Any) -> tuple[int, ...]:
+    """The shape of the first tensor in ``input_data``, the listing's input shape."""
+    values = (
+        data.values()
+        if isinstance(data, dict)
+        else data
+        if isinstance(data, (tuple, list))
+        else [data]
+    )
+    for value in values:
+        if hasattr(value, "shape"):
+            return tuple(int(n) for n in value.shape)
+    return ()
 
 
 def _cpu() -> torch.device:

@@ -379,6 +379,11 @@ def _decide_2d(shape: tuple[int, ...], ctx: LayerContext | None, layout: Layout)
     # say its channels are something else: a (H, W) mask or map is not a token sequence.
     guess = grid is None and (hint is None or hint == c)
     tokens = _token_plan(shape, grid, prefix, guess=guess)
+    if tokens is None and grid is None and not guess and math.isqrt(n) ** 2 != n:
+        # A module returning several token sequences (CrossViT's two branches) states one
+        # width; the others are still one class token and a square grid, which no (H, W)
+        # map of a square side can be taken for.
+        tokens = _token_plan(shape, None, 0, guess=True, skips=(1,))
     if tokens is not None:
         return tokens
     if layout == "tokens":
@@ -401,7 +406,12 @@ def _decide_2d(shape: tuple[int, ...], ctx: LayerContext | None, layout: Layout)
 
 
 def _token_plan(
-    shape: tuple[int, ...], grid: tuple[int, int] | None, prefix: int, *, guess: bool
+    shape: tuple[int, ...],
+    grid: tuple[int, int] | None,
+    prefix: int,
+    *,
+    guess: bool,
+    skips: tuple[int, ...] | None = None,
 ) -> _Plan | None:
     n, c = shape
     inferred = False
@@ -419,8 +429,10 @@ def _token_plan(
     elif guess:
         # No patch grid is known: a perfect square after the known prefix (or after one
         # leading class token when none is known) is taken as the grid, and the note says so.
+        # A model may state a class token its blocks have not seen yet (XCiT and CaiT add it
+        # after them): with a prefix stated, the whole count is tried as well.
         inferred = True
-        for skip in dict.fromkeys([prefix, *([1] if prefix == 0 else [])]):
+        for skip in skips or dict.fromkeys([prefix, 1 if prefix == 0 else 0]):
             side = math.isqrt(max(n - skip, 0))
             if side >= 2 and side * side == n - skip:
                 candidates.append((skip, (side, side)))

@@ -32,7 +32,14 @@ from fnmatch import fnmatchcase
 
 from actviz.errors import LayerSelectionError
 
-__all__ = ["TYPE_ALIASES", "LayerRef", "named_exactly", "parse_selector", "select_layers"]
+__all__ = [
+    "MODULE_LISTING",
+    "TYPE_ALIASES",
+    "LayerRef",
+    "named_exactly",
+    "parse_selector",
+    "select_layers",
+]
 
 #: Short names for families of layers. Values are class names, matched against each module's
 #: class hierarchy so subclasses count (a user's ``MyConv(nn.Conv2d)`` is a ``conv``).
@@ -184,8 +191,16 @@ def parse_selector(selector: str | Sequence[str]) -> list[str]:
     return terms
 
 
+#: How a caller with a module object sees its layers (its class name names nothing to load).
+MODULE_LISTING = "actviz.list_layers(model)"
+
+
 def select_layers(
-    layers: Sequence[LayerRef], selector: str | Sequence[str], *, model: str = "the model"
+    layers: Sequence[LayerRef],
+    selector: str | Sequence[str],
+    *,
+    model: str = "the model",
+    listing: str | None = None,
 ) -> list[str]:
     """Resolve a selector against a model's modules.
 
@@ -196,6 +211,9 @@ def select_layers(
         layers: The model's modules, in the order the result should keep.
         selector: Selector string(s); see the module docstring for the syntax.
         model: The model's name, used in error messages.
+        listing: How the caller sees the model's layers, for error messages: default
+            ``actviz list-layers MODEL``; ``actviz.list_layers(model)`` for a module object,
+            whose class name no command can load.
 
     Returns:
         The qualified names of the selected modules, in the order of ``layers``.
@@ -213,23 +231,29 @@ def select_layers(
         _Term(t[1:].strip(), True) if t.startswith("!") else _Term(t, False)
         for t in parse_selector(selector)
     ]
+    if not any(ref.name for ref in layers):
+        raise LayerSelectionError(
+            f"{model} has no submodules, and actviz records what a model's submodules output; "
+            "wrap it, e.g. torch.nn.Sequential(model), whose layer '0' is the module itself"
+        )
+    fix = listing or f"`actviz list-layers {model}`"
     includes = [t for t in terms if not t.exclude]
     excludes = [t for t in terms if t.exclude]
 
     chosen: set[str] = set()
     if includes:
         for term in includes:
-            chosen.update(_match_some(term, layers, model))
+            chosen.update(_match_some(term, layers, model, fix))
     else:
         chosen.update(_match("all", layers))
     for term in excludes:
-        chosen.difference_update(_match_some(term, layers, model))
+        chosen.difference_update(_match_some(term, layers, model, fix))
 
     result = [ref.name for ref in layers if ref.name in chosen]
     if not result:
         raise LayerSelectionError(
             f"the selector '{','.join(_show(t) for t in terms)}' leaves no layer of {model} "
-            f"after exclusions; run `actviz list-layers {model}` to see what there is"
+            f"after exclusions; run {fix} to see what there is"
         )
     return result
 
@@ -260,11 +284,11 @@ def named_exactly(layers: Sequence[LayerRef], selector: str | Sequence[str]) -> 
     return found
 
 
-def _match_some(term: _Term, layers: Sequence[LayerRef], model: str) -> set[str]:
+def _match_some(term: _Term, layers: Sequence[LayerRef], model: str, listing: str) -> set[str]:
     """What one term matches; an error when that is nothing."""
     hits = _match(term.text, layers)
     if not hits:
-        raise LayerSelectionError(_no_match_message(term, layers, model))
+        raise LayerSelectionError(_no_match_message(term, layers, model, listing))
     return hits
 
 
@@ -320,9 +344,9 @@ def _innermost_attention(layers: Sequence[LayerRef]) -> set[str]:
     return {name for name in named if not any(other.startswith(f"{name}.") for other in named)}
 
 
-def _no_match_message(term: _Term, layers: Sequence[LayerRef], model: str) -> str:
+def _no_match_message(term: _Term, layers: Sequence[LayerRef], model: str, listing: str) -> str:
     shown = _show(term)
-    fix = f"run `actviz list-layers {model}` to see names and types"
+    fix = f"run {listing} to see names and types"
     text = term.text
     alias = None if text.startswith("name:") else text.removeprefix("type:").lower()
     if alias in TYPE_ALIASES:

@@ -12,6 +12,10 @@ image it does not belong to.
 torchvision's Swin and MaxViT keep the batch first everywhere (their windows are reassembled
 when drawn, :mod:`actviz.layouts`), so only the guard applies to them.
 
+timm's Hiera runs its blocks on tokens in an "unrolled" order (each pooling window's tokens
+together), not the image's raster: each block's output is put back into spatial order with
+the model's own ``reroll``, as its ``forward_intermediates`` does.
+
 A torchvision detector pads its resized batch to a multiple of 32 in its own transform, so its
 backbone's, FPN's and RPN's maps cover the padding too. :class:`ImageRows` watches that
 transform and crops each such map to the cells that see the image (:func:`padding_crop`):
@@ -21,6 +25,7 @@ scores) sees the same cropped maps.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -205,8 +210,39 @@ class ImageRows:
         if why is not None and scheme is None:
             return None, why
         if scheme is None:
-            return self._crop(name, tensor)
+            rolled = self._rerolled(name, tensor)
+            return rolled if rolled is not None else self._crop(name, tensor)
         return scheme.reassemble(tensor)
+
+    def _rerolled(self, name: str, tensor: torch.Tensor) -> tuple[torch.Tensor, str] | None:
+        """A Hiera block's unrolled ``(B, N, C)`` tokens as ``(B, H, W, C)`` in spatial order
+        (the model's ``reroll``); None for any other module."""
+        reroll: Any = getattr(self.model, "reroll", None)
+        if type(reroll).__name__ != "Reroll" or tensor.ndim != 3:
+            return None
+        match = re.fullmatch(r"blocks\.(\d+)", name)
+        if match is None or int(match.group(1)) not in getattr(reroll, "schedule", {}):
+            return None
+        try:
+            rolled: torch.Tensor = reroll(tensor, int(match.group(1)))
+        except (RuntimeError, ValueError):  # not the token count the schedule was made for
+            return None
+        h, w = (int(n) for n in rolled.shape[1:3])
+        return rolled, f"Hiera's unrolled tokens put back into the image's {h} x {w} grid"
+
+    def unattributed(self, name: str, tensor: torch.Tensor) -> str | None:
+        """Why ``tensor``'s rows, as the module returned them, are not the images of the
+        batch (windows of each image, or rows in no known order); None when they are."""
+        scheme, why = self.scheme(name, tensor)
+        if why is not None:
+            return why
+        if scheme is None:
+            return None
+        return (
+            f"its first dimension holds {scheme.windows} windows of each image, as the "
+            "module returned them; drawn per image where captured with per_image=True "
+            "(actviz.show, run)"
+        )
 
     def _crop(self, name: str, tensor: torch.Tensor) -> tuple[torch.Tensor, str | None]:
         """A detector's map on its padded input grid cropped to the cells that see the image

@@ -7,14 +7,16 @@ user loops a folder). Both compute the completeness residual (captum with
 ``return_convergence_delta=True``; its cost without is printed too). The attributions are
 checked equal.
 
-- **time**, in one process, the two alternated ``--repeats`` times (the fastest of each):
+- **time**, in one process, the sides alternated ``--repeats`` times, the order reversed every
+  other round (the median of each; every round is printed):
   actviz's IG (``actviz.gradients.integrated.integrated_gradients``) against captum's, on the
   same decoded batches; and the whole ``actviz.attribute`` command (decoding, IG, one picture
   per image, the records) against captum's attributions alone. Target: at least as fast.
-- **peak memory**, each side in a fresh process (the growth of its peak resident memory over
-  what the model and the inputs took): actviz's IG and captum's over every image, against the
-  floor, one forward and backward of ``--batch-size`` rows. Target: actviz no higher than the
-  floor (1.0x, give or take the allocator's slack).
+- **peak memory**, each side in a fresh process that builds the model and reads the decoded
+  batches first: the growth of resident memory while it works (sampled every half millisecond
+  by a thread, and the kernel's peak when it rose), for actviz's IG and captum's over every
+  image, against the floor, one forward and backward of ``--batch-size`` rows. Target: actviz
+  no higher than the floor (1.0x, give or take the allocator's slack).
 
     python benchmarks/bench_attribute.py [--images 24] [--steps 32] [--batch-size 8] [--size 160]
 """
@@ -22,12 +24,15 @@ checked equal.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -103,32 +108,90 @@ def _rss_mib() -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+class _Sampler:
+    """The largest resident memory seen while the block runs, sampled every half millisecond
+    by a thread (torch releases the GIL in its kernels, so the samples keep coming), and the
+    process's peak from the kernel when it rose above the peak before."""
+
+    def __enter__(self) -> _Sampler:
+        self.peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        self.start = _rss_mib()
+        self.high = self.start
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.0005):
+            self.high = max(self.high, _rss_mib())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        if peak > self.peak_before:
+            self.high = max(self.high, peak)
+
+    @property
+    def growth(self) -> float:
+        return self.high - self.start
+
+
+def _time_side(
+    side: str,
+    model: torch.nn.Module,
+    batches: list[torch.Tensor],
+    targets: list[list[int]],
+    args: argparse.Namespace,
+    out: Path,
+) -> list[torch.Tensor]:
+    """One side of the timing: the attributions of every batch (the command's: none)."""
+    pairs = list(zip(batches, targets, strict=True))
+    if side == "ours":
+        return [_actviz_ig(model, x, t, args) for x, t in pairs]
+    if side == "theirs":
+        return [_captum_ig(model, x, t, args) for x, t in pairs]
+    if side == "plain":
+        return [_captum_ig(model, x, t, args, delta=False) for x, t in pairs]
+    import actviz
+
+    actviz.attribute(
+        MODEL, args.folder, method="ig", steps=args.steps, weights="none",
+        batch_size=args.batch_size, input_size=(args.size, args.size), out=out, report=False,
+    )  # fmt: skip
+    return []
+
+
 def measure(args: argparse.Namespace) -> None:
-    """One side's peak memory in this fresh process, as JSON on stdout."""
+    """One side's growth of resident memory in this fresh process, as JSON on stdout: the
+    model built, the decoded batches and their targets read from the parent's file first."""
     torch.set_num_threads(args.threads)
-    model, batches, targets = _setup(args)
-    before = _rss_mib()
-    peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    for x, t in zip(batches, targets, strict=True):
-        if args.measure == "floor":
-            _floor(model, x, t, args)
-            break
-        if args.measure == "actviz":
-            _actviz_ig(model, x, t, args)
-        else:
-            _captum_ig(model, x, t, args)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"side": args.measure, "rss_before": before, "peak_before": peak_before,
-                      "peak": peak, "growth": peak - max(before, peak_before)}))  # fmt: skip
+    from actviz.models import load_model
+
+    loaded = load_model(MODEL, weights="none", device="cpu", input_size=(args.size, args.size))
+    model = loaded.module.eval()
+    saved = torch.load(args.data, weights_only=True)
+    batches, targets = saved["batches"], saved["targets"]
+    gc.collect()
+    with _Sampler() as sampler:
+        for x, t in zip(batches, targets, strict=True):
+            if args.measure == "floor":
+                _floor(model, x, t, args)
+                break
+            if args.measure == "actviz":
+                _actviz_ig(model, x, t, args)
+            else:
+                _captum_ig(model, x, t, args)
+    print(json.dumps({"side": args.measure, "growth": sampler.growth}))
 
 
-def _memory(args: argparse.Namespace) -> dict[str, float]:
+def _memory(args: argparse.Namespace, data: Path) -> dict[str, float]:
     found = {}
     for side in ("floor", "actviz", "captum"):
-        command = [sys.executable, __file__, "--measure", side, "--folder", args.folder]
-        command += ["--images", str(args.images), "--steps", str(args.steps)]
-        command += ["--batch-size", str(args.batch_size), "--size", str(args.size)]
-        command += ["--threads", str(args.threads)]
+        command = [sys.executable, __file__, "--measure", side, "--data", str(data)]
+        command += ["--steps", str(args.steps), "--batch-size", str(args.batch_size)]
+        command += ["--size", str(args.size), "--threads", str(args.threads)]
         done = subprocess.run(command, capture_output=True, text=True, check=True)
         found[side] = json.loads(done.stdout.strip().splitlines()[-1])["growth"]
     return found
@@ -140,9 +203,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--size", type=int, default=160)
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--folder", default=None)
+    parser.add_argument("--data", default=None)
     parser.add_argument("--measure", choices=("floor", "actviz", "captum"), default=None)
     args = parser.parse_args()
     if args.measure is not None:
@@ -152,46 +216,51 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         args.folder = str(make_folder(Path(tmp) / "photos", args.images))
         model, batches, targets = _setup(args)
-        ours_t, theirs_t, plain_t, command_t = [], [], [], []
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            ours = [_actviz_ig(model, x, t, args) for x, t in zip(batches, targets, strict=True)]
-            ours_t.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            theirs = [_captum_ig(model, x, t, args) for x, t in zip(batches, targets, strict=True)]
-            theirs_t.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            for x, t in zip(batches, targets, strict=True):
-                _captum_ig(model, x, t, args, delta=False)
-            plain_t.append(time.perf_counter() - start)
-            import actviz
-
-            start = time.perf_counter()
-            actviz.attribute(
-                MODEL, args.folder, method="ig", steps=args.steps, weights="none",
-                batch_size=args.batch_size, input_size=(args.size, args.size),
-                out=Path(tmp) / f"out{len(command_t)}", report=False,
-            )  # fmt: skip
-            command_t.append(time.perf_counter() - start)
+        data = Path(tmp) / "batches.pt"
+        torch.save({"batches": batches, "targets": targets}, data)
+        times: dict[str, list[float]] = {"ours": [], "theirs": [], "plain": [], "command": []}
+        cpus: dict[str, list[float]] = {side: [] for side in times}
+        for repeat in range(args.repeats):
+            order = ["ours", "theirs", "plain", "command"]
+            for side in order if repeat % 2 == 0 else order[::-1]:
+                start, cpu = time.perf_counter(), time.process_time()
+                found = _time_side(side, model, batches, targets, args, Path(tmp) / f"out{repeat}")
+                times[side].append(time.perf_counter() - start)
+                cpus[side].append(time.process_time() - cpu)
+                if side == "ours":
+                    ours = found
+                elif side == "theirs":
+                    theirs = found
         worst = max(
             float((a - b).abs().max() / b.abs().max()) for a, b in zip(ours, theirs, strict=True)
         )
-        memory = _memory(args)
+        memory = _memory(args, data)
     ours_s, theirs_s, plain_s, command_s = (
-        min(ours_t), min(theirs_t), min(plain_t), min(command_t),
-    )  # fmt: skip
+        statistics.median(times[k]) for k in ("ours", "theirs", "plain", "command")
+    )
     print(
         f"IG, {MODEL} (random weights), {args.images} images at {args.size} px, {args.steps} "
         f"Gauss-Legendre steps, {args.batch_size} rows a forward and backward, "
         f"{args.threads} threads"
     )
     print(f"  attributions equal to captum's within {worst:.1e} of their largest")
+    print("  each repeat (alternated, s): " + ", ".join(
+        f"{k} {' '.join(f'{t:.1f}' for t in v)}" for k, v in times.items()
+    ))  # fmt: skip
+    print("  CPU time of each repeat (s): " + ", ".join(
+        f"{k} {' '.join(f'{t:.1f}' for t in v)}" for k, v in cpus.items()
+    ))  # fmt: skip
+    cpu = {k: statistics.median(v) for k, v in cpus.items()}
+    print(
+        f"  median CPU time: actviz/captum (delta) {cpu['ours'] / cpu['theirs']:.2f}x, "
+        f"actviz/captum {cpu['ours'] / cpu['plain']:.2f}x"
+    )
     print(f"  actviz IG          {ours_s:7.2f} s")
     print(f"  captum IG (delta)  {theirs_s:7.2f} s   actviz/captum {ours_s / theirs_s:.2f}x")
     print(f"  captum IG          {plain_s:7.2f} s   actviz/captum {ours_s / plain_s:.2f}x")
     print(
         f"  actviz attribute   {command_s:7.2f} s   (decode, IG, pictures, records) "
-        f"/ captum IG (delta) {command_s / theirs_s:.2f}x"
+        f"/ captum IG (delta) {command_s / theirs_s:.2f}x, / captum IG {command_s / plain_s:.2f}x"
     )
     floor = memory["floor"]
     print(

@@ -84,7 +84,7 @@ def live_view(steps: int, rounds: int) -> None:
             ratios.append(times[True] / times[False])
         # One redraw on its own, on the log a live round left: the first reads the whole log,
         # a later one only the lines added since.
-        from actviz.notebook import LiveView
+        from actviz.cards import LiveView
 
         view = LiveView(Path(tmp) / f"{rounds - 1}True" / "watch.jsonl", every=50)
         view._handle = _Handle()
@@ -106,8 +106,8 @@ def live_view(steps: int, rounds: int) -> None:
 
 
 def cards() -> None:
-    from actviz.notebook import CARD_MAX_BYTES
-    from tests.test_notebook import synthetic_run
+    from actviz.cards import CARD_MAX_BYTES
+    from tests.test_cards import synthetic_run
 
     with tempfile.TemporaryDirectory() as tmp:
         timed = {}

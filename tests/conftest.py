@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 if TYPE_CHECKING:
-    from actviz.stats import LayerStats
+    from actviz.statistics import LayerStats
 
 # Each worker of a parallel run (pytest-xdist) computes with one thread, and so do the actviz
 # processes its tests start: with torch's default of a thread per core, the workers' OpenMP
@@ -167,11 +167,11 @@ def layer_stats(
     zero_frac: float = 0.0,
     neg_frac: float = 0.5,
 ) -> LayerStats:
-    """A hand-made :class:`~actviz.stats.LayerStats`: ``count`` (``channels * per_channel``
+    """A hand-made :class:`~actviz.statistics.LayerStats`: ``count`` (``channels * per_channel``
     unless given) values of ``mean`` and ``std``, min and max ``spread`` standard deviations
     away (unless ``lo`` / ``hi``), p01 and p99 ``tails`` away (``spread`` unless given), the
     ``dead`` channels by index."""
-    from actviz.stats import LayerStats
+    from actviz.statistics import LayerStats
 
     tails = spread if tails is None else tails
     return LayerStats(

@@ -24,7 +24,7 @@ import numpy.typing as npt
 from actviz.diff.metrics import biased_hsic, unbiased_hsic
 from actviz.errors import OutputError, first_line
 from actviz.models.registry import list_models
-from actviz.stats import (
+from actviz.statistics import (
     CSV_FIELDS,
     FLAG_KINDS,
     RUN_KEY,
@@ -34,7 +34,7 @@ from actviz.stats import (
     first_bad_layer,
     flag_anomalies,
 )
-from actviz.stats.table import TABLE_FORMAT
+from actviz.statistics.table import TABLE_FORMAT
 
 # One shared default: Thresholds is frozen, so sharing it between calls is safe.
 _DEFAULT_THRESHOLDS = Thresholds()

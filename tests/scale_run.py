@@ -15,7 +15,7 @@ from typing import Any
 from PIL import Image
 
 from actviz.report.pages import LINKED_FIRST, LISTED, PAGE_ROWS, PER_IMAGE_CHARTS, ReportImages
-from actviz.stats import FLAG_KINDS
+from actviz.statistics import FLAG_KINDS
 
 EVIL = "<script>alert(1)</script>"
 """A layer name that is markup: every page must escape it."""

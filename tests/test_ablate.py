@@ -333,7 +333,7 @@ def test_mean_and_resample_over_a_folder(tmp_path: Path) -> None:
 def dictionary_file(path: Path, layer: str = "3", model: str = "Sequential") -> Path:
     """A dictionary of 4 features over the planted model's 6 channels; feature 3 never fires
     (its encoder bias is far below zero)."""
-    from actviz.dictionary import SparseDictionary, sae_bytes
+    from actviz.dictionary import SparseDictionary, dictionary_bytes
 
     g = torch.Generator().manual_seed(0)
     w_dec = torch.randn(4, 6, generator=g)
@@ -353,7 +353,7 @@ def dictionary_file(path: Path, layer: str = "3", model: str = "Sequential") -> 
             "input_size": [SIZE, SIZE],
         },
     )
-    path.write_bytes(sae_bytes(sae))
+    path.write_bytes(dictionary_bytes(sae))
     return path
 
 
@@ -373,7 +373,7 @@ def test_a_dictionary_feature_that_never_fires_changes_nothing(tmp_path: Path) -
     assert (table["pred_after"] == table["pred_before"]).all()
     # Feature 0 zeroed: the layer minus its code times its decoder row (the dictionary's
     # reconstruction error passed through), through the rest; the shortcut agrees.
-    from actviz.dictionary import load_sae
+    from actviz.dictionary import load_dictionary
     from actviz.models import Preprocessing
 
     for shortcut in (True, False):
@@ -385,7 +385,7 @@ def test_a_dictionary_feature_that_never_fires_changes_nothing(tmp_path: Path) -
             out=tmp_path / f"u{shortcut}",
             **common,
         )
-        sae = load_sae(file)
+        sae = load_dictionary(file)
         pre = Preprocessing.fitted(input_size=(SIZE, SIZE), in_chans=3)
         paths = sorted(folder.rglob("*.png"))
         x = torch.stack([pre(Image.open(p).convert("RGB")) for p in paths])

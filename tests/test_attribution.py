@@ -383,7 +383,7 @@ def test_baselines_blur_mean_and_a_wrong_sized_file(
     job = AttributionJob(resnet, photo_batch, [0, 1], settings, 8, torch.zeros(3, 8, 8))
     with pytest.raises(UsageError, match=r"is \(3, 8, 8\) after preprocessing"):
         MAP_METHODS["ig"].compute(job)
-    with pytest.raises(UsageError, match="--baseline takes zero, blur, mean or an image file"):
+    with pytest.raises(UsageError, match="baseline takes zero, blur, mean or an image file"):
         AttributionSettings(baseline="nowhere.png")
 
 
@@ -411,9 +411,9 @@ def test_every_map_method_is_one_row_looked_up_by_any_spelling() -> None:
     assert map_method("Grad-Rollout", kind="attribution").name == "grad-rollout"
     assert [n for n in names() if MAP_METHODS[n].signed] == ["ig", "gradxinput", "lrp"]
     assert [n for n in names() if not MAP_METHODS[n].class_specific] == ["eigencam", "rollout"]
-    with pytest.raises(UsageError, match="ig is drawn at the input: actviz attribute --method ig"):
+    with pytest.raises(UsageError, match="ig is drawn at the input: `actviz attribute --method"):
         map_method("IG", "--cam-method", kind="cam")
-    with pytest.raises(UsageError, match="gradcam is a class activation map: actviz run"):
+    with pytest.raises(UsageError, match="gradcam is a class activation map: `actviz run"):
         map_method("gradcam", "--method", kind="attribution")
     # run's options take the CAM rows, by any spelling, and refuse the others by name.
     assert GradientOptions(cam_method="Grad-CAM++").cam_method == "gradcam++"

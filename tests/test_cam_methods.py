@@ -134,7 +134,7 @@ def test_method_names_forgive_spelling_and_refuse_unknown_ones() -> None:
     assert cam_method("Grad-CAM++") == "gradcam++"
     assert cam_method("score_cam") == "scorecam"
     assert cam_title("layercam") == "LayerCAM"
-    with pytest.raises(UsageError, match="--cam-method takes one of gradcam, gradcam"):
+    with pytest.raises(UsageError, match="cam_method takes one of gradcam, gradcam"):
         cam_method("smoothgrad")
     with pytest.raises(ValueError, match="needs the gradient"):
         raw_cam("layercam", torch.ones(1, 2, 3, 3))

@@ -18,7 +18,7 @@ from actviz import output
 from actviz.run.gradients import RunGradientFlow
 from actviz.run.records import LedgerReader, RunRecords
 from actviz.run.sink import RunSink
-from actviz.stats import LayerStats, RunningStats, flag_anomalies
+from actviz.statistics import LayerStats, RunningStats, flag_anomalies
 from tests.conftest import same_up_to_batching, started_and_frozen
 from tests.oracles import aggregate_run
 from tests.test_scale import _stats_process, _stats_run, _table, photos, tiny_model
@@ -276,10 +276,10 @@ def test_write_state_is_ascii_and_reads_back_non_finite_floats(tmp_path: Path) -
 
 
 def test_a_table_taken_up_from_its_checkpoint_equals_one_written_at_once(tmp_path: Path) -> None:
-    from actviz.stats import StatsTable
-    from actviz.stats.table import CSV_FILE, TABLE_FILE
+    from actviz.statistics import StatsTable
+    from actviz.statistics.table import CSV_FILE, TABLE_FILE
     from tests.oracles import read_table_rows
-    from tests.test_stats_table import folder, write
+    from tests.test_statistics_table import folder, write
 
     per_image = folder()
     images = list(per_image.items())

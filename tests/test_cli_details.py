@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 from actviz.cli import app, main
 from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped
 from actviz.cli.options import DecodeWorkersOption
-from actviz.errors import UnknownModelError
 
 runner = CliRunner()
 
@@ -21,9 +20,15 @@ runner = CliRunner()
     "argv",
     [["list-layers", "vgg99", "--debug"], ["--debug", "list-layers", "vgg99"]],
 )
-def test_debug_works_before_or_after_the_command(argv: list[str]) -> None:
-    with pytest.raises(UnknownModelError, match="vgg19"):
+def test_debug_works_before_or_after_the_command(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
         main(argv)
+    assert exit_info.value.code == 2  # the usage error's code: --debug adds the traceback
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "UnknownModelError" in err
+    assert "vgg19" in err
 
 
 def test_without_debug_the_error_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -98,7 +98,7 @@ def test_the_checks_come_before_the_output_folder(tmp_path: Path) -> None:
         opening(model=_tiny(), engine="ray")
     with pytest.raises(UsageError, match="no images"):
         opening(inputs=[], check_inputs=refuse)
-    with pytest.raises(OutputError, match="another --out"):
+    with pytest.raises(OutputError, match="another out"):
         opening(hint="choose another --out")
     guarded: list[Path] = []
     with open_command("resnet18", out, guard=guarded.append):

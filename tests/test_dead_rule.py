@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import actviz
-from actviz.stats import judges_dead
+from actviz.statistics import judges_dead
 from actviz.top_images.draw import _status
 
 from .conftest import make_image

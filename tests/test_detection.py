@@ -46,7 +46,7 @@ def test_an_fpn_level_equals_the_backbone_on_the_models_own_transform(
     ).unsqueeze(0)
     assert x.shape == (1, 3, 128, 256) and float(x.min()) >= 0.0 and float(x.max()) <= 1.0
     with (
-        ActivationRecorder(model, ["backbone.fpn", "backbone.body.layer2"]) as acts,
+        ActivationRecorder(model, ["backbone.fpn", "backbone.body.layer2"], per_image=True) as acts,
         torch.inference_mode(),
     ):
         out = DETECTION.call(model, x)
@@ -370,7 +370,10 @@ def test_every_recorder_sees_the_maps_cropped_to_the_image(small_detector: objec
     shapes: dict[str, tuple[int, ...]] = {}
     with (
         ActivationRecorder(
-            model, names, summarize=lambda n, t: shapes.setdefault(n, tuple(t.shape))
+            model,
+            names,
+            summarize=lambda n, t: shapes.setdefault(n, tuple(t.shape)),
+            per_image=True,
         ) as acts,
         eval_mode(model),
         torch.inference_mode(),

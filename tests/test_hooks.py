@@ -294,3 +294,98 @@ def test_activation_recorder_leaves_training_flags_alone(tiny_net: nn.Module) ->
         tiny_net(torch.randn(2, 3, 8, 8))
     assert _flags(tiny_net) == flags
     assert list(acts) == ["act", "act:2"]
+
+
+class _Sequences(nn.Module):
+    """Outputs whose first dimension is not the batch: an LSTM's (layers, B, H) state, a
+    sequence-first LSTM, a module given a tuple, and rows of every image's points at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(4, 6, num_layers=2, batch_first=True)
+        self.seq_first = nn.LSTM(6, 5)
+        self.pair = _Pair()
+        self.rows = nn.Linear(5, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(x)  # (B, T, 6)
+        seq, _ = self.seq_first(out.transpose(0, 1))  # (T, B, 5)
+        joined = self.pair((seq, seq.flip(0)))
+        return self.rows(joined.reshape(-1, 5)).reshape(x.shape[0], -1).sum(1)
+
+
+class _Pair(nn.Module):
+    def forward(self, both: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        return both[0] + both[1]
+
+
+def _plain_hooks(model: nn.Module, names: list[str], x: torch.Tensor) -> dict[str, object]:
+    """What plain forward hooks see (each output cloned), by module name."""
+    seen: dict[str, object] = {}
+
+    def clone(value: object) -> object:
+        if isinstance(value, torch.Tensor):
+            return value.detach().clone()
+        return type(value)(clone(v) for v in value)  # type: ignore[call-arg, attr-defined]
+
+    modules = dict(model.named_modules())
+    handles = [
+        modules[n].register_forward_hook(lambda _m, _i, out, n=n: seen.__setitem__(n, clone(out)))
+        for n in names
+    ]
+    with torch.inference_mode():
+        model(x)
+    for handle in handles:
+        handle.remove()
+    return seen
+
+
+def test_capture_hands_back_what_a_plain_hook_saw() -> None:
+    """An LSTM's ``(layers, B, H)`` state, a sequence-first output, a tuple argument and rows
+    of every image's points come back whole, bit for bit, where they were emptied to
+    ``(B, 0)``; the capture says where its rows are not the images."""
+    torch.manual_seed(0)
+    model = _Sequences().eval()
+    x = torch.randn(3, 7, 4)
+    plain = _plain_hooks(model, ["lstm", "seq_first", "pair", "rows"], x)
+    with actviz.capture(model, "lstm,seq_first,pair,rows") as acts, torch.inference_mode():
+        model(x)
+    out, (h, c) = plain["lstm"]  # type: ignore[misc]
+    assert h.shape == (2, 3, 6)
+    expected = {
+        "lstm[0]": out,
+        "lstm[1][0]": h,
+        "lstm[1][1]": c,
+        "seq_first[0]": plain["seq_first"][0],  # type: ignore[index]
+        "seq_first[1][0]": plain["seq_first"][1][0],  # type: ignore[index]
+        "seq_first[1][1]": plain["seq_first"][1][1],  # type: ignore[index]
+        "pair": plain["pair"],
+        "rows": plain["rows"],
+    }
+    assert list(acts) == list(expected)
+    for key, tensor in expected.items():
+        assert torch.equal(acts[key], tensor), key  # type: ignore[arg-type]
+    refused = {cap.key: cap.refused for cap in acts.captures}
+    assert refused["lstm[0]"] is None and refused["rows"] is not None
+    assert "cannot be attributed to images" in (refused["lstm[1][0]"] or "")
+    assert "(2 rows of (3, 6))" in (refused["lstm[1][0]"] or "")
+
+
+def test_drawing_a_raw_capture_says_which_rows_are_not_images() -> None:
+    """Drawing one image keeps its per-image policy: a run's recorder (per_image=True) keeps
+    an unattributable output empty with the reason, and the browser on a raw capture says
+    the reason rather than draw another tensor's first row as the image."""
+    from actviz.notebook.browser import LiveData
+
+    torch.manual_seed(0)
+    model = _Sequences().eval()
+    x = torch.randn(3, 7, 4)
+    with ActivationRecorder(model, ["lstm"], per_image=True) as drawn, torch.inference_mode():
+        model(x)
+    state = {c.key: c for c in drawn.captures}["lstm[1][0]"]
+    assert state.tensor is not None and state.tensor.shape == (3, 0)
+    assert state.shape == (2, 3, 6) and state.refused is not None
+    with actviz.capture(model, "lstm") as acts, torch.inference_mode():
+        model(x)
+    strips, why = LiveData(acts, None).channels("lstm[1][0]")
+    assert strips == [] and "does not follow the images of the batch" in why

@@ -70,6 +70,36 @@ def test_an_old_name_warns_and_is_the_object_of_its_new_name(old: str) -> None:
     assert found is getattr(importlib.import_module(new_module), new_name)
 
 
+@pytest.mark.parametrize(
+    "old",
+    [
+        "actviz.stats.Thresholds",
+        "actviz.stats.compute_stats",
+        "actviz.stats.flag_anomalies",
+        "actviz.notebook.Card",
+        "actviz.notebook.run_card",
+        "actviz.notebook.LiveView",
+    ],
+)
+def test_a_name_of_a_package_s_old_face_warns_and_is_the_object_there_now(old: str) -> None:
+    module, _, name = old.rpartition(".")
+    face = _moved.FACES[module]
+    package = importlib.import_module(module)
+    with pytest.warns(DeprecationWarning, match=rf"^{re.escape(old)} is now {face}\.{name};"):
+        found = getattr(package, name)
+    assert found is getattr(importlib.import_module(face), name)
+
+
+def test_the_packages_whose_face_moved_keep_their_new_names() -> None:
+    import actviz.notebook
+    import actviz.stats
+
+    assert callable(actviz.stats) and actviz.stats.stats.__name__ == "stats"
+    assert actviz.notebook.show.__module__ == "actviz.notebook.inline"
+    with pytest.raises(AttributeError, match="has no attribute 'widget_of'"):
+        actviz.notebook.widget_of  # noqa: B018
+
+
 def test_a_name_that_never_was_is_an_attribute_error() -> None:
     import actviz.top_images
 

@@ -1,478 +1,404 @@
-"""What a notebook cell shows of results: cards (content, escaping, size bound, thumbnails that
-decode as PNGs of the right size), pictures, reprs that never import torch for results read
-from disk, and the training log's card and live view."""
+"""``actviz.show`` (one image's layers drawn in memory, the same pictures as a run) and
+``actviz.browse`` (the channel browser's model state; its front end in headless Chromium)."""
 
 from __future__ import annotations
 
 import base64
-import html
 import io
 import json
-import re
-import subprocess
 import sys
-import textwrap
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
+from torch import nn
 
-from actviz.models.listing import LayerInfo, LayerListing
-from actviz.models.weights import WeightsInfo
-from actviz.notebook import CARD_MAX_BYTES, MAX_ROWS, LiveView, fit_size, run_card
-from actviz.results import ImageResult, LayerResult
-from actviz.run.result import ImageRecords, RunCounts, RunResult
+import actviz
+from actviz.errors import UsageError
+from tests.test_cards import decoded
 
 ROOT = Path(__file__).resolve().parents[1]
-IMG = re.compile(r'<img src="data:image/png;base64,([^"]+)" width="(\d+)" height="(\d+)"')
 
 
-def decoded(card_html: str) -> list[tuple[Image.Image, int, int]]:
-    """Every inline thumbnail: the decoded PNG and the size the tag gives it."""
-    out = []
-    for b64, width, height in IMG.findall(card_html):
-        data = base64.b64decode(b64)
-        assert data[:8] == b"\x89PNG\r\n\x1a\n"
-        out.append((Image.open(io.BytesIO(data)), int(width), int(height)))
-    return out
+def tiny_classifier() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Conv2d(3, 6, 3, padding=1),
+        nn.ReLU(),
+        nn.Conv2d(6, 8, 3, padding=1),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(8, 5),
+    ).train()
 
 
-def noise_png(path: Path, size: tuple[int, int], seed: int = 0) -> Path:
-    """A picture that compresses badly (the worst case for a card's size)."""
-    rng = np.random.default_rng(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(path)
+def pixels(png: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+
+@pytest.fixture
+def photo(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    path = tmp_path / "in" / "photo.png"
+    path.parent.mkdir()
+    Image.fromarray(rng.integers(0, 255, (40, 48, 3), dtype=np.uint8)).save(path)
     return path
 
 
-def layer(key: str, file: str | None) -> LayerResult:
-    return LayerResult(key, key, "Conv2d", 1, (1, 8, 16, 16), -1.0, 2.0, 0.5, 8, 8, file)
+def test_show_draws_the_runs_pictures_and_writes_nothing(
+    photo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = tiny_classifier()
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    look = actviz.show(model, photo, layers="0,2", preprocess=_small())
+    assert look.layers == ["0", "2"] and model.training  # given back in training mode
+    grid, cam = look.show("0"), look.show("2", kind="cam")
+    hist, pca = look.show("0", kind="hist"), look.show("2", kind="pca")
+    assert list(work.iterdir()) == []  # nothing written
+    # The same file a run writes for this image, byte for byte in pixels.
+    out = tmp_path / "run"
+    actviz.run(model, photo, out=out, layers="0,2", cam=True, preprocess=_small())
+    for key, picture, suffix in (("0", grid, ""), ("2", cam, "_cam")):
+        written = next((out / "photo").glob(f"*_{key}{suffix}.png"))
+        assert np.array_equal(pixels(picture.png), pixels(written.read_bytes())), key
+    assert picture.size == Image.open(io.BytesIO(cam.png)).size
+    assert hist.size[0] > 300 and pixels(hist.png).std() > 10
+    assert pca.size == Image.open(io.BytesIO(pca.png)).size
+    assert cam._repr_png_() is cam.png
 
 
-def synthetic_run(
-    out: Path, images: int, layers: int, *, nan_layer: int | None = None
-) -> tuple[RunResult, list[int]]:
-    """A RunResult of ``images`` images and ``layers`` layers whose first image's grids are
-    noise pictures on disk; the list counts the images read back from the "ledger"."""
-    names = [f"block{i}.conv" for i in range(layers)]
-    for i in range(min(layers, 8)):
-        noise_png(out / "img0" / f"{i:03d}_{names[i]}.png", (900, 700), seed=i)
-    noise_png(out / "img0" / "input.png", (224, 224), seed=99)
-    reads: list[int] = []
+def _small() -> Any:
+    from actviz.models import Preprocessing
 
-    def load(stubs: Any) -> Any:
-        for stub in stubs:
-            reads.append(1)
-            stub = ImageResult(stub.path, stub.out_dir, stub.status, thumbnail="img0/input.png")
-            stub.layers = [
-                layer(name, f"img0/{i:03d}_{name}.png" if i < 8 else None)
-                for i, name in enumerate(names)
-            ]
-            yield stub
+    return Preprocessing.fitted(resize=32, crop=32)
 
-    stubs = [ImageResult(Path(f"p/{i}.jpg"), PurePosixPath(f"img{i}")) for i in range(images)]
-    stubs[-1].status = "failed" if images > 3 else "ok"
-    run_layers = [
-        {
-            "name": n,
-            "channels": 8,
-            "mean": 0.1,
-            "std": 1.0,
-            "min": -1.0,
-            "max": 2.0,
-            "dead_frac": 0.0,
-            "flagged": {"nan": 3 if nan_layer is not None and i >= nan_layer else 0},
-        }
-        for i, n in enumerate(names)
+
+def test_show_takes_a_tensor_or_a_pil_image_and_its_card_draws_layers(photo: Path) -> None:
+    model = tiny_classifier()
+    x = torch.randn(1, 3, 24, 20)
+    look = actviz.show(model, x, layers="0,1,2")
+    assert look["2"].shape == (1, 8, 24, 20)
+    with torch.no_grad():
+        torch.testing.assert_close(look["0"][0], model[0](x)[0])
+    card = look._repr_html_()
+    thumbs = decoded(card)
+    assert len(thumbs) == 3 and all(img.size == (w, h) for img, w, h in thumbs)
+    assert ">0<" in card and ">2<" in card and "Conv2d" in card
+    pil = actviz.show(model, Image.open(photo), layers="2", preprocess=_small())
+    assert pil["2"].shape == (1, 8, 32, 32)
+    assert repr(look) == "Look(model='Sequential', weights='module', input=(3, 24, 20), layers=3)"
+
+
+def test_show_refuses_what_it_cannot_take(photo: Path) -> None:
+    model = tiny_classifier()
+    with pytest.raises(UsageError, match=r"show\(\) takes one image"):
+        actviz.show(model, [1, 2, 3])
+    with pytest.raises(UsageError, match="has no option 'colour'"):
+        actviz.show(model, photo, colour="red")
+    look = actviz.show(model, torch.randn(3, 8, 8), layers="0")
+    with pytest.raises(UsageError, match="kind must be one of"):
+        look.show("0", kind="movie")
+    with pytest.raises(UsageError, match="no layer 'nope'"):
+        look.show("nope")
+
+
+def test_show_saves_only_when_asked(tmp_path: Path) -> None:
+    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0,2")
+    files = look.save(tmp_path / "pictures")
+    assert [f.name for f in files] == ["00_0.png", "01_2.png"]
+    assert np.array_equal(pixels(files[1].read_bytes()), pixels(look.show("2").png))
+
+
+# The channel browser.
+def test_browser_state_follows_the_chosen_layer_and_channel() -> None:
+    pytest.importorskip("anywidget")
+    look = actviz.show(tiny_classifier(), torch.randn(3, 16, 16), layers="0,2")
+    browser = actviz.browse(look)
+    assert [(x["key"], x["type"], x["shape"]) for x in browser.layers] == [
+        ("0", "Conv2d", "1x6x16x16"),
+        ("2", "Conv2d", "1x8x16x16"),
     ]
-    flags: dict[str, Any] = {"images": {"nan": 3} if nan_layer is not None else {}}
-    if nan_layer is not None:  # format 2: the worst images per kind, most severe first
-        later, first = names[nan_layer + 2], names[nan_layer]
-        flags["worst"] = {
-            "nan": [
-                {"image": "img7", "layer": later, "message": f"NaN in {later}", "severity": 0.9},
-                {"image": "img9", "layer": first, "message": f"NaN in {first}", "severity": 0.1},
-            ]
-        }
-    stats = {
-        "format": 2,
-        "run": {"layers": run_layers},
-        "flags": flags,
-        "images": {"count": images},
-    }
-    result = RunResult(
-        model="resnet18",
-        weights=WeightsInfo("auto", "random", reason="no network"),
-        device="cpu",
-        selector="conv",
-        layers=names,
+    assert browser.layer == "0" and len(browser.channels) == 6 and browser.detail == {}
+    thumb = browser.channels[4]
+    shown = Image.open(io.BytesIO(base64.b64decode(thumb["uri"].split(",", 1)[1])))
+    assert shown.size == (48, 48) == (thumb["width"], thumb["height"])  # 16 x 16, three times
+    browser.channel = 4
+    channel = look["0"][0, 4].numpy()
+    stats = browser.detail["stats"]
+    assert stats["min"] == pytest.approx(float(channel.min()))
+    assert stats["max"] == pytest.approx(float(channel.max()))
+    assert stats["mean"] == pytest.approx(float(channel.mean()), abs=1e-6)
+    assert browser.detail["title"].startswith("0  channel 4")
+    browser.layer = "2"
+    assert len(browser.channels) == 8 and browser.channel == -1 and browser.detail == {}
+    state = browser.get_state()
+    json.dumps({k: state[k] for k in ("layers", "channels", "detail", "layer", "channel")})
+
+
+def test_browser_shows_a_channels_top_images(tmp_path: Path, make_photos: Any) -> None:
+    pytest.importorskip("anywidget")
+    model = tiny_classifier()
+    photos = make_photos(3)
+    top = actviz.top_images(model, [photos], layers="1", k=2, out=tmp_path / "top")
+    look = actviz.show(model, next(photos.iterdir()), layers="1", preprocess=_small())
+    browser = actviz.browse(look, top=tmp_path / "top")
+    browser.channel = 2
+    expected = top.document["layers"][0]["channels"][2]
+    assert len(browser.detail["top"]) == 2
+    assert [t["label"] for t in browser.detail["top"]] == [e["path"] for e in expected["top"]]
+    assert browser.detail["stats"]["top-images max_score"] == expected["max_score"]
+
+
+def test_browser_on_a_run_folder_shows_saved_channels(tmp_path: Path, make_photos: Any) -> None:
+    pytest.importorskip("anywidget")
+    out = tmp_path / "run"
+    result = actviz.run(
+        tiny_classifier(),
+        make_photos(2),
         out=out,
-        images=ImageRecords(stubs, load),
-        skipped=[],
-        seconds=12.5,
-        manifest=out / "manifest.json",
-        stats=stats,
-        report=out / "index.html",
-        weights_warning="pretrained weights unavailable (no network): random weights",
-        counts=RunCounts(grids=images * layers, files=images * layers + images),
+        layers="0,2",
+        save_tensors="npy",
+        preprocess=_small(),
     )
-    return result, reads
+    assert actviz.browse(result).layers == actviz.browse(out).layers
+    browser = actviz.browse(out)
+    assert [layer["key"] for layer in browser.layers] == ["0", "2"]
+    assert len(browser.channels) == 6 and browser.detail["uri"].startswith("data:image/png")
+    browser.channel = 1
+    assert browser.detail["title"].startswith("0  channel 1")
 
 
-def test_a_20000_image_run_card_stays_small_and_reads_one_image(tmp_path: Path) -> None:
-    result, reads = synthetic_run(tmp_path, images=20_000, layers=500, nan_layer=40)
-    card = result._repr_html_()
-    assert len(card.encode()) < CARD_MAX_BYTES
-    assert sum(reads) == 1  # one image read back from the ledger, not 20,000
-    text = html.unescape(card)
-    assert "20,000 (1 failed)" in text
-    assert "block0.conv" in text and f"block{MAX_ROWS - 1}.conv" in text
-    assert f"block{MAX_ROWS}.conv<" not in text  # rows past the cap are counted, not shown
-    assert f"{500 - MAX_ROWS} more layers" in text
-    assert "pretrained weights unavailable (no network)" in text
-    # The first NaN came from the earliest flagged layer in depth order, not the most severe.
-    assert "first NaN from layer block40.conv (image img9)" in text
-    assert text.count("<tr>") <= 2 * MAX_ROWS + 2
-    assert "more pictures in the folder" in text
-    assert repr(result).startswith("RunResult(model='resnet18', weights='random (no network)'")
-    assert "images=20000 (1 failed)" in repr(result) and len(repr(result)) < 400
+def test_browser_without_anywidget_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from actviz.notebook import widget
+
+    widget.widget_class.cache_clear()
+    monkeypatch.setitem(sys.modules, "anywidget", None)
+    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0")
+    with pytest.raises(UsageError, match=r"pip install 'actviz\[notebook\]'"):
+        actviz.browse(look)
+    widget.widget_class.cache_clear()
 
 
-def test_card_thumbnails_decode_at_the_size_they_claim(tmp_path: Path) -> None:
-    result, _ = synthetic_run(tmp_path, images=3, layers=3)
-    thumbs = decoded(result._repr_html_())
-    assert len(thumbs) == 4  # the input, then each grid
-    input_thumb, *grids = thumbs
-    assert input_thumb[0].size == (180, 180) == input_thumb[1:]
-    for i, (image, width, height) in enumerate(grids):
-        assert image.size == (width, height) == fit_size(900, 700) == (231, 180)
-        source = Image.open(tmp_path / "img0" / f"{i:03d}_block{i}.conv.png")
-        expected = np.asarray(source.resize(image.size, Image.Resampling.LANCZOS), np.float64)
-        shown = np.asarray(image.convert("RGB"), np.float64)
-        assert abs(shown.mean() - expected.mean()) < 2  # the same picture, made smaller
-        assert np.abs(shown - expected).mean() < 12  # 256 colours: close, not exact
+# The shipped module, imported as a module (Chromium runs with --allow-file-access-from-files).
+# A stand-in model plays the kernel: a click sets `channel` and saves, and the kernel answers
+# with `detail`. Everything happens before the page's load event (which waits for the images
+# the widget adds), so what the page shows is read then, however loaded the machine.
+BROWSER_PAGE = """<!doctype html><html><body><div id="root"></div>
+<script>
+window.addEventListener("error", (e) => document.body.setAttribute("data-error", e.message));
+</script>
+<script type="module">
+import widget from "%(esm)s";
+const state = %(state)s;
+const answers = %(answers)s;
+const handlers = {};
+const model = {
+  get: (k) => state[k],
+  set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
+  on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); },
+  save_changes: () => model.set("detail", answers[state.channel] || {}),
+};
+const root = document.getElementById("root");
+window.addEventListener("load", () => {
+  const seen = { ready: root.getAttribute("data-actviz-ready"), channel: state.channel };
+  seen.thumbs = [...root.querySelectorAll(".actviz-channels img")]
+    .map((img) => [img.naturalWidth, img.clientWidth]);
+  const large = root.querySelector(".actviz-detail img");
+  if (large) seen.large = [large.naturalWidth, large.clientWidth];
+  seen.stats = Object.fromEntries([...root.querySelectorAll(".actviz-stats tr")]
+    .map((tr) => [tr.cells[0].textContent, tr.cells[1].textContent]));
+  const marked = root.querySelector('.actviz-channels img[data-channel="%(click)s"]');
+  if (marked) seen.marked = marked.style.borderColor;
+  document.body.setAttribute("data-seen", JSON.stringify(seen));
+});
+widget.render({ model, el: root });
+if (%(click)s >= 0) root.querySelector('img[data-channel="%(click)s"]').click();
+</script></body></html>"""
 
 
-def test_card_escapes_what_it_shows(tmp_path: Path) -> None:
-    result, _ = synthetic_run(tmp_path, images=1, layers=1)
-    result.layers = ["<script>alert(1)</script>"]
-    result.warnings = ['a "quoted" <b>warning</b>']
-    result.stats = None
-    card = result._repr_html_()
-    assert "<script>" not in card and "<b>warning" not in card
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in card
+def browser_page(widget: Any, click: int = -1) -> str:
+    """A page that runs browser.js on ``widget``'s state and, for ``click`` >= 0, clicks that
+    channel's thumbnail, answered with ``widget``'s own detail of it."""
+    state = widget.get_state()
+    keep = {k: state[k] for k in ("layers", "layer", "channels", "channel", "detail", "source")}
+    answers = {}
+    if click >= 0:
+        widget.channel = click
+        answers[click] = widget.detail
+        widget.channel = -1
+    return BROWSER_PAGE % {
+        "esm": (ROOT / "actviz" / "notebook" / "browser.js").as_uri(),
+        "state": json.dumps(keep).replace("</", "<\\/"),
+        "answers": json.dumps(answers).replace("</", "<\\/"),
+        "click": click,
+    }
 
 
-def test_listing_card_names_selected_layers() -> None:
-    layers = [
-        LayerInfo(f"layer{i}.conv", "Conv2d", (1, 8, 4, 4), 1, 72, i % 2 == 0) for i in range(40)
-    ]
-    listing = LayerListing("tiny", (1, 3, 32, 32), layers, "conv", 20)
-    text = html.unescape(listing._repr_html_())
-    assert "20 selected by 'conv'" in text and "layer0.conv" in text and "layer1.conv" not in text
-    assert f"{20 - MAX_ROWS} more layers" in text
-    assert (
-        repr(listing) == "LayerListing(model='tiny', layers=40, selected=20, input=(1, 3, 32, 32))"
-    )
+def test_browser_front_end_in_headless_chromium(tmp_path: Path) -> None:
+    import html
+    import re
+
+    from tests.test_report_browser import browse, find_chromium
+
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("Chromium is not installed; install it with `apt-get install chromium`")
+    pytest.importorskip("anywidget")
+    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0,2")
+    widget = actviz.browse(look)
+    page = tmp_path / "page.html"
+    page.write_text(browser_page(widget, click=2))
+    flags = ("--allow-file-access-from-files", "--dump-dom")
+    shown = browse(chromium, tmp_path / "profile", *flags, page.as_uri())
+    assert 'data-error="' not in shown.stdout, re.findall(r'data-error="[^"]*"', shown.stdout)
+    found = re.search(r'data-seen="([^"]*)"', shown.stdout)
+    assert found is not None, shown.stderr[-2000:]
+    seen = json.loads(html.unescape(found.group(1)))
+    assert seen["ready"] == "2" and seen["channel"] == 2
+    # Layer 0's six channels, each decoded and drawn on the page at 48 pixels.
+    assert seen["thumbs"] == [[48, 48]] * 6
+    # The clicked channel, large, beside its statistics, which are the kernel's numbers.
+    assert seen["large"][0] == 288 and seen["large"][1] >= 200
+    maps = look["0"][0, 2]
+    assert float(seen["stats"]["min"]) == pytest.approx(float(maps.min()), rel=1e-3)
+    assert float(seen["stats"]["max"]) == pytest.approx(float(maps.max()), rel=1e-3)
+    assert float(seen["stats"]["mean"]) == pytest.approx(float(maps.mean()), rel=1e-3, abs=1e-4)
+    assert seen["marked"] == "rgb(9, 105, 218)"  # the clicked thumbnail is marked
 
 
-def test_grid_image_shows_itself_as_png() -> None:
-    from actviz.render import render_grid
-
-    grid = render_grid(
-        np.random.default_rng(0).normal(size=(4, 8, 8)).astype(np.float32), title="x"
-    )
-    png = grid._repr_png_()
-    shown = Image.open(io.BytesIO(png))
-    assert shown.size == grid.size
-    assert np.array_equal(np.asarray(shown.convert("RGB")), grid.to_rgb())
-
-
-def test_pca_view_shows_itself_as_png() -> None:
-    from actviz.run.pca import pca_view
-
-    maps = np.random.default_rng(0).normal(size=(2, 6, 5, 7)).astype(np.float32)
-    view = pca_view(maps)
-    shown = Image.open(io.BytesIO(view._repr_png_()))
-    assert shown.size == (7 + 4 + 7, 5)  # two images side by side, a 4-pixel gap
-    assert np.array_equal(np.asarray(shown)[:, :7], view.images[0])
-    assert repr(view).startswith("PcaView(images=2, size=[(5, 7)]")
-
-
-def write_log(path: Path) -> Path:
-    """A training log as actviz.watch writes it: a start, three steps, a NaN's origin."""
-    records = [
-        {"kind": "start", "model": "Net", "optimizer": "SGD", "every": 1, "layers": ["fc1"]},
-        *[
-            {
-                "kind": "step",
-                "step": s,
-                "loss": 2.0 - s / 2,
-                "grad_norm": 1.5,
-                "layers": {
-                    "fc1": {
-                        "mean": 0.1 * s,
-                        "std": 1.0,
-                        "min": -2.0,
-                        "max": 3.0,
-                        "zero_frac": 0.25,
-                        "grad_norm": 0.5,
-                    }
-                },
-            }
-            for s in range(3)
-        ],
-        {
-            "kind": "nonfinite",
-            "step": 2,
-            "phase": "forward",
-            "module": "fc2",
-            "module_type": "Linear",
-            "value": "NaN",
-        },
-        {
-            "kind": "step",
-            "step": 3,
-            "loss": None,
-            "layers": {"fc1": {"mean": None}},
-            "flags": [{"kind": "nan", "target": "fc2", "step": 3, "message": "NaN in fc2"}],
-        },
-    ]
-    path.mkdir(parents=True, exist_ok=True)
-    (path / "watch.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + '{"torn')
-    return path
+# Where Chromium is missing, Node runs the same ES module against a small stand-in DOM.
+NODE_DOM = """
+class Node {
+  constructor(tag) { this.tag = tag; this.children = []; this.attrs = {}; this.style = {};
+                     this.listeners = {}; }
+  append(...nodes) { this.children.push(...nodes); }
+  replaceChildren() { this.children = []; }
+  setAttribute(k, v) { this.attrs[k] = v; }
+  addEventListener(e, f) { this.listeners[e] = f; }
+  all(tag) { return this.children.flatMap((c) => c instanceof Node
+    ? [...(c.tag === tag ? [c] : []), ...c.all(tag)] : []); }
+}
+globalThis.document = { createElement: (t) => new Node(t),
+                        createTextNode: (t) => ({ text: t }) };
+const { default: widget } = await import(process.argv[2]);
+const state = JSON.parse(process.argv[3]);
+const handlers = {};
+const model = {
+  get: (k) => state[k],
+  set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
+  on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); },
+  save_changes: () => {},
+};
+const root = new Node("div");
+widget.render({ model, el: root });
+const imgs = root.all("img");
+imgs[1].listeners.click();
+const options = root.all("option").map((o) => o.attrs.value);
+console.log(JSON.stringify({ ready: root.attrs["data-actviz-ready"], channel: state.channel,
+  thumbs: imgs.length, options, border: root.all("img")[1].style.cssText }));
+"""
 
 
-def test_training_log_card_names_the_origin_flags_and_layers(tmp_path: Path) -> None:
-    from actviz import read_log
+def test_browser_front_end_runs_in_node(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
 
-    log = read_log(write_log(tmp_path / "run"))
-    text = html.unescape(log._repr_html_())
-    assert "first NaN at step 2: from fc2 (Linear) in the forward pass" in text
-    assert "step 3: nan fc2: NaN in fc2" in text
-    assert ">fc1<" in text and "running" in text  # no end record yet
-    assert "<polyline" in text  # the loss over the recorded steps
-    assert repr(log).startswith("TrainingLog(model='Net', status='running', latest_step=3")
-
-
-def test_reprs_of_results_from_disk_never_import_torch(tmp_path: Path) -> None:
-    write_log(tmp_path / "log")
-    synthetic_run(tmp_path / "run", images=2, layers=2)  # writes the pictures
-    script = textwrap.dedent(
-        f"""
-        import sys
-        from pathlib import Path
-        import actviz
-        from tests.test_notebook import synthetic_run, LayerInfo, LayerListing
-        log = actviz.read_log({str(tmp_path / "log")!r})
-        result, _ = synthetic_run(Path({str(tmp_path / "run")!r}), images=2, layers=2)
-        listing = LayerListing("m", (1, 3, 8, 8), [LayerInfo("a", "Conv2d", None, 1, 0, True)],
-                               None, 1)
-        shown = [repr(log), log._repr_html_(), repr(result), result._repr_html_(),
-                 repr(listing), listing._repr_html_()]
-        assert all(shown) and "<img" in shown[3]
-        print("torch" in sys.modules, "numpy" in sys.modules)
-        """
-    )
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("Node.js is not installed")
+    pytest.importorskip("anywidget")
+    look = actviz.show(tiny_classifier(), torch.randn(3, 8, 8), layers="0,2")
+    state = actviz.browse(look).get_state()
+    keep = {k: state[k] for k in ("layers", "layer", "channels", "channel", "detail", "source")}
+    script = tmp_path / "run.mjs"
+    script.write_text(NODE_DOM)
+    esm = (ROOT / "actviz" / "notebook" / "browser.js").as_uri()
     done = subprocess.run(
-        [sys.executable, "-c", script],
+        [node, str(script), esm, json.dumps(keep)],
         capture_output=True,
         text=True,
-        cwd=ROOT,
+        timeout=60,
         check=False,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["False", "True"]
+    shown = json.loads(done.stdout)
+    assert shown["ready"] == "2" and shown["options"] == ["0", "2"]
+    assert shown["thumbs"] == 6  # layer 0's six channels
+    assert shown["channel"] == 1  # a click sets the model's channel, for the kernel to answer
+    assert "#0969da" in shown["border"]  # and the strip redraws with it marked
 
 
-class FakeHandle:
-    def __init__(self) -> None:
-        self.shown: list[str] = []
-
-    def update(self, obj: Any) -> None:
-        self.shown.append(obj.data)
-
-
-def test_watch_shows_itself_and_its_live_view_redraws_every_n_steps(tmp_path: Path) -> None:
-    import torch
-
-    import actviz
+def tiny_vit() -> nn.Module:
+    import torchvision
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    with actviz.watch(model, opt, every=5, out=tmp_path / "w") as w:
-        view = w.live(every=10)
-        assert isinstance(view, LiveView)
-        view._handle = FakeHandle()  # what IPython's display gives in a kernel
-        for _ in range(25):
-            loss = model(torch.randn(3, 4)).pow(2).mean()
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            w.step(loss=loss)
-        during = w._repr_html_()
-    shown = view._handle.shown
-    assert len(shown) == 3  # steps 10 and 20, and once at the end of the block
-    assert "latest recorded step</td>" in shown[0] and ">5<" in shown[0]
-    assert "finished, 25 steps" in html.unescape(shown[-1]) and ">20<" in shown[-1]
-    assert ">0<" in during and "running" in during  # the same card, from the object itself
-    assert re.search(r">0\.[0-9]+<", during)  # numbers, in the per-layer table
-    assert "Watch(model='Sequential'" in repr(w)
+    return torchvision.models.VisionTransformer(
+        image_size=32,
+        patch_size=8,
+        num_layers=2,
+        num_heads=2,
+        hidden_dim=16,
+        mlp_dim=32,
+        num_classes=5,
+    )
 
 
-def test_live_view_outside_a_notebook_draws_nothing(tmp_path: Path) -> None:
-    view = LiveView(write_log(tmp_path) / "watch.jsonl", every=1)
-    view.tick(1)
-    view.refresh()
-    assert view.draws == 0
-    assert "fc2" in view.html()
-    with pytest.raises(ValueError, match="every"):
-        LiveView(tmp_path, every=0)
-
-
-def test_run_card_of_a_real_run(tmp_path: Path, make_photos: Any) -> None:
-    import torch
-
-    import actviz
+def tiny_swin() -> nn.Module:
+    from torchvision.models.swin_transformer import SwinTransformer
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 4, 3),
-        torch.nn.ReLU(),
-        torch.nn.Conv2d(4, 6, 3),
-        torch.nn.AdaptiveAvgPool2d(1),
-        torch.nn.Flatten(),
-        torch.nn.Linear(6, 3),
-    )
-    photos = make_photos(3)
-    result = actviz.run(
-        model, photos, out=tmp_path / "out", layers="0,2", report=True, input_size=(40, 40)
-    )
-    card = result._repr_html_()
-    text = html.unescape(card)
-    assert ">0<" in text and ">2<" in text and "index.html" in text
-    thumbs = decoded(card)
-    first = result.images[0]
-    grids = [(tmp_path / "out" / lay.file) for lay in first.layers if lay.file]
-    assert len(thumbs) == 1 + len(grids)
-    for (image, w, h), path in zip(thumbs[1:], grids, strict=True):
-        assert (w, h) == fit_size(*Image.open(path).size) == image.size
-    assert run_card(result).flags == []
-
-
-def test_diff_card_names_the_first_divergent_layer_and_both_weights(tmp_path: Path) -> None:
-    from actviz.diff.result import DiffPicture, DiffResult, LayerDiff, ModelSide
-
-    noise_png(tmp_path / "pics" / "a.png", (400, 100))
-    layers = [
-        LayerDiff(f"l{i}", f"l{i}", "Conv2d", 1 - i / 40, True, 1 - i / 80, i / 10, (4,), (4,))
-        for i in range(30)
-    ]
-    result = DiffResult(
-        mode="models",
-        a=ModelSide("resnet18", WeightsInfo("a.pt", "checkpoint", name="a.pt")),
-        b=ModelSide("resnet18", WeightsInfo("none", "random")),
-        selector="conv",
-        metric="cka",
-        threshold=0.9,
-        layers=layers,
-        first_divergent="l5",
-        images=[],
-        out=tmp_path,
-        record=tmp_path / "diff.json",
-        device="cpu",
-        seconds=3.0,
-        pictures=[DiffPicture("img0", "l3", "pics/a.png", (0, 1), 4, {}, 1.0)],
-        first_changed="l1",
-    )
-    text = html.unescape(result._repr_html_())
-    assert "first divergent layer (cka < 0.9): l5" in text and "first changed layer: l1" in text
-    assert "checkpoint a.pt" in text and "random weights" in text  # B's weights are random
-    assert f"{30 - MAX_ROWS} more layers" in text
-    ((thumb, w, h),) = decoded(result._repr_html_())
-    assert thumb.size == (w, h) == fit_size(400, 100)
-    assert repr(result) == (
-        f"DiffResult(a='resnet18 a.pt', b='resnet18 (random)', layers=30, "
-        f"first_divergent='l5', out={str(tmp_path)!r})"
+    return SwinTransformer(
+        patch_size=[4, 4],
+        embed_dim=8,
+        depths=[1, 1],
+        num_heads=[1, 1],
+        window_size=[2, 2],
+        num_classes=5,
     )
 
 
-def test_optimize_card_shows_each_layers_sheet(tmp_path: Path) -> None:
-    from actviz.optimize import ChannelImage, LayerImages, OptimizeResult
-
-    noise_png(tmp_path / "00_fc.png", (300, 150))
-    layers = [
-        LayerImages(
-            "fc",
-            0,
-            sheet="00_fc.png",
-            channels=[ChannelImage(c, f"c{c}.png", 1.5 + c, [0.1, 1.5 + c]) for c in range(3)],
-        ),
-        LayerImages("logits", 1, unit="class", sheet=None),
-    ]
-    result = OptimizeResult(
-        model="tiny",
-        weights=WeightsInfo("auto", "module", name="Tiny"),
-        device="cpu",
-        out=tmp_path,
-        json=tmp_path / "optimize.json",
-        report=None,
-        layers=layers,
-        steps=64,
-        size=96,
-        seconds=2.0,
-        warnings=[],
-        complete=False,
-        document={},
-    )
-    card = result._repr_html_()
-    text = html.unescape(card)
-    assert ">fc<" in text and ">logits<" in text and ">3.5<" in text  # the best objective
-    assert "stopped early" in text and "3 in 2 layers" in text
-    assert [img.size for img, _, _ in decoded(card)] == [fit_size(300, 150)]
-    assert "channels=3, steps=64, complete=False" in repr(result)
-
-
-def test_top_images_card_of_a_real_run(tmp_path: Path, make_photos: Any) -> None:
-    import torch
-
-    import actviz
-
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU(), torch.nn.Flatten())
-    result = actviz.top_images(
-        model, [make_photos(3)], layers="1", k=2, out=tmp_path / "t", input_size=(32, 32)
-    )
-    card = result._repr_html_()
-    text = html.unescape(card)
-    assert ">1<" in text and "top 2 by max, 1 layer" in text and "top-images.json" in text
-    overview = Image.open(tmp_path / "t" / result.layers[0].overview)
-    assert [(w, h) for _, w, h in decoded(card)] == [fit_size(*overview.size)]
-    assert repr(result).startswith("TopImagesResult(model='Sequential', images=3, k=2, layers=1")
-
-
-def test_optimized_images_show_side_by_side() -> None:
-    from actviz.optimize import BatchResult
-
-    images = np.random.default_rng(0).integers(0, 255, (3, 16, 16, 3), dtype=np.uint8)
-    batch = BatchResult(images, np.zeros((2, 3), np.float32), np.zeros(3, np.float32), (3, 8))
-    shown = np.asarray(Image.open(io.BytesIO(batch._repr_png_())))
-    assert shown.shape == (16, 3 * 16 + 2 * 4, 3)
-    assert np.array_equal(shown[:, 20:36], images[1]) and (shown[:, 16:20] == 255).all()
-
-
-def test_links_are_relative_under_the_working_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("make", "layer", "layout"),
+    [(tiny_vit, "encoder.layers.encoder_layer_1", "tokens"), (tiny_swin, "features.1", "nhwc")],
+)
+def test_show_lays_out_tokens_and_channels_last_as_a_run_does(
+    make: Any, layer: str, layout: str, photo: Path, tmp_path: Path
 ) -> None:
-    from actviz.notebook.card import href
+    model = make()
+    look = actviz.show(model, photo, layers=layer, preprocess=_small())
+    result = actviz.run(model, photo, out=tmp_path / "run", layers=layer, preprocess=_small())
+    record = result.images[0].layers[0]
+    assert record.layout == layout
+    written = (tmp_path / "run" / str(record.file)).read_bytes()
+    assert np.array_equal(pixels(look.show(layer).png), pixels(written))
 
-    monkeypatch.chdir(tmp_path)
-    assert href(tmp_path / "out" / "index.html") == "out/index.html"
-    assert href("out/x y.png") == "out/x y.png"
-    assert href("/elsewhere/index.html") == "file:///elsewhere/index.html"
-    result, _ = synthetic_run(tmp_path / "run", images=1, layers=1)
-    assert 'href="run/index.html"' in result._repr_html_()
+
+def test_browser_on_what_capture_recorded_shows_the_first_image() -> None:
+    pytest.importorskip("anywidget")
+    from actviz.layouts import layer_contexts
+
+    model = tiny_vit().eval()
+    x = torch.randn(2, 3, 32, 32)
+    with actviz.capture(model, "encoder.layers.encoder_layer_0") as acts, torch.no_grad():
+        model(x)
+    browser = actviz.browse(acts, context=layer_contexts(model, (32, 32)))
+    # 16 hidden units over 4 x 4 patch tokens (the class token dropped), of the first image.
+    assert len(browser.channels) == 16
+    browser.channel = 3
+    tokens = acts["encoder.layers.encoder_layer_0"][0, 1:, 3]
+    assert browser.detail["stats"]["max"] == pytest.approx(float(tokens.max()))
+    assert browser.detail["title"].endswith("(4 x 4)")
+
+
+def test_show_of_a_model_by_name_with_random_weights_says_so() -> None:
+    look = actviz.show("resnet18", torch.randn(3, 32, 32), layers="conv1", weights="none")
+    text = look._repr_html_()
+    assert "random weights: an untrained model" in text
+    assert repr(look).startswith("Look(model='resnet18', weights='random")
+    grid = look.show("conv1")
+    assert grid.size[0] >= 420  # the header, with the random-weights line, sets the width

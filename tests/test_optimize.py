@@ -188,7 +188,7 @@ def test_library_writes_images_sheet_json_and_page(known: str, tmp_path: Path) -
     assert result.channels == 3 and result.report == out / "optimize.html"
     page = (out / "optimize.html").read_text()
     assert "optimize/00_relu/c0001.png" in page
-    with pytest.raises(Exception, match="--overwrite"):
+    with pytest.raises(Exception, match="overwrite=True"):
         optimize(known, layers="relu", channels="0", steps=1, size=32, out=out)
 
 

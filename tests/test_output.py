@@ -181,8 +181,8 @@ def test_records_name_only_the_settings_that_differ(tmp_path: Path) -> None:
     RunRecords(tmp_path, SETTINGS).add(_record(tmp_path, "cat"))
     now = {**SETTINGS, "selector": "conv", "draw": {**SETTINGS["draw"], "max_channels": 16}}
     assert _refusal(tmp_path, now) == (
-        f"--resume: {tmp_path} was written with selector=layer4.* (now conv) and "
-        "draw.max_channels=64 (now 16); use --overwrite or another --out"
+        f"resume=True: {tmp_path} was written with selector=layer4.* (now conv) and "
+        "draw.max_channels=64 (now 16); use overwrite=True or another out"
     )
     message = _refusal(tmp_path, {**SETTINGS, "weights": "default", "input_size": (160, 160)})
     assert "weights=random (now default) and input_size=[224, 224] (now [160, 160]);" in message
@@ -192,7 +192,7 @@ def test_records_name_only_the_settings_that_differ(tmp_path: Path) -> None:
     three = {k: v for k, v in SETTINGS.items() if k != "capture"} | {"grads": [True], "model": "x"}
     assert _refusal(tmp_path, three).endswith(
         "was written with model=resnet18 (now x), grads not set (now [true]) and "
-        "capture=output (now not set); use --overwrite or another --out"
+        "capture=output (now not set); use overwrite=True or another out"
     )
 
 
@@ -231,8 +231,8 @@ def test_records_of_older_versions_are_still_read(tmp_path: Path) -> None:
         fh.write(json.dumps(older) + "\n" + '{"settings": "' + digest + '", "pa')  # cut short
     assert list(RunRecords(tmp_path, SETTINGS).completed()) == [("/in/cat.jpg", "cat")]
     assert _refusal(tmp_path, {**SETTINGS, "selector": "conv"}) == (
-        f"--resume: {tmp_path} was written with other settings (model=resnet18, ...); "
-        "use --overwrite or another --out"
+        f"resume=True: {tmp_path} was written with other settings (model=resnet18, ...); "
+        "use overwrite=True or another out"
     )
     del older["settings_text"]
     (tmp_path / RunRecords.FILE).write_text(json.dumps(older) + "\n")
@@ -265,7 +265,7 @@ def test_prepare_out_dir_errors(tmp_path: Path) -> None:
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
-        with pytest.raises(OutputError, match="writable --out"):
+        with pytest.raises(OutputError, match="writable out"):
             prepare_out_dir(locked / "sub")
 
 
@@ -301,7 +301,7 @@ def test_a_journal_opened_at_a_covered_length_drops_what_follows(tmp_path: Path)
 
 def test_a_journal_names_the_file_it_cannot_write(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(OutputError, match=r"cannot write .*file.*choose another --out"):
+    with pytest.raises(OutputError, match=r"cannot write .*file.*choose another out"):
         Journal(tmp_path / "file" / "log.jsonl").append(b"[]\n")
 
 

@@ -19,7 +19,7 @@ import actviz
 from actviz.cli import app
 from actviz.command.options import ExecutionOptions, KeywordError, LoadOptions
 from actviz.diff.options import DiffOptions
-from actviz.errors import ActvizError, ImageLoadError, ModelError, UsageError
+from actviz.errors import ActvizError, ImageLoadError, LayerSelectionError, ModelError, UsageError
 from actviz.optimize.options import OptimizeOptions
 from actviz.run.options import DrawOptions, GradientOptions, RunOptions
 from actviz.top_images.options import TopImagesOptions
@@ -43,7 +43,7 @@ def _literal_fields(cls: type[Any]) -> dict[str, tuple[Any, ...]]:
     from actviz.hooks.recorders import CaptureMode
     from actviz.layouts import Layout
     from actviz.models import Preprocessing
-    from actviz.stats import Thresholds
+    from actviz.statistics import Thresholds
 
     names = {
         "CaptureMode": CaptureMode,
@@ -158,6 +158,68 @@ def test_one_path_is_one_input_for_every_command(tmp_path: Path) -> None:
     assert [r.path for r in compared.images] == [image]
 
 
+def test_stats_is_a_run_without_pictures_with_the_command_line_s_keywords(tmp_path: Path) -> None:
+    image = make_image(tmp_path / "photos" / "cat.png", size=(40, 32))
+    model = _known_channels()
+    small = {"input_size": (32, 32), "device": "cpu", "layers": "0"}
+    with pytest.raises(
+        KeywordError, match="draws no picture and takes no gradient: drop cam, norm"
+    ):
+        actviz.stats(model, image, out=tmp_path / "refused", cam=True, norm="layer", **small)
+    with pytest.raises(KeywordError, match="'layer'; did you mean layers"):
+        actviz.stats(model, image, out=tmp_path / "refused", layer="0")
+    assert not (tmp_path / "refused").exists()
+    checked = actviz.stats(model, image.parent, out=tmp_path / "stats", batch_size=2, **small)
+    assert [r.path for r in checked.images] == [image] and checked.counts.grids == 0
+    assert checked.report is None and (tmp_path / "stats" / "stats.json").is_file()
+    assert not list((tmp_path / "stats").rglob("*.png"))
+    (layer,) = checked.stats["run"]["layers"]
+    assert (layer["name"], layer["channels"]) == ("0", 4)
+    # Each channel is constant at its bias, [0, 1, 5, 9]: their mean over the layer is 3.75.
+    assert layer["mean"] == pytest.approx(3.75)
+    # The same as the command line's stats, and as a run's options with the pictures set aside.
+    again = actviz.stats(model, image, RunOptions(layers="0", out=tmp_path / "again", report=False))
+    assert again.counts.grids == 0 and again.stats["run"]["layers"][0]["mean"] == layer["mean"]
+
+
+@pytest.mark.parametrize(
+    ("command", "result"),
+    [
+        ("run", "RunResult"),
+        ("stats", "RunResult"),
+        ("top_images", "TopImagesResult"),
+        ("diff", "DiffResult"),
+        ("cam_eval", "CamEvalResult"),
+        ("attribute", "AttributeResult"),
+        ("optimize", "OptimizeResult"),
+        ("sae", "SaeResult"),
+    ],
+)
+def test_every_command_is_a_function_of_actviz_typed_with_its_result(
+    command: str, result: str
+) -> None:
+    import importlib
+    import inspect
+
+    first = getattr(actviz, command)
+    importlib.import_module(f"actviz.{command}")  # binds actviz.<command> to its package
+    package = getattr(actviz, command)
+    assert callable(package) and callable(first)
+    for function in (first, package):
+        signature = inspect.signature(function)
+        assert signature.return_annotation == result
+        assert "model" in signature.parameters and "reporter" in signature.parameters
+
+
+def test_optimize_is_callable_as_actviz_optimize(tmp_path: Path) -> None:
+    import actviz.optimize
+
+    made = actviz.optimize(
+        _known_channels(), layers="0", channels="2-3", steps=2, size=16, out=tmp_path / "opt"
+    )
+    assert [c.channel for c in made.layers[0].channels] == [2, 3] and made.json.is_file()
+
+
 @pytest.mark.parametrize("wrong", [3, [torch.zeros(3, 8, 8)]])
 def test_inputs_that_are_not_paths_are_refused(tmp_path: Path, wrong: Any) -> None:
     with pytest.raises(UsageError, match="inputs must be"):
@@ -189,10 +251,10 @@ def test_an_overlay_channel_no_layer_has_is_refused_and_one_it_has_is_drawn(
     with pytest.raises(UsageError) as refused:
         actviz.run(model, image, out=tmp_path / "no", layers="0", overlay_channel=4, **SMALL)
     assert str(refused.value) == (
-        "--overlay-channel 4: the selected layers have at most 4 channels (0-3); pick one below 4"
+        "overlay_channel=4: the selected layers have at most 4 channels (0-3); pick one below 4"
     )
     assert not (tmp_path / "no").exists()
-    with pytest.raises(UsageError, match="--overlay-channel must be a channel index"):
+    with pytest.raises(UsageError, match="overlay_channel must be a channel index"):
         DrawOptions(overlay_channel=-1)
     # Without overlay=True: the channel implies it, as on the command line.
     result = actviz.run(model, image, out=tmp_path / "yes", layers="0", overlay_channel=3, **SMALL)
@@ -231,6 +293,136 @@ def test_list_layers_takes_a_module_and_gives_it_back() -> None:
         actviz.list_layers(model, in_chans=1)
     with pytest.raises(UsageError, match="model name .* or a torch.nn.Module, not int"):
         actviz.list_layers(3)  # type: ignore[arg-type]
+
+
+class _Sequence(nn.Module):
+    """Not an image model: a vector, a sequence and a keyword argument."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Linear(10, 8)
+        self.lstm = nn.LSTM(8, 6, batch_first=True)
+        self.head = nn.Linear(6, 2)
+
+    def forward(self, x: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+        out, _ = self.lstm(self.embed(x))
+        y = self.head(out[:, -1])
+        return y if scale is None else y * scale
+
+
+def test_list_layers_takes_an_example_input_for_a_module_that_takes_no_images() -> None:
+    model = _Sequence()
+    with pytest.raises(ModelError) as refused:
+        actviz.list_layers(model)
+    message = str(refused.value)
+    assert "(1, 3, 224, 224)" in message and "input_data=x" in message
+    x = torch.zeros(2, 5, 10)
+    for data in (x, (x,), {"x": x, "scale": torch.ones(1)}):
+        listing = actviz.list_layers(model, input_data=data, layers="lstm")
+        rows = {row.name: row for row in listing.layers}
+        assert listing.input_shape == (2, 5, 10)
+        assert rows["embed"].shape == (2, 5, 8) and rows["head"].shape == (2, 2)
+        assert rows["lstm"].selected and rows["lstm"].calls == 1
+    with pytest.raises(ModelError, match=r"cannot run _Sequence on input_data \(\(2, 5, 3\)\)"):
+        actviz.list_layers(model, input_data=(torch.zeros(2, 5, 3),))
+    with pytest.raises(UsageError, match="input_data is the input of a module object"):
+        actviz.list_layers("resnet18", input_data=x)
+
+
+class _Clip(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv3d(1, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+def test_a_video_modules_listing_names_the_clip_it_was_fed() -> None:
+    with pytest.raises(ModelError) as refused:
+        actviz.list_layers(_Clip())
+    assert "zero input of shape (1, 3, 16, 224, 224)" in str(refused.value)
+    listing = actviz.list_layers(_Clip(), in_chans=1, input_size=(32, 32))
+    assert listing.input_shape == (1, 1, 16, 32, 32)
+    assert {row.name: row.shape for row in listing.layers}["conv"] == (1, 4, 14, 30, 30)
+
+
+def test_a_module_objects_selection_errors_point_to_python(tmp_path: Path) -> None:
+    with pytest.raises(LayerSelectionError) as bare:
+        actviz.list_layers(nn.Conv2d(3, 4, 3), layers="conv")
+    message = str(bare.value)
+    assert message.startswith("Conv2d has no submodules") and "nn.Sequential(model)" in message
+    assert "actviz list-layers" not in message
+    image = make_image(tmp_path / "x.png")
+    with pytest.raises(LayerSelectionError) as typo:
+        actviz.run(_known_channels(), image, out=tmp_path / "o", layers="nosuch", **SMALL)
+    assert "run actviz.list_layers(model) to see names and types" in str(typo.value)
+    assert "actviz list-layers Sequential" not in str(typo.value)
+    with pytest.raises(LayerSelectionError, match="run `actviz list-layers resnet18`"):
+        actviz.list_layers("resnet18", layers="nosuch")
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_dict_of_tensors_is_not_read_as_paths(tmp_path: Path) -> None:
+    with pytest.raises(UsageError) as refused:
+        actviz.run(_known_channels(), {"x": torch.zeros(1, 3, 8, 8)}, out=tmp_path / "o")
+    message = str(refused.value)
+    assert "not a dict of 'x'" in message and "actviz.capture" in message
+    assert "cannot read image" not in message and not (tmp_path / "o").exists()
+
+
+def test_the_models_command_is_documented_as_listing_every_family() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    section = text.split("### `actviz models")[1].split("<!-- generated: models -->")[0]
+    assert "classification and segmentation model names" not in section
+    assert "all 121" in section and "every one of which `run`" in section
+
+
+def test_a_negative_channel_count_is_refused(tmp_path: Path) -> None:
+    image = make_image(tmp_path / "x.png")
+    for keyword in ("channels", "max_channels"):
+        with pytest.raises(UsageError) as refused:
+            actviz.run(_known_channels(), image, out=tmp_path / "o", **{keyword: -1}, **SMALL)
+        assert str(refused.value) == (
+            "channels must be 0 (every channel) or a number of channels per grid, not -1"
+        )
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(UsageError, match="channels must be 0"):
+        DrawOptions(max_channels=-1)
+
+
+def test_errors_name_options_as_the_caller_spells_them(tmp_path: Path) -> None:
+    """One message, written with the command line's flags: a Python caller reads its
+    keywords, the command line its flags; a command line quoted in backticks stays one."""
+    from actviz.errors import python_spelling
+
+    image = make_image(tmp_path / "x.png")
+    with pytest.raises(UsageError) as refused:
+        actviz.run(_known_channels(), image, out=tmp_path / "o", pca_mask=True, **SMALL)
+    assert str(refused.value) == "pca_mask=True needs pca=True"
+    cli = CliRunner().invoke(
+        app, ["run", "resnet18", str(image), "-w", "none", "--pca-mask", "-o", str(tmp_path / "c")]
+    )
+    assert cli.exit_code == 2 and cli.stderr.strip() == "error: --pca-mask needs --view pca"
+    assert python_spelling(
+        "--k 8 must be below --features 4; pass --device cpu, --input-size H,W, --no-pages or "
+        "--weights none; --layers names one; run `actviz sae --resume`"
+    ) == (
+        "k=8 must be below features=4; pass device='cpu', input_size=(H, W), pages=False or "
+        "weights='none'; layers names one; run `actviz sae --resume`"
+    )
+    assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
+
+
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path: Path) -> None:
+    image = make_image(tmp_path / "x.png")
+    argv = ["run", "resnet18", str(image), "-w", "none", "--pca-mask", "-o", str(tmp_path / "o")]
+    for debug in ([], ["--debug"]):
+        done = CliRunner().invoke(app, [*debug, *argv])
+        assert done.exit_code == 2, done.output
+        assert done.stderr.rstrip().endswith("error: --pca-mask needs --view pca")
+        assert ("Traceback (most recent call last)" in done.stderr) == bool(debug)
+    assert not (tmp_path / "o").exists()
 
 
 def test_read_images_refuses_a_folder_without_a_run(tmp_path: Path) -> None:

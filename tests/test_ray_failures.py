@@ -365,8 +365,8 @@ def test_a_run_left_without_any_actor_stops_with_the_cause_and_the_fix() -> None
             got.update({index: payload for (index,), payload in pairs})
     assert str(caught.value) == (
         "Ray could not start a replacement worker within 0.2 s: the cluster has no free CPU "
-        "(0 of 2 free, a worker needs 1); lower --workers or add resources to the cluster "
-        "(--resume continues this run)"
+        "(0 of 2 free, a worker needs 1); lower workers or add resources to the cluster "
+        "(resume=True continues this run)"
     )
     assert got == {i: paths[i] for i in range(4)}  # what came back before is kept
 

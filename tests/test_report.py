@@ -34,7 +34,7 @@ from actviz.report.pages import (
     rebuild_run_report,
     related_reports,
 )
-from actviz.stats.compute import compute_stats
+from actviz.statistics.compute import compute_stats
 from tests.oracles import aggregate_run, to_json
 from tests.scale_run import (
     EVIL,

@@ -1,5 +1,5 @@
-"""Tests of actviz.stats.running and actviz.stats.sketch: running summaries equal the pooled
-ones, whatever the order, in bounded memory."""
+"""Tests of actviz.statistics.running and actviz.statistics.sketch: running summaries equal the
+pooled ones, whatever the order, in bounded memory."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actviz.stats import (
+from actviz.statistics import (
     FLAG_KINDS,
     STAT_FIELDS,
     WORST,

@@ -15,7 +15,7 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from actviz.cli import app
-from actviz.dictionary import load_sae
+from actviz.dictionary import load_dictionary
 from actviz.sae import sae
 
 PLANTED = '''
@@ -139,7 +139,7 @@ def _recovered(w_dec: torch.Tensor, truth: torch.Tensor) -> torch.Tensor:
 
 
 def test_planted_directions_are_recovered(trained: Any, planted: Any) -> None:
-    sae_ = load_sae(trained.file)
+    sae_ = load_dictionary(trained.file)
     best = _recovered(sae_.w_dec, planted[2])
     assert (best > 0.9).float().mean() >= 0.75, best
     q = trained.quality
@@ -180,7 +180,7 @@ def test_saved_file_reconstructs_as_its_metrics_say(trained: Any, planted: Any) 
         z = model.codes(x)
         acts = torch.einsum("bfhw,fc->bchw", z, model.directions)
     vectors = acts.permute(0, 2, 3, 1).reshape(-1, 24)
-    d = load_sae(trained.out)
+    d = load_dictionary(trained.out)
     rebuilt = d.reconstruct(vectors)
     fve = 1 - (rebuilt - vectors).pow(2).sum() / (vectors - vectors.mean(0)).pow(2).sum()
     assert fve > 0.8
@@ -195,7 +195,7 @@ def test_saved_file_reconstructs_as_its_metrics_say(trained: Any, planted: Any) 
 
 def test_two_seeds_are_stable_on_the_planted_layer(trained: Any, planted: Any) -> None:
     """The features that found a planted direction are found again by the other seed."""
-    d = load_sae(trained.file)
+    d = load_dictionary(trained.file)
     stability = d.per_feature["stability"]
     assert stability.shape == (64,)
     found = torch.nn.functional.normalize(d.w_dec, dim=1) @ planted[2].T
@@ -244,13 +244,23 @@ def test_interrupt_keeps_a_usable_dictionary_and_resume_finishes(
 
     with pytest.raises(KeyboardInterrupt):
         sae(f"{factory}:build", [photos], out=out, epochs=3, pages=False, reporter=Stop(), **FAST)
-    partial = load_sae(out)
+    partial = load_dictionary(out)
     assert partial.config["complete"] is False
     assert partial.config["training"]["steps"] > 0
     assert (out / "sae-state.safetensors").is_file()
+    # Used before it is finished: said, with how to finish it.
+    import actviz
+
+    drawn = actviz.run(
+        f"{factory}:build", [photos / "n03.png"], out=tmp_path / "r", sae=out / "sae.safetensors",
+        input_size=(32, 32), weights="none", report=False,
+    )  # fmt: skip
+    (said,) = [w for w in drawn.warnings if "before its training finished" in w]
+    steps = partial.config["training"]["steps"]
+    assert f"(stopped after {steps:,} steps)" in said and "with --resume" in said
     done = sae(f"{factory}:build", [photos], out=out, epochs=3, pages=False, resume=True, **FAST)
     assert done.epochs == 3
-    assert load_sae(out).config["complete"] is True
+    assert load_dictionary(out).config["complete"] is True
     assert done.quality["fve"] > 0.5
 
 
@@ -295,7 +305,7 @@ def test_cli_trains_and_reports(planted: Any, tmp_path: Path) -> None:
         f"{16 * images} vectors"
     )
     assert said in " ".join(result.output.split())
-    assert load_sae(out).features == 48
+    assert load_dictionary(out).features == 48
 
 
 def _peaks(factory: Path, photos: Path, d: Any) -> tuple[list[Path], torch.Tensor]:
@@ -346,7 +356,7 @@ def test_top_images_per_feature_equal_a_brute_force_ranking(
     assert "<th class=n>channel</th>" not in page and "channels dead" not in page
     assert result.layers[0].unit == "feature"
     model = _planted_model(factory, "planted_rank")
-    d = load_sae(trained.file)
+    d = load_dictionary(trained.file)
     prep = Preprocessing.fitted(input_size=(32, 32), in_chans=3)
     paths = sorted(photos.glob("*.png"))
     with torch.no_grad():
@@ -371,7 +381,7 @@ def test_feature_pages_and_index(planted: Any, tmp_path: Path) -> None:
     index = result.index.read_text()
     assert index.count("<tr data-f=") == 64 and "stability" in index
     page = (out / "sae-features" / "f00005.html").read_text()
-    d = load_sae(out)
+    d = load_dictionary(out)
     # Fewer images than the sample holds: the quantile examples are exact.
     paths, best = _peaks(factory, photos, d)
     firing = sorted((float(best[i, 5]), paths[i].name) for i in range(len(paths)) if best[i, 5] > 0)
@@ -474,7 +484,7 @@ def _browse_and_card(result: Any, out: Path, rows: list[dict[str, Any]]) -> None
     ranked = json.loads((out / "top-images.json").read_text())["layers"][0]["channels"][5]
     assert [t["label"] for t in browser.detail["top"]] == [e["path"] for e in ranked["top"]]
     assert browser.detail["uri"].startswith("data:image/png")  # its contact sheet
-    for same in (result, load_sae(out), out / "sae.json"):
+    for same in (result, load_dictionary(out), out / "sae.json"):
         assert actviz.browse(same).layers == browser.layers
     browser.channel = -1  # the dictionary itself: a title and its quality, no picture
     _front_end(browser.get_state())
@@ -529,7 +539,7 @@ def test_run_draws_the_layers_features(
     x = Preprocessing.fitted(input_size=(32, 32), in_chans=3)(Image.open(image).convert("RGB"))
     with torch.no_grad():
         acts = torch.einsum("bfhw,fc->bchw", model.codes(x[None]), model.directions)
-        peaks = load_sae(trained.file).encode_maps(acts)[0].amax(dim=(1, 2))
+        peaks = load_dictionary(trained.file).encode_maps(acts)[0].amax(dim=(1, 2))
     assert sorted(layer["channels"]) == sorted(peaks.argsort(descending=True)[:4].tolist())
 
 
@@ -591,7 +601,7 @@ def test_batchtopk_keeps_k_on_average_and_its_threshold(planted: Any, tmp_path: 
         kind="batchtopk",
         **FAST,
     )
-    d = load_sae(result.file)
+    d = load_dictionary(result.file)
     assert d.activation == "batchtopk" and d.threshold > 0
     assert 1.5 <= result.quality["l0"] <= 6  # k = 3 per vector on average, not exactly
     assert result.quality["fve"] > 0.7
@@ -615,7 +625,7 @@ def test_load_sae_reads_only_its_own_safetensors(tmp_path: Path) -> None:
         (tmp_path / "missing.safetensors", "no such file"),
     ]:
         with pytest.raises(UsageError, match=words) as caught:
-            load_sae(path)
+            load_dictionary(path)
         assert "\n" not in str(caught.value)
 
 
@@ -634,14 +644,14 @@ def test_a_missing_dictionary_names_the_latest_one_sae_wrote_beside_it(tmp_path:
             os.utime(folder / "sae.safetensors", (when, when))
     for given in (tmp_path / "actviz-out" / "sae.safetensors", tmp_path / "actviz-out"):
         with pytest.raises(UsageError, match="no such file") as caught:
-            load_sae(given)
+            load_dictionary(given)
         said = str(caught.value)
         assert said.endswith(
             f"the latest one beside it is {tmp_path / 'actviz-out-3' / 'sae.safetensors'}"
         )
     # Nothing beside it: no hint.
     with pytest.raises(UsageError) as caught:
-        load_sae(tmp_path / "elsewhere" / "sae.safetensors")
+        load_dictionary(tmp_path / "elsewhere" / "sae.safetensors")
     assert "beside" not in str(caught.value)
 
 
@@ -687,6 +697,62 @@ def test_a_small_folder_trains_at_least_min_steps(planted: Any, tmp_path: Path) 
     assert done.quality["fve"] > bare.quality["fve"] + 0.05
 
 
+@pytest.mark.slow
+def test_the_defaults_find_a_narrow_layers_planted_directions(planted: Any, tmp_path: Path) -> None:
+    """A 32-channel layer whose vectors are 2-sparse mixes of 16 known directions: the
+    default k (32 / 8 = 4, where it was 32, as wide as the layer) recovers all 16 at cosine
+    0.97 or more; k 32 learns a dense code, which a high variance explained would hide, and
+    that is said. The k used is in the summary and in sae.json."""
+    factory, photos, _ = planted
+    narrow = tmp_path / "narrow.py"
+    narrow.write_text(PLANTED.replace("C, PLANTED, K = 24, 32, 3", "C, PLANTED, K = 32, 16, 2"))
+    g = torch.Generator().manual_seed(2)
+    d = torch.randn(16, 32, generator=g)
+    truth = d / d.norm(dim=1, keepdim=True)
+    common = {"layers": "mix", "input_size": (32, 32), "weights": "none", "pages": False}
+    result = sae(f"{narrow}:build", [photos], out=tmp_path / "o", **common)
+    assert result.k == 4 and result.features == 256  # 9,216 vectors an epoch: expansion 8
+    assert result.document["sizes"]["k"].startswith("default for 32 channels")
+    best = _recovered(load_dictionary(result.file).w_dec, truth)
+    assert (best >= 0.97).all(), best
+    assert not [w for w in result.warnings if "cannot make a sparse code" in w]
+
+    dense = sae(f"{narrow}:build", [photos], out=tmp_path / "k32", k=32, min_steps=100, **common)
+    (said,) = [w for w in dense.warnings if "cannot make a sparse code" in w]
+    assert (
+        said.startswith("k 32 is 100% of 32 channels") and "the default for this layer is 4" in said
+    )
+    assert int((_recovered(load_dictionary(dense.file).w_dec, truth) >= 0.97).sum()) < 8
+
+    args = ["sae", f"{narrow}:build", str(photos), "-o", str(tmp_path / "cli"), "-w", "none"]
+    flags = ["--input-size", "32,32", "--layers", "mix", "--min-steps", "20", "--no-pages"]
+    cli = CliRunner().invoke(app, [*args, *flags])
+    assert cli.exit_code == 0, cli.output
+    assert "mix: 256 features over 32 channels, k 4 (the default for this width)" in " ".join(
+        cli.output.split()
+    )
+
+
+def test_default_sizes_follow_the_width_and_the_vectors() -> None:
+    from actviz.sae.options import SaeOptions, default_expansion, default_k
+
+    assert [default_k(c) for c in (2, 16, 32, 64, 256, 768, 2048)] == [1, 2, 4, 8, 32, 32, 32]
+    # 8 features a channel while each gets 16 vectors an epoch; fewer on a small folder.
+    assert default_expansion(32, 9216) == 8 and default_expansion(256, 980) == 1
+    assert default_expansion(256, 256 * 4 * 16) == 4
+    sizes = SaeOptions().sizes(256, 980)
+    assert (sizes.k, sizes.features, sizes.dense) == (32, 256, None)
+    assert "default expansion 1" in sizes.features_from
+    given = SaeOptions(k=64, expansion=2).sizes(128, 10**6)
+    assert (given.k, given.features, given.k_from, given.features_from) == (
+        64,
+        256,
+        "given",
+        "given",
+    )
+    assert given.dense is not None and given.dense.startswith("k 64 is 50% of 128 channels")
+
+
 def test_random_weights_are_said_atop_the_index(tmp_path: Path, make_photos: Any) -> None:
     photos = make_photos(3)
     result = sae(
@@ -726,7 +792,7 @@ def test_a_dictionary_of_another_model_is_refused_and_another_size_warned(
     error before anything is written; another input size is said on stderr."""
     from typer.testing import CliRunner
 
-    from actviz.dictionary import SparseDictionary, sae_bytes
+    from actviz.dictionary import SparseDictionary, dictionary_bytes
     from tests.conftest import make_image
 
     def saved(model: str, source: str) -> Path:
@@ -747,7 +813,7 @@ def test_a_dictionary_of_another_model_is_refused_and_another_size_warned(
             },
         )
         path = tmp_path / f"{model.replace(':', '_').replace('/', '_')}.safetensors"
-        path.write_bytes(sae_bytes(sae))
+        path.write_bytes(dictionary_bytes(sae))
         return path
 
     image = make_image(tmp_path / "x.png")

@@ -17,7 +17,7 @@ import pytest
 
 from actviz import api
 from actviz.run.records import RunRecords
-from actviz.stats import LayerStats, flag_anomalies
+from actviz.statistics import LayerStats, flag_anomalies
 from tests.conftest import run_images, same_up_to_batching, started_and_frozen
 from tests.oracles import aggregate_run
 from tests.test_ray_failures import _setup as _ray_setup

@@ -592,7 +592,7 @@ def test_errors_are_one_line_with_their_exit_code(lamps: tuple[str, Path], tmp_p
     result = runner.invoke(app, ["top-images", model, str(bad), "-l", "body", *common])
     assert result.exit_code == 1 and "no image could be read" in result.stderr
     # Options checked before any work.
-    with pytest.raises(Exception, match="-k must be between 1 and 100"):
+    with pytest.raises(Exception, match="k must be between 1 and 100"):
         TopImagesOptions(k=0)
     done = subprocess.run(
         [sys.executable, "-m", "actviz", "top-images", model, str(photos), "-k", "0"],
@@ -605,12 +605,12 @@ def test_errors_are_one_line_with_their_exit_code(lamps: tuple[str, Path], tmp_p
 @pytest.mark.parametrize(
     ("keywords", "message"),
     [
-        ({"k": 101}, "-k must be between 1 and 100"),
+        ({"k": 101}, "k must be between 1 and 100"),
         ({"score": "median"}, "score=.median. is not a choice: use .max. or .mean."),
-        ({"channels": -1}, "--channels must be 0 (all) or more"),
+        ({"channels": -1}, "channels must be 0 (all) or more"),
         ({"tile": 8}, "tile must be 32 to 512 pixels"),
         ({"cmap": "virdis"}, "did you mean viridis"),
-        ({"png_compression": 10}, "--png-compression must be between 0 and 9"),
+        ({"png_compression": 10}, "png_compression must be between 0 and 9"),
     ],
 )
 def test_option_errors_name_the_fix(keywords: dict[str, Any], message: str) -> None:
@@ -669,7 +669,7 @@ def test_resume_drops_a_torn_ledger_line_and_lines_no_state_covers(
     # A ledger shorter than its state says: refused with the fix, never a wrong resume.
     with (out / LEDGER).open("r+b") as fh:
         fh.truncate(10)
-    with pytest.raises(OutputError, match="shorter than the state.*--overwrite"):
+    with pytest.raises(OutputError, match="shorter than the state.*overwrite=True"):
         _run(lamps, out, batch_size=4, resume=True, report=False)
 
 

@@ -177,7 +177,7 @@ def test_video_and_flow_models_default_to_their_blocks(
 def test_statistics_of_a_channels_last_clip_count_its_channels() -> None:
     import torch
 
-    from actviz.stats import stats_callback
+    from actviz.statistics import stats_callback
 
     contexts = {
         "swin": LayerContext("LayerNorm", channels_hint=8, channels_last=True, frames=True),

@@ -34,7 +34,7 @@ def _timm_swin() -> nn.Module:
 
 
 def _capture(model: nn.Module, names: list[str], x: torch.Tensor, **kw: Any) -> dict[str, Any]:
-    with ActivationRecorder(model, names) as rec, torch.inference_mode():
+    with ActivationRecorder(model, names, per_image=True) as rec, torch.inference_mode():
         model(x, **kw) if kw else model(x)
         return {c.key: c for c in rec.captures}
 
@@ -182,12 +182,13 @@ def test_rows_that_are_not_the_images_are_refused_by_name() -> None:
     assert cut.tensor.shape == (2, 0) and cut.summary is None and cut.shape == (8, 4, 4, 4)
     assert caps["conv"].refused is None and caps["conv"].tensor.shape == (2, 4, 8, 8)
     raw = _raw(model, torch.randn(2, 3, 8, 8))
-    assert raw.shape == (8, 4, 4, 4)  # per_image=False records what the module returns
+    assert raw.shape == (8, 4, 4, 4)  # by default, what the module returns
 
 
 def _raw(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    with ActivationRecorder(model, ["cut"], per_image=False) as rec, torch.inference_mode():
+    with ActivationRecorder(model, ["cut"]) as rec, torch.inference_mode():
         model(x)
+        assert "holds 4 rows per image" in str(rec.captures[0].refused)
         return rec["cut"]
 
 

@@ -80,11 +80,11 @@ class AblateResult:
         return [row for row in self.classes if row["ablation"] == name]
 
     def __repr__(self) -> str:
-        from actviz.notebook.ablate import ablate_card
+        from actviz.cards.ablate import ablate_card
 
         return ablate_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook.ablate import ablate_card
+        from actviz.cards.ablate import ablate_card
 
         return ablate_card(self).html()

@@ -75,11 +75,11 @@ class AtlasResult:
         return bool(getattr(self.weights, "random", False))
 
     def __repr__(self) -> str:
-        from actviz.notebook import atlas_card
+        from actviz.cards import atlas_card
 
         return atlas_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import atlas_card
+        from actviz.cards import atlas_card
 
         return atlas_card(self).html()

@@ -30,10 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["attribute"]
 
 _SHOWS = "The attributions show"
-_NOT_EMPTY = (
-    "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
-    "start again, or choose another --out"
-)
+_NOT_EMPTY = "add --resume to go on with it, --overwrite to start again, or choose another --out"
 #: Classification families whose inputs are images (a video classifier takes clips).
 _IMAGE_FAMILIES = ("classification", "quantized")
 

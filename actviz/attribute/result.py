@@ -74,12 +74,12 @@ class AttributeResult:
         ]
 
     def __repr__(self) -> str:
-        from actviz.notebook import attribute_card
+        from actviz.cards import attribute_card
 
         return attribute_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import attribute_card
+        from actviz.cards import attribute_card
 
         return attribute_card(self).html()
 

@@ -48,10 +48,7 @@ __all__ = ["CamEvalResult", "cam_eval"]
 
 LEDGER = "cam-eval.jsonl"
 _SHOWS = "The maps and scores show"
-_NOT_EMPTY = (
-    "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
-    "start again, or choose another --out"
-)
+_NOT_EMPTY = "add --resume to go on with it, --overwrite to start again, or choose another --out"
 
 
 def cam_eval(

@@ -39,6 +39,10 @@ class CamEvalResult:
         skipped: Non-image files skipped in folders, with the reason.
         warnings: Every warning given.
         reused: Images an earlier run scored, taken from its ledger (``--resume``).
+        model: The model, as the command names it.
+
+    In a notebook it shows itself as a card (``_repr_html_``): every map's scores, what it
+    beats, the sanity check, and the curves.
     """
 
     out: Path
@@ -55,11 +59,22 @@ class CamEvalResult:
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     reused: int = 0
+    model: str = ""
 
     @property
     def failed(self) -> list[dict[str, Any]]:
         """The images that could not be read or scored."""
         return [r for r in self.images if r.get("status") != "ok"]
+
+    def __repr__(self) -> str:
+        from actviz.cards import cam_eval_card
+
+        return cam_eval_card(self, pictures=False).text()
+
+    def _repr_html_(self) -> str:
+        from actviz.cards import cam_eval_card
+
+        return cam_eval_card(self).html()
 
 
 @dataclass

@@ -122,6 +122,7 @@ def write_outputs(
         skipped=list(cmd.found.skipped if cmd.found else []),
         warnings=list(cmd.warnings),
         reused=reused,
+        model=cmd.model,
     )
 
 

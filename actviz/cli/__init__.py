@@ -19,9 +19,11 @@ from actviz.cli import diff as diff
 from actviz.cli import top_images as top_images
 
 # isort: split
+from actviz.cli import label as label
 from actviz.cli import monitor as monitor
 from actviz.cli import optimize as optimize
 from actviz.cli import sae as sae
+from actviz.cli import tcav as tcav
 from actviz.cli.boundary import app, usage_error
 from actviz.errors import ExitCode
 

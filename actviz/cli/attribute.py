@@ -53,7 +53,7 @@ MethodOption = Annotated[
         help=(
             "Attribution methods, each drawn per image: ig (Integrated Gradients), smoothgrad, "
             "gradxinput (gradient x input), lrp (zennit's rules, convolutional networks: pip "
-            "install 'actviz[lrp]'), rollout and grad-rollout (vision transformers); "
+            "install 'actviz\\[lrp]'), rollout and grad-rollout (vision transformers); "
             "comma-separate or repeat. \\[default: ig]"
         ),
         rich_help_panel=_PANEL,

@@ -14,7 +14,7 @@ import typer
 
 from actviz._version import __version__
 from actviz.cli.console import RichReporter, error, warn
-from actviz.errors import ActvizError, ExitCode
+from actviz.errors import ActvizError, ExitCode, command_line_spelling
 
 __all__ = [
     "Terminated",
@@ -69,7 +69,10 @@ def _root(
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
     ] = False,
     debug: Annotated[
-        bool, typer.Option("--debug", help="Show full tracebacks for errors.")
+        bool,
+        typer.Option(
+            "--debug", help="Show full tracebacks for errors (the exit code stays the same)."
+        ),
     ] = False,
 ) -> None:
     """Draw what a neural network's layers see: one feature-map grid PNG per layer."""
@@ -81,23 +84,32 @@ def boundary(command: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(command)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            with _library_warnings():
-                return command(*args, **kwargs)
-        except ActvizError as exc:
-            if state["debug"]:
-                raise
-            error(str(exc))
-            raise typer.Exit(int(exc.exit_code)) from None
-        except KeyboardInterrupt as exc:
-            if state["debug"]:
-                raise
-            terminated = isinstance(exc, Terminated)
-            error(f"{'terminated' if terminated else 'interrupted'}{state['progress']}")
-            code = ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED
-            raise typer.Exit(int(code)) from None
+        # Messages name options as this command line spells them (--k, not k=).
+        with command_line_spelling():
+            try:
+                with _library_warnings():
+                    return command(*args, **kwargs)
+            except ActvizError as exc:
+                _traceback()
+                error(str(exc))
+                raise typer.Exit(int(exc.exit_code)) from None
+            except KeyboardInterrupt as exc:
+                _traceback()
+                terminated = isinstance(exc, Terminated)
+                error(f"{'terminated' if terminated else 'interrupted'}{state['progress']}")
+                code = ExitCode.TERMINATED if terminated else ExitCode.INTERRUPTED
+                raise typer.Exit(int(code)) from None
 
     return wrapper
+
+
+def _traceback() -> None:
+    """With ``--debug``, the full traceback of the error being handled, on stderr; the exit
+    code stays the error's (2 for a usage error), as without it."""
+    if state["debug"]:
+        import traceback
+
+        traceback.print_exc()
 
 
 @contextlib.contextmanager

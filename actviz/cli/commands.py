@@ -7,6 +7,7 @@ the commands, never here, so ``actviz --help`` is instant.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -118,6 +119,7 @@ def run(
     Writes grids to OUT/<image>/<NN>_<layer>.png, and OUT/manifest.json, stats.json,
     stats.csv and the report index.html.
     """
+    from actviz.api import run as pipeline
     from actviz.run.options import RunOptions
 
     if no_images:
@@ -138,7 +140,7 @@ def run(
         gradients=gradients.options(),
         execution=execution.options(),
     )
-    _execute(model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
+    _execute(pipeline, model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
 
 
 @app.command()
@@ -169,6 +171,7 @@ def stats(
     constant, exploding and vanishing layers.
     """
     from actviz.run.options import DrawOptions, RunOptions
+    from actviz.stats import stats as pipeline
 
     options = RunOptions(
         layers=selector(layers),
@@ -182,10 +185,11 @@ def stats(
         draw=DrawOptions(grids=False),
         execution=execution.options(),
     )
-    _execute(model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
+    _execute(pipeline, model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
 
 
 def _execute(
+    pipeline: Callable[..., RunResult],
     model: str,
     inputs: list[Path],
     options: RunOptions,
@@ -194,14 +198,13 @@ def _execute(
     as_json: bool,
     quiet: bool,
 ) -> None:
-    """Run the pipeline with a progress bar and a clean stop on SIGTERM, then report."""
-    from actviz.api import run as run_pipeline
-
+    """Run the pipeline (``actviz.run`` or ``actviz.stats``) with a progress bar and a clean stop
+    on SIGTERM, then report."""
     kinds = checks.kinds()  # a bad kind fails before any work
     made = not options.out.exists()
     # Inputs that hold no image are refused by the run's opening, before any work.
     with reporting(quiet) as reporter:
-        result = run_pipeline(model, inputs, options, reporter=reporter)
+        result = pipeline(model, inputs, options, reporter=reporter)
     _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds, made=made)
 
 
@@ -273,8 +276,8 @@ def models(
         typer.Option(
             "--all",
             help=(
-                "List every name, with its family and whether run takes it (RUN yes/no), "
-                "not only the names run takes."
+                "A table of every name with its family and whether run takes it (RUN yes/no); "
+                "for timm, each pretrained tag too."
             ),
         ),
     ] = False,

@@ -39,7 +39,7 @@ from actviz.errors import UsageError
 
 if TYPE_CHECKING:
     from actviz.command.options import ExecutionOptions, LoadOptions
-    from actviz.stats import Thresholds
+    from actviz.statistics import Thresholds
 
 __all__ = [
     "CheckFlags",
@@ -200,7 +200,7 @@ class CheckFlags(Flags):
 
     def kinds(self) -> frozenset[str]:
         """The flag kinds ``--fail-on`` names (a bad kind fails here, before any work)."""
-        from actviz.stats import parse_kinds
+        from actviz.statistics import parse_kinds
 
         return parse_kinds(self.fail_on) if self.fail_on else frozenset()
 
@@ -208,7 +208,7 @@ class CheckFlags(Flags):
         """``--threshold name=value`` options -> ``Thresholds``, or None for the defaults."""
         if not self.threshold:
             return None
-        from actviz.stats import Thresholds
+        from actviz.statistics import Thresholds
 
         known = {f.name for f in dataclasses.fields(Thresholds)}
         values: dict[str, float] = {}

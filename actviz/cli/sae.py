@@ -44,10 +44,27 @@ FeaturesOption = Annotated[
     ),
 ]
 ExpansionOption = Annotated[
-    int, typer.Option("--expansion", min=1, help="Features per channel.", rich_help_panel=P)
+    int | None,
+    typer.Option(
+        "--expansion",
+        min=1,
+        help="Features per channel \\[default: 8, or 4, 2, 1 when an epoch gives fewer than "
+        "16 training vectors per feature].",
+        show_default=False,
+        rich_help_panel=P,
+    ),
 ]
 KOption = Annotated[
-    int, typer.Option("--k", "-k", min=1, help="Features active per vector.", rich_help_panel=P)
+    int | None,
+    typer.Option(
+        "--k",
+        "-k",
+        min=1,
+        help="Features active per vector \\[default: the layer's channels / 8, 1 to 32]; "
+        "above a quarter of the channels the code cannot be sparse, and that is said.",
+        show_default=False,
+        rich_help_panel=P,
+    ),
 ]
 KindOption = Annotated[
     Literal["topk", "batchtopk"],
@@ -196,8 +213,8 @@ def sae(
     *,
     layers: LayersOption = None,
     features: FeaturesOption = None,
-    expansion: ExpansionOption = 8,
-    k: KOption = 32,
+    expansion: ExpansionOption = None,
+    k: KOption = None,
     kind: KindOption = "topk",
     epochs: EpochsOption = 4,
     tokens: TokensOption = None,
@@ -207,7 +224,7 @@ def sae(
     held_out: HeldOutOption = 0.1,
     prefix_tokens: PrefixOption = False,
     sae_batch: SaeBatchOption = None,
-    min_steps: MinStepsOption = 500,
+    min_steps: MinStepsOption = 1000,
     buffer: BufferOption = 65536,
     top: TopOption = 9,
     no_pages: NoPagesOption = False,
@@ -222,7 +239,7 @@ def sae(
     One vector per spatial position of a map, per patch token of a ViT (class and register
     tokens left out), per image of a vector; streamed from the forward passes through a
     bounded shuffle buffer, each epoch running the images again (nothing is recorded to
-    disk). Writes OUT/sae.safetensors (actviz.load_sae reads it; run --sae and top-images
+    disk). Writes OUT/sae.safetensors (actviz.load_dictionary reads it; run --sae and top-images
     --sae use it), OUT/sae.json (quality on the held-out images) and a page per feature with
     its index OUT/sae.html. Ctrl-C keeps a usable dictionary; --resume goes on.
     """
@@ -281,10 +298,12 @@ def _print_result(result: SaeResult) -> None:
         else f"{result.epochs} passes ({asked} epoch(s) asked, more to reach --min-steps "
         f"{training.get('min_steps')})"
     )
+    chosen = " (the default for this width)" if result.k_from != "given" else ""
     out_console.print(
         f"{result.layer}: {result.features} features over {result.channels} channels, k "
-        f"{result.k}; {passes}, {result.steps:,} steps of {training.get('sae_batch')} vectors, "
-        f"{result.tokens:,} vectors from {result.images} images on {result.device}: "
+        f"{result.k}{chosen}; {passes}, {result.steps:,} steps of "
+        f"{training.get('sae_batch')} vectors, {result.tokens:,} vectors from "
+        f"{result.images} images on {result.device}: "
         f"{result.file}{note}",
         markup=False,
     )

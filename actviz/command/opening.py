@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,9 +100,9 @@ class Command:
         Raises:
             UsageError: When it cannot be read, or was trained on another named model.
         """
-        from actviz.dictionary import check_fit, load_sae
+        from actviz.dictionary import check_fit, load_dictionary
 
-        sae = load_sae(path, device)
+        sae = load_dictionary(path, device)
         check_fit(
             sae,
             path,
@@ -156,10 +156,12 @@ class Command:
         the modules it names."""
         from actviz.hooks import layer_refs
         from actviz.layouts import default_selector
-        from actviz.selectors import select_layers
+        from actviz.selectors import MODULE_LISTING, select_layers
 
         selector = layers if layers is not None else default or default_selector(loaded.module)
-        return selector, select_layers(layer_refs(loaded.module), selector, model=self.model)
+        listing = None if isinstance(self.given, str) else MODULE_LISTING
+        refs = layer_refs(loaded.module)
+        return selector, select_layers(refs, selector, model=self.model, listing=listing)
 
     def deepest(self, loaded: LoadedModel, layers: str | None) -> tuple[str, list[str]]:
         """:meth:`select`, but without ``layers`` only the deepest layer of the
@@ -179,6 +181,13 @@ def input_paths(inputs: Sequence[Path | str] | Path | str) -> list[Path]:
     """
     if isinstance(inputs, str | Path):
         return [Path(inputs)]
+    if isinstance(inputs, Mapping):
+        # Iterating a dict gives its keys: {"x": tensor} would be read as a file named x.
+        raise UsageError(
+            f"inputs must be image files and/or folders (a path, or a list of them), not a "
+            f"{type(inputs).__name__} of {', '.join(repr(str(k)) for k in list(inputs)[:3])}; "
+            "to look at what a model does with a dict of tensors, use actviz.capture"
+        )
     try:
         paths = list(inputs)
     except TypeError:

@@ -11,30 +11,30 @@ from typing import Any
 from actviz.dictionary.model import SparseDictionary
 from actviz.errors import UsageError
 
-__all__ = ["FILE", "FORMAT", "check_fit", "load_sae", "sae_bytes"]
+__all__ = ["FILE", "FORMAT", "check_fit", "load_dictionary", "dictionary_bytes"]
 
 FORMAT = "actviz-sae/1"
-#: The file ``actviz sae`` writes, and the one :func:`load_sae` looks for in a folder.
+#: The file ``actviz sae`` writes, and the one :func:`load_dictionary` looks for in a folder.
 FILE = "sae.safetensors"
 _TENSORS = ("w_enc", "b_enc", "w_dec", "b_dec", "mean")
 _FEATURE = "feature."
 
 
-def sae_bytes(sae: SparseDictionary, config: dict[str, Any] | None = None) -> bytes:
+def dictionary_bytes(dictionary: SparseDictionary, config: dict[str, Any] | None = None) -> bytes:
     """The file's bytes (for :mod:`actviz.output` to write): tensors on the CPU, ``config``
     (else the dictionary's own) with the format, k, activation, threshold and scale added."""
     from safetensors.torch import save
 
-    tensors = {name: getattr(sae, name).detach().float().cpu().clone() for name in _TENSORS}
-    for name, values in sae.per_feature.items():
+    tensors = {name: getattr(dictionary, name).detach().float().cpu().clone() for name in _TENSORS}
+    for name, values in dictionary.per_feature.items():
         tensors[_FEATURE + name] = values.detach().float().cpu().contiguous()
     record = {
-        **(config if config is not None else sae.config),
+        **(config if config is not None else dictionary.config),
         "format": FORMAT,
-        "k": sae.k,
-        "activation": sae.activation,
-        "threshold": sae.threshold,
-        "scale": sae.scale,
+        "k": dictionary.k,
+        "activation": dictionary.activation,
+        "threshold": dictionary.threshold,
+        "scale": dictionary.scale,
     }
     return bytes(save(tensors, metadata={"actviz": json.dumps(record, default=str)}))
 
@@ -49,7 +49,7 @@ def _written_beside(file: Path) -> Path | None:
     return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
-def load_sae(path: Path | str, device: Any = "cpu") -> SparseDictionary:
+def load_dictionary(path: Path | str, device: Any = "cpu") -> SparseDictionary:
     """A dictionary ``actviz sae`` trained, from its ``sae.safetensors`` (or the folder that
     holds it), on ``device``.
 
@@ -79,7 +79,7 @@ def load_sae(path: Path | str, device: Any = "cpu") -> SparseDictionary:
         missing = [name for name in _TENSORS if name not in tensors]
         if config.get("format") != FORMAT or missing:
             raise KeyError("format")
-        sae = SparseDictionary(
+        dictionary = SparseDictionary(
             **{name: tensors[name] for name in _TENSORS},
             scale=float(config["scale"]),
             k=int(config["k"]),
@@ -97,7 +97,7 @@ def load_sae(path: Path | str, device: Any = "cpu") -> SparseDictionary:
         raise UsageError(
             f"--sae {file} is not a dictionary actviz sae wrote (no {FORMAT} config in it)"
         ) from None
-    return sae.to(device)
+    return dictionary.to(device)
 
 
 #: Model sources whose names say which network it is: a dictionary trained on one of them
@@ -107,7 +107,7 @@ _NAMED_SOURCES = frozenset({"torchvision", "timm", "hf"})
 
 
 def check_fit(
-    sae: SparseDictionary,
+    dictionary: SparseDictionary,
     source: Path,
     *,
     model: str,
@@ -115,16 +115,25 @@ def check_fit(
     input_size: tuple[int, int],
     warn: Callable[[str], None],
 ) -> None:
-    """Refuse a dictionary trained on another named model; ``warn`` (one line) when the model
-    may differ or the input size does (the layer's maps then differ from those it learned).
+    """Refuse a dictionary trained on another named model; ``warn`` (one line) when its
+    training did not finish (saved on Ctrl-C), when the model may differ or the input size
+    does (the layer's maps then differ from those it learned).
 
     Raises:
         UsageError: When the dictionary's model and ``model`` are both names of a model
             source and differ.
     """
-    config = sae.config
+    config = dictionary.config
     trained = config.get("model")
     layer = (config.get("layer") or {}).get("key")
+    if config.get("complete") is False:
+        steps = (config.get("training") or {}).get("steps")
+        done = f" after {steps:,} steps" if isinstance(steps, int) else ""
+        warn(
+            f"--sae {source} was saved before its training finished (stopped{done}): its "
+            "features may be half-learned; finish it by running the same actviz sae command "
+            "with --resume"
+        )
     if isinstance(trained, str) and trained != model:
         was = (config.get("model_info") or {}).get("source")
         if was in _NAMED_SOURCES and model_source in _NAMED_SOURCES:

@@ -44,7 +44,7 @@ class SparseDictionary:
             metrics...).
         per_feature: Per-feature figures saved with the weights (``density``, ``stability``),
             each ``(F,)``.
-        file: The file it was loaded from (:func:`actviz.load_sae`); None for one in memory.
+        file: The file it was loaded from (:func:`actviz.load_dictionary`); None for one in memory.
     """
 
     w_enc: torch.Tensor

@@ -206,10 +206,7 @@ def _check_inputs(paths: list[Path], opts: DiffOptions) -> None:
 
 #: What the pictures of a model with random weights show, in the loud warning.
 _SHOWS = "The pictures show"
-_NOT_EMPTY = (
-    "add --overwrite (overwrite=True in Python) to replace an earlier diff there, or choose "
-    "another --out"
-)
+_NOT_EMPTY = "add --overwrite to replace an earlier diff there, or choose another --out"
 
 
 def _remove_earlier(out: Path) -> None:

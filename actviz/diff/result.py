@@ -167,12 +167,12 @@ class DiffResult:
     """The first layer, in depth order, whose relative L2 is above :data:`REL_L2_CHANGED`."""
 
     def __repr__(self) -> str:
-        from actviz.notebook import diff_card
+        from actviz.cards import diff_card
 
         return diff_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import diff_card
+        from actviz.cards import diff_card
 
         return diff_card(self).html()
 

@@ -142,11 +142,13 @@ def _batches(state: Stream, paths: list[Path], notify: Reporter | None) -> Itera
     # wait here for the second's.
     held: list[tuple[Capture, torch.Tensor]] | None = None
     with contextlib.ExitStack() as stack:
-        rec_a = stack.enter_context(ActivationRecorder(a.module, state.names))
+        rec_a = stack.enter_context(ActivationRecorder(a.module, state.names, per_image=True))
         stack.enter_context(eval_mode(a.module))
         rec_b = None
         if model_b is not None:
-            rec_b = stack.enter_context(ActivationRecorder(model_b.module, state.names))
+            rec_b = stack.enter_context(
+                ActivationRecorder(model_b.module, state.names, per_image=True)
+            )
             stack.enter_context(eval_mode(model_b.module))
         for good, _logits, _x in forward.batches(paths, stack, failed):
             state.never_ran.update(rec_a.never_called())

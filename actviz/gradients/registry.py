@@ -208,11 +208,11 @@ def map_method(name: str, option: str = "--methods", *, kind: MapKind | None = N
         return row
     message = f"{option} takes one of {', '.join(names(kind))}, not '{name}'"
     if row is not None and row.kind == "attribution":
-        message += f" ({row.name} is drawn at the input: actviz attribute --method {row.name})"
+        message += f" ({row.name} is drawn at the input: `actviz attribute --method {row.name}`)"
     elif row is not None:
         message += (
-            f" ({row.name} is a class activation map: actviz run --cam-method {row.name}; "
-            f"actviz cam-eval -m {row.name},ig compares the two kinds)"
+            f" ({row.name} is a class activation map: `actviz run --cam-method {row.name}`; "
+            f"`actviz cam-eval -m {row.name},ig` compares the two kinds)"
         )
     raise UsageError(message)
 

@@ -13,6 +13,11 @@
 - Tuple, list, dict and namedtuple outputs give one capture per tensor element:
   ``block[0]``, ``heads[out]``.
 - A quantized model's ``quint8`` outputs are recorded dequantized.
+- What a module returns is what is recorded: an LSTM's ``(layers, B, H)`` state, a
+  sequence-first output, windowed attention's ``images x windows`` rows. Making each
+  capture's first dimension the images of the batch is drawing's policy, asked for with
+  ``per_image=True``; without it, ``Capture.refused`` still says why a tensor's rows are not
+  the images, so whatever draws from the capture can say so.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from actviz.errors import UsageError
 from actviz.hooks.refs import layer_refs, tensor_items
 from actviz.hooks.session import Capture, HookSession, call_key
+from actviz.selectors import MODULE_LISTING
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
@@ -59,12 +65,15 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         summarize: Called as ``summarize(module_name, tensor)`` on each captured tensor where
             it lives (on the device, before the copy); the result is kept in
             ``Capture.summary``. Statistics are cheapest there.
-        per_image: Make each capture's first dimension the images of the batch: windowed
-            attention's ``images x windows`` rows (timm's and Hugging Face's Swin, timm's
-            MaxViT) reassembled into each image's grid, ``(B, H, W, C)``; any other output
-            whose first dimension is not the batch is kept empty, ``(B, 0)``, with the reason
-            in ``Capture.refused`` (:class:`actviz.windows.ImageRows`). False records what
-            the modules return.
+        per_image: False (the default) records what the modules return, as a plain hook
+            sees it; ``Capture.refused`` says why a tensor's rows are not the images of the
+            batch, where they are not. True, for drawing one image at a time: make each
+            capture's first dimension the images of the batch: windowed attention's
+            ``images x windows`` rows (timm's and Hugging Face's Swin, timm's MaxViT)
+            reassembled into each image's grid, ``(B, H, W, C)``, a detector's maps cropped
+            to the image; any other output whose first dimension is not the batch is kept
+            empty, ``(B, 0)``, with the reason in ``Capture.refused``
+            (:class:`actviz.windows.ImageRows`).
 
     Example:
         >>> with ActivationRecorder(model, ["layer1.0.conv1"]) as acts:
@@ -81,7 +90,7 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         keep_tensors: bool = True,
         mode: CaptureMode = "output",
         summarize: Callable[[str, torch.Tensor], Any] | None = None,
-        per_image: bool = True,
+        per_image: bool = False,
     ) -> None:
         if mode not in ("output", "input", "both", "attn"):
             raise UsageError(f"unknown capture mode '{mode}'; use output, input, both or attn")
@@ -92,7 +101,10 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         self._paused = False
         self._captures: dict[str, Capture] = {}
         self._contexts: dict[str, LayerContext] | None = None
-        self._rows = ImageRows(model, enabled=per_image)
+        self.per_image = per_image
+        # Watches the batch (and windowed blocks) either way: without per_image its verdict
+        # is only said, in Capture.refused.
+        self._rows = ImageRows(model)
 
     # Mapping protocol: key -> tensor of the latest forward.
     def __getitem__(self, key: str) -> torch.Tensor:
@@ -202,7 +214,10 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
         self, name: str, tensor: torch.Tensor
     ) -> tuple[torch.Tensor, str | None, str | None]:
         """The tensor with one row per image, how that was done, and why it could not be
-        (then the tensor is an empty ``(images, 0)``)."""
+        (then the tensor is an empty ``(images, 0)``); without ``per_image``, the tensor as
+        the module returned it and why its rows are not the images."""
+        if not self.per_image:
+            return tensor, None, self._rows.unattributed(name, tensor)
         split, note = self._rows.split(name, tensor)
         if split is not None:
             return split, note, None
@@ -289,7 +304,9 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
 
 def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> ActivationRecorder:
     """An :class:`ActivationRecorder` on the layers a selector (``conv``, ``layer4.*``,
-    ``re:...``, ``!term``; see ``actviz.selectors``) matches.
+    ``re:...``, ``!term``; see ``actviz.selectors``) matches. Each entry is a copy of what
+    a plain forward hook sees (an LSTM's ``(layers, B, H)`` state included), on the CPU as
+    float32; ``captures[i].refused`` says where its rows are not the images of the batch.
 
     Raises:
         LayerSelectionError: If the selector matches nothing.
@@ -301,7 +318,9 @@ def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> Activatio
     """
     from actviz.selectors import select_layers
 
-    names = select_layers(layer_refs(model), layers, model=type(model).__name__)
+    names = select_layers(
+        layer_refs(model), layers, model=type(model).__name__, listing=MODULE_LISTING
+    )
     return ActivationRecorder(model, names)
 
 

@@ -39,8 +39,10 @@ class Capture:
         summary: What the recorder's ``summarize`` callback returned for this tensor.
         rows: How the rows were made the batch's images when the module's own were not
             (windows reassembled into each image's grid), for the layer's note.
-        refused: Why the output's rows cannot be attributed to the images of the batch;
-            ``tensor`` is then empty, ``(images, 0)``, and ``summary`` None.
+        refused: Why the output's rows cannot be attributed to the images of the batch
+            (``summary`` is then None). A recorder asked for per-image rows keeps ``tensor``
+            empty, ``(images, 0)``; otherwise it is what the module returned, and whatever
+            draws one image of it says this instead.
     """
 
     key: str

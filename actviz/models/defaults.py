@@ -82,6 +82,9 @@ def default_selector(model: nn.Module) -> str:
         return tokens
     if "MaxVit" in family and "MaxVitLayer" in types:
         return "stem,MaxVitLayer" if "stem" in names else "MaxVitLayer"
+    blocks = _blocks_after_convs(model, refs)
+    if blocks is not None:
+        return blocks
     if any(ref.leaf and TYPE_ALIASES["conv"].intersection(ref.types) for ref in refs):
         # Auxiliary classifiers (Inception, GoogLeNet) only run in training mode.
         aux = [ref.name for ref in refs if "InceptionAux" in ref.types and _selectable(ref.name)]
@@ -113,6 +116,24 @@ def _token_blocks(model: nn.Module, refs: list[LayerRef]) -> str | None:
     return ",".join([*terms, rf"re:^{re.escape(blocks)}\.\d+$"])
 
 
+def _blocks_after_convs(model: nn.Module, refs: list[LayerRef]) -> str | None:
+    """For a model whose blocks hold no convolution (MLP-Mixer, gMLP, ResMLP, Hiera, SAM's
+    ViT, CrossViT, a ViT after a convolutional stem): its convolutions (the patch embedding,
+    a stem, a neck) and each block of the first such list of numbered blocks, where the
+    convolutions alone would draw only the stem."""
+    from actviz.selectors import TYPE_ALIASES
+
+    convs = [r.name for r in refs if r.leaf and TYPE_ALIASES["conv"].intersection(r.types)]
+    if not convs:
+        return None
+    lists = _numbered_lists(model)
+    for name in lists:
+        nested = any(name.startswith(f"{outer}.") for outer in lists)
+        if not nested and not any(conv.startswith(f"{name}.") for conv in convs):
+            return rf"conv,re:^{re.escape(name)}\.\d+$"
+    return None
+
+
 def _normalized_stages(model: nn.Module) -> str | None:
     """The container of a hierarchical backbone's stages: two or more numbered children whose
     classes are named ``...Stage`` and that hold a LayerNorm (Hugging Face's Swin, ConvNeXt,
@@ -140,6 +161,12 @@ def _selectable(name: str) -> bool:
 
 def _numbered_blocks(model: nn.Module) -> str | None:
     """The first container holding two or more numbered blocks of one class."""
+    return next(iter(_numbered_lists(model)), None)
+
+
+def _numbered_lists(model: nn.Module) -> list[str]:
+    """Every container holding two or more numbered blocks of one class, in module order."""
+    found: list[str] = []
     for name, module in model.named_modules():
         if not name or not _selectable(name):
             continue
@@ -148,5 +175,5 @@ def _numbered_blocks(model: nn.Module) -> str | None:
             continue
         kinds = {type(child) for _, child in children}
         if len(kinds) == 1 and next(iter(children[0][1].children()), None) is not None:
-            return str(name)
-    return None
+            found.append(str(name))
+    return found

@@ -53,12 +53,12 @@ class LayerListing:
     """What the names mean, where the model changed them (a quantized model's fused layers)."""
 
     def __repr__(self) -> str:
-        from actviz.notebook import listing_card
+        from actviz.cards import listing_card
 
         return listing_card(self).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import listing_card
+        from actviz.cards import listing_card
 
         return listing_card(self).html()
 
@@ -231,7 +231,7 @@ def _traced(
 
     build = source.build_meta(model, input_size)
     if build.module is not None:
-        input_shape = _input_shape(build.module, preprocess, input_size)
+        input_shape = traced_input_shape(build.module, preprocess, input_size)
         family = family_of(build.module)
         meta = torch.device("meta")
         try:
@@ -250,7 +250,7 @@ def _traced(
                 ) from exc
     assert build.on_cpu is not None  # a source without a CPU fallback builds on meta
     module = build.on_cpu()
-    input_shape = _input_shape(module, preprocess, input_size)
+    input_shape = traced_input_shape(module, preprocess, input_size)
     try:
         return module, trace(module, input_shape, torch.device("cpu")), input_shape, None
     except Exception as exc:  # the user's forward: report it, whatever it raised
@@ -261,7 +261,7 @@ def _traced(
         ) from exc
 
 
-def _input_shape(
+def traced_input_shape(
     module: nn.Module, preprocess: Preprocessing, input_size: tuple[int, int] | None
 ) -> tuple[int, ...]:
     """``(1, C, H, W)`` of the input a trace feeds: the size the family's preprocessing
@@ -299,12 +299,28 @@ def trace(
     return recorder
 
 
+def trace_with(module: nn.Module, data: Any) -> ActivationRecorder:
+    """One forward on an example input, as the model is called (a tensor, a tuple of
+    arguments or a dict of keywords), with every module hooked."""
+    import torch
+
+    recorder = _recorder(module)
+    with recorder, torch.inference_mode():
+        if isinstance(data, dict):
+            module(**data)
+        elif isinstance(data, (tuple, list)):
+            module(*data)
+        else:
+            module(data)
+    return recorder
+
+
 def _recorder(module: nn.Module) -> ActivationRecorder:
     from actviz.hooks import ActivationRecorder, layer_refs
 
     module.eval()
     names = [ref.name for ref in layer_refs(module)]
-    return ActivationRecorder(module, names, keep_tensors=False)
+    return ActivationRecorder(module, names, keep_tensors=False, per_image=True)
 
 
 def _forward_zeros(module: nn.Module, input_shape: tuple[int, ...], device: torch.device) -> None:

@@ -101,7 +101,8 @@ def list_models(
     Args:
         pattern: A glob such as ``resnet*``; a pattern without wildcards matches as a
             substring.
-        include_all: Also list the models of families ``run`` does not take (see
+        include_all: Also list what a source lists only on request: timm's pretrained
+            tags, and the models of any family ``run`` does not take (see
             :attr:`actviz.models.families.Family.refused`).
         source: The model source to list (see :data:`actviz.models.sources.SOURCES`).
         family: Only the models of this family (``detection``; see

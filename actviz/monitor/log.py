@@ -104,12 +104,12 @@ class TrainingLog:
         return self.nonfinite[0] if self.nonfinite else None
 
     def __repr__(self) -> str:
-        from actviz.notebook import log_state, training_card
+        from actviz.cards import log_state, training_card
 
         return training_card(log_state(self), name="TrainingLog").text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import log_state, training_card
+        from actviz.cards import log_state, training_card
 
         return training_card(log_state(self)).html()
 

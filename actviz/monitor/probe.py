@@ -72,7 +72,7 @@ class ProbeSink:
         with (
             eval_mode(self.model),
             torch.no_grad(),
-            ActivationRecorder(self.model, self.layers) as acts,
+            ActivationRecorder(self.model, self.layers, per_image=True) as acts,
         ):
             try:
                 self.model(self.probe.to(device))

@@ -94,7 +94,7 @@ def watch(
     import torch
 
     from actviz.hooks import layer_refs
-    from actviz.selectors import select_layers
+    from actviz.selectors import MODULE_LISTING, select_layers
 
     if not isinstance(model, torch.nn.Module):
         hint = (
@@ -139,8 +139,12 @@ def watch(
         }
         selected = [r.name for r in refs if r.leaf and r.name in owners]
     else:
-        selected = select_layers(refs, layers, model=type(model).__name__)
-    allowed = select_layers(refs, allow_inf, model=type(model).__name__) if allow_inf else []
+        selected = select_layers(refs, layers, model=type(model).__name__, listing=MODULE_LISTING)
+    allowed = (
+        select_layers(refs, allow_inf, model=type(model).__name__, listing=MODULE_LISTING)
+        if allow_inf
+        else []
+    )
     probe_every = probe_every if probe_every is not None else (every or 10)
     if not isinstance(probe_every, int) or isinstance(probe_every, bool) or probe_every < 1:
         raise UsageError(f"probe_every must be a whole number of steps >= 1, not {probe_every!r}")

@@ -97,7 +97,7 @@ class Watch(HookSession):
         self._opt_stepped = False
         self._manual = False  # the loop calls w.step()
         self._flagger: Any = None
-        self._live: Any = None  # a notebook's live view (actviz.notebook.LiveView)
+        self._live: Any = None  # a notebook's live view (actviz.cards.LiveView)
 
     @property
     def recording(self) -> bool:
@@ -182,19 +182,19 @@ class Watch(HookSession):
         """Show the latest per-layer statistics and flags in the cell's output, redrawn every
         ``every`` steps while the loop runs and once at the end of the block (a redraw reads
         only the log's new lines; the other steps pay one test). Returns the view
-        (:class:`actviz.notebook.LiveView`); ``view.refresh()`` redraws at once."""
-        from actviz.notebook import LiveView
+        (:class:`actviz.cards.LiveView`); ``view.refresh()`` redraws at once."""
+        from actviz.cards import LiveView
 
         self._live = LiveView(self.log_path, every, steps=lambda: self.steps).show()
         return self._live
 
     def __repr__(self) -> str:
-        from actviz.notebook import LogFollower, training_card
+        from actviz.cards import LogFollower, training_card
 
         return training_card(LogFollower(self.log_path).read(), steps=self.steps).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import LogFollower, training_card
+        from actviz.cards import LogFollower, training_card
 
         return training_card(LogFollower(self.log_path).read(), steps=self.steps).html()
 

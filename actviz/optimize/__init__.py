@@ -4,11 +4,13 @@ excite it (Olah et al., Distill 2017; Lucent's recipe), many channels at once in
 The pieces: :func:`optimize` (the whole command), :func:`optimize_batch` (one layer's channels
 in one batch, no files), the parameterization (:class:`FourierImage`), Lucent's transforms
 (:mod:`actviz.optimize.transforms`), the objective (:class:`Objective`) and the sheet
-(:func:`layer_sheet`). Importing this package imports no torch.
+(:func:`layer_sheet`). The package is itself callable, ``actviz.optimize(...)`` being
+:func:`optimize`. Importing this package imports no torch.
 """
 
 from __future__ import annotations
 
+from actviz.command.package import callable_package
 from actviz.optimize.loop import BatchResult as BatchResult
 from actviz.optimize.loop import LayerTarget as LayerTarget
 from actviz.optimize.loop import optimize_batch as optimize_batch
@@ -44,3 +46,5 @@ __all__ = [
     "optimize_batch",
     "parse_channels",
 ]
+
+callable_package(__name__, optimize)

@@ -122,7 +122,7 @@ class BatchResult:
 
     def _repr_png_(self) -> bytes:
         """The first optimized images side by side (a cell shows them)."""
-        from actviz.notebook import side_by_side
+        from actviz.cards import side_by_side
 
         return side_by_side(self.images)
 

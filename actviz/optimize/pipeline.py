@@ -17,6 +17,8 @@ from actviz.errors import OutputError
 from actviz.optimize.options import OptimizeOptions
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from actviz.command import Command
     from actviz.models import LoadedModel, WeightsInfo
     from actviz.optimize.loop import BatchResult
@@ -99,7 +101,7 @@ class LayerImages:
 
     def _repr_png_(self) -> bytes:
         """The first optimized images side by side (a cell shows them)."""
-        from actviz.notebook import side_by_side
+        from actviz.cards import side_by_side
 
         return side_by_side(self.pixels)
 
@@ -123,12 +125,12 @@ class OptimizeResult:
     document: dict[str, Any]
 
     def __repr__(self) -> str:
-        from actviz.notebook import optimize_card
+        from actviz.cards import optimize_card
 
         return optimize_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import optimize_card
+        from actviz.cards import optimize_card
 
         return optimize_card(self).html()
 
@@ -139,7 +141,7 @@ class OptimizeResult:
 
 
 def optimize(
-    model: str,
+    model: str | nn.Module,
     options: OptimizeOptions | None = None,
     *,
     reporter: Reporter | None = None,
@@ -154,7 +156,8 @@ def optimize(
     and the page ``optimize.html``.
 
     Args:
-        model: A model name or ``package.module:factory`` / ``path/to/file.py:factory``.
+        model: A model name, ``package.module:factory`` / ``path/to/file.py:factory``, or an
+            ``nn.Module`` (used with its own weights).
         options: The options (:class:`~actviz.optimize.options.OptimizeOptions`).
         reporter: Receives warnings and progress.
         **keywords: Instead of ``options``, any option by its flat name.

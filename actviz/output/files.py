@@ -64,8 +64,8 @@ def prepare_out_dir(
     try:
         if not (resume or overwrite) and out.is_dir() and any(out.iterdir()):
             advice = hint or (
-                "add --resume (resume=True in Python) to finish an earlier run there, "
-                "--overwrite (overwrite=True) to replace its outputs, or choose another --out"
+                "add --resume to finish an earlier run there, --overwrite to replace its "
+                "outputs, or choose another --out"
             )
             raise OutputError(f"{out} is not empty; {advice}", usage=True)
         out.mkdir(parents=True, exist_ok=True)

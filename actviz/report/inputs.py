@@ -32,7 +32,7 @@ LINKED_FIRST = 24
 
 WORST_LINKED = 20
 """How many of the worst images of each flag kind get a page: as many as ``stats.json`` lists
-(``actviz.stats.WORST``; the report reads statistics as data and imports nothing of them)."""
+(``actviz.statistics.WORST``; the report reads statistics as data and imports nothing of them)."""
 
 LISTED = 50
 """How many failed images and skipped inputs the index lists; it says how many there are."""

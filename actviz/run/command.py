@@ -205,14 +205,14 @@ def _features(path: Path, names: list[str], cmd: Command, loaded: LoadedModel) -
         UsageError: When it was trained on another model, or its layer is not among the
             selected ones.
     """
-    sae = cmd.dictionary(path, loaded)
-    layer = sae.config.get("layer") or {}
+    dictionary = cmd.dictionary(path, loaded)
+    layer = dictionary.config.get("layer") or {}
     if layer.get("module") not in names:
         raise UsageError(
             f"--sae {path} was trained on {layer.get('key')}, which --layers does not select; "
             f"add it (--layers {layer.get('module')})"
         )
-    return {str(layer.get("key")): sae}
+    return {str(layer.get("key")): dictionary}
 
 
 def _dictionary(path: Path | None, features: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -220,13 +220,13 @@ def _dictionary(path: Path | None, features: dict[str, Any] | None) -> dict[str,
     number and k, and the model it was trained on."""
     if path is None or not features:
         return None
-    (key, sae), *_ = features.items()
+    (key, dictionary), *_ = features.items()
     return {
         "file": str(path),
         "layer": key,
-        "features": sae.features,
-        "k": sae.k,
-        "trained_on": sae.config.get("model"),
+        "features": dictionary.features,
+        "k": dictionary.k,
+        "trained_on": dictionary.config.get("model"),
     }
 
 
@@ -234,9 +234,9 @@ def _select(cmd: Command, loaded: LoadedModel, opts: RunOptions) -> tuple[str, l
     """The selector (the architecture's default when none was given) and the modules it names."""
     default = None
     if opts.layers is None and opts.sae is not None:  # the dictionary's own layer
-        from actviz.dictionary import load_sae
+        from actviz.dictionary import load_dictionary
 
-        default = str((load_sae(opts.sae).config.get("layer") or {}).get("module"))
+        default = str((load_dictionary(opts.sae).config.get("layer") or {}).get("module"))
     if opts.layers is None and opts.capture == "attn":  # from the attention modules
         from actviz.attention import attention_selector
 

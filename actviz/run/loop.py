@@ -27,7 +27,7 @@ from actviz.run.families import IMAGE_KINDS, Batch, Extras, Probe, run_family
 from actviz.run.gradients import write_gradient_flow
 from actviz.run.job import ImageJob, top_k_predictions
 from actviz.run.scales import SharedScales, shared_ranges
-from actviz.stats import stats_callback
+from actviz.statistics import stats_callback
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
@@ -72,7 +72,7 @@ def capture_and_render(
         stream.pca = PcaPass(plan, opts, ex.batch_size)
     with (
         ActivationRecorder(
-            plan.module, plan.names, mode=opts.capture, summarize=summarize
+            plan.module, plan.names, mode=opts.capture, summarize=summarize, per_image=True
         ) as recorder,
         eval_mode(plan.module),
         ThreadPoolExecutor(_render_threads(), thread_name_prefix="actviz-render") as pool,
@@ -88,7 +88,7 @@ def _shared_scales(forward: BatchForward, plan: Plan, opts: RunOptions) -> Share
 
     draw = opts.draw
     with (
-        ActivationRecorder(plan.module, plan.names, mode=opts.capture) as recorder,
+        ActivationRecorder(plan.module, plan.names, mode=opts.capture, per_image=True) as recorder,
         eval_mode(plan.module),
     ):
         return shared_ranges(

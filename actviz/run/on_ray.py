@@ -48,7 +48,7 @@ def stats_summaries(
     from actviz.run.draw import layer_records
     from actviz.run.job import ImageJob, top_k_predictions
     from actviz.run.options import DrawOptions
-    from actviz.stats import stats_callback
+    from actviz.statistics import stats_callback
 
     module = loaded.module
     contexts = layer_contexts(module, loaded.input_size)
@@ -61,7 +61,7 @@ def stats_summaries(
         if x is None:
             continue
         with (
-            ActivationRecorder(module, layers, mode=capture) as recorder,
+            ActivationRecorder(module, layers, mode=capture, per_image=True) as recorder,
             eval_mode(module),
             torch.inference_mode(),
         ):

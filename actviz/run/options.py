@@ -20,7 +20,7 @@ from actviz.render.grid import Order
 if TYPE_CHECKING:
     from actviz.hooks.recorders import CaptureMode
     from actviz.layouts import Layout
-    from actviz.stats import Thresholds
+    from actviz.statistics import Thresholds
 
 __all__ = [
     "DrawOptions",
@@ -79,6 +79,11 @@ class DrawOptions:
         from actviz.layouts import Layout
 
         check_choices(self, {"Layout": Layout})
+        if self.max_channels < 0:
+            raise UsageError(
+                f"--channels must be 0 (every channel) or a number of channels per grid, not "
+                f"{self.max_channels}"
+            )
         if self.overlay_channel is not None:
             if self.overlay_channel < 0:
                 raise UsageError(
@@ -178,7 +183,7 @@ class RunOptions:
         stats: Compute per-layer statistics and anomaly flags (``stats.json``,
             ``stats.csv``), on the device where the activation is.
         report: Write the static HTML report ``index.html``.
-        thresholds: Anomaly thresholds (``actviz.stats.Thresholds``); None for the defaults.
+        thresholds: Anomaly thresholds (``actviz.statistics.Thresholds``); None for the defaults.
         top_k: How many predictions to record per image for classifiers.
         sae: A dictionary ``actviz sae`` trained (``sae.safetensors`` or its folder): its
             layer is drawn as feature maps instead of channels.

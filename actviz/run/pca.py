@@ -276,7 +276,7 @@ class PcaView:
 
     def _repr_png_(self) -> bytes:
         """The first images' colours side by side (a cell shows them)."""
-        from actviz.notebook import side_by_side
+        from actviz.cards import side_by_side
 
         return side_by_side(self.images)
 

@@ -79,7 +79,7 @@ def layer_view(job: ImageJob, cap: Capture, filename: str) -> LayerView:
     return LayerView(job, cap, drawable, stem, title)
 
 
-def feature_drawable(drawable: Drawable, sae: Any) -> Drawable:
+def feature_drawable(drawable: Drawable, dictionary: Any) -> Drawable:
     """``--sae``: the layer's ``(C, H, W)`` maps as the dictionary's ``(F, H, W)`` feature
     maps, each position encoded on its own."""
     import torch
@@ -90,11 +90,11 @@ def feature_drawable(drawable: Drawable, sae: Any) -> Drawable:
     if array is None or drawable.kind == "none":
         return drawable
     maps = array.reshape(-1, 1, 1) if drawable.kind == "vector" else array
-    if maps.shape[0] != sae.channels:
-        return Drawable("none", None, "none", f"--sae expects {sae.channels} channels here")
+    if maps.shape[0] != dictionary.channels:
+        return Drawable("none", None, "none", f"--sae expects {dictionary.channels} channels here")
     with torch.no_grad():
-        features = sae.encode_maps(torch.from_numpy(maps.copy())[None])[0].numpy()
-    note = f"features of a sparse dictionary (k {sae.k}) over {sae.channels} channels"
+        features = dictionary.encode_maps(torch.from_numpy(maps.copy())[None])[0].numpy()
+    note = f"features of a sparse dictionary (k {dictionary.k}) over {dictionary.channels} channels"
     return Drawable("maps", features.astype("float32"), "features", note)
 
 

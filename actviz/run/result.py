@@ -118,12 +118,12 @@ class RunResult:
     """Layer outputs that could not be drawn, with the reason (first image's words)."""
 
     def __repr__(self) -> str:
-        from actviz.notebook import run_card
+        from actviz.cards import run_card
 
         return run_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import run_card
+        from actviz.cards import run_card
 
         return run_card(self).html()
 
@@ -131,17 +131,17 @@ class RunResult:
         """How many images raised each kind of anomaly flag."""
         if self.stats is None:
             return {}
-        from actviz.stats import flag_counts
+        from actviz.statistics import flag_counts
 
         return flag_counts(self.stats)
 
     def flags(self, kinds: Iterable[str] | None = None) -> list[tuple[str, Any]]:
         """``(image folder, flag)`` of the most severe images of each of these kinds of anomaly
-        flag (all by default; the first ``actviz.stats.WORST`` of each: ``stats.parquet`` has
+        flag (all by default; the first ``actviz.statistics.WORST`` of each: ``stats.parquet`` has
         every image's)."""
         if self.stats is None:
             return []
-        from actviz.stats import FLAG_KINDS, find_flags
+        from actviz.statistics import FLAG_KINDS, find_flags
 
         return find_flags(self.stats, FLAG_KINDS if kinds is None else kinds)
 

@@ -6,8 +6,8 @@ ledger for ``--resume``), and:
 - appends its record to the ledger (:class:`actviz.run.records.RunRecords`), the run's per-image
   record on disk;
 - folds its layer statistics into the run's running summaries
-  (:class:`actviz.stats.RunningStats`) and writes them as rows of ``stats.parquet`` and
-  ``stats.csv`` (:class:`actviz.stats.StatsTable`);
+  (:class:`actviz.statistics.RunningStats`) and writes them as rows of ``stats.parquet`` and
+  ``stats.csv`` (:class:`actviz.statistics.StatsTable`);
 - counts its files, notes and undrawable layers, and tells the reporter;
 - then lets the image's layers go: memory does not grow with the number of images.
 
@@ -31,7 +31,7 @@ from actviz.run.result import RunCounts, files_of
 
 if TYPE_CHECKING:
     from actviz.run.records import RunRecords
-    from actviz.stats import Thresholds
+    from actviz.statistics import Thresholds
 
 __all__ = ["RunSink", "load_images", "loader", "read_images", "report_images"]
 
@@ -70,7 +70,7 @@ class RunSink:
     ) -> None:
         from dataclasses import asdict
 
-        from actviz.stats import Thresholds
+        from actviz.statistics import Thresholds
 
         self.out = out
         self.records = records
@@ -107,7 +107,7 @@ class RunSink:
         # then the summaries are not those of the ledger's images, and are not saved.
         self._replay_pending = resume is not None and state is None
         if stats:
-            from actviz.stats import RunningStats, StatsTable
+            from actviz.statistics import RunningStats, StatsTable
 
             self.running = RunningStats()
             self.table = StatsTable(out, resume=state["table"] if state else None)
@@ -212,7 +212,7 @@ class RunSink:
         """The earlier run's checkpoint, if it was saved with these settings and folded
         exactly the reused images whose records lie below the ledger length it covers;
         else None (changed inputs, files missing, an older ledger, a torn file)."""
-        from actviz.stats import StatsTable
+        from actviz.statistics import StatsTable
 
         try:
             state = json.loads((self.out / self.CHECKPOINT).read_bytes())
@@ -238,7 +238,7 @@ class RunSink:
 
     def _parse(self, state: dict[str, Any]) -> dict[str, Any] | None:
         """The checkpoint's summaries as objects, or None when they cannot be read."""
-        from actviz.stats import RunningStats
+        from actviz.statistics import RunningStats
 
         try:
             running = state["running"]
@@ -325,7 +325,7 @@ class RunSink:
         return [f"{message} (first in {where})" for message, where in self.notes.items()]
 
     def _add_stats(self, record: dict[str, Any], layers: list[dict[str, Any]]) -> None:
-        from actviz.stats import LayerStats, first_bad_layer
+        from actviz.statistics import LayerStats, first_bad_layer
 
         stats = [(x["name"], LayerStats.from_dict(x["stats"])) for x in layers if x.get("stats")]
         if not stats:
@@ -337,7 +337,7 @@ class RunSink:
         record["first_nonfinite"] = first_bad_layer(flags)
 
     def _pooled_flags(self) -> list[Any]:
-        from actviz.stats import flag_anomalies
+        from actviz.statistics import flag_anomalies
 
         return flag_anomalies(self.running.pooled(), self.thresholds)
 
@@ -413,7 +413,7 @@ def report_images(
 def _records(sink: RunSink, stubs: Iterable[ImageResult]) -> Iterator[dict[str, Any]]:
     """The stubs' full records, with this run's status and flags (an earlier run's record
     may carry flags raised with other thresholds)."""
-    from actviz.stats import LayerStats, first_bad_layer, flag_anomalies
+    from actviz.statistics import LayerStats, first_bad_layer, flag_anomalies
 
     with sink.records.reader() as reader:
         for stub in stubs:

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from actviz.command.options import ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
 
-__all__ = ["SaeOptions", "Schedule"]
+__all__ = ["SaeOptions", "Schedule", "Sizes", "default_expansion", "default_k"]
 
 Kind = Literal["topk", "batchtopk"]
 
@@ -21,7 +21,55 @@ SMALLEST_BATCH = 64
 #: The automatic batch is small enough that one epoch gives at least this many steps.
 STEPS_PER_EPOCH = 16
 #: Default least number of optimizer steps when training by epochs.
-MIN_STEPS = 500
+MIN_STEPS = 1000
+#: The default k is the layer's width over this, from 1 to :data:`MAX_DEFAULT_K`: k as large
+#: as the width cannot force a sparse code (every feature could be active at once), and on a
+#: narrow layer the code is only sparse well below it.
+K_SHARE = 8
+#: The default k never exceeds this (Gao et al. 2024 train k 32 on GPT-2's 768 channels).
+MAX_DEFAULT_K = 32
+#: A k above this share of the width is said to be too dense to be sparse.
+DENSE_SHARE = 0.25
+#: The default expansion is the largest of these whose features each get at least
+#: :data:`VECTORS_PER_FEATURE` of an epoch's training vectors.
+EXPANSIONS = (8, 4, 2, 1)
+VECTORS_PER_FEATURE = 16
+
+
+def default_k(channels: int) -> int:
+    """k for a layer of ``channels`` when none is given: an eighth of the width, 1 to 32."""
+    return max(1, min(MAX_DEFAULT_K, channels // K_SHARE))
+
+
+def default_expansion(channels: int, vectors: int) -> int:
+    """Features per channel when neither ``features`` nor ``expansion`` is given: 8, or fewer
+    when an epoch gives fewer than 16 training vectors per feature (a small folder cannot
+    train 8 features a channel; they stay dead or fit the training vectors alone)."""
+    for expansion in EXPANSIONS:
+        if expansion * channels * VECTORS_PER_FEATURE <= vectors:
+            return expansion
+    return EXPANSIONS[-1]
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The dictionary's size as trained, and where each number came from (for the summary
+    and ``sae.json``).
+
+    Attributes:
+        features: Number of features.
+        k: Features active per vector.
+        k_from: ``given``, or how the default was chosen from the width.
+        features_from: ``given`` (``--features`` or ``--expansion``), or how the default
+            expansion was chosen from the training vectors.
+        dense: Why k is too large a share of the width to give a sparse code; None when not.
+    """
+
+    features: int
+    k: int
+    k_from: str
+    features_from: str
+    dense: str | None = None
 
 
 @dataclass(frozen=True)
@@ -33,8 +81,11 @@ class SaeOptions:
             architecture's default selection.
         out: Output folder: ``sae.safetensors``, ``sae.json``, the feature pages.
         features: Number of features; None: ``expansion`` times the layer's channels.
-        expansion: Features per channel when ``features`` is None.
-        k: Features active per vector.
+        expansion: Features per channel when ``features`` is None; None: 8, or fewer when
+            an epoch gives fewer than 16 training vectors per feature
+            (:func:`default_expansion`).
+        k: Features active per vector; None: an eighth of the layer's width, 1 to 32
+            (:func:`default_k`).
         kind: ``topk`` (k per vector) or ``batchtopk`` (k per vector on average over a batch).
         epochs: Passes over the training images.
         tokens: A budget of training vectors instead of ``epochs`` (passes until it is spent).
@@ -60,8 +111,8 @@ class SaeOptions:
     layers: str | None = None
     out: Path = Path("actviz-out")
     features: int | None = None
-    expansion: int = 8
-    k: int = 32
+    expansion: int | None = None
+    k: int | None = None
     kind: Kind = "topk"
     epochs: int = 4
     tokens: int | None = None
@@ -82,11 +133,11 @@ class SaeOptions:
         check_choices(self)
         if self.features is not None and self.features < 2:
             raise UsageError(f"--features must be at least 2, not {self.features}")
-        if self.expansion < 1:
+        if self.expansion is not None and self.expansion < 1:
             raise UsageError(f"--expansion must be at least 1, not {self.expansion}")
-        if self.k < 1:
+        if self.k is not None and self.k < 1:
             raise UsageError(f"--k must be at least 1, not {self.k}")
-        if self.features is not None and self.k >= self.features:
+        if self.features is not None and self.k is not None and self.k >= self.features:
             raise UsageError(
                 f"--k {self.k} must be below --features {self.features}; lower --k or raise "
                 "--features"
@@ -127,6 +178,35 @@ class SaeOptions:
             "buffer": self.buffer,
             "in_chans": self.load.in_chans,
         }
+
+    def sizes(self, channels: int, vectors: int) -> Sizes:
+        """The features and k for a layer of ``channels`` whose training images give
+        ``vectors`` vectors an epoch: those given, or the defaults chosen from them."""
+        if self.k is not None:
+            k, k_from = self.k, "given"
+        else:
+            k = default_k(channels)
+            k_from = f"default for {channels} channels (an eighth of them, 1 to {MAX_DEFAULT_K})"
+        if self.features is not None:
+            features, features_from = self.features, "given"
+        elif self.expansion is not None:
+            features, features_from = self.expansion * channels, "given"
+        else:
+            expansion = default_expansion(channels, vectors)
+            features = expansion * channels
+            features_from = (
+                f"default expansion {expansion} (the largest of 8, 4, 2, 1 giving each feature "
+                f"{VECTORS_PER_FEATURE} of the {vectors:,} vectors an epoch)"
+            )
+        dense = None
+        if k > 1 and k > DENSE_SHARE * channels:
+            dense = (
+                f"k {k} is {k / channels:.0%} of {channels} channels: so many features active "
+                f"at once cannot make a sparse code (the dictionary learns a dense one, and a "
+                f"high variance explained hides it); lower -k (the default for this layer is "
+                f"{default_k(channels)})"
+            )
+        return Sizes(features, k, k_from, features_from, dense)
 
     def schedule(self, per_epoch: int) -> Schedule:
         """The batch and the number of passes for ``per_epoch`` training vectors an epoch."""

@@ -20,7 +20,7 @@ from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.errors import UsageError
 from actviz.sae.metrics import Quality
-from actviz.sae.options import SaeOptions
+from actviz.sae.options import SaeOptions, Sizes
 from actviz.sae.result import SaeProgress, SaeResult
 from actviz.sae.session import Run
 from actviz.sae.state import STATE_FILE, read_state
@@ -55,7 +55,7 @@ def sae(
     model's device; each epoch runs the training images again. The held-out share of the
     images measures the result: the fraction of variance explained, L0, dead and dense
     features, and how often the model's top-1 changes with the layer replaced by its
-    reconstruction. Writes ``sae.safetensors`` (read with :func:`actviz.load_sae`),
+    reconstruction. Writes ``sae.safetensors`` (read with :func:`actviz.load_dictionary`),
     ``sae.json`` and, unless ``pages=False``, a page per feature.
 
     Takes ``model``, ``inputs``, ``reporter`` and flat keywords as :func:`actviz.run` does,
@@ -84,10 +84,13 @@ def sae(
         opened = cmd.load(opts.load, shows="The features show")
         loaded = opened.model
         plan = _one_plan(cmd, loaded, opts)
-        features = opts.features or opts.expansion * plan.channels
-        _check_sizes(plan, features, opts)
         paths = [item.path for item in cmd.found.images]
         train, held = split(paths, opts.held_out, opts.seed)
+        per_epoch = plan.height * plan.width * len(train)
+        sizes = opts.sizes(plan.channels, per_epoch)
+        _check_sizes(plan, sizes)
+        if sizes.dense is not None:
+            cmd.warn(sizes.dense)
         if 0 < len(held) < FEW_HELD_OUT:
             cmd.warn(
                 f"only {len(held)} held-out image(s) of {len(paths)}: the quality figures "
@@ -97,8 +100,8 @@ def sae(
         settings = _settings(cmd, loaded, plan, train, opts)
         if ex.overwrite:
             _remove_outputs(opts.out)
-        schedule = opts.schedule(plan.height * plan.width * len(train))
-        run = Run(opts, plan, features, loaded.device, settings, schedule)
+        schedule = opts.schedule(per_epoch)
+        run = Run(opts, plan, sizes, loaded.device, settings, schedule)
         if ex.resume:
             run.resume(read_state(opts.out, settings, loaded.device))
         started = time.perf_counter()
@@ -168,7 +171,7 @@ def _result(
         index=pages,
         channels=plan.channels,
         features=run.features,
-        k=opts.k,
+        k=run.k,
         seeds=opts.seeds,
         images=images,
         held_out=held_out,
@@ -234,16 +237,16 @@ def _one_plan(cmd: Command, loaded: LoadedModel, opts: SaeOptions) -> LayerPlan:
     return plans[0]
 
 
-def _check_sizes(plan: LayerPlan, features: int, opts: SaeOptions) -> None:
+def _check_sizes(plan: LayerPlan, sizes: Sizes) -> None:
     if plan.channels < 2:
         raise UsageError(
             f"{plan.key} gives vectors of {plan.channels} channel(s): a dictionary needs at "
             f"least 2; choose a layer with more channels"
         )
-    if opts.k >= features:
+    if sizes.k >= sizes.features:
         raise UsageError(
-            f"--k {opts.k} must be below the number of features ({features}); lower --k or "
-            "raise --features/--expansion"
+            f"--k {sizes.k} must be below the number of features ({sizes.features}); lower "
+            "--k or raise --features/--expansion"
         )
 
 

@@ -59,12 +59,17 @@ class SaeResult:
     seconds: float = 0.0
     document: dict[str, Any] = field(default_factory=dict)
 
-    def __repr__(self) -> str:
-        from actviz.notebook import sae_card
+    @property
+    def k_from(self) -> str:
+        """``given``, or how the default k was chosen from the layer's width."""
+        return str((self.document.get("sizes") or {}).get("k", "given"))
 
-        return sae_card(self, pictures=False).text()
+    def __repr__(self) -> str:
+        from actviz.cards import dictionary_card
+
+        return dictionary_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import sae_card
+        from actviz.cards import dictionary_card
 
-        return sae_card(self).html()
+        return dictionary_card(self).html()

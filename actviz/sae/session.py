@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.dictionary import SparseDictionary
-from actviz.sae.options import SaeOptions, Schedule
+from actviz.sae.options import SaeOptions, Schedule, Sizes
 from actviz.sae.state import Position
 from actviz.sae.train import Trainer, normalisation
 
@@ -27,7 +27,7 @@ class Run:
 
     opts: SaeOptions
     plan: LayerPlan
-    features: int
+    sizes: Sizes
     device: Any
     settings: dict[str, Any]
     schedule: Schedule
@@ -37,6 +37,16 @@ class Run:
     failed: list[tuple[Path, str]] = field(default_factory=list)
     saved: float = field(default_factory=time.monotonic)
     _adam: dict[str, Any] | None = None
+
+    @property
+    def features(self) -> int:
+        """The number of features of each dictionary."""
+        return self.sizes.features
+
+    @property
+    def k(self) -> int:
+        """Features active per vector."""
+        return self.sizes.k
 
     @property
     def trained_images(self) -> int:
@@ -73,7 +83,7 @@ class Run:
                 SparseDictionary.initial(
                     self.plan.channels,
                     self.features,
-                    self.opts.k,
+                    self.k,
                     seed=self.opts.seed + i,
                     mean=mean,
                     scale=scale,

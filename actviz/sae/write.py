@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.command.head import json_head, model_fields
-from actviz.dictionary import FORMAT, sae_bytes
+from actviz.dictionary import FORMAT, dictionary_bytes
 from actviz.dictionary.file import FILE
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ def write_dictionaries(
             "input_size": list(loaded.input_size),
             "channels": plan.channels,
             "features": run.features,
-            "k": opts.k,
+            "k": run.k,
+            "sizes": {"k": run.sizes.k_from, "features": run.sizes.features_from},
             "kind": opts.kind,
             "normalisation": {
                 "mean": "tensor 'mean' of sae.safetensors",
@@ -121,7 +122,7 @@ def write_dictionaries(
         config = {**doc, "seed": opts.seed + i}
         if i:
             config["metrics"] = None
-        output.write_bytes(out / seed_file(i), sae_bytes(sae, config))
+        output.write_bytes(out / seed_file(i), dictionary_bytes(sae, config))
     output.write_json(out / JSON_FILE, doc)
     return doc
 

@@ -1,45 +1,23 @@
-"""Per-layer statistics of activations, anomaly flags, and the stats.json / stats.csv /
-stats.parquet files."""
+"""``actviz stats``: a run that draws no picture, for per-layer statistics and anomaly flags.
+
+The package is itself callable, ``actviz.stats(...)`` being :func:`stats`. The statistics
+themselves (``compute_stats``, ``Thresholds``, the running summaries, the table) are
+:mod:`actviz.statistics`. Importing this package does not import torch.
+"""
 
 from __future__ import annotations
 
-from actviz.stats.anomalies import (
-    FLAG_KINDS,
-    Flag,
-    Thresholds,
-    find_flags,
-    first_bad_layer,
-    flag_anomalies,
-    flag_counts,
-    judges_dead,
-    parse_kinds,
-)
-from actviz.stats.collect import stats_callback
-from actviz.stats.compute import compute_stats
-from actviz.stats.layerstats import CSV_FIELDS, RUN_KEY, STAT_FIELDS, LayerStats
-from actviz.stats.running import WORST, RunningLayer, RunningStats
-from actviz.stats.sketch import Sketch
-from actviz.stats.table import StatsTable
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "CSV_FIELDS",
-    "FLAG_KINDS",
-    "Flag",
-    "LayerStats",
-    "RUN_KEY",
-    "RunningLayer",
-    "RunningStats",
-    "STAT_FIELDS",
-    "Sketch",
-    "StatsTable",
-    "Thresholds",
-    "WORST",
-    "compute_stats",
-    "find_flags",
-    "first_bad_layer",
-    "flag_anomalies",
-    "flag_counts",
-    "judges_dead",
-    "parse_kinds",
-    "stats_callback",
-]
+from actviz import _moved
+from actviz.command.package import callable_package
+from actviz.stats.command import stats
+
+__all__ = ["stats"]
+
+callable_package(__name__, stats)
+
+if not TYPE_CHECKING:  # an old name warns; the type checker knows only the new ones
+
+    def __getattr__(name: str) -> Any:
+        return _moved.moved_name(__name__, name)

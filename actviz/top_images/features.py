@@ -22,14 +22,14 @@ __all__ = ["Transform", "dictionary_layer", "feature_plans"]
 Transform = Callable[["torch.Tensor"], "torch.Tensor | None"]
 
 
-def dictionary_layer(sae: SparseDictionary) -> tuple[str, str]:
+def dictionary_layer(dictionary: SparseDictionary) -> tuple[str, str]:
     """The capture key and module of the layer a dictionary was trained on."""
-    layer = sae.config.get("layer") or {}
+    layer = dictionary.config.get("layer") or {}
     return str(layer.get("key")), str(layer.get("module"))
 
 
 def feature_plans(
-    planned: Planned, sae: SparseDictionary, key: str, source: Path
+    planned: Planned, dictionary: SparseDictionary, key: str, source: Path
 ) -> dict[str, Transform]:
     """Keep only the dictionary's layer among the plans, planned as its features (in place);
     the transform that makes its output feature maps.
@@ -39,20 +39,21 @@ def feature_plans(
             dictionary's.
     """
     plan = planned.plans.get(key)
-    if plan is None or plan.channels != sae.channels:
+    if plan is None or plan.channels != dictionary.channels:
         found = f"{plan.channels} channels" if plan is not None else "not among the layers"
         raise UsageError(
-            f"--sae {source} was trained on {key} with {sae.channels} channels, and that "
+            f"--sae {source} was trained on {key} with {dictionary.channels} channels, and that "
             f"layer is {found} here; use the model and --input-size it was trained with"
         )
     features = dataclasses.replace(
         plan,
-        channels=sae.features,
-        shape=(sae.features, plan.height, plan.width),
+        channels=dictionary.features,
+        shape=(dictionary.features, plan.height, plan.width),
         mode="nchw",
         index=None,
         layout="features",
-        note=f"{sae.features} features (k {sae.k}) of a dictionary over {plan.channels} channels",
+        note=f"{dictionary.features} features (k {dictionary.k}) of a dictionary over "
+        f"{plan.channels} channels",
     )
     planned.plans.clear()
     planned.plans[key] = features
@@ -60,6 +61,6 @@ def feature_plans(
     def encode(tensor: torch.Tensor) -> torch.Tensor | None:
         if tuple(tensor.shape[1:]) != plan.shape:
             return None
-        return sae.encode_maps(as_maps(tensor.detach(), plan).float())
+        return dictionary.encode_maps(as_maps(tensor.detach(), plan).float())
 
     return {key: encode}

@@ -90,11 +90,11 @@ def top_images(
 
             if ex.engine != "local":
                 raise UsageError("--sae ranks features in this process: drop --engine ray")
-            sae = cmd.dictionary(opts.sae, loaded, loaded.device)
-            key, module_name = dictionary_layer(sae)
+            dictionary = cmd.dictionary(opts.sae, loaded, loaded.device)
+            key, module_name = dictionary_layer(dictionary)
             selector, names = cmd.select(loaded, opts.layers or module_name)
             planned = _plan(cmd.model, loaded, names, opts)
-            transforms = feature_plans(planned, sae, key, opts.sae)
+            transforms = feature_plans(planned, dictionary, key, opts.sae)
         else:
             selector, names = cmd.deepest(loaded, opts.layers)
             planned = _plan(cmd.model, loaded, names, opts)

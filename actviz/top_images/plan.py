@@ -95,7 +95,7 @@ class LayerPlan:
     def judges_dead(self) -> bool:
         """Whether a channel never above zero is called dead: maps yes, vectors (logits,
         pooled features: one signed score per channel) no, by the rule ``stats`` follows."""
-        from actviz.stats import judges_dead
+        from actviz.statistics import judges_dead
 
         return judges_dead(self.height * self.width)
 

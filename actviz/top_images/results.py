@@ -92,11 +92,11 @@ class TopImagesResult:
     failed_count: int = 0
 
     def __repr__(self) -> str:
-        from actviz.notebook import top_images_card
+        from actviz.cards import top_images_card
 
         return top_images_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.notebook import top_images_card
+        from actviz.cards import top_images_card
 
         return top_images_card(self).html()

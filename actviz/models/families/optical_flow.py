@@ -100,6 +100,10 @@ OPTICAL_FLOW = Family(
             "a flow model takes pairs of images, not single images to rank; run it on the "
             "pairs instead (actviz run MODEL FRAME1 FRAME2)"
         ),
+        "label": (
+            "label scores units on single images, and a flow model takes pairs of images; run "
+            "it on the pairs instead (actviz run MODEL FRAME1 FRAME2)"
+        ),
         "diff": (
             "diff compares models on single images, and a flow model takes pairs; run each "
             "model on the pairs with actviz run"

@@ -74,6 +74,7 @@ VIDEO = Family(
     commands={
         "optimize": "a video model's input is a clip; actviz optimizes images: use an image model",
         "top-images": "top-images ranks images; a video model takes clips: use actviz run on them",
+        "label": "label scores units on images; a video model takes clips: use actviz run on them",
         "ablate": (
             "ablate measures classes over a folder of images; a video model takes clips: "
             "use an image classifier"

@@ -22,12 +22,13 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.hooks import Capture
+    from actviz.run.families.base import Batch
     from actviz.run.families.detection.probe import DetectionProbe, Found
 
 __all__ = [
     "DetectionCams",
     "GradientTap",
-    "batch_detections",
+    "detection_cams",
     "eigen_maps",
     "grad_cam_maps",
 ]
@@ -50,38 +51,24 @@ class DetectionCams:
     source: str
 
 
-def batch_detections(
-    outputs: Sequence[Any],
-    captures: Sequence[Capture],
-    x: torch.Tensor,
-    *,
+def detection_cams(
     module: nn.Module,
     family_call: Any,
-    probe: DetectionProbe,
-    threshold: float,
-    categories: Sequence[str] | None,
-    cam: bool,
+    batch: Batch,
+    found: Sequence[Found],
     rank: int,
-    paused: Any,
-) -> list[tuple[Found, DetectionCams | None]]:
-    """Each image's detections of one batch and, with ``cam``, its maps: EigenCAM from the
-    captures, Grad-CAM of detection ``rank`` from a second forward with gradients, during
-    which ``paused()`` keeps the run's recorder from replacing its captures."""
-    from actviz.run.families.detection.probe import found_in, with_heads
-
-    found = [found_in(output, threshold, categories) for output in outputs]
-    with paused():  # the box head runs again, on the final boxes
-        probe.pool_boxes()
-    found = with_heads(found, outputs, probe)
-    if not cam:
-        return [(f, None) for f in found]
-    eigen = eigen_maps(captures)
-    with paused():
-        grads = grad_cam_maps(module, family_call, x, found, rank, probe)
+    probe: DetectionProbe,
+) -> list[DetectionCams]:
+    """Each image's maps of one batch: EigenCAM from the captures, Grad-CAM of detection
+    ``rank`` from a second forward with gradients, during which ``batch.paused()`` keeps the
+    run's recorder from replacing its captures."""
+    eigen = eigen_maps(batch.captures)
+    with batch.paused():
+        grads = grad_cam_maps(module, family_call, batch.x, found, rank, probe)
     source = eigen[1] if eigen is not None else "backbone.fpn"
     return [
-        (f, DetectionCams(eigen[0][i] if eigen is not None else None, grads[i], rank, source))
-        for i, f in enumerate(found)
+        DetectionCams(eigen[0][i] if eigen is not None else None, grads[i], rank, source)
+        for i in range(len(found))
     ]
 
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from actviz.models.families import DETECTION
 from actviz.run.families.base import Batch, Extras, FamilyOption, RunFamily
-from actviz.run.families.detection.cam import batch_detections
+from actviz.run.families.detection.cam import DetectionCams, detection_cams
 from actviz.run.families.detection.pictures import DETECTION_CAM, DETECTION_HEADS, DETECTIONS
-from actviz.run.families.detection.probe import DetectionProbe, Found
+from actviz.run.families.detection.probe import DetectionProbe, Found, found_in, with_heads
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
@@ -48,24 +48,18 @@ class Detections:
     def batch(self, batch: Batch) -> Sequence[Extras]:
         """Each image's detections (and maps) as its pictures draw them and its record keeps
         them."""
-        detected = batch_detections(
-            batch.outputs,
-            batch.captures,
-            batch.x,
-            module=self.module,
-            family_call=self.call,
-            probe=self.watch,
-            threshold=self.threshold,
-            categories=self.categories,
-            cam=self.cam,
-            rank=self.rank,
-            paused=batch.paused,
-        )
+        found = [found_in(output, self.threshold, self.categories) for output in batch.outputs]
+        with batch.paused():  # the box head runs again, on the final boxes
+            self.watch.pool_boxes()
+        found = with_heads(found, batch.outputs, self.watch)
+        cams: Sequence[DetectionCams | None] = [None] * len(found)
+        if self.cam:
+            cams = detection_cams(self.module, self.call, batch, found, self.rank, self.watch)
         extras = []
-        for found, cams in detected:
-            self.empty += not found.scores
-            job = {"detections": found, "detection_cams": cams}
-            extras.append(Extras(job=job, record=_record(found)))
+        for one, maps in zip(found, cams, strict=True):
+            self.empty += not one.scores
+            job = {"detections": one, "detection_cams": maps}
+            extras.append(Extras(job=job, record=_record(one)))
         return extras
 
     def warnings(self) -> list[str]:
