@@ -125,8 +125,10 @@ def test_resume_and_a_runs_index_links_the_page(tmp_path: Path) -> None:
         assert code == 0, stdout + stderr
         again = json.loads((out / "ablate.json").read_text())
         assert again["classes"] == first["classes"] and again["curves"] == first["curves"]
+    kept = ledger.read_bytes()
     code, stdout, stderr = _invoke(tmp_path, *common[:-4], "-u", "1", "-o", str(out), "--resume")
-    assert code == 2 and "other settings" in stderr
+    assert code == 2 and f"--resume: {out} was written with " in stderr, stderr
+    assert "remove.units=[0," in stderr and ledger.read_bytes() == kept
 
 
 @pytest.mark.slow

@@ -18,7 +18,11 @@ from actviz.cli.groups import ExecutionFlags, LoadFlags, OptionsFlags
 OWN_GROUPS = {
     "actviz.cli.sae:SaeFlags": "actviz.sae:SaeOptions",
     "actviz.cli.top_images:TopImagesFlags": "actviz.top_images:TopImagesOptions",
+    "actviz.cli.label:LabelFlags": "actviz.label:LabelOptions",
 }
+
+#: What a group needs beyond its defaults to build its options at all.
+NEEDED: dict[str, dict[str, Any]] = {"actviz.cli.label:LabelFlags": {"classes": True}}
 
 
 def _named(path: str) -> Any:
@@ -58,8 +62,11 @@ def test_an_own_group_has_the_dataclass_fields_and_defaults(flags_path: str) -> 
         else:
             assert item.default == defaults[name], (flags_path, name)
     # Every field of the dataclass the command line offers is in the group, none copied by hand.
-    built = flags().build(options, out=Path("o"), load=LoadFlags(), execution=ExecutionFlags())
-    assert built == options(out=Path("o"))
+    given = NEEDED.get(flags_path, {})
+    built = flags(**given).build(
+        options, out=Path("o"), load=LoadFlags(), execution=ExecutionFlags()
+    )
+    assert built == options(out=Path("o"), **given)
 
 
 def test_a_group_builds_layers_as_one_selector_and_no_switches_negated() -> None:

@@ -21,6 +21,7 @@ from actviz.ablate.prepare import State, describe_method, prepare
 from actviz.ablate.result import AblateResult
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
+from actviz.command.resume import check_settings
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -229,11 +230,7 @@ def _ledger(opts: AblateOptions, settings: Mapping[str, Any]) -> dict[str, dict[
                 records.append(data)
     if not records:
         return {}
-    if records[0].get("settings") != json.loads(json.dumps(settings)):
-        raise UsageError(
-            f"{opts.out} holds an ablate with other settings (model, layer, what is removed, "
-            "mode or labels); use --overwrite to start again, or another --out"
-        )
+    check_settings(opts.out, records[0].get("settings"), settings)
     done: dict[str, dict[str, Any]] = {}
     for r in records[1:]:
         if "curve" in r:

@@ -24,7 +24,8 @@ import numpy as np
 
 from actviz import output
 from actviz.atlas.points import PointStore
-from actviz.errors import OutputError, UsageError
+from actviz.command.resume import check_settings
+from actviz.errors import OutputError
 
 __all__ = ["FOLDER", "JOURNAL", "Earlier", "Parts", "load_earlier"]
 
@@ -75,7 +76,7 @@ def load_earlier(
             continue  # cut short by a kill, then ended by the run that resumed
         if first:
             first = False
-            _check_settings(out, record.get("settings"), settings)
+            check_settings(out, record.get("settings"), settings)
             continue
         if not isinstance(record, dict) or "part" not in record:
             continue
@@ -83,21 +84,6 @@ def load_earlier(
         _read_part(out / FOLDER / str(record["part"]), record, index, stores, predictions)
         earlier.done.update(rel for rel in record.get("images", []) if rel in index)
     return earlier
-
-
-def _check_settings(out: Path, earlier: Any, now: Mapping[str, Any]) -> None:
-    current = json.loads(json.dumps(now, default=str))
-    earlier = earlier if isinstance(earlier, dict) else {}
-    changed = [
-        f"{key}={json.dumps(earlier.get(key))} (now {json.dumps(current.get(key))})"
-        for key in sorted(set(earlier) | set(current))
-        if earlier.get(key) != current.get(key)
-    ]
-    if changed:
-        raise UsageError(
-            f"--resume: {out} holds an atlas's points of other settings "
-            f"({', '.join(changed[:4])}); use --overwrite or another --out"
-        )
 
 
 def _read_part(
