@@ -109,7 +109,8 @@ def _run(
     passes = 1 + (state.mode.needs is not None) + opts.each
     main_done = [done[r] for r in rels if r in done and "status" in done[r]]
     curve_done = [done["curve:" + r] for r in rels if "curve:" + r in done]
-    start_progress(cmd.notify, passes * len(paths))
+    # Each image goes through every pass: count passes, so 24 images read "of 48", not "48 images".
+    start_progress(cmd.notify, passes * len(paths), unit="image passes" if passes > 1 else "images")
     refs: References | None = None
     if state.mode.needs is not None:
         refs = state.references = reference_pass(state, paths, cmd.notify)
