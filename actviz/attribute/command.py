@@ -100,7 +100,6 @@ def attribute(
             LEDGER,
             command="attribute",
             settings=settings,
-            differs="model, weights, methods, target or the methods' settings",
         )
         done = ledger.read(ex.resume)
         todo = [item.path for item in images if state.rels[str(item.path)] not in done]

@@ -105,7 +105,6 @@ def cam_eval(
             LEDGER,
             command="cam-eval",
             settings=settings,
-            differs="model, layer, methods, target or protocol",
         )
         done = ledger.read(ex.resume)
         todo = [item.path for item in images if state.rels[str(item.path)] not in done]
