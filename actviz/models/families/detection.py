@@ -226,6 +226,10 @@ DETECTION = Family(
             "a detector's output is boxes, not one class per image to measure; use a "
             "classifier (resnet50, ...)"
         ),
+        "cam-eval": (
+            "cam-eval scores maps by one class score per image, and a detector gives boxes; "
+            "draw a detection's maps with actviz run --cam (--detection N)"
+        ),
     },
     selector=_selector,
     builder_kwargs=_builder_kwargs,
