@@ -25,6 +25,7 @@ _moved.install()
 if TYPE_CHECKING:
     from actviz.ablate import ablate as ablate
     from actviz.api import list_layers, read_images, render_activation, run
+    from actviz.atlas import atlas as atlas
     from actviz.attribute import attribute as attribute
     from actviz.cam_eval import cam_eval
     from actviz.dictionary import load_dictionary
@@ -49,6 +50,7 @@ __all__ = [
     "ActvizError",
     "__version__",
     "ablate",
+    "atlas",
     "attribute",
     "browse",
     "cam_eval",
@@ -76,6 +78,7 @@ __all__ = [
 _LAZY = {
     "ActivationRecorder": "actviz.hooks",
     "ablate": "actviz.ablate",
+    "atlas": "actviz.atlas",
     "attribute": "actviz.attribute",
     "browse": "actviz.notebook",
     "cam_eval": "actviz.cam_eval",

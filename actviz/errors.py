@@ -33,6 +33,7 @@ __all__ = [
     "ModelError",
     "NonFiniteError",
     "OutputError",
+    "SettingsChanged",
     "UsageError",
     "UnknownModelError",
     "UnknownWeightsError",
@@ -258,6 +259,14 @@ class OutputError(ActvizError):
         super().__init__(message)
         if usage:
             self.exit_code = ExitCode.USAGE
+
+
+class SettingsChanged(OutputError, UsageError):
+    """``--resume`` into a folder written with other settings: a usage error (exit 2) that
+    names what changed."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, usage=True)
 
 
 def first_line(exc: BaseException) -> str:

@@ -268,3 +268,59 @@ def read_table_rows(path: Path) -> list[dict[str, Any]]:
         )
     rows: list[dict[str, Any]] = table.to_pylist()
     return rows
+
+
+# ---------------------------------------------------------------- the atlas
+
+
+def knn_accuracy(points: npt.ArrayLike, labels: npt.ArrayLike, k: int = 5) -> float:
+    """Leave-one-out accuracy of a ``k``-nearest-neighbour vote in ``points`` (ties: the
+    smallest label)."""
+    x = np.asarray(points, np.float64)
+    y = np.asarray(labels)
+    d = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+    np.fill_diagonal(d, np.inf)
+    right = 0
+    for i in range(len(x)):
+        near = y[np.argsort(d[i], kind="stable")[:k]]
+        values, counts = np.unique(near, return_counts=True)
+        right += int(values[np.argmax(counts)] == y[i])
+    return right / len(x)
+
+
+def trustworthiness(high: npt.ArrayLike, low: npt.ArrayLike, k: int = 10) -> float:
+    """Venna and Kaski's trustworthiness of the embedding ``low`` of ``high`` at ``k``
+    neighbours: 1 minus the penalized ranks (in the original space) of the points that are
+    among a point's ``k`` nearest in the embedding but not in the original."""
+    x = np.asarray(high, np.float64)
+    z = np.asarray(low, np.float64)
+    n = len(x)
+    dx = ((x[:, None, :] - x[None, :, :]) ** 2).sum(axis=2)
+    dz = ((z[:, None, :] - z[None, :, :]) ** 2).sum(axis=2)
+    np.fill_diagonal(dx, np.inf)
+    np.fill_diagonal(dz, np.inf)
+    rank = np.empty((n, n), np.int64)
+    order = np.argsort(dx, axis=1, kind="stable")
+    rank[np.arange(n)[:, None], order] = np.arange(1, n + 1)[None, :]
+    penalty = 0.0
+    for i in range(n):
+        for j in np.argsort(dz[i], kind="stable")[:k]:
+            penalty += max(0, rank[i, j] - k)
+    return 1.0 - 2.0 / (n * k * (2 * n - 3 * k - 1)) * penalty
+
+
+def cell_means_brute(
+    xy01: npt.ArrayLike, vectors: npt.ArrayLike, grid: int
+) -> dict[int, tuple[int, npt.NDArray[np.float64]]]:
+    """Every non-empty cell of a ``grid x grid`` binning of the unit square: its count and
+    the mean of its vectors, point by point."""
+    xy = np.asarray(xy01, np.float64)
+    v = np.asarray(vectors, np.float64)
+    sums: dict[int, list[Any]] = {}
+    for (x, y), vector in zip(xy, v, strict=True):
+        col = min(int(x * grid), grid - 1)
+        row = min(int(y * grid), grid - 1)
+        entry = sums.setdefault(row * grid + col, [0, np.zeros(v.shape[1])])
+        entry[0] += 1
+        entry[1] = entry[1] + vector
+    return {cell: (count, total / count) for cell, (count, total) in sums.items()}

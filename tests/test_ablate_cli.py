@@ -125,8 +125,10 @@ def test_resume_and_a_runs_index_links_the_page(tmp_path: Path) -> None:
         assert code == 0, stdout + stderr
         again = json.loads((out / "ablate.json").read_text())
         assert again["classes"] == first["classes"] and again["curves"] == first["curves"]
+    kept = ledger.read_bytes()
     code, stdout, stderr = _invoke(tmp_path, *common[:-4], "-u", "1", "-o", str(out), "--resume")
-    assert code == 2 and "other settings" in stderr
+    assert code == 2 and f"--resume: {out} was written with " in stderr, stderr
+    assert "remove.units=[0," in stderr and ledger.read_bytes() == kept
 
 
 @pytest.mark.slow
@@ -268,3 +270,29 @@ def build():
     )
     assert code == 2 and "ablate does not take" in stderr and "clips" in stderr
     assert not (tmp_path / "v").exists()
+
+
+def test_a_sweeps_table_ranks_by_images_lost_then_in_the_units_order() -> None:
+    """Ties keep the order the units were given (unit 2 before unit 10, not as strings sort),
+    and an ablation that costs no class names none as the class hit most."""
+    from types import SimpleNamespace
+
+    from actviz.cli.ablate import _rows
+
+    lost = {2: 0, 10: 0, 3: 1}
+    ablations = [
+        {"name": f"unit {u}", "overall": {"lost": n, "acc_after": 0.5}} for u, n in lost.items()
+    ]
+
+    def rows(name: str) -> list[dict[str, object]]:
+        hit = name == "unit 3"
+        return [
+            {"class": "cat", "acc_before": 0.5, "acc_after": 0.25 if hit else 0.5},
+            {"class": "dog", "acc_before": 0.5, "acc_after": 0.5},
+        ]
+
+    result = SimpleNamespace(labels="folders", ablations=ablations, rows=rows)
+    head, table = _rows(result)  # type: ignore[arg-type]
+    assert [r[0] for r in table] == ["unit 3", "unit 2", "unit 10"]
+    assert table[0][3:] == ["cat", "-25.0"]
+    assert table[1][3:] == ["-", "-"] and table[2][3:] == ["-", "-"]

@@ -152,7 +152,8 @@ def test_resume_scores_only_new_images(tmp_path: Path) -> None:
     code, stdout, stderr = _invoke(
         tmp_path, TINY_CNN, str(folder), "-l", "4", "-m", "gradcam", "-o", str(out), "--resume"
     )
-    assert code == 2 and "other settings" in stderr
+    assert code == 2 and f"--resume: {out} was written with methods=" in stderr, stderr
+    assert '(now ["gradcam"])' in stderr
 
 
 def test_one_layer_only_and_unknown_methods(tmp_path: Path) -> None:

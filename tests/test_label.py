@@ -223,8 +223,10 @@ def test_resume_scores_only_new_images_and_gives_the_same_labels(tmp_path: Path)
         again = json.loads((out / "labels.json").read_text())
         assert again["layers"][0]["records"] == fresh["layers"][0]["records"]
     # Other settings, or a folder another command wrote, are not a run to resume.
+    before = ledger.read_bytes()
     code, stdout, stderr = _invoke(*common, "--resume", "--score", "mean")
-    assert code == 2 and "other settings" in stderr, stdout + stderr
+    assert code == 2 and "was written with score=max (now mean);" in stderr, stdout + stderr
+    assert ledger.read_bytes() == before
     other = tmp_path / "other"
     other.mkdir()
     (other / "x.txt").write_text("")

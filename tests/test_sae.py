@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from actviz.cli import app
 from actviz.dictionary import load_dictionary
+from actviz.errors import SettingsChanged
 from actviz.sae import sae
 
 PLANTED = '''
@@ -258,6 +259,13 @@ def test_interrupt_keeps_a_usable_dictionary_and_resume_finishes(
     (said,) = [w for w in drawn.warnings if "before its training finished" in w]
     steps = partial.config["training"]["steps"]
     assert f"(stopped after {steps:,} steps)" in said and "with --resume" in said
+    # Other settings: refused before anything is written, naming what changed.
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    with pytest.raises(SettingsChanged, match=r"was written with .*seed=0 \(now 1\)") as info:
+        sae(f"{factory}:build", [photos], out=out, epochs=3, pages=False, resume=True, seed=1,
+            **FAST)  # fmt: skip
+    assert info.value.exit_code == 2
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
     done = sae(f"{factory}:build", [photos], out=out, epochs=3, pages=False, resume=True, **FAST)
     assert done.epochs == 3
     assert load_dictionary(out).config["complete"] is True

@@ -210,6 +210,16 @@ def test_known_answer_red_moves_class_0_and_a_random_concept_does_not(
     # Every vector read back: the concept's 12, the random folder's 40 (as a concept and as
     # the random images) and the 40 class images' gradients.
     assert again["scores"] == record["scores"] and again["images"]["reused"] == 12 + 40 + 40 + 40
+    # Other settings: refused before anything is written, naming what changed.
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    code, stdout, stderr = _invoke(
+        folders["model"], folders["random"], "-l", "1", "--input-size", "32,32",
+        "--concept", f"red={folders['red']}", "--random", folders["random"],
+        "--target", "1", "--runs", "50", "-o", str(out), "--resume",
+    )  # fmt: skip
+    assert code == 2 and f"--resume: {out} was written with " in stderr, stdout + stderr
+    assert "(now [1])" in stderr and stderr.count("\n") == 1, stderr
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
 
 
 def test_linear_vectors_agree_with_fast_ones(folders: dict[str, str], tmp_path: Path) -> None:

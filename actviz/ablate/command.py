@@ -21,6 +21,7 @@ from actviz.ablate.prepare import State, describe_method, prepare
 from actviz.ablate.result import AblateResult
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
+from actviz.command.resume import check_settings
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -108,7 +109,8 @@ def _run(
     passes = 1 + (state.mode.needs is not None) + opts.each
     main_done = [done[r] for r in rels if r in done and "status" in done[r]]
     curve_done = [done["curve:" + r] for r in rels if "curve:" + r in done]
-    start_progress(cmd.notify, passes * len(paths))
+    # Each image goes through every pass: count passes, so 24 images read "of 48", not "48 images".
+    start_progress(cmd.notify, passes * len(paths), unit="image passes" if passes > 1 else "images")
     refs: References | None = None
     if state.mode.needs is not None:
         refs = state.references = reference_pass(state, paths, cmd.notify)
@@ -226,11 +228,7 @@ def _ledger(opts: AblateOptions, settings: Mapping[str, Any]) -> dict[str, dict[
                 records.append(data)
     if not records:
         return {}
-    if records[0].get("settings") != json.loads(json.dumps(settings)):
-        raise UsageError(
-            f"{opts.out} holds an ablate with other settings (model, layer, what is removed, "
-            "mode or labels); use --overwrite to start again, or another --out"
-        )
+    check_settings(opts.out, records[0].get("settings"), settings)
     done: dict[str, dict[str, Any]] = {}
     for r in records[1:]:
         if "curve" in r:

@@ -85,6 +85,7 @@ def cam_eval(
         overwrite=ex.overwrite,
         hint=_NOT_EMPTY,
         channels_last=ex.channels_last,
+        name="cam-eval",
     ) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS)
@@ -104,7 +105,6 @@ def cam_eval(
             LEDGER,
             command="cam-eval",
             settings=settings,
-            differs="model, layer, methods, target or protocol",
         )
         done = ledger.read(ex.resume)
         todo = [item.path for item in images if state.rels[str(item.path)] not in done]

@@ -18,6 +18,7 @@ from actviz.cards.dictionary import dictionary_card
 from actviz.cards.picture import Picture, picture_of, rgb_png, side_by_side
 from actviz.cards.results import (
     RANDOM_WARNING,
+    atlas_card,
     diff_card,
     listing_card,
     optimize_card,
@@ -46,6 +47,7 @@ __all__ = [
     "Table",
     "Thumb",
     "ablate_card",
+    "atlas_card",
     "attribute_card",
     "cam_eval_card",
     "TrainingState",

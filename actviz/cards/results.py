@@ -18,6 +18,7 @@ from actviz.cards.thumbs import thumb_from_file
 
 __all__ = [
     "RANDOM_WARNING",
+    "atlas_card",
     "diff_card",
     "fmt",
     "listing_card",
@@ -341,6 +342,65 @@ def optimize_card(result: Any, pictures: bool = True) -> Card:
         thumbs=thumbs,
         more_thumbs=max(0, len(result.layers) - len(thumbs)),
         links=_links(result.out, [("report", result.report), ("optimize.json", result.json)]),
+    )
+
+
+# atlas.
+def atlas_card(result: Any, pictures: bool = True) -> Card:
+    """The card of an ``AtlasResult``: the picture, the largest cells and what they support."""
+    cells = sorted(result.cells, key=lambda c: -int(c.get("count", 0)))
+    rows = [
+        [
+            f"{c.get('row')},{c.get('col')}",
+            fmt(c.get("count")),
+            c.get("class_name") or ("-" if c.get("class") is None else f"class {c['class']}"),
+            (c.get("colour") or {}).get("label") or fmt((c.get("colour") or {}).get("mean")),
+            ", ".join(n.get("image", "") for n in (c.get("nearest") or [])[:2]),
+        ]
+        for c in cells[:MAX_ROWS]
+    ]
+    readout = result.readout or {}
+    flags = []
+    if not readout.get("linear"):
+        flags.append(f"no supported class: {readout.get('reason') or 'no linear readout'}")
+    against = result.against
+    facts = [
+        ("weights", weights_text(result.weights)),
+        ("layer", str(result.layer)),
+        ("points", f"{result.points:,} from {_plural(result.images, 'image')}"),
+        (
+            "cells",
+            f"{len(result.cells):,} of {result.grid} x {result.grid} kept "
+            f"(at least {result.min_count} points)",
+        ),
+        ("layout", f"{result.reduce}, coloured by {result.colour}"),
+        ("time", f"{result.seconds:.1f} s ({result.forward_seconds:.1f} s forward)"),
+    ]
+    warnings = _weights_warnings(result.weights, result.weights_warning, [])
+    if against:
+        facts.insert(1, ("against", f"{against.get('model')}: R\u00b2 {fmt(against.get('r2'))}"))
+        warnings = _weights_warnings(against.get("weights_info"), against.get("warning"), warnings)
+    warnings = list(dict.fromkeys(warnings + list(result.warnings)))
+    thumbs = []
+    if pictures and (found := thumb_from_file(result.picture, "atlas.png", (480, 260))):
+        thumbs.append(found)
+    summary = (
+        f"AtlasResult(model={result.model!r}, layer={result.layer!r}, points={result.points}, "
+        f"cells={len(result.cells)}, out={str(result.out)!r})"
+    )
+    return Card(
+        kind="atlas",
+        title=str(result.model),
+        summary=summary,
+        facts=facts,
+        warnings=warnings,
+        flags=flags,
+        table=Table(["cell", "points", "supports", "colour", "nearest"], rows, len(cells), "cells"),
+        thumbs=thumbs,
+        links=_links(
+            result.out,
+            [("page", result.report), ("atlas.json", result.record), ("points", result.table)],
+        ),
     )
 
 

@@ -7,6 +7,7 @@ import os
 import sys
 
 from actviz.cli import ablate as ablate
+from actviz.cli import atlas as atlas
 from actviz.cli import attribute as attribute
 from actviz.cli import cam_eval as cam_eval
 from actviz.cli import collector

@@ -291,7 +291,9 @@ def _rows(result: AblateResult) -> tuple[list[str], list[list[str]]]:
             for r in rows
         ]
     head = ["ablation", f"{word} after", "lost", "class hit most", "its points"]
-    ranked = sorted(result.ablations, key=lambda a: (-a["overall"]["lost"], a["name"]))
+    # Most images lost first; ties keep the order the units were given in (unit 2 before 10).
+    order = {id(a): i for i, a in enumerate(result.ablations)}
+    ranked = sorted(result.ablations, key=lambda a: (-a["overall"]["lost"], order[id(a)]))
     out = []
     for a in ranked[:SHOWN]:
         rows = result.rows(a["name"])
@@ -300,6 +302,8 @@ def _rows(result: AblateResult) -> tuple[list[str], list[list[str]]]:
             key=lambda r: ((r["acc_after"] or 0) - (r["acc_before"] or 0), r["class"]),
             default=None,
         )
+        if worst is not None and (worst["acc_after"] or 0) >= (worst["acc_before"] or 0):
+            worst = None  # no class lost anything: naming one would point at nothing
         out.append(
             [
                 a["name"],

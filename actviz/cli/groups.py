@@ -1,4 +1,5 @@
-"""Option groups: a set of options declared once, as a dataclass, and used by several commands.
+"""Option groups: a set of options declared once, as a dataclass, and used by one or several
+commands.
 
 A command takes a group as one keyword-only parameter (``load: LoadFlags``); :func:`grouped`
 spreads the dataclass's fields into the signature Typer reads, so each field is an option of
@@ -6,6 +7,10 @@ the command with its declaration, default and help from the dataclass, and hands
 one instance. The group builds its library options object (``load.options()``), so no command
 rebuilds it by hand. A command that takes only part of a group, or one field with other help,
 says so with :class:`Group` in ``Annotated``.
+
+A command's own options are a group too (:class:`OptionsFlags`): its fields are named as the
+fields of the command's options dataclass, and :meth:`Flags.build` fills the dataclass by name,
+so no field is copied from the one to the other.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import inspect
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, runtime_checkable
 
 from actviz.cli.options import (
     AmpOption,
@@ -47,16 +52,64 @@ __all__ = [
     "Flags",
     "Group",
     "LoadFlags",
+    "OptionsFlags",
     "grouped",
     "pair",
     "selector",
 ]
 
 R = TypeVar("R")
+T = TypeVar("T")
+
+
+@runtime_checkable
+class _Built(Protocol):
+    """A group that builds its library options with no argument (``load.options()``)."""
+
+    def options(self) -> Any: ...
 
 
 class Flags:
-    """Base of the option groups: a dataclass whose fields are ``Annotated`` Typer options."""
+    """Base of the option groups: a dataclass whose fields are ``Annotated`` Typer options.
+
+    A field is named as the library's options name it, with two spellings of the command
+    line's own: ``layers`` (the repeatable ``--layers``) is one selector, and a ``no_X``
+    switch (``--no-report``) is ``X`` negated. ``read_by_command`` lists the fields the
+    library's options do not have, which the command reads itself.
+    """
+
+    read_by_command: ClassVar[tuple[str, ...]] = ()
+    #: Field -> the parameter (or group) of the command it is listed after in ``--help``,
+    #: where it is not listed with the rest of its group.
+    placed: ClassVar[Mapping[str, str]] = {}
+
+    def values(self) -> dict[str, Any]:
+        """The fields as the library's options name them (see the class)."""
+        values: dict[str, Any] = {}
+        for item in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, item.name)
+            if item.name in self.read_by_command:
+                continue
+            if item.name == "layers":
+                values["layers"] = selector(value)
+            elif item.name.startswith("no_"):
+                values[item.name[3:]] = not value
+            else:
+                values[item.name] = value
+        return values
+
+    def build(self, cls: type[T], /, **given: Any) -> T:
+        """``cls`` made of every field by name (:meth:`values`) and ``given`` over them; a
+        group given (``load=load``) is given as its library options (its ``options()``)."""
+        built = {k: v.options() if isinstance(v, _Built) else v for k, v in given.items()}
+        return cls(**{**self.values(), **built})
+
+
+class OptionsFlags(Flags):
+    """A command's own options as a group: each field is a field of the command's options
+    dataclass (or its ``no_X`` switch), with the command line's declaration, and the command
+    builds the dataclass with :meth:`Flags.build`. A test holds the defaults equal to the
+    dataclass's."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +171,8 @@ def grouped(command: Callable[..., R]) -> Callable[..., R]:
             names.append(item.name)
         spread[param.name] = (kind, names)
 
+    parameters = _placed(parameters, spread)
+
     @functools.wraps(command)
     def wrapper(**values: Any) -> R:
         for name, (kind, names) in spread.items():
@@ -127,6 +182,26 @@ def grouped(command: Callable[..., R]) -> Callable[..., R]:
     wrapper.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
     return wrapper
+
+
+def _placed(
+    parameters: list[inspect.Parameter], spread: Mapping[str, tuple[type[Flags], list[str]]]
+) -> list[inspect.Parameter]:
+    """The parameters with each group's ``placed`` fields moved after the parameter or group
+    they name, so that ``--help`` keeps its order."""
+    ends = {name: names[-1] for name, (_, names) in spread.items() if names}
+    moves = [
+        (field_name, ends.get(after, after))
+        for kind, names in spread.values()
+        for field_name, after in kind.placed.items()
+        if field_name in names
+    ]
+    for field_name, after in moves:
+        moved = next(p for p in parameters if p.name == field_name)
+        parameters.remove(moved)
+        at = next(i for i, p in enumerate(parameters) if p.name == after)
+        parameters.insert(at + 1, moved)
+    return parameters
 
 
 def pair(text: str, option: str, kind: type[float] | type[int]) -> tuple[Any, Any]:
@@ -162,13 +237,7 @@ class LoadFlags(Flags):
         """The library's load options."""
         from actviz.command.options import LoadOptions
 
-        return LoadOptions(
-            weights=self.weights,
-            device=self.device,
-            trust_checkpoint=self.trust_checkpoint,
-            input_size=self.size(),
-            in_chans=self.in_chans,
-        )
+        return self.build(LoadOptions, input_size=self.size())
 
 
 @dataclass(frozen=True)
@@ -188,7 +257,7 @@ class ExecutionFlags(Flags):
         """The library's execution options (the same fields)."""
         from actviz.command.options import ExecutionOptions
 
-        return ExecutionOptions(**dataclasses.asdict(self))
+        return self.build(ExecutionOptions)
 
 
 @dataclass(frozen=True)

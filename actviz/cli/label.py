@@ -7,8 +7,10 @@ imported inside the command, never here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 from rich.table import Table
@@ -24,7 +26,7 @@ from actviz.cli.console import (
     rate_words,
 )
 from actviz.cli.finish import finish
-from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     DecodeWorkersOption,
     JsonOption,
@@ -248,6 +250,37 @@ LabelExecution = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class LabelFlags(OptionsFlags):
+    """``label``'s own options: the fields of :class:`actviz.label.LabelOptions`."""
+
+    placed: ClassVar[Mapping[str, str]] = {"no_report": "execution"}
+
+    layers: LayerOption = None
+    tags: TagsOption = None
+    classes: ClassesOption = False
+    masks: MasksOption = None
+    clip: ClipOption = None
+    words: WordsOption = None
+    clip_top: ClipTopOption = 3
+    sae: LabelSaeOption = None
+    metric: MetricOption = "auprc"
+    score: ScoreOption = "max"
+    fire: FireOption = 0.1
+    quantile: QuantileOption = 0.005
+    min_iou: MinIouOption = 0.04
+    permutations: PermutationsOption = 1000
+    max_permutations: MaxPermutationsOption = 0
+    alpha: AlphaOption = 0.05
+    min_positives: MinPositivesOption = 5
+    top: TopOption = 3
+    seed: SeedOption = 0
+    no_learnability: NoLearnabilityOption = False
+    top_images: TopImagesOption = None
+    out: LabelOutOption = None
+    no_report: NoReportOption = False
+
+
 @app.command("label")
 @boundary
 @grouped
@@ -255,31 +288,9 @@ def label(
     model: ModelArg,
     folder: FolderArg,
     *,
-    layers: LayerOption = None,
-    tags: TagsOption = None,
-    classes: ClassesOption = False,
-    masks: MasksOption = None,
-    clip: ClipOption = None,
-    words: WordsOption = None,
-    clip_top: ClipTopOption = 3,
-    sae: LabelSaeOption = None,
-    metric: MetricOption = "auprc",
-    score: ScoreOption = "max",
-    fire: FireOption = 0.1,
-    quantile: QuantileOption = 0.005,
-    min_iou: MinIouOption = 0.04,
-    permutations: PermutationsOption = 1000,
-    max_permutations: MaxPermutationsOption = 0,
-    alpha: AlphaOption = 0.05,
-    min_positives: MinPositivesOption = 5,
-    top: TopOption = 3,
-    seed: SeedOption = 0,
-    no_learnability: NoLearnabilityOption = False,
-    top_images: TopImagesOption = None,
-    out: LabelOutOption = None,
+    own: LabelFlags,
     load: LoadFlags,
     execution: LabelExecution,
-    no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -297,32 +308,11 @@ def label(
     from actviz.label import LabelOptions
     from actviz.label import label as run_label
 
-    options = LabelOptions(
-        layers=selector(layers),
-        tags=tags,
-        classes=classes,
-        masks=masks,
-        clip=clip,
-        words=words,
-        clip_top=clip_top,
-        sae=sae,
-        metric=metric,
-        score=score,  # type: ignore[arg-type]  # checked against its choices when built
-        fire=fire,
-        quantile=quantile,
-        min_iou=min_iou,
-        permutations=permutations,
-        max_permutations=max_permutations,
-        alpha=alpha,
-        min_positives=min_positives,
-        top=top,
-        seed=seed,
-        learnability=not no_learnability,
-        top_images=top_images,
-        out=fresh_out(out, base="actviz-label", reuse=execution.resume or execution.overwrite),
-        report=not no_report,
-        load=load.options(),
-        execution=execution.options(),
+    options = own.build(
+        LabelOptions,
+        out=fresh_out(own.out, base="actviz-label", reuse=execution.resume or execution.overwrite),
+        load=load,
+        execution=execution,
     )
     with reporting(quiet) as reporter:
         result = run_label(model, folder, options, reporter=reporter)

@@ -6,6 +6,7 @@ Torch is imported inside the command, never here, so ``actviz --help`` stays ins
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
@@ -14,7 +15,7 @@ from rich.text import Text
 from actviz.cli.boundary import app, boundary, state, stopping
 from actviz.cli.console import Bar, err_console, out_console, progress_bar
 from actviz.cli.finish import finish
-from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     FreshOutOption,
     InputsArg,
@@ -170,6 +171,32 @@ NoPagesOption = Annotated[
         rich_help_panel=P,
     ),
 ]
+
+
+@dataclass(frozen=True)
+class SaeFlags(OptionsFlags):
+    """``sae``'s own options: the fields of :class:`actviz.sae.SaeOptions`."""
+
+    layers: LayersOption = None
+    features: FeaturesOption = None
+    expansion: ExpansionOption = None
+    k: KOption = None
+    kind: KindOption = "topk"
+    epochs: EpochsOption = 4
+    tokens: TokensOption = None
+    lr: LrOption = None
+    seed: SeedOption = 0
+    seeds: SeedsOption = 1
+    held_out: HeldOutOption = 0.1
+    prefix_tokens: PrefixOption = False
+    sae_batch: SaeBatchOption = None
+    min_steps: MinStepsOption = 1000
+    buffer: BufferOption = 65536
+    top: TopOption = 9
+    no_pages: NoPagesOption = False
+    out: FreshOutOption = None
+
+
 #: What ``sae`` takes of the execution options: no engine, no AMP (a dictionary trains in
 #: float32 in this process).
 SaeExecution = Annotated[
@@ -211,24 +238,7 @@ def sae(
     model: ModelArg,
     inputs: InputsArg,
     *,
-    layers: LayersOption = None,
-    features: FeaturesOption = None,
-    expansion: ExpansionOption = None,
-    k: KOption = None,
-    kind: KindOption = "topk",
-    epochs: EpochsOption = 4,
-    tokens: TokensOption = None,
-    lr: LrOption = None,
-    seed: SeedOption = 0,
-    seeds: SeedsOption = 1,
-    held_out: HeldOutOption = 0.1,
-    prefix_tokens: PrefixOption = False,
-    sae_batch: SaeBatchOption = None,
-    min_steps: MinStepsOption = 1000,
-    buffer: BufferOption = 65536,
-    top: TopOption = 9,
-    no_pages: NoPagesOption = False,
-    out: FreshOutOption = None,
+    own: SaeFlags,
     load: LoadFlags,
     execution: SaeExecution,
     as_json: JsonOption = False,
@@ -246,27 +256,11 @@ def sae(
     from actviz.sae import SaeOptions
     from actviz.sae import sae as train_sae
 
-    options = SaeOptions(
-        layers=selector(layers),
-        out=fresh_out(out, reuse=execution.resume or execution.overwrite),
-        features=features,
-        expansion=expansion,
-        k=k,
-        kind=kind,
-        epochs=epochs,
-        tokens=tokens,
-        lr=lr,
-        seed=seed,
-        seeds=seeds,
-        held_out=held_out,
-        prefix_tokens=prefix_tokens,
-        sae_batch=sae_batch,
-        min_steps=min_steps,
-        buffer=buffer,
-        pages=not no_pages,
-        top=top,
-        load=load.options(),
-        execution=execution.options(),
+    options = own.build(
+        SaeOptions,
+        out=fresh_out(own.out, reuse=execution.resume or execution.overwrite),
+        load=load,
+        execution=execution,
     )
     with stopping(_Bar(quiet)) as bar:
         result = train_sae(model, inputs, options, reporter=bar)

@@ -5,7 +5,9 @@ Torch is imported inside the command, never here, so ``actviz --help`` stays ins
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import typer
 from rich.text import Text
@@ -13,7 +15,7 @@ from rich.text import Text
 from actviz.cli.boundary import app, boundary, reporting
 from actviz.cli.console import err_console, out_console, rate_words
 from actviz.cli.finish import finish
-from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     FreshOutOption,
     InputsArg,
@@ -60,6 +62,23 @@ OverviewChannelsOption = Annotated[
         rich_help_panel="Output",
     ),
 ]
+
+
+@dataclass(frozen=True)
+class TopImagesFlags(OptionsFlags):
+    """``top-images``' own options: the fields of :class:`actviz.top_images.TopImagesOptions`."""
+
+    placed: ClassVar[Mapping[str, str]] = {"no_report": "execution"}
+
+    layers: LayersOption = None
+    k: TopKOption = 9
+    score: ScoreOption = "max"
+    channels: OverviewChannelsOption = 16
+    sae: SaeFileOption = None
+    out: FreshOutOption = None
+    no_report: NoReportOption = False
+
+
 #: The execution options ``top-images`` offers: all but --amp and --channels-last.
 TopImagesExecution = Annotated[ExecutionFlags, Group(without=("amp", "channels_last"))]
 
@@ -71,15 +90,9 @@ def top_images(
     model: ModelArg,
     inputs: InputsArg,
     *,
-    layers: LayersOption = None,
-    k: TopKOption = 9,
-    score: ScoreOption = "max",
-    channels: OverviewChannelsOption = 16,
-    sae: SaeFileOption = None,
-    out: FreshOutOption = None,
+    own: TopImagesFlags,
     load: LoadFlags,
     execution: TopImagesExecution,
-    no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -93,16 +106,11 @@ def top_images(
     from actviz.top_images import TopImagesOptions
     from actviz.top_images import top_images as find_top_images
 
-    options = TopImagesOptions(
-        layers=selector(layers),
-        out=fresh_out(out, reuse=execution.resume or execution.overwrite),
-        k=k,
-        score=score,
-        channels=channels,
-        sae=sae,
-        report=not no_report,
-        load=load.options(),
-        execution=execution.options(),
+    options = own.build(
+        TopImagesOptions,
+        out=fresh_out(own.out, reuse=execution.resume or execution.overwrite),
+        load=load,
+        execution=execution,
     )
     with reporting(quiet) as reporter:
         result = find_top_images(model, inputs, options, reporter=reporter)

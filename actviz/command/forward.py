@@ -54,6 +54,8 @@ class BatchForward:
         self.amp = amp
         self.channels_last = channels_last
         self.second = second
+        self.second_logits: Any = None
+        """The second model's output on the latest batch (None without a second model)."""
 
     def batches(
         self,
@@ -99,7 +101,7 @@ class BatchForward:
             ):
                 logits = _call(loaded, self.module, x, first)
                 if self.second is not None:
-                    _call(self.second, self.second.module, x, first)
+                    self.second_logits = _call(self.second, self.second.module, x, first)
             yield good, logits, x
 
 

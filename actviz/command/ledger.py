@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from actviz import output
+from actviz.command.resume import check_settings
 from actviz.errors import UsageError
 
 __all__ = ["ImageLedger"]
@@ -29,7 +30,6 @@ class ImageLedger:
         name: The ledger's file name (``cam-eval.jsonl``).
         command: The command, for messages (``cam-eval``).
         settings: What a resumed run must share with the earlier one (JSON-ready).
-        differs: What the settings hold, for the message when they differ.
     """
 
     def __init__(
@@ -39,13 +39,11 @@ class ImageLedger:
         *,
         command: str,
         settings: Mapping[str, Any],
-        differs: str,
     ) -> None:
         self.path = out / name
         self.out = out
         self.command = command
         self.settings = dict(settings)
-        self.differs = differs
         self._journal: output.Journal | None = None
         self._head: list[bytes] = []
 
@@ -83,11 +81,7 @@ class ImageLedger:
                     records.append(data)
         if not records:
             return {}
-        if records[0].get("settings") != json.loads(json.dumps(self.settings)):
-            raise UsageError(
-                f"{self.out} holds a {self.command} with other settings ({self.differs}); use "
-                "--overwrite to start again, or another --out"
-            )
+        check_settings(self.out, records[0].get("settings"), self.settings)
         return {str(r["image"]): r for r in records[1:] if r.get("status") == "ok" and "image" in r}
 
     def append(self, record: Mapping[str, Any]) -> None:

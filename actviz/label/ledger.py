@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz import output
+from actviz.command.resume import check_settings
 from actviz.errors import UsageError
 
 __all__ = ["LEDGER", "decode", "encode", "line", "read_ledger"]
@@ -50,11 +51,10 @@ def read_ledger(
     resume: bool,
     name: str = LEDGER,
     what: str = "label",
-    differ: str = "model, layers, concepts, score or images",
 ) -> Iterator[dict[str, Any]]:
     """With ``resume``: the batch records of an earlier run with the same settings (none
     without it, or when there is no journal yet), from the journal ``name`` of the command
-    ``what`` (``differ``: what its settings are, for the refusal).
+    ``what``.
 
     Raises:
         UsageError: For a folder that holds files but no such journal, or one written with
@@ -82,10 +82,6 @@ def read_ledger(
             continue
         if first:
             first = False
-            if record.get("settings") != json.loads(json.dumps(settings)):
-                raise UsageError(
-                    f"{out} holds a {what} run with other settings ({differ}); use "
-                    "--overwrite to start again, or another --out"
-                )
+            check_settings(out, record.get("settings"), settings)
             continue
         yield record

@@ -144,6 +144,7 @@ def optimize_batch(
     grey: bool = False,
     model_size: tuple[int, int] | None = None,
     on_step: Callable[[], None] | None = None,
+    objective: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> BatchResult:
     """Optimize one image per channel of one layer, all in one batch.
 
@@ -167,6 +168,9 @@ def optimize_batch(
             model: for models that take one input size only (vision transformers). None
             feeds the transformed size, as Lucent does.
         on_step: Called after each step.
+        objective: What image ``i`` maximizes, given the layer's output (``(B,)`` values):
+            another objective than a channel (an atlas cell's direction, :class:`~actviz.
+            optimize.objective.Direction`); ``channels`` then only seed the images.
 
     Returns:
         The images, their curves and final values.
@@ -196,16 +200,17 @@ def optimize_batch(
         return ((image - centre) / spread).contiguous()
 
     values: list[torch.Tensor] = []
+    given = objective
     with frozen(model), LayerTarget(model, layer) as target, torch.enable_grad():
-        objective: Objective | None = None
+        scoring: Callable[[torch.Tensor], torch.Tensor] | None = None
         shape: tuple[int, ...] = ()
         for _ in range(steps):
             optimizer.zero_grad(set_to_none=True)
             output = target.forward(prepared(standard(param(), rng)))
-            if objective is None:
+            if scoring is None:
                 shape = tuple(output.shape)
-                objective = _objective(output, channels, neuron, ctx, layer)
-            value = objective(output)
+                scoring = given or _objective(output, channels, neuron, ctx, layer)
+            value = scoring(output)
             (-value.sum()).backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             values.append(value.detach())
@@ -214,10 +219,10 @@ def optimize_batch(
         with torch.no_grad():
             images = param()
             output = target.forward(prepared(images))
-            if objective is None:
+            if scoring is None:
                 shape = tuple(output.shape)
-                objective = _objective(output, channels, neuron, ctx, layer)
-            final = objective(output).float().cpu().numpy()
+                scoring = given or _objective(output, channels, neuron, ctx, layer)
+            final = scoring(output).float().cpu().numpy()
     pixels = (images.detach().permute(0, 2, 3, 1).clamp(0, 1) * 255).round().to(torch.uint8)
     curves = torch.stack(values).float().cpu().numpy() if values else np.zeros((0, len(channels)))
     return BatchResult(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from actviz.layouts import LayerContext
 
 __all__ = [
+    "Direction",
     "Objective",
     "channel_axis",
     "check_channels",
@@ -186,6 +187,50 @@ class Objective:
                 picked = torch.from_numpy(grid[list(self.channels)]).to(output.device)
             self._where[key] = picked
         return self._where[key]
+
+
+@dataclass(frozen=True)
+class Direction:
+    """Image ``i`` maximizes the layer's vector along ``directions[i]``, as Lucid's activation
+    atlas renders its icons: ``(v . d) * cos(v, d) ** power`` with ``v`` the layer's vector
+    (its spatial mean, or with ``neuron`` its centre position) and ``d`` the unit direction,
+    so the image grows the direction rather than any large vector near it.
+
+    Attributes:
+        directions: ``(B, C)`` one direction per image (any length; made unit here).
+        neuron: The centre position's vector instead of the spatial mean.
+        ctx: What the model's structure says about the layer: the positions are read
+            through its layout as ``run`` draws them (see :func:`positions`).
+        power: The cosine's power (Lucid's ``cossim_pow``).
+    """
+
+    directions: npt.NDArray[np.float32]
+    neuron: bool = False
+    ctx: LayerContext | None = field(default=None, compare=False)
+    power: float = 1.0
+
+    def __call__(self, output: torch.Tensor) -> torch.Tensor:
+        """The value each image maximizes, ``(B,)``."""
+        import torch
+
+        grid = positions(output.shape[1:], self.ctx)
+        if grid is None:
+            raise UsageError(
+                f"an output of shape {tuple(output.shape[1:])} cannot be read as maps or a "
+                "vector; choose another layer"
+            )
+        where = torch.from_numpy(grid).to(output.device)
+        maps = output.reshape(output.shape[0], -1)[:, where]  # (B, C, H, W)
+        if self.neuron:
+            vector = maps[:, :, maps.shape[2] // 2, maps.shape[3] // 2]
+        else:
+            vector = maps.mean(dim=(2, 3))
+        d = torch.as_tensor(self.directions, device=output.device, dtype=vector.dtype)
+        d = d / d.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        along = (vector * d).sum(dim=1)
+        cos = along / vector.norm(dim=1).clamp_min(1e-6)
+        value: torch.Tensor = along * cos.clamp_min(0.1) ** self.power
+        return value
 
 
 def objective_for(

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, NoReturn
 
-from actviz.errors import OutputError
+from actviz.command.resume import check_settings, settings_changed
 from actviz.output import REPORT_DIR, UNDECODED, Journal, clear_outputs, whole, write_error
 
 __all__ = ["RUN_FILES", "LedgerReader", "RunRecords"]
@@ -62,7 +62,7 @@ class RunRecords:
         their line, for :meth:`read`.
 
         Raises:
-            OutputError: If the earlier run used other settings; the message names them.
+            SettingsChanged: If the earlier run used other settings; the message names them.
         """
         done: dict[tuple[str, str], int] = {}
         earlier_settings: dict[str, Any] | None = None
@@ -72,11 +72,10 @@ class RunRecords:
                 continue
             earlier = record.get("settings")
             if isinstance(earlier, dict):  # an older line: the settings in every line
-                if _digest(earlier) != self.digest:
-                    self._refuse(_differences(earlier, self.settings))
+                check_settings(self.path.parent, earlier, self.settings)
             elif earlier != self.digest:
                 if earlier_settings is not None and tab:
-                    self._refuse(_differences(earlier_settings, self.settings))
+                    check_settings(self.path.parent, earlier_settings, self.settings)
                 text = record.get("settings_text")
                 self._refuse(f"other settings ({text})" if text else "other settings")
             files = record["files"] if tab else _record_files(record)
@@ -183,11 +182,7 @@ class RunRecords:
         }
 
     def _refuse(self, what: str) -> NoReturn:
-        raise OutputError(
-            f"--resume: {self.path.parent} was written with {what}; "
-            "use --overwrite or another --out",
-            usage=True,
-        )
+        raise settings_changed(self.path.parent, what)
 
 
 class LedgerReader:
@@ -298,34 +293,3 @@ def _record_of(line: bytes) -> dict[str, Any]:
 def _digest(settings: dict[str, Any]) -> str:
     # The same text (and so the same digest) as older versions wrote for the same settings.
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _differences(earlier: dict[str, Any], now: dict[str, Any]) -> str:
-    """``selector=layer4.* (now conv) and draw.max_channels=64 (now 16)``: only what differs,
-    nested settings by their dotted path, in the order of the current settings."""
-    old, new = _flatten(earlier), _flatten(now)
-    parts = []
-    for key in [*new, *(k for k in old if k not in new)]:
-        if key not in old:
-            parts.append(f"{key} not set (now {_value(new[key])})")
-        elif key not in new:
-            parts.append(f"{key}={_value(old[key])} (now not set)")
-        elif _digest({"": old[key]}) != _digest({"": new[key]}):  # NaN-proof comparison
-            parts.append(f"{key}={_value(old[key])} (now {_value(new[key])})")
-    if not parts:
-        return "other settings"
-    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
-
-
-def _flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
-def _value(value: Any) -> str:
-    return value if isinstance(value, str) and value else json.dumps(value, ensure_ascii=False)

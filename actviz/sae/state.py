@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.resume import check_settings
 from actviz.dictionary import SparseDictionary
 from actviz.errors import UsageError
 
@@ -62,7 +63,8 @@ def read_state(
     """The state an interrupted run left in ``out``, or None when there is none.
 
     Raises:
-        UsageError: For a state saved with other settings, or unreadable.
+        SettingsChanged: For a state saved with other settings.
+        UsageError: For a state that cannot be read.
     """
     from safetensors import safe_open
 
@@ -77,16 +79,7 @@ def read_state(
         raise UsageError(
             f"{path} cannot be read; run without --resume (with --overwrite) to start again"
         ) from None
-    if meta["settings"] != settings:
-        changed = sorted(
-            key
-            for key in {**meta["settings"], **settings}
-            if meta["settings"].get(key) != settings.get(key)
-        )
-        raise UsageError(
-            f"--resume: the run in {out} used other settings ({', '.join(changed)}); use the "
-            "same options, or --overwrite to start again"
-        )
+    check_settings(out, meta["settings"], settings)
     saes = []
     for i, d in enumerate(meta["dictionaries"]):
         parts = {n: tensors[f"sae.{i}.{n}"] for n in ("w_enc", "b_enc", "w_dec", "b_dec", "mean")}

@@ -103,7 +103,6 @@ def tcav(
             resume=ex.resume,
             name=LEDGER,
             what="tcav",
-            differ="model, layer, input size or classes",
         ):
             _add(gathered, failed, record, layer.plan.channels)
             resumed = True

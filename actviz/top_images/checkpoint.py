@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from actviz.command.resume import check_settings
 from actviz.errors import OutputError
 from actviz.output import Journal, atomic_file
 from actviz.top_images.topk import ARRAY_FIELDS, LayerTop, TopK
@@ -167,7 +168,7 @@ def load_checkpoint(out: Path, settings: Mapping[str, Any]) -> Checkpoint | None
             meta = json.loads(str(data["meta"]))
             if meta.get("format") not in (1, _FORMAT):
                 raise ValueError(f"format {meta.get('format')!r}")
-            _check_settings(out, meta.get("settings", {}), settings)
+            check_settings(out, meta.get("settings", {}), settings)
             layers = {}
             for i, layer in enumerate(meta["layers"]):
                 arrays = {name: data[f"{i}.{name}"] for name in ARRAY_FIELDS}
@@ -185,24 +186,3 @@ def load_checkpoint(out: Path, settings: Mapping[str, Any]) -> Checkpoint | None
             f"cannot resume from {path}: it is damaged ({type(exc).__name__}: {exc}); "
             "use --overwrite to start again"
         ) from None
-
-
-def _check_settings(out: Path, earlier: Mapping[str, Any], now: Mapping[str, Any]) -> None:
-    current = json.loads(json.dumps(now, default=str))
-    changed = [
-        f"{key}={_text(earlier.get(key))} (now {_text(current.get(key))})"
-        for key in sorted(set(earlier) | set(current))
-        if earlier.get(key) != current.get(key)
-    ]
-    if changed:
-        raise OutputError(
-            f"--resume: {out} holds top images of other settings ({', '.join(changed)}); "
-            "use --overwrite or another --out",
-            usage=True,
-        )
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
