@@ -62,7 +62,7 @@ a diff's caption, a contact sheet's line about its channel."""
 INFO_SIZE = 12
 """The lines under a title: description and notes."""
 LABEL_SIZE = 12
-"""The colour bar's labels."""
+"""The colour bar's labels, and a legend's beside its swatches."""
 TILE_LABEL_SIZE = 12
 """The channel index above each tile."""
 PANEL_LABEL_SIZE = 11
