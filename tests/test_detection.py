@@ -44,7 +44,8 @@ def test_an_fpn_level_equals_the_backbone_on_the_models_own_transform(
     x = loaded.preprocess(  # type: ignore[attr-defined]
         Image.open(make_image(tmp_path / "a.png", (200, 100)))
     ).unsqueeze(0)
-    assert x.shape == (1, 3, 128, 256) and float(x.min()) >= 0.0 and float(x.max()) <= 1.0
+    # The image as decoded, in 0..1: the model's own transform does all the resizing.
+    assert x.shape == (1, 3, 100, 200) and float(x.min()) >= 0.0 and float(x.max()) <= 1.0
     with (
         ActivationRecorder(model, ["backbone.fpn", "backbone.body.layer2"], per_image=True) as acts,
         torch.inference_mode(),
@@ -69,8 +70,8 @@ def test_an_fpn_level_equals_the_backbone_on_the_models_own_transform(
 
 @pytest.mark.slow
 def test_a_run_crops_the_padding_and_records_the_detections(tmp_path: Path) -> None:
-    # 200x100 -> 256x128 by the decoder (shorter side to min_size), 160x80 by the model's
-    # own transform (longer side to max_size), padded to 160x96.
+    # 200x100 as decoded, 160x80 by the model's own transform (longer side to max_size),
+    # padded to 160x96.
     image = make_image(tmp_path / "wide.png", (200, 100))
     out = tmp_path / "out"
     argv = ["run", "fasterrcnn_resnet50_fpn", str(image), "--weights", "none"]
@@ -103,19 +104,61 @@ def test_a_run_crops_the_padding_and_records_the_detections(tmp_path: Path) -> N
         name = loaded.categories[d["label"]]
         assert d["name"] == (f"N/A (class {d['label']})" if name == "N/A" else name)
     picture = np.asarray(Image.open(out / "wide" / "detections.png").convert("RGB"))
-    # Under the header, the 160x80 input the model saw; the best box outlined in its colour
-    # (later boxes may cover part of it).
-    below = picture[picture.shape[0] - 80 :].astype(int)
+    # Under the header, the 200x100 image, whose pixels the boxes are in; the best box
+    # outlined in its colour (later boxes may cover part of it).
+    below = picture[picture.shape[0] - 100 :].astype(int)
     x1, y1, x2, y2 = (
         min(max(int(round(v)), 0), bound)
-        for v, bound in zip(detections[0]["box"], (159, 79, 159, 79), strict=True)
+        for v, bound in zip(detections[0]["box"], (199, 99, 199, 99), strict=True)
     )
-    outline = np.concatenate([below[y1, x1 : x2 + 1], below[y2, x1 : x2 + 1]])
+    # Pillow draws a fractional edge on the pixel row below or above its rounding.
+    rows = [r for r in (y1 - 1, y1, y1 + 1, y2 - 1, y2, y2 + 1) if 0 <= r < 100]
+    outline = np.concatenate([below[r, x1 : x2 + 1] for r in rows])
     matches = np.abs(outline - np.asarray(detection_colour(0))).sum(axis=-1) == 0
     assert matches.any()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model_info"]["family"] == "detection"
     assert "GeneralizedRCNNTransform" in manifest["model_info"]["preprocessing"]["from"]
+
+
+@pytest.mark.slow
+def test_a_runs_maps_and_boxes_are_torchvisions_on_every_size_and_aspect(tmp_path: Path) -> None:
+    # mobilenet_v3_large_320_fpn resizes to min_size 320, max_size 640: a 4:3 photo, a 3:1
+    # panorama (capped by max_size), a portrait and a small image (enlarged 5x).
+    sizes = [(640, 480), (1200, 400), (300, 500), (64, 48)]
+    paths = [make_image(tmp_path / f"{w}x{h}.png", (w, h), seed=w) for w, h in sizes]
+    out = tmp_path / "out"
+    argv = ["run", "fasterrcnn_mobilenet_v3_large_320_fpn", *map(str, paths), "-w", "none"]
+    argv += ["--score-threshold", "0", "--save-tensors", "-l", "backbone.fpn", "--no-report"]
+    result = runner.invoke(app, [*argv, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    records = {Path(r["path"]).stem: r for r in read_images(out)}
+    loaded = load_model("fasterrcnn_mobilenet_v3_large_320_fpn", weights="none", device="cpu")
+    model = loaded.module
+    lower_score_threshold(model, 0.0)
+    for path, (width, height) in zip(paths, sizes, strict=True):
+        # torchvision's own pipeline on the decoded image: to_tensor, then the model.
+        image = torch.from_numpy(np.array(Image.open(path).convert("RGB"))).permute(2, 0, 1)
+        image = image.float() / 255
+        with torch.inference_mode():
+            images, _ = model.transform([image])
+            levels = model.backbone(images.tensors)
+            (expected,) = model([image])
+        (h, w), (ph, pw) = images.image_sizes[0], images.tensors.shape[-2:]
+        for level, tensor in levels.items():
+            saved = np.load(next((out / path.stem).glob(f"*_backbone.fpn_{level}.npy")))
+            rows, cols = -(-h * tensor.shape[-2] // ph), -(-w * tensor.shape[-1] // pw)
+            expected_level = tensor[0, :, :rows, :cols].numpy()
+            np.testing.assert_allclose(saved, expected_level, rtol=1e-5, atol=1e-6)
+        # The boxes are the model's own, in the image's pixels (rounded to 0.01).
+        order = expected["scores"].argsort(descending=True)
+        boxes = np.array([d["box"] for d in records[path.stem]["detections"]])
+        assert boxes.shape == (len(order), 4) and len(order) > 0
+        np.testing.assert_allclose(boxes, expected["boxes"][order].numpy(), atol=0.006)
+        assert boxes[:, 2].max() <= width and boxes[:, 3].max() <= height
+        assert boxes[:, 2].max() > 0.9 * width  # spread over the whole image, not a resize
+        fit = loaded.preprocess.fit((width, height))
+        assert fit.resized == (w, h) and fit.seen == 1.0
 
 
 def test_no_detection_above_the_threshold_is_said_and_the_maps_are_drawn(tmp_path: Path) -> None:
@@ -209,10 +252,10 @@ def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["files"]["all"] == len(list((out / "wide").iterdir()))
     picture = np.asarray(Image.open(out / "wide" / "detection_cam.png").convert("RGB"))
-    # Three panels of the 256x128 decoded input (input, EigenCAM, Grad-CAM) under the header.
-    assert picture.shape[1] == 3 * 256 + 2 * 4 and picture.shape[0] > 128
-    eigen_panel = picture[-128:, 260:516].astype(int)
-    grad_panel = picture[-128:, 520:776].astype(int)
+    # Three panels of the 200x100 image (input, EigenCAM, Grad-CAM) under the header.
+    assert picture.shape[1] == 3 * 200 + 2 * 4 and picture.shape[0] > 100
+    eigen_panel = picture[-100:, 204:404].astype(int)
+    grad_panel = picture[-100:, 408:608].astype(int)
     assert np.abs(eigen_panel - grad_panel).mean() > 5  # two different maps
     # The second detection, which Grad-CAM explains, is outlined in its colour.
     second = np.asarray(detection_colour(1))

@@ -228,3 +228,52 @@ def test_building_a_quantized_model_says_nothing_of_pytorchs_own_steps() -> None
         warnings.simplefilter("always")
         load_model("quantized_mobilenet_v3_large", weights="none", device="cpu")
     assert not [w for w in seen if "observer" in str(w.message)], [str(w.message) for w in seen]
+
+
+@pytest.mark.slow
+def test_top_images_and_sae_rank_a_quantized_layer_as_run_draws_it(
+    factory: str, tmp_path: Path
+) -> None:
+    """The layers' quint8 outputs are ranked dequantized (they were refused as "indices or a
+    mask"), and sae trains on them and splices its reconstruction back in, quantized."""
+    import actviz
+
+    images = [make_image(tmp_path / "in" / f"{i}.png", (40, 36), seed=i) for i in range(4)]
+    found = actviz.top_images(
+        factory,
+        [tmp_path / "in"],
+        out=tmp_path / "top",
+        layers="conv2",
+        k=2,
+        input_size=(32, 32),
+        weights="none",
+    )
+    (layer,) = found.document["layers"]
+    assert layer["name"] == "conv2" and layer["channels_total"] == 6
+    assert found.document["skipped"] == []
+    loaded = load_model(factory, device="cpu", input_size=(32, 32))
+    from PIL import Image
+
+    x = torch.stack([loaded.preprocess(Image.open(p)) for p in images])
+    plain = _plain_dequantized(loaded.module, ["conv2"], x)["conv2"]
+    best = plain.amax(dim=(2, 3)).amax(dim=0)  # each channel's maximum over the images
+    scores = [channel["top"][0]["score"] for channel in layer["channels"]]
+    np.testing.assert_allclose(scores, best.numpy(), rtol=1e-6)
+
+    trained = actviz.sae(
+        factory,
+        [tmp_path / "in"],
+        out=tmp_path / "sae",
+        layers="conv2",
+        features=12,
+        k=2,
+        input_size=(32, 32),
+        epochs=1,
+        min_steps=0,
+        pages=False,
+        weights="none",
+    )
+    assert trained.document["layer"]["key"] == "conv2"
+    assert (tmp_path / "sae" / "sae.safetensors").is_file()
+    quality = trained.document["metrics"]
+    assert quality["top1_changed"] is not None  # the forward with the splice ran

@@ -127,7 +127,8 @@ def _check(loaded: LoadedModel, opts: AttributeOptions) -> None:
     family = loaded.family
     if family.key not in _IMAGE_FAMILIES:
         raise UsageError(
-            f"attribute explains image classifiers; {loaded.name} is a {family.label} model"
+            f"attribute explains image classifiers; {loaded.name} is "
+            f"{'an' if family.label[0] in 'aeiou' else 'a'} {family.label} model"
         )
     if not loaded.classifier:
         raise UsageError(

@@ -85,6 +85,7 @@ def cam_eval(
         overwrite=ex.overwrite,
         hint=_NOT_EMPTY,
         channels_last=ex.channels_last,
+        name="cam-eval",
     ) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS)

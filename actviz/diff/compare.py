@@ -95,6 +95,7 @@ def diff(
         hint=_NOT_EMPTY,
         channels_last=opts.execution.channels_last,
         restore=[given_b],
+        name="diff",
     ) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
         found, notify = cmd.found, cmd.notify

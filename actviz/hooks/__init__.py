@@ -5,11 +5,12 @@ and the modules and tensors hooks see (:mod:`~actviz.hooks.refs`). Imports no to
 from __future__ import annotations
 
 from actviz.hooks.recorders import ActivationRecorder, capture
-from actviz.hooks.refs import layer_refs, tensor_items
+from actviz.hooks.refs import activations, layer_refs, tensor_items
 from actviz.hooks.session import Capture, HookSession, Skipped, call_key, eval_mode
 
 __all__ = [
     "ActivationRecorder",
+    "activations",
     "Capture",
     "HookSession",
     "Skipped",

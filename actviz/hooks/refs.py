@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["check_hookable", "layer_refs", "tensor_items"]
+__all__ = ["activations", "check_hookable", "layer_refs", "tensor_items"]
 
 
 def layer_refs(model: nn.Module) -> list[Any]:
@@ -28,6 +28,13 @@ def layer_refs(model: nn.Module) -> list[Any]:
         )
         refs.append(LayerRef(name, types, leaf=next(iter(module.children()), None) is None))
     return refs
+
+
+def activations(output: object) -> Iterator[tuple[str, torch.Tensor]]:
+    """:func:`tensor_items`, each as the values it stands for: a quantized model's ``quint8``
+    outputs dequantized, as the recorders record them and ``run`` draws them."""
+    for element, tensor in tensor_items(output):
+        yield element, tensor.dequantize() if tensor.is_quantized else tensor
 
 
 def check_hookable(model: nn.Module, name: str = "the model") -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from actviz.hooks import HookSession, tensor_items
+from actviz.hooks import HookSession, activations
 from actviz.top_images.plan import LayerPlan, as_maps
 from actviz.top_images.scoring import fit_to_plan
 from actviz.windows import ImageRows
@@ -65,7 +65,7 @@ class UnitRecorder(HookSession):
     def _register(self, name: str, module: nn.Module) -> None:
         def hook(_module: nn.Module, _args: object, output: object) -> None:
             _call, key = self._next_call(name)
-            for element, raw in tensor_items(output):
+            for element, raw in activations(output):
                 full = key + element
                 plan = self.plans.get(full)
                 tensor, _ = self._rows.split(name, raw)

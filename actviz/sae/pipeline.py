@@ -79,6 +79,7 @@ def sae(
         resume=ex.resume,
         overwrite=ex.overwrite,
         channels_last=ex.channels_last,
+        name="sae",
     ) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows="The features show")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from actviz.hooks import HookSession, tensor_items
+from actviz.hooks import HookSession, activations
 from actviz.top_images.plan import positions
 from actviz.windows import ImageRows
 
@@ -45,7 +45,7 @@ def vectors(maps: torch.Tensor) -> torch.Tensor:
 
 
 def _element(output: object, plan: LayerPlan, key: str) -> Any:
-    for element, raw in tensor_items(output):
+    for element, raw in activations(output):
         if key + element == plan.key:
             return raw
     return None
@@ -120,15 +120,23 @@ class SpliceSession(HookSession):
             _call, key = self._next_call(name)
             if key != self.plan.key or not isinstance(output, torch.Tensor):
                 return None  # only a whole-tensor output is replaced
-            maps = maps_of(output, self.plan)
+            # A quantized model's quint8 output: spliced as the values it stands for, then
+            # quantized again on its own scale for the next quantized kernel.
+            values = output.dequantize() if output.is_quantized else output
+            maps = maps_of(values, self.plan)
             if maps is None:
                 return None
             if self._where is None or self._where.device != output.device:
                 self._where = positions(self.plan, output.device)
-            rebuilt = self.sae.reconstruct_maps(maps.float()).to(output.dtype)
-            flat = output.reshape(output.shape[0], -1).clone()
+            rebuilt = self.sae.reconstruct_maps(maps.float()).to(values.dtype)
+            flat = values.reshape(output.shape[0], -1).clone()
             flat[:, self._where] = rebuilt.reshape(output.shape[0], -1)
             self.spliced += 1
-            return flat.reshape(output.shape)
+            spliced = flat.reshape(output.shape)
+            if not output.is_quantized:
+                return spliced
+            return torch.quantize_per_tensor(
+                spliced, output.q_scale(), output.q_zero_point(), output.dtype
+            )
 
         self._keep(module.register_forward_hook(hook))

@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz.errors import ModelError, first_line
-from actviz.hooks import HookSession, tensor_items
+from actviz.hooks import HookSession, activations
 from actviz.top_images.fields import ReceptiveField, measure_fields
 from actviz.windows import ImageRows
 
@@ -211,7 +211,7 @@ class _ProbeRecorder(HookSession):
     def _register(self, name: str, module: nn.Module) -> None:
         def hook(_module: nn.Module, _args: object, output: object) -> None:
             _call, key = self._next_call(name)
-            for element, raw in tensor_items(output):
+            for element, raw in activations(output):
                 # Windowed attention's rows put back into each image's grid, as scored.
                 tensor, why = self._rows.split(name, raw)
                 if tensor is None:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from actviz.hooks import HookSession, tensor_items
+from actviz.hooks import HookSession, activations
 from actviz.top_images.options import Score
 from actviz.top_images.plan import LayerPlan
 from actviz.top_images.topk import Candidates, layer_candidates
@@ -170,7 +170,7 @@ class ScoreRecorder(HookSession):
     def _register(self, name: str, module: nn.Module) -> None:
         def hook(_module: nn.Module, _args: object, output: object) -> None:
             _call, key = self._next_call(name)
-            for element, raw in tensor_items(output):
+            for element, raw in activations(output):
                 plan = self.plans.get(key + element)
                 # Windowed attention's rows put back into each image's grid, as planned.
                 tensor, _ = self._rows.split(name, raw)

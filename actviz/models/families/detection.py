@@ -3,28 +3,31 @@ RetinaNet, FCOS, SSD and SSDlite (and a user's own model built on them).
 
 These models take a list of ``(C, H, W)`` images in 0..1 and run their own transform
 (``GeneralizedRCNNTransform``): normalize, resize to ``min_size``/``max_size`` (SSD: a fixed
-size), and batch with padding to ``size_divisible``. So actviz hands them the decoded images
-unnormalized, resized only as far as the model would resize them itself, and lets the model do
-the rest; the maps it records are at the model's internal resolution, padding included.
-In eval mode the output is one dict per image: ``boxes``, ``labels``, ``scores`` (and
-``masks``, ``keypoints``).
+size), and batch with padding to ``size_divisible``. So actviz hands them each decoded image as
+it is, in 0..1 at its own size (:class:`DetectorInput`), and lets the model do the rest: the
+maps are ``model.backbone(model.transform([image])[0].tensors)`` (the padding cropped off),
+and the boxes the model returns are in the image's own pixels. In eval mode the output is
+one dict per image: ``boxes``, ``labels``, ``scores`` (and ``masks``, ``keypoints``).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families.base import Family
+from actviz.models.preprocessing import Fit, Preprocessing
 
 if TYPE_CHECKING:
+    import torch
+    from PIL import Image
     from torch import nn
-
-    from actviz.models.preprocessing import Preprocessing
 
 __all__ = [
     "DETECTION",
+    "DetectorInput",
     "detection_transform",
     "detector_classes",
     "is_detector",
@@ -116,11 +119,60 @@ def _call(module: Any, x: Any) -> Any:
     return module(list(x.unbind(0)))
 
 
-def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessing:
-    """0..1 images (the model normalizes them itself), the shorter side resized to the
-    model's ``min_size`` (which its transform would do, capped by ``max_size``), no crop."""
-    from actviz.models.preprocessing import Preprocessing
+@dataclass(frozen=True)
+class DetectorInput(Preprocessing):
+    """A decoded image as a detector takes it: in 0..1 at its own size, unnormalized. The
+    detector's own transform normalizes, resizes (bilinear, not antialiased, as it was
+    trained) and pads it, so the maps are torchvision's and the boxes are in the image's
+    pixels. No pre-resize: any resampling before the model's own would change its input.
 
+    The inherited fields hold the nominal geometry (``min_size`` square) for layer shapes.
+
+    Attributes:
+        min_size: The shorter side the model resizes an image to.
+        max_size: The longest side it allows (the shorter one gives way).
+        fixed: ``(height, width)`` every image is resized to (SSD); None otherwise.
+    """
+
+    min_size: int = 800
+    max_size: int = 1333
+    fixed: tuple[int, int] | None = None
+
+    def __call__(self, image: Image.Image) -> torch.Tensor:
+        """An RGB PIL image -> a ``(channels, H, W)`` tensor in 0..1 at the image's size."""
+        from torchvision.transforms import functional as F
+
+        if self.channels == 1:
+            image = image.convert("L")
+        tensor: torch.Tensor = F.convert_image_dtype(F.pil_to_tensor(image))
+        return tensor
+
+    def fit(self, size: tuple[int, int]) -> Fit:
+        """The size the detector's transform resizes an image of ``size`` to: all of it."""
+        width, height = size
+        if self.fixed is not None:
+            return Fit(size, (self.fixed[1], self.fixed[0]), None, 1.0)
+        scale = min(self.min_size / max(min(size), 1), self.max_size / max(max(size), 1))
+        return Fit(size, (max(1, int(width * scale)), max(1, int(height * scale))), None, 1.0)
+
+    def record(self) -> dict[str, object]:
+        """The input as the manifest records it: the image as decoded, the rest the model's."""
+        return {
+            "resize": None,
+            "crop": None,
+            "by": "the model's own transform",
+            "min_size": None if self.fixed else self.min_size,
+            "max_size": None if self.fixed else self.max_size,
+            "fixed_size": list(self.fixed) if self.fixed else None,
+            "mean": list(self.mean),
+            "std": list(self.std),
+            "interpolation": self.interpolation,
+            "from": self.origin or None,
+        }
+
+
+def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessing:
+    """Each image in 0..1 at its own size: the model normalizes, resizes and pads it itself."""
     transform = detection_transform(module)
     if transform is None:
         return preprocess
@@ -132,19 +184,23 @@ def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessin
         if fixed
         else f"min_size {side}, max_size {int(transform.max_size)}"
     )
-    return Preprocessing(
+    return DetectorInput(
         resize_size=side,
-        crop_size=(int(fixed[0]), int(fixed[1])) if fixed else (side, side),
+        crop_size=(int(fixed[1]), int(fixed[0])) if fixed else (side, side),
         mean=(0.0,) * preprocess.channels,
         std=(1.0,) * preprocess.channels,
         channels=preprocess.channels,
         interpolation="bilinear",
         crop=False,
         origin=(
-            f"the model's own transform (GeneralizedRCNNTransform: {how}, padded to a "
-            f"multiple of {int(transform.size_divisible)}, normalized with mean "
-            f"{list(transform.image_mean)} and std {list(transform.image_std)})"
+            f"the model's own transform (GeneralizedRCNNTransform: {how}, bilinear, padded "
+            f"to a multiple of {int(transform.size_divisible)}, normalized with mean "
+            f"{list(transform.image_mean)} and std {list(transform.image_std)}), on each "
+            "image as decoded"
         ),
+        min_size=side,
+        max_size=int(transform.max_size),
+        fixed=(int(fixed[1]), int(fixed[0])) if fixed else None,
     )
 
 
@@ -169,6 +225,10 @@ DETECTION = Family(
         "ablate": (
             "a detector's output is boxes, not one class per image to measure; use a "
             "classifier (resnet50, ...)"
+        ),
+        "cam-eval": (
+            "cam-eval scores maps by one class score per image, and a detector gives boxes; "
+            "draw a detection's maps with actviz run --cam (--detection N)"
         ),
     },
     selector=_selector,

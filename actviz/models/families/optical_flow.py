@@ -108,6 +108,18 @@ OPTICAL_FLOW = Family(
             "diff compares models on single images, and a flow model takes pairs; run each "
             "model on the pairs with actviz run"
         ),
+        "sae": (
+            "sae trains a dictionary on a layer over single images, and a flow model takes "
+            "pairs; run it on the pairs instead (actviz run MODEL FRAME1 FRAME2)"
+        ),
+        "tcav": (
+            "tcav tests concepts for a class, and a flow model gives flow fields for pairs; "
+            "use a classifier"
+        ),
+        "cam-eval": (
+            "cam-eval scores maps by a class score, and a flow model gives flow fields for "
+            "pairs; use a classifier"
+        ),
         "ablate": (
             "ablate measures class accuracy over images, and a flow model gives flow fields "
             "for pairs; use a classifier"

@@ -70,6 +70,10 @@ QUANTIZED = Family(
             "a quantized model's layers give quantized tensors, which ablate does not edit; "
             "use the float model (the name without quantized_)"
         ),
+        "cam-eval": (
+            "quantized kernels have no gradients for the CAMs it scores; use the float model "
+            "(the name without quantized_)"
+        ),
     },
     meta="quantized models are built and calibrated on the CPU",
     builder_kwargs=_builder_kwargs,

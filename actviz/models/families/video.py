@@ -79,6 +79,22 @@ VIDEO = Family(
             "ablate measures classes over a folder of images; a video model takes clips: "
             "use an image classifier"
         ),
+        "diff": (
+            "diff compares layers on images; a video model takes clips: run each model on "
+            "them with actviz run"
+        ),
+        "sae": (
+            "sae trains a dictionary on an image layer's positions; a video model takes clips: "
+            "use actviz run on them"
+        ),
+        "tcav": (
+            "tcav learns concepts from folders of images; a video model takes clips: use an "
+            "image classifier"
+        ),
+        "cam-eval": (
+            "cam-eval deletes and inserts an image's pixels; a video model takes clips: draw "
+            "their maps with actviz run --cam"
+        ),
     },
     outputs="(B, classes) Kinetics scores of a clip",
 )
