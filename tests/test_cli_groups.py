@@ -19,10 +19,18 @@ OWN_GROUPS = {
     "actviz.cli.sae:SaeFlags": "actviz.sae:SaeOptions",
     "actviz.cli.top_images:TopImagesFlags": "actviz.top_images:TopImagesOptions",
     "actviz.cli.label:LabelFlags": "actviz.label:LabelOptions",
+    "actviz.cli.diff:DiffFlags": "actviz.diff:DiffOptions",
+    "actviz.cli.tcav:TcavFlags": "actviz.tcav:TcavOptions",
+    "actviz.cli.attribute:AttributeFlags": "actviz.attribute:AttributeOptions",
+    "actviz.cli.cam_eval:CamEvalFlags": "actviz.cam_eval:CamEvalOptions",
 }
 
 #: What a group needs beyond its defaults to build its options at all.
-NEEDED: dict[str, dict[str, Any]] = {"actviz.cli.label:LabelFlags": {"classes": True}}
+NEEDED: dict[str, dict[str, Any]] = {
+    "actviz.cli.label:LabelFlags": {"classes": True},
+    # The options the command line requires, given as it gives them.
+    "actviz.cli.tcav:TcavFlags": {"concept": ["c=d"], "random": [Path("r")], "target": ["1"]},
+}
 
 
 def _named(path: str) -> Any:
@@ -42,31 +50,69 @@ def test_every_own_group_is_listed() -> None:
     assert defined == set(OWN_GROUPS)
 
 
+def _defaults(options: type) -> dict[str, Any]:
+    """The dataclass's defaults by field name; a nested dataclass's as a dict of its own."""
+    found: dict[str, Any] = {}
+    for f in dataclasses.fields(options):
+        if f.default is not dataclasses.MISSING:
+            found[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            found[f.name] = f.default_factory()
+    return found
+
+
 @pytest.mark.parametrize("flags_path", sorted(OWN_GROUPS))
 def test_an_own_group_has_the_dataclass_fields_and_defaults(flags_path: str) -> None:
     flags, options = _named(flags_path), _named(OWN_GROUPS[flags_path])
-    defaults = {
-        f.name: f.default
-        for f in dataclasses.fields(options)
-        if f.default is not dataclasses.MISSING
-    }
+    defaults = _defaults(options)
+    homes = {name: outer for outer, names in flags.nested.items() for name in names}
     for item in dataclasses.fields(flags):
         if item.name in flags.read_by_command:
             continue
         name = item.name[3:] if item.name.startswith("no_") else item.name
-        assert name in {f.name for f in dataclasses.fields(options)}, (flags_path, item.name)
-        if name == "out":
+        name = flags.renamed.get(item.name, name)
+        home = homes.get(item.name)
+        where = dataclasses.asdict(defaults[home]) if home else defaults
+        assert name in where, (flags_path, item.name)
+        default = where[name]
+        if item.default is dataclasses.MISSING:
+            assert item.name in NEEDED[flags_path], (flags_path, item.name)  # required
+        elif name == "out":
             assert item.default is None  # the first free folder, chosen by the command
+        elif item.name in flags.defaulted:
+            assert item.default is None, (flags_path, name)  # the options' own default
         elif item.name.startswith("no_"):
-            assert item.default is False and defaults[name] is True, (flags_path, name)
+            assert item.default is False and default is True, (flags_path, name)
         else:
-            assert item.default == defaults[name], (flags_path, name)
+            assert item.default == default, (flags_path, name)
     # Every field of the dataclass the command line offers is in the group, none copied by hand.
     given = NEEDED.get(flags_path, {})
     built = flags(**given).build(
         options, out=Path("o"), load=LoadFlags(), execution=ExecutionFlags()
     )
-    assert built == options(out=Path("o"), **given)
+    expected = {flags.renamed.get(k, k): v for k, v in given.items()}
+    assert built == options(out=Path("o"), **expected)
+
+
+def test_a_group_renames_and_nests_fields_and_leaves_unset_ones_to_the_options() -> None:
+    from actviz.attribute import DEFAULT_METHODS, AttributeOptions
+    from actviz.cli.attribute import AttributeFlags
+
+    built = AttributeFlags(method=["smoothgrad"], steps=8, seed=3).build(
+        AttributeOptions, out=Path("o")
+    )
+    assert built.methods == ("smoothgrad",)
+    assert built.settings.steps == 8 and built.settings.seed == 3
+    assert AttributeFlags().build(AttributeOptions, out=Path("o")).methods == DEFAULT_METHODS
+
+
+def test_a_nested_field_also_fills_the_options_own_field_of_its_name() -> None:
+    from actviz.cam_eval import CamEvalOptions
+    from actviz.cli.cam_eval import CamEvalFlags
+
+    built = CamEvalFlags(seed=5, ig_steps=7, steps=9).build(CamEvalOptions, out=Path("o"))
+    assert (built.seed, built.steps) == (5, 9)
+    assert (built.attribution.seed, built.attribution.steps) == (5, 7)
 
 
 def test_a_group_builds_layers_as_one_selector_and_no_switches_negated() -> None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from actviz.cli import app
 from actviz.errors import UsageError, VideoLoadError
-from actviz.io.video import discover_clips, pick_frames, read_frames, sample_times
+from actviz.io.video import discover_clips, pick_frames, read_frames, read_pair, sample_times
 from tests.conftest import make_image, run_images
 
 VIDEO_FPS = 12
@@ -100,6 +100,28 @@ def test_an_animated_gif_is_sampled_by_its_frame_durations(tmp_path: Path) -> No
     gif = write_gif(tmp_path / "a.gif")  # 10 frames of 0.1 s
     times = sample_times(1.0, 5, 10.0)  # consecutive from the middle: frames 2..6
     assert grey_levels(read_frames(gif, 5, 10.0)) == [20 * int(t * 10 + 1e-6) for t in times]
+
+
+def test_an_optical_flow_pair_is_the_two_middle_frames(tmp_path: Path) -> None:
+    # Of n frames, frames (n - 1) // 2 and the next: a frame's grey level says its index.
+    for frames, step, name in ((24, 10, "v.mp4"), (2, 10, "two.mp4"), (64, 3, "v.mkv")):
+        lossless = name.endswith(".mkv")  # ffv1: levels within 1; mpeg4 is lossy
+        codec = "ffv1" if lossless else "mpeg4"
+        video = write_video(tmp_path / name, frames=frames, step=step, codec=codec)
+        middle = (frames - 1) // 2
+        expected = [step * middle, step * (middle + 1)]
+        levels = grey_levels(list(read_pair(video)))
+        assert levels == pytest.approx(expected, abs=1 if lossless else 4)
+    # 5 s, entered at a key frame before its middle (2.46 s): frames 29 and 30.
+    long = write_video(tmp_path / "long.mkv", frames=60, step=4, codec="ffv1")
+    assert grey_levels(list(read_pair(long))) == pytest.approx([116, 120], abs=1)
+    for frames, durations in ((10, 100), (2, 40), (11, 0)):
+        gif = write_gif(tmp_path / f"a{frames}.gif", frames=frames, duration_ms=durations)
+        middle = (frames - 1) // 2
+        assert grey_levels(list(read_pair(gif))) == [20 * middle, 20 * (middle + 1)]
+    one = write_gif(tmp_path / "one.gif", frames=1)
+    with pytest.raises(VideoLoadError, match="holds a single frame; a flow model needs two"):
+        read_pair(one)
 
 
 def test_discovery_finds_videos_animations_and_frame_folders(tmp_path: Path) -> None:
@@ -276,15 +298,35 @@ def test_a_video_to_an_image_model_says_what_to_pass(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "v.mp4 is a video, and resnet18 takes images" in result.output
     assert not (tmp_path / "o").exists()
-    # An animated GIF is a video too; a GIF of one frame is an image like any other.
-    for frames, code in ((3, 2), (1, 0)):
-        gif = tmp_path / f"g{frames}.gif"
-        write_gif(gif, frames=frames)
-        result = CliRunner().invoke(
-            app, ["run", "resnet18", str(gif), "-w", "none", "-o", str(tmp_path / gif.stem), "-q"]
-        )
-        assert result.exit_code == code, result.output
-        assert ("g3.gif is a video, and resnet18 takes images" in result.output) == (code == 2)
+
+
+def test_an_animated_gif_to_an_image_model_is_drawn_from_its_first_frame(tmp_path: Path) -> None:
+    import torch
+
+    from actviz.models.registry import load_model
+
+    # Named alone, and inside a folder of photos: its first frame is drawn, and said.
+    gif = write_gif(tmp_path / "in" / "g3.gif", frames=3)
+    write_gif(tmp_path / "in" / "g1.gif", frames=1)
+    still_size = Image.open(gif).size
+    out = tmp_path / "out"
+    argv = ["run", "resnet18", "-w", "none", "-l", "conv1", "--save-tensors", "--no-report"]
+    for named, folder in (([gif], out / "alone"), ([tmp_path / "in"], out / "folder")):
+        result = CliRunner().invoke(app, [*argv, *map(str, named), "-o", str(folder)])
+        assert result.exit_code == 0, result.output
+        said = f"image {gif} is an animation of 3 frames: its first frame is drawn"
+        assert said in result.stderr
+        records = {Path(r["path"]).name: r for r in run_images(folder)}
+        assert records["g3.gif"]["note"].startswith(said)
+        if "g1.gif" in records:  # a GIF of one frame is an image like any other
+            assert "animation" not in (records["g1.gif"]["note"] or "")
+    # The first frame (black) is what the model saw: its conv1 map is the one of a black image.
+    loaded = load_model("resnet18", weights="none", device="cpu")
+    black = loaded.preprocess(Image.new("RGB", still_size)).unsqueeze(0)
+    with torch.inference_mode():
+        expected = loaded.module.conv1(black)[0].numpy()
+    saved = np.load(next((out / "alone" / "g3").glob("*conv1.npy")))
+    np.testing.assert_allclose(saved, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_model_says_it_is_a_video_model_with_an_attribute() -> None:

@@ -7,8 +7,10 @@ imported inside the command, never here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import typer
 from rich.table import Table
@@ -25,7 +27,7 @@ from actviz.cli.console import (
     rate_words,
 )
 from actviz.cli.finish import finish
-from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     DecodeWorkersOption,
     InputsArg,
@@ -208,6 +210,45 @@ class _Reporter(PacedReporter):
     command = "attribute"
 
 
+@dataclass(frozen=True)
+class AttributeFlags(OptionsFlags):
+    """``attribute``'s own options: the fields of :class:`actviz.attribute.AttributeOptions`,
+    the methods' settings among them (its ``settings``)."""
+
+    placed: ClassVar[Mapping[str, str]] = {"no_report": "execution"}
+    renamed: ClassVar[Mapping[str, str]] = {"method": "methods"}
+    nested: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "settings": (
+            "steps",
+            "integration",
+            "baseline",
+            "samples",
+            "noise",
+            "seed",
+            "composite",
+            "head_fusion",
+            "discard_ratio",
+        )
+    }
+    defaulted: ClassVar[tuple[str, ...]] = ("method",)
+
+    method: MethodOption = None
+    target: TargetOption = "top1"
+    steps: StepsOption = 32
+    integration: IntegrationOption = "gausslegendre"
+    baseline: BaselineOption = "zero"
+    samples: SamplesOption = 16
+    noise: NoiseOption = 0.15
+    seed: SeedOption = 0
+    composite: CompositeOption = "epsilon_plus_flat"
+    head_fusion: HeadFusionOption = "mean"
+    discard_ratio: DiscardOption = 0.0
+    out: AttributeOutOption = None
+    save_tensors: SaveTensorsOption = False
+    alpha: AlphaOption = 0.5
+    no_report: NoReportOption = False
+
+
 @app.command("attribute")
 @boundary
 @grouped
@@ -215,23 +256,9 @@ def attribute(
     model: ModelArg,
     inputs: InputsArg,
     *,
-    method: MethodOption = None,
-    target: TargetOption = "top1",
-    steps: StepsOption = 32,
-    integration: IntegrationOption = "gausslegendre",
-    baseline: BaselineOption = "zero",
-    samples: SamplesOption = 16,
-    noise: NoiseOption = 0.15,
-    seed: SeedOption = 0,
-    composite: CompositeOption = "epsilon_plus_flat",
-    head_fusion: HeadFusionOption = "mean",
-    discard_ratio: DiscardOption = 0.0,
-    out: AttributeOutOption = None,
-    save_tensors: SaveTensorsOption = False,
-    alpha: AlphaOption = 0.5,
+    own: AttributeFlags,
     load: LoadFlags,
     execution: AttributeExecution,
-    no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -245,29 +272,16 @@ def attribute(
     Writes OUT/<image>/<method>.png, OUT/attribute.json, OUT/attribute.html and, with
     --save-tensors, OUT/<image>/<method>.npy and OUT/<image>/input.npy.
     """
-    from actviz.attribute import DEFAULT_METHODS, AttributeOptions, AttributionSettings
+    from actviz.attribute import AttributeOptions
     from actviz.attribute import attribute as run_attribute
 
-    options = AttributeOptions(
-        methods=tuple(method) if method else DEFAULT_METHODS,
-        target=target,
-        out=fresh_out(out, base="actviz-attribute", reuse=execution.resume or execution.overwrite),
-        save_tensors=save_tensors,
-        alpha=alpha,
-        report=not no_report,
-        settings=AttributionSettings(
-            steps=steps,
-            integration=integration,
-            baseline=baseline,
-            samples=samples,
-            noise=noise,
-            seed=seed,
-            composite=composite,
-            head_fusion=head_fusion,
-            discard_ratio=discard_ratio,
+    options = own.build(
+        AttributeOptions,
+        out=fresh_out(
+            own.out, base="actviz-attribute", reuse=execution.resume or execution.overwrite
         ),
-        load=load.options(),
-        execution=execution.options(),
+        load=load,
+        execution=execution,
     )
     with reporting(quiet, _Reporter) as reporter:
         result = run_attribute(model, inputs, options, reporter=reporter)

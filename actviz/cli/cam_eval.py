@@ -7,8 +7,10 @@ the command, never here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 from rich.table import Table
@@ -25,7 +27,7 @@ from actviz.cli.console import (
     rate_words,
 )
 from actviz.cli.finish import finish
-from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     DecodeWorkersOption,
     InputsArg,
@@ -182,6 +184,33 @@ CamEvalExecution = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class CamEvalFlags(OptionsFlags):
+    """``cam-eval``'s own options: the fields of :class:`actviz.cam_eval.CamEvalOptions`, the
+    attributions' settings among them (its ``attribution``, seeded by the same ``--seed``)."""
+
+    placed: ClassVar[Mapping[str, str]] = {"chunk": "load", "no_report": "execution"}
+    renamed: ClassVar[Mapping[str, str]] = {"ig_steps": "steps"}
+    nested: ClassVar[Mapping[str, tuple[str, ...]]] = {
+        "attribution": ("ig_steps", "baseline", "samples", "noise", "seed")
+    }
+    defaulted: ClassVar[tuple[str, ...]] = ("methods",)
+
+    methods: MethodsOption = None
+    layers: CamEvalLayerOption = None
+    target: TargetOption = "top1"
+    steps: StepsOption = 32
+    sanity_blocks: SanityBlocksOption = 3
+    seed: SeedOption = 0
+    ig_steps: IgStepsOption = 32
+    baseline: BaselineOption = "zero"
+    samples: SamplesOption = 16
+    noise: NoiseOption = 0.15
+    out: CamEvalOutOption = None
+    chunk: ChunkOption = 0
+    no_report: NoReportOption = False
+
+
 class _Reporter(PacedReporter):
     # Score-CAM takes a forward per channel of an image: minutes an image on a CPU.
     command = "cam-eval"
@@ -194,21 +223,9 @@ def cam_eval(
     model: ModelArg,
     inputs: InputsArg,
     *,
-    methods: MethodsOption = None,
-    layers: CamEvalLayerOption = None,
-    target: TargetOption = "top1",
-    steps: StepsOption = 32,
-    sanity_blocks: SanityBlocksOption = 3,
-    seed: SeedOption = 0,
-    ig_steps: IgStepsOption = 32,
-    baseline: BaselineOption = "zero",
-    samples: SamplesOption = 16,
-    noise: NoiseOption = 0.15,
-    out: CamEvalOutOption = None,
+    own: CamEvalFlags,
     load: LoadFlags,
-    chunk: ChunkOption = 0,
     execution: CamEvalExecution,
-    no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -221,25 +238,16 @@ def cam_eval(
 
     Writes OUT/cam-eval.json, OUT/curves.png, OUT/cam-eval.html and OUT/cases/.
     """
-    from actviz.cam_eval import DEFAULT_METHODS, CamEvalOptions
+    from actviz.cam_eval import CamEvalOptions
     from actviz.cam_eval import cam_eval as run_cam_eval
-    from actviz.gradients.attribution import AttributionSettings
 
-    options = CamEvalOptions(
-        methods=tuple(methods) if methods else DEFAULT_METHODS,
-        layers=selector(layers),
-        target=target,
-        out=fresh_out(out, base="actviz-cam-eval", reuse=execution.resume or execution.overwrite),
-        steps=steps,
-        sanity_blocks=sanity_blocks,
-        seed=seed,
-        chunk=chunk,
-        report=not no_report,
-        attribution=AttributionSettings(
-            steps=ig_steps, baseline=baseline, samples=samples, noise=noise, seed=seed
+    options = own.build(
+        CamEvalOptions,
+        out=fresh_out(
+            own.out, base="actviz-cam-eval", reuse=execution.resume or execution.overwrite
         ),
-        load=load.options(),
-        execution=execution.options(),
+        load=load,
+        execution=execution,
     )
     with reporting(quiet, _Reporter) as reporter:
         result = run_cam_eval(model, inputs, options, reporter=reporter)

@@ -7,8 +7,10 @@ on stderr. Torch is imported inside the command, never here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import typer
 from rich.table import Table
@@ -25,7 +27,7 @@ from actviz.cli.console import (
     rate_words,
 )
 from actviz.cli.finish import finish
-from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     DecodeWorkersOption,
     InputsArg,
@@ -125,6 +127,25 @@ DiffExecution = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class DiffFlags(OptionsFlags):
+    """``diff``'s own options: the fields of :class:`actviz.diff.DiffOptions`."""
+
+    placed: ClassVar[Mapping[str, str]] = {"metric": "load", "no_report": "execution"}
+
+    against: AgainstOption = None
+    against_model: AgainstModelOption = None
+    against_weights: AgainstWeightsOption = None
+    layers: LayersOption = None
+    out: DiffOutOption = None
+    metric: DiffMetricOption = "cosine"
+    threshold: DiffThresholdOption = 0.99
+    images: DiffImagesOption = 4
+    max_channels: MaxChannelsOption = 16
+    png_compression: PngCompressionOption = 1
+    no_report: NoReportOption = False
+
+
 @app.command()
 @boundary
 @grouped
@@ -132,19 +153,9 @@ def diff(
     model: ModelArg,
     inputs: InputsArg,
     *,
-    against: AgainstOption = None,
-    against_model: AgainstModelOption = None,
-    against_weights: AgainstWeightsOption = None,
-    layers: LayersOption = None,
-    out: DiffOutOption = None,
+    own: DiffFlags,
     load: LoadFlags,
-    metric: DiffMetricOption = "cosine",
-    threshold: DiffThresholdOption = 0.99,
-    images: DiffImagesOption = 4,
-    max_channels: MaxChannelsOption = 16,
-    png_compression: PngCompressionOption = 1,
     execution: DiffExecution,
-    no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -159,20 +170,11 @@ def diff(
     from actviz.diff import DiffOptions
     from actviz.diff import diff as run_diff
 
-    options = DiffOptions(
-        against=against,
-        against_model=against_model,
-        against_weights=against_weights,
-        layers=selector(layers),
-        out=fresh_out(out, base="actviz-diff", reuse=execution.overwrite, resumable=False),
-        metric=metric,
-        threshold=threshold,
-        images=images,
-        max_channels=max_channels,
-        report=not no_report,
-        png_compression=png_compression,
-        load=load.options(),
-        execution=execution.options(),
+    options = own.build(
+        DiffOptions,
+        out=fresh_out(own.out, base="actviz-diff", reuse=execution.overwrite, resumable=False),
+        load=load,
+        execution=execution,
     )
     made = not options.out.exists()
     with reporting(quiet, _DiffReporter) as reporter:

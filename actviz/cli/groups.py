@@ -75,34 +75,58 @@ class Flags:
     A field is named as the library's options name it, with two spellings of the command
     line's own: ``layers`` (the repeatable ``--layers``) is one selector, and a ``no_X``
     switch (``--no-report``) is ``X`` negated. ``read_by_command`` lists the fields the
-    library's options do not have, which the command reads itself.
+    library's options do not have, which the command reads itself. A field without a default
+    is an option the command line requires (the dataclass is then ``kw_only``).
     """
 
     read_by_command: ClassVar[tuple[str, ...]] = ()
     #: Field -> the parameter (or group) of the command it is listed after in ``--help``,
-    #: where it is not listed with the rest of its group.
+    #: where it is not listed with the rest of its group; the fields declared after it, up to
+    #: the next one placed, follow it there.
     placed: ClassVar[Mapping[str, str]] = {}
+    #: Field -> the options' name for it, where the command line says it otherwise
+    #: (``--concept`` fills ``concepts``).
+    renamed: ClassVar[Mapping[str, str]] = {}
+    #: A field of the options that is a dataclass of its own -> the fields that fill it (by
+    #: their names after ``renamed``, applied within it); one of them is given to the options
+    #: too when they have a field of its own name (cam-eval's ``--seed``).
+    nested: ClassVar[Mapping[str, tuple[str, ...]]] = {}
+    #: Fields whose None or empty list (not given) leaves the options' own default
+    #: (``--methods``).
+    defaulted: ClassVar[tuple[str, ...]] = ()
 
-    def values(self) -> dict[str, Any]:
-        """The fields as the library's options name them (see the class)."""
-        values: dict[str, Any] = {}
+    def values(self, cls: type[Any] | None = None) -> dict[str, Any]:
+        """The fields as the library's options (``cls``) name them (see the class), each
+        nested dataclass as a dict of its fields."""
+        top = {f.name for f in dataclasses.fields(cls)} if cls is not None else set()
+        homes = {name: outer for outer, names in self.nested.items() for name in names}
+        values: dict[str, Any] = {outer: {} for outer in self.nested}
         for item in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, item.name)
-            if item.name in self.read_by_command:
+            name, value = item.name, getattr(self, item.name)
+            if name in self.read_by_command or (name in self.defaulted and not value):
                 continue
-            if item.name == "layers":
-                values["layers"] = selector(value)
-            elif item.name.startswith("no_"):
-                values[item.name[3:]] = not value
-            else:
-                values[item.name] = value
+            if name == "layers":
+                value = selector(value)
+            elif name.startswith("no_"):
+                name, value = name[3:], not value
+            home = homes.get(item.name)
+            if home is not None:
+                values[home][self.renamed.get(item.name, name)] = value
+                if name not in top:
+                    continue
+            values[name if home is not None else self.renamed.get(item.name, name)] = value
         return values
 
     def build(self, cls: type[T], /, **given: Any) -> T:
         """``cls`` made of every field by name (:meth:`values`) and ``given`` over them; a
-        group given (``load=load``) is given as its library options (its ``options()``)."""
+        group given (``load=load``) is given as its library options (its ``options()``); a
+        nested dataclass is made by its field's default factory (its class)."""
+        values = self.values(cls)
+        factories = {f.name: f.default_factory for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        for outer in self.nested:
+            values[outer] = factories[outer](**values[outer])  # type: ignore[operator]
         built = {k: v.options() if isinstance(v, _Built) else v for k, v in given.items()}
-        return cls(**{**self.values(), **built})
+        return cls(**{**values, **built})
 
 
 class OptionsFlags(Flags):
@@ -164,7 +188,11 @@ def grouped(command: Callable[..., R]) -> Callable[..., R]:
                 inspect.Parameter(
                     item.name,
                     inspect.Parameter.KEYWORD_ONLY,
-                    default=item.default,
+                    default=(
+                        inspect.Parameter.empty
+                        if item.default is dataclasses.MISSING
+                        else item.default
+                    ),
                     annotation=annotation,
                 )
             )
@@ -187,20 +215,25 @@ def grouped(command: Callable[..., R]) -> Callable[..., R]:
 def _placed(
     parameters: list[inspect.Parameter], spread: Mapping[str, tuple[type[Flags], list[str]]]
 ) -> list[inspect.Parameter]:
-    """The parameters with each group's ``placed`` fields moved after the parameter or group
-    they name, so that ``--help`` keeps its order."""
+    """The parameters with each group's ``placed`` fields (each with the fields after it, up
+    to the next one placed) moved after the parameter or group they name, so that ``--help``
+    keeps its order."""
     ends = {name: names[-1] for name, (_, names) in spread.items() if names}
-    moves = [
-        (field_name, ends.get(after, after))
-        for kind, names in spread.values()
-        for field_name, after in kind.placed.items()
-        if field_name in names
-    ]
-    for field_name, after in moves:
-        moved = next(p for p in parameters if p.name == field_name)
-        parameters.remove(moved)
+    runs: list[tuple[str, list[str]]] = []
+    for kind, names in spread.values():
+        placing = False
+        for name in names:
+            if name in kind.placed:
+                runs.append((ends.get(kind.placed[name], kind.placed[name]), [name]))
+                placing = True
+            elif placing:
+                runs[-1][1].append(name)
+    for after, run in runs:
+        moved = [p for p in parameters if p.name in run]
+        for item in moved:
+            parameters.remove(item)
         at = next(i for i, p in enumerate(parameters) if p.name == after)
-        parameters.insert(at + 1, moved)
+        parameters[at + 1 : at + 1] = moved
     return parameters
 
 

@@ -7,8 +7,10 @@ never here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 from rich.table import Table
@@ -17,7 +19,7 @@ from rich.text import Text
 from actviz.cli.boundary import app, boundary, reporting
 from actviz.cli.console import err_console, out_console, print_columns, print_grid, print_written
 from actviz.cli.finish import finish
-from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped, selector
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     DecodeWorkersOption,
     JsonOption,
@@ -137,6 +139,27 @@ TcavExecution = Annotated[
 ]
 
 
+@dataclass(frozen=True, kw_only=True)
+class TcavFlags(OptionsFlags):
+    """``tcav``'s own options: the fields of :class:`actviz.tcav.TcavOptions`; a concept, the
+    random images and a class are required."""
+
+    placed: ClassVar[Mapping[str, str]] = {"no_report": "execution"}
+    renamed: ClassVar[Mapping[str, str]] = {"concept": "concepts", "target": "targets"}
+
+    layers: LayerOption = None
+    concept: ConceptOption
+    random: RandomOption
+    target: TargetOption
+    cav: CavOption = "fast"
+    runs: RunsOption = 20
+    per_run: PerRunOption = 0
+    seed: SeedOption = 0
+    alpha: AlphaOption = 0.05
+    out: TcavOutOption = None
+    no_report: NoReportOption = False
+
+
 @app.command("tcav")
 @boundary
 @grouped
@@ -144,19 +167,9 @@ def tcav(
     model: ModelArg,
     inputs: InputsArg = None,
     *,
-    layers: LayerOption = None,
-    concept: ConceptOption,
-    random: RandomOption,
-    target: TargetOption,
-    cav: CavOption = "fast",
-    runs: RunsOption = 20,
-    per_run: PerRunOption = 0,
-    seed: SeedOption = 0,
-    alpha: AlphaOption = 0.05,
-    out: TcavOutOption = None,
+    own: TcavFlags,
     load: LoadFlags,
     execution: TcavExecution,
-    no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -174,20 +187,11 @@ def tcav(
     from actviz.tcav import TcavOptions
     from actviz.tcav import tcav as run_tcav
 
-    options = TcavOptions(
-        layers=selector(layers),
-        concepts=tuple(concept),  # type: ignore[arg-type]  # NAME=DIR, parsed when built
-        random=tuple(random),
-        targets=tuple(target),  # type: ignore[arg-type]  # CLASS[=DIR], parsed when built
-        cav=cav,  # type: ignore[arg-type]  # checked against its choices when built
-        runs=runs,
-        per_run=per_run,
-        seed=seed,
-        alpha=alpha,
-        out=fresh_out(out, base="actviz-tcav", reuse=execution.resume or execution.overwrite),
-        report=not no_report,
-        load=load.options(),
-        execution=execution.options(),
+    options = own.build(
+        TcavOptions,
+        out=fresh_out(own.out, base="actviz-tcav", reuse=execution.resume or execution.overwrite),
+        load=load,
+        execution=execution,
     )
     with reporting(quiet) as reporter:
         result = run_tcav(model, inputs or None, options, reporter=reporter)

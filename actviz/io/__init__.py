@@ -17,6 +17,7 @@ from actviz.io.loader import Decoded, decode_batches
 from actviz.io.video import (
     ANIMATED_SUFFIXES,
     VIDEO_SUFFIXES,
+    animation_note,
     discover_clips,
     discover_pairs,
     is_clip_input,
@@ -33,6 +34,7 @@ __all__ = [
     "Decoded",
     "Discovery",
     "ImageInput",
+    "animation_note",
     "decode_batches",
     "discover",
     "discover_clips",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ANIMATED_SUFFIXES",
     "VIDEO_SUFFIXES",
+    "animation_note",
     "discover_pairs",
     "read_frames",
     "read_pair",
@@ -209,6 +210,20 @@ def frame_files(folder: Path) -> list[Path]:
     return found
 
 
+def animation_note(path: Path) -> str | None:
+    """What an image model is told of an animated GIF or WebP: only its first frame is drawn
+    (reads the file's header); None for any other file."""
+    if path.suffix.lower() not in ANIMATED_SUFFIXES:
+        return None
+    count = _frame_count(path)
+    if count < 2:
+        return None
+    return (
+        f"image {path} is an animation of {count} frames: its first frame is drawn (a video "
+        "model, r3d_18 or mvit_v2_s, reads them all)"
+    )
+
+
 def is_clip_input(path: Path) -> bool:
     """Whether a path is something a video model takes: a video file, an animation, or a
     folder of frames."""
@@ -283,24 +298,84 @@ def discover_clips(inputs: Sequence[Path]) -> Discovery:
 
 
 def read_pair(path: Path) -> tuple[Image.Image, Image.Image]:
-    """Two consecutive frames from the middle of a video or animation.
+    """The two middle frames of a video or animation: of ``n`` frames, frames
+    ``(n - 1) // 2`` and the one after it.
 
     Raises:
         VideoLoadError: For a video that cannot be read or holds a single frame.
+        UsageError: A video file while PyAV (the ``video`` extra) is not installed.
     """
-    first, second = _consecutive(path)
-    return first, second
+    if path.suffix.lower() in ANIMATED_SUFFIXES:
+        return _animated_pair(path)
+    return _av_pair(path)
 
 
-def _consecutive(path: Path) -> tuple[Image.Image, Image.Image]:
-    suffix = path.suffix.lower()
-    if suffix in ANIMATED_SUFFIXES:
-        frames = _animated_frames(path, 2, 1e6)  # two times a microsecond apart: neighbours
-    else:
-        frames = _av_frames(path, 2, 1e6)
-    if len(frames) < 2 or frames[0] is frames[1]:
-        raise VideoLoadError(str(path), "holds a single frame; a flow model needs two")
-    return frames[0], frames[1]
+def _single(path: Path) -> VideoLoadError:
+    return VideoLoadError(str(path), "holds a single frame; a flow model needs two")
+
+
+def _animated_pair(path: Path) -> tuple[Image.Image, Image.Image]:
+    """An animation's two middle frames, by index (frame durations do not matter)."""
+    from PIL import Image as PILImage
+
+    from actviz.io.images import ALLOWED_FORMATS
+
+    try:
+        with PILImage.open(path, formats=ALLOWED_FORMATS) as im:
+            count = int(getattr(im, "n_frames", 1))
+            if count < 2:
+                raise _single(path)
+            middle = (count - 1) // 2
+            pair = []
+            for index in (middle, middle + 1):
+                im.seek(index)
+                pair.append(im.convert("RGB"))
+            return pair[0], pair[1]
+    except VideoLoadError:
+        raise
+    except (OSError, ValueError, EOFError, SyntaxError) as exc:
+        raise VideoLoadError(
+            str(path), f"cannot decode the animation ({first_line(exc)})"
+        ) from None
+
+
+def _av_pair(path: Path) -> tuple[Image.Image, Image.Image]:
+    """A video file's two middle frames: the frame on screen half a frame before the middle
+    of its duration (frame ``(n - 1) // 2`` of ``n`` at a constant rate) and the frame
+    decoded after it."""
+    from actviz.errors import import_extra
+
+    av: Any = import_extra("av", "video", _INSTALL)
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                raise VideoLoadError(str(path), "holds no video stream")
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            duration = _duration(container, stream)
+            rate = float(stream.average_rate or stream.guessed_rate or 0)
+            middle = max((duration or 0.0) / 2 - (0.5 / rate if rate > 0 else 0.0), 0.0)
+            if middle > 1.0 and stream.time_base is not None:
+                # Jump to the key frame before the middle: a long video is not decoded from 0.
+                container.seek(int(middle / stream.time_base), stream=stream, backward=True)
+            before: Any = None
+            held: Any = None
+            for frame in container.decode(stream):
+                t = float(frame.time) if frame.time is not None else 0.0
+                if held is not None and t > middle + 1e-6:  # float noise of frame times
+                    return held.to_image(), frame.to_image()
+                before, held = held, frame
+            if held is None:
+                raise VideoLoadError(str(path), "the video holds no frame")
+            if before is None:
+                raise _single(path)
+            # A duration longer than its frames: the last two.
+            return before.to_image(), held.to_image()
+    except VideoLoadError:
+        raise
+    except (av.FFmpegError, OSError, ValueError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or first_line(exc)
+        raise VideoLoadError(str(path), f"not a readable video ({why})") from None
 
 
 def discover_pairs(inputs: Sequence[Path]) -> tuple[Discovery, dict[str, str]]:

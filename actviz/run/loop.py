@@ -215,9 +215,14 @@ class _Stream:
         job, whose per-image pictures its record names."""
         loaded, result = self.loaded, self.plan.todo[index]
         result.size = size
-        result.note = loaded.preprocess.fit_note(size, result.path) if size else None
-        if result.note is not None:
-            self.notify.warn(result.note)
+        notes = [
+            loaded.family.inputs.note(result.path),
+            loaded.preprocess.fit_note(size, result.path) if size else None,
+        ]
+        result.note = "; ".join(note for note in notes if note) or None
+        for note in notes:
+            if note is not None:
+                self.notify.warn(note)
         result.predictions = []
         if loaded.classifier and finite_scores(outputs, i):
             result.predictions = top_k_predictions(outputs, i, loaded.categories, self.opts.top_k)

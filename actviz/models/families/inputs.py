@@ -32,6 +32,11 @@ class _Model(Protocol):
 __all__ = ["CLIPS", "IMAGES", "PAIRS", "Inputs"]
 
 
+def _no_note(path: Path) -> str | None:
+    """Nothing to say of an input."""
+    return None
+
+
 @dataclass(frozen=True)
 class Inputs:
     """What a family's models take.
@@ -48,6 +53,9 @@ class Inputs:
         find: The inputs of a loaded model among the paths it was given (and what the
             opening found of them already); it may set what the model's preprocessing needs
             to read them (a pair's second picture).
+        note: What an input's record and the run's warnings say of it, from its path alone
+            (an animated GIF given to an image model: its first frame is drawn); None when
+            nothing.
     """
 
     key: str
@@ -57,6 +65,7 @@ class Inputs:
     noun: str
     images: bool
     find: Callable[[_Model, Sequence[Path], Discovery], Discovery]
+    note: Callable[[Path], str | None] = _no_note
 
 
 def _images(loaded: _Model, paths: Sequence[Path], found: Discovery) -> Discovery:
@@ -91,11 +100,13 @@ def _pairs(loaded: _Model, paths: Sequence[Path], found: Discovery) -> Discovery
 
 
 def _refuse_videos(model: str, paths: Sequence[Path]) -> None:
-    """A video file, or an animated GIF or WebP, named to an image model is refused: its first
-    frame alone would be drawn as if it were the input."""
+    """A video file named to an image model is refused: one of its frames alone would be
+    drawn as if it were the input. An animated GIF or WebP is an image file (Pillow opens
+    its first frame, and a folder of photos may hold one): its first frame is drawn, and the
+    run says so (:func:`actviz.io.video.animation_note`)."""
     from actviz.io.video import VIDEO_SUFFIXES
 
-    video = next((p for p in paths if p.suffix.lower() in VIDEO_SUFFIXES or _animated(p)), None)
+    video = next((p for p in paths if p.suffix.lower() in VIDEO_SUFFIXES), None)
     if video is not None:
         raise UsageError(
             f"{video} is a video, and {model} takes images: pass image files or folders, or a "
@@ -104,23 +115,15 @@ def _refuse_videos(model: str, paths: Sequence[Path]) -> None:
         )
 
 
-def _animated(path: Path) -> bool:
-    """Whether ``path`` is a GIF or WebP of more than one frame (reading its header only)."""
-    from actviz.io.video import ANIMATED_SUFFIXES
+def _image_note(path: Path) -> str | None:
+    """An animated GIF or WebP: its first frame is drawn."""
+    from actviz.io.video import animation_note
 
-    if path.suffix.lower() not in ANIMATED_SUFFIXES or not path.is_file():
-        return False
-    from PIL import Image
-
-    try:
-        with Image.open(path) as im:
-            return int(getattr(im, "n_frames", 1)) > 1
-    except Exception:  # unreadable: the image's own read names the problem
-        return False
+    return animation_note(path)
 
 
 #: Single images: image files and folders of them.
-IMAGES = Inputs("images", "image", "images", "non-image", "images", True, _images)
+IMAGES = Inputs("images", "image", "images", "non-image", "images", True, _images, _image_note)
 #: Clips sampled from video files, animations or folders of frames.
 CLIPS = Inputs("clips", "clip", "clips", "non-video", "clips", False, _clips)
 #: Pairs: two images, or consecutive frames of a video or of a folder of frames.
