@@ -104,9 +104,11 @@ def test_cam_panel_puts_labelled_panels_side_by_side() -> None:
 
 
 def test_long_panel_labels_keep_their_class_index_and_probability() -> None:
-    from actviz.render.overlay import _fit, _font
+    from actviz.render.legend import font as font_of
+    from actviz.render.overlay import _fit
+    from actviz.render.theme import CAPTION_SIZE
 
-    font = _font()
+    font = font_of(CAPTION_SIZE)  # the panel labels' font
     label = "Greater Swiss Mountain dog (238) 1.2%"
     short = _fit(label, 218, font)
     assert short.startswith("Greater Swiss") and short.endswith("… (238) 1.2%")

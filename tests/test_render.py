@@ -227,9 +227,10 @@ def test_long_titles_and_notes_wrap_to_the_picture_width() -> None:
 
 
 def test_header_digits_are_legible_at_one_to_one() -> None:
-    from actviz.render.legend import _INFO_SIZE, _LABEL_SIZE, _TITLE_SIZE, _text_mask
+    from actviz.render.legend import _text_mask
+    from actviz.render.theme import INFO_SIZE, LABEL_SIZE, TITLE_SIZE
 
-    for size in (TILE_LABEL_SIZE, _LABEL_SIZE, _INFO_SIZE, _TITLE_SIZE):
+    for size in (TILE_LABEL_SIZE, LABEL_SIZE, INFO_SIZE, TITLE_SIZE):
         masks = {d: _text_mask(d, size) for d in "0123456789"}
         assert line_height(size) >= 12
         for digit, mask in masks.items():
@@ -748,7 +749,7 @@ def test_drawing_with_the_default_colormaps_does_not_import_matplotlib() -> None
 
 
 def test_a_label_wider_than_its_tile_leaves_a_space_before_the_next_column() -> None:
-    from actviz.render.legend import TILE_LABEL_SIZE, text_width
+    from actviz.render.legend import text_width
     from actviz.render.tiling import GAP, tile_layout
 
     narrow = tile_layout(40, 40, ["0", "1"])

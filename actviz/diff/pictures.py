@@ -28,14 +28,13 @@ from actviz.render import (
     render_grid,
     text_width,
 )
+from actviz.render.theme import CAPTION_SIZE, PAD
 
 __all__ = ["DIFF_CMAP", "DiffPanels", "PictureScale", "caption_lines", "compose", "render_diff"]
 
 #: The colormap of the difference panel, centred on 0.
 DIFF_CMAP = "RdBu_r"
 _GAP = 14
-_CAPTION_SIZE = 13
-_CAPTION_PAD = 6
 
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]
@@ -180,8 +179,8 @@ def compose(panels: DiffPanels, caption: list[str]) -> tuple[Image.Image, list[l
     grids = (panels.a, panels.b, panels.diff)
     palette, maps = _shared_palette(grids)
     pictures = [lut[g.indices] for g, lut in zip(grids, maps, strict=True)]
-    line = line_height(_CAPTION_SIZE) + 3
-    caption_height = 2 * _CAPTION_PAD + len(caption) * line
+    line = line_height(CAPTION_SIZE) + 3
+    caption_height = 2 * PAD + len(caption) * line
     # Headers that wrap to more lines push their tiles down: align the tiles instead.
     headers = max(g.header_height for g in grids)
     offsets = [headers - g.header_height for g in grids]
@@ -189,8 +188,8 @@ def compose(panels: DiffPanels, caption: list[str]) -> tuple[Image.Image, list[l
     height = caption_height + max(p.shape[0] + o for p, o in zip(pictures, offsets, strict=True))
     canvas = np.full((height, width), BACKGROUND, dtype=np.uint8)
     for row, text in enumerate(caption):
-        y = _CAPTION_PAD + row * line
-        paste_text(canvas, _fit(text, width - 2 * _CAPTION_PAD), _CAPTION_SIZE, _CAPTION_PAD, y)
+        y = PAD + row * line
+        paste_text(canvas, _fit(text, width - 2 * PAD), CAPTION_SIZE, PAD, y)
     boxes = []
     x = 0
     for i, (picture, offset) in enumerate(zip(pictures, offsets, strict=True)):
@@ -266,8 +265,8 @@ def caption_lines(
 
 def _fit(text: str, width: int) -> str:
     """``text`` cut with an ellipsis to fit ``width`` pixels."""
-    if text_width(text, _CAPTION_SIZE) <= width:
+    if text_width(text, CAPTION_SIZE) <= width:
         return text
-    while text and text_width(text + "...", _CAPTION_SIZE) > width:
+    while text and text_width(text + "...", CAPTION_SIZE) > width:
         text = text[:-1]
     return text + "..."

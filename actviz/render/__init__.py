@@ -1,12 +1,12 @@
 """Pictures: pure arrays in, uint8 pictures or PNG bytes out (normalize, palette, tiling,
-legend, grid, overlay, segmentation, png). Nothing here writes a file or knows a command."""
+legend, grid, overlay, segmentation, png), in one theme (theme: colours, padding, font sizes).
+Nothing here writes a file or knows a command."""
 
 from __future__ import annotations
 
 from actviz.render.grid import Norm, Order, render_grid, render_vector
 from actviz.render.legend import (
     HEADER_MIN_WIDTH,
-    TILE_LABEL_SIZE,
     Header,
     digit_rows,
     fmt_value,
@@ -53,6 +53,7 @@ from actviz.render.segmentation import (
     class_palette,
     segmentation_picture,
 )
+from actviz.render.theme import TILE_LABEL_SIZE
 from actviz.render.tiling import GAP, TileLayout, tile_grid, tile_layout
 
 __all__ = [

@@ -16,9 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz.render.legend import line_height, paste_text, text_width
+from actviz.render.theme import BACKGROUND_RGB, LABEL_SIZE, PAD, TEXT_RGB
 
 __all__ = [
-    "BACKGROUND_RGB",
     "cells_picture",
     "dot_size",
     "legend_picture",
@@ -29,11 +29,8 @@ __all__ = [
 U8 = npt.NDArray[np.uint8]
 F32 = npt.NDArray[np.float32]
 
-BACKGROUND_RGB = (38, 38, 38)
 _LINES_RGB = (58, 58, 58)
-_TEXT_RGB = (235, 235, 235)
 _FRAME = 2
-_LEGEND_SIZE = 12
 
 
 def scatter_picture(xy01: F32, rgb: U8, *, size: int, grid: int, seed: int = 0) -> U8:
@@ -101,24 +98,24 @@ def _fit(picture: U8, side: int) -> U8:
 
 def legend_picture(entries: Sequence[tuple[tuple[int, int, int], str]], width: int) -> U8:
     """Swatches and their labels, flowed into rows ``width`` wide."""
-    line = line_height(_LEGEND_SIZE)
+    line = line_height(LABEL_SIZE)
     swatch = line - 4
     placed: list[tuple[int, int, tuple[int, int, int], str]] = []
-    x = y = 6
+    x = y = PAD
     for colour, label in entries:
-        need = swatch + 4 + text_width(label, _LEGEND_SIZE) + 14
-        if x > 6 and x + need > width:
-            x, y = 6, y + line + 4
+        need = swatch + 4 + text_width(label, LABEL_SIZE) + 14
+        if x > PAD and x + need > width:
+            x, y = PAD, y + line + 4
         placed.append((x, y, colour, label))
         x += need
-    height = y + line + 6
+    height = y + line + PAD
     mask = np.zeros((height, width), np.uint8)
     canvas = np.empty((height, width, 3), np.uint8)
     canvas[:] = BACKGROUND_RGB
     for x, y, colour, label in placed:
         canvas[y + 2 : y + 2 + swatch, x : x + swatch] = colour
-        paste_text(mask, label, _LEGEND_SIZE, x + swatch + 4, y, colour=1)
-    canvas[mask == 1] = _TEXT_RGB
+        paste_text(mask, label, LABEL_SIZE, x + swatch + 4, y, colour=1)
+    canvas[mask == 1] = TEXT_RGB
     return canvas
 
 

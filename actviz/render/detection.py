@@ -11,13 +11,12 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageDraw
 
+from actviz.render.legend import font, line_height
+from actviz.render.palette import colormap_lut
+from actviz.render.theme import BACKGROUND_RGB, CAPTION_SIZE, MUTED_RGB, PAD, TEXT_RGB
+
 __all__ = ["HEAD_PANEL", "Detection", "detection_colour", "detection_picture", "heads_picture"]
 
-_BACKGROUND_RGB = (38, 38, 38)
-_TEXT_RGB = (235, 235, 235)
-_MUTED_RGB = (170, 170, 170)
-_FONT_SIZE = 13
-_PAD = 6
 _MASK_ALPHA = 0.45
 #: Distinct colours (matplotlib's tab10 and the bright half of tab20), one per detection rank.
 _COLOURS = (
@@ -70,8 +69,6 @@ def detection_picture(
         An RGB picture: the lines, then the view with masks blended in, boxes outlined and
         labelled, keypoints marked.
     """
-    from actviz.render.legend import font, line_height
-
     rgb = np.asarray(view.convert("RGB"), dtype=np.float32)
     for rank, found in enumerate(detections):
         if found.mask is not None and found.mask.shape == rgb.shape[:2]:
@@ -80,8 +77,8 @@ def detection_picture(
             rgb = rgb * (1 - weight) + np.asarray(detection_colour(rank)) * weight
     picture = Image.fromarray(np.clip(np.rint(rgb), 0, 255).astype(np.uint8))
     draw = ImageDraw.Draw(picture)
-    face = font(_FONT_SIZE)
-    text_h = line_height(_FONT_SIZE)
+    face = font(CAPTION_SIZE)
+    text_h = line_height(CAPTION_SIZE)
     for rank, found in enumerate(detections):
         colour = detection_colour(rank)
         x1, y1, x2, y2 = (float(v) for v in found.box)
@@ -95,15 +92,13 @@ def detection_picture(
         draw.rectangle((left, top, left + width, top + text_h + 1), fill=colour)
         draw.text((left + 2, top), found.label, font=face, fill=(255, 255, 255))
     lines = [line for line in (title, *notes) if line]
-    head_h = _PAD + len(lines) * (text_h + 4) if lines else 0
-    text_w = max((int(face.getlength(line)) for line in lines), default=0) + 2 * _PAD
-    canvas = Image.new(
-        "RGB", (max(picture.width, text_w), head_h + picture.height), _BACKGROUND_RGB
-    )
+    head_h = PAD + len(lines) * (text_h + 4) if lines else 0
+    text_w = max((int(face.getlength(line)) for line in lines), default=0) + 2 * PAD
+    canvas = Image.new("RGB", (max(picture.width, text_w), head_h + picture.height), BACKGROUND_RGB)
     canvas_draw = ImageDraw.Draw(canvas)
     for i, line in enumerate(lines):
-        colour = _TEXT_RGB if i == 0 else _MUTED_RGB
-        canvas_draw.text((_PAD, _PAD + i * (text_h + 4)), line, font=face, fill=colour)
+        colour = TEXT_RGB if i == 0 else MUTED_RGB
+        canvas_draw.text((PAD, PAD + i * (text_h + 4)), line, font=face, fill=colour)
     canvas.paste(picture, (0, head_h))
     return canvas
 
@@ -152,29 +147,26 @@ def heads_picture(
         title: The first line above the rows.
         notes: Further lines.
     """
-    from actviz.render.legend import font, line_height
-    from actviz.render.palette import colormap_lut
-
-    face = font(_FONT_SIZE)
-    text_h = line_height(_FONT_SIZE) + 2
+    face = font(CAPTION_SIZE)
+    text_h = line_height(CAPTION_SIZE) + 2
     lut = colormap_lut("viridis", 256)
     columns = 1 + max((len(heats) for _, _, heats in rows), default=0)
-    cell_w, cell_h = HEAD_PANEL + _PAD, HEAD_PANEL + text_h + _PAD
+    cell_w, cell_h = HEAD_PANEL + PAD, HEAD_PANEL + text_h + PAD
     lines = [line for line in (title, *notes) if line]
-    head_h = _PAD + len(lines) * (text_h + 2) if lines else 0
-    text_w = max((int(face.getlength(line)) for line in lines), default=0) + 2 * _PAD
-    width = max(_PAD + columns * cell_w, text_w)
-    canvas = Image.new("RGB", (width, head_h + len(rows) * cell_h + _PAD), _BACKGROUND_RGB)
+    head_h = PAD + len(lines) * (text_h + 2) if lines else 0
+    text_w = max((int(face.getlength(line)) for line in lines), default=0) + 2 * PAD
+    width = max(PAD + columns * cell_w, text_w)
+    canvas = Image.new("RGB", (width, head_h + len(rows) * cell_h + PAD), BACKGROUND_RGB)
     draw = ImageDraw.Draw(canvas)
     for i, line in enumerate(lines):
         draw.text(
-            (_PAD, _PAD + i * (text_h + 2)),
+            (PAD, PAD + i * (text_h + 2)),
             line,
             font=face,
-            fill=_TEXT_RGB if i == 0 else _MUTED_RGB,
+            fill=TEXT_RGB if i == 0 else MUTED_RGB,
         )
     for r, (label, crop, heats) in enumerate(rows):
-        y = head_h + _PAD + r * cell_h
+        y = head_h + PAD + r * cell_h
         panels = [(label, crop.convert("RGB").resize((HEAD_PANEL, HEAD_PANEL)))]
         for name, heat in heats:
             values = np.nan_to_num(np.asarray(heat, dtype=np.float32))
@@ -186,8 +178,8 @@ def heads_picture(
             )
             panels.append((name, picture))
         for c, (name, picture) in enumerate(panels):
-            x = _PAD + c * cell_w
-            draw.text((x, y), _clipped(name, face, HEAD_PANEL), font=face, fill=_TEXT_RGB)
+            x = PAD + c * cell_w
+            draw.text((x, y), _clipped(name, face, HEAD_PANEL), font=face, fill=TEXT_RGB)
             canvas.paste(picture, (x, y + text_h))
     return canvas
 

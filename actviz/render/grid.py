@@ -64,6 +64,7 @@ from actviz.render.scales import (
     layer_scale,
     prefix_band_levels,
 )
+from actviz.render.theme import ROW_LABEL_SIZE
 from actviz.render.tiling import GAP, TileLayout, body_shape, tile_grid, tile_layout
 
 # The array type aliases (U8Array, F32Array, F64Array) are imported as themselves above so that
@@ -82,7 +83,6 @@ Norm = Literal["channel", "layer"]
 # render_vector layout (pixels).
 _CELL = 11
 _CELL_PITCH = 12
-_ROW_LABEL_SIZE = 10
 
 
 def render_grid(
@@ -383,7 +383,7 @@ def render_vector(
     strip = cells.reshape(rows * _CELL_PITCH, per_row * _CELL_PITCH)
 
     row_labels = [str(r * per_row) for r in range(rows)]
-    gutter = max(text_width(label, _ROW_LABEL_SIZE) for label in row_labels) + 2 * GAP
+    gutter = max(text_width(label, ROW_LABEL_SIZE) for label in row_labels) + 2 * GAP
     body_height = GAP + strip.shape[0] + GAP
     body_width = gutter + strip.shape[1] + GAP
 
@@ -404,10 +404,10 @@ def render_vector(
     canvas, header_height = new_canvas(body_height, body_width, header)
     top = header_height + GAP
     canvas[top : top + strip.shape[0], gutter : gutter + strip.shape[1]] = strip
-    label_offset = (_CELL - line_height(_ROW_LABEL_SIZE)) // 2
+    label_offset = (_CELL - line_height(ROW_LABEL_SIZE)) // 2
     for r, label in enumerate(row_labels):
-        x = gutter - GAP - text_width(label, _ROW_LABEL_SIZE)
-        paste_text(canvas, label, _ROW_LABEL_SIZE, x, max(0, top + r * _CELL_PITCH + label_offset))
+        x = gutter - GAP - text_width(label, ROW_LABEL_SIZE)
+        paste_text(canvas, label, ROW_LABEL_SIZE, x, max(0, top + r * _CELL_PITCH + label_offset))
     canvas.setflags(write=False)
     return GridImage(
         indices=canvas,

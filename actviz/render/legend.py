@@ -21,10 +21,10 @@ from PIL import Image, ImageDraw, ImageFont
 
 from actviz.render.normalize import BoolArray
 from actviz.render.palette import BACKGROUND, N_LEVELS, NONFINITE, TEXT, U8Array
+from actviz.render.theme import INFO_SIZE, LABEL_SIZE, PAD, PAD_TOP, TITLE_SIZE
 
 __all__ = [
     "HEADER_MIN_WIDTH",
-    "TILE_LABEL_SIZE",
     "Header",
     "bar_box",
     "digit_rows",
@@ -41,15 +41,7 @@ __all__ = [
 HEADER_MIN_WIDTH = 420
 """The picture is never narrower than this, so the colour bar and short lines fit."""
 
-TILE_LABEL_SIZE = 12
-"""Font size of the channel index above each tile."""
-
 # Header layout (pixels).
-_PAD_X = 6
-_PAD_Y = 5
-_TITLE_SIZE = 14
-_INFO_SIZE = 12
-_LABEL_SIZE = 12
 _LINE_GAP = 1
 _BAR_WIDTH = 160
 _BAR_HEIGHT = 8
@@ -245,18 +237,18 @@ _NONFINITE_LEGEND = "NaN/Inf"
 @functools.lru_cache(maxsize=256)
 def _layout(header: Header, width: int) -> _Layout:
     """Where each wrapped line, the colour bar and its labels go in a header ``width`` wide."""
-    text_room = max(1, width - 2 * _PAD_X)
+    text_room = max(1, width - 2 * PAD)
     lines: list[tuple[str, int, int]] = []
-    y = _PAD_Y
-    blocks = [(header.title, _TITLE_SIZE), (header.info, _INFO_SIZE)]
-    blocks += [(note, _INFO_SIZE) for note in header.notes if note]
+    y = PAD_TOP
+    blocks = [(header.title, TITLE_SIZE), (header.info, INFO_SIZE)]
+    blocks += [(note, INFO_SIZE) for note in header.notes if note]
     for text, size in blocks:
         for line in wrap_text(text, size, text_room):
             lines.append((line, size, y))
             y += line_height(size) + _LINE_GAP
     bar_y = y + 3
     label_y = bar_y + _BAR_HEIGHT + 1
-    return _Layout(tuple(lines), bar_y, label_y, label_y + line_height(_LABEL_SIZE) + 3)
+    return _Layout(tuple(lines), bar_y, label_y, label_y + line_height(LABEL_SIZE) + 3)
 
 
 def header_height(header: Header, width: int) -> int:
@@ -271,29 +263,29 @@ def _colour_bar() -> U8Array:
 
 def _draw_header(canvas: U8Array, header: Header, layout: _Layout) -> None:
     for text, size, y in layout.lines:
-        paste_text(canvas, text, size, _PAD_X, y)
+        paste_text(canvas, text, size, PAD, y)
 
-    bar_x, bar_y, label_y = _PAD_X, layout.bar_y, layout.label_y
+    bar_x, bar_y, label_y = PAD, layout.bar_y, layout.label_y
     canvas[bar_y : bar_y + _BAR_HEIGHT, bar_x : bar_x + _BAR_WIDTH] = _colour_bar()
     low, *middle, high = header.labels
-    paste_text(canvas, low, _LABEL_SIZE, bar_x, label_y)
-    high_x = max(bar_x, bar_x + _BAR_WIDTH - text_width(high, _LABEL_SIZE) + 2)
-    paste_text(canvas, high, _LABEL_SIZE, high_x, label_y)
+    paste_text(canvas, low, LABEL_SIZE, bar_x, label_y)
+    high_x = max(bar_x, bar_x + _BAR_WIDTH - text_width(high, LABEL_SIZE) + 2)
+    paste_text(canvas, high, LABEL_SIZE, high_x, label_y)
     for centre in middle:
-        centre_x = bar_x + _BAR_WIDTH // 2 - text_width(centre, _LABEL_SIZE) // 2 + 1
-        paste_text(canvas, centre, _LABEL_SIZE, centre_x, label_y)
+        centre_x = bar_x + _BAR_WIDTH // 2 - text_width(centre, LABEL_SIZE) // 2 + 1
+        paste_text(canvas, centre, LABEL_SIZE, centre_x, label_y)
 
     if header.nonfinite:
         swatch_x = bar_x + _BAR_WIDTH + 20
         canvas[bar_y : bar_y + _BAR_HEIGHT, swatch_x : swatch_x + _BAR_HEIGHT] = NONFINITE
-        legend_y = bar_y + _BAR_HEIGHT // 2 - line_height(_LABEL_SIZE) // 2
-        paste_text(canvas, _NONFINITE_LEGEND, _LABEL_SIZE, swatch_x + _BAR_HEIGHT + 4, legend_y)
+        legend_y = bar_y + _BAR_HEIGHT // 2 - line_height(LABEL_SIZE) // 2
+        paste_text(canvas, _NONFINITE_LEGEND, LABEL_SIZE, swatch_x + _BAR_HEIGHT + 4, legend_y)
 
 
 def bar_box(header: Header, width: int) -> tuple[int, int, int, int]:
     """``(top, left, height, width)`` of the colour bar in ``header`` drawn ``width`` wide,
     for a picture whose colours are not a colormap's (flow fields) to paint its own key."""
-    return _layout(header, width).bar_y, _PAD_X, _BAR_HEIGHT, _BAR_WIDTH
+    return _layout(header, width).bar_y, PAD, _BAR_HEIGHT, _BAR_WIDTH
 
 
 def new_canvas(

@@ -10,7 +10,6 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz.render.legend import (
-    TILE_LABEL_SIZE,
     Header,
     bar_box,
     fmt_value,
@@ -19,6 +18,7 @@ from actviz.render.legend import (
     paste_text,
 )
 from actviz.render.palette import LABEL, palette_for
+from actviz.render.theme import TILE_LABEL_SIZE
 from actviz.render.tiling import GAP
 
 __all__ = ["optical_flow_colours", "render_optical_flow"]

@@ -10,14 +10,15 @@ is written and ``matplotlib.pyplot`` is never used.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 from PIL import Image, ImageDraw, ImageFont
 
-if TYPE_CHECKING:
-    from actviz.render.legend import Header
+from actviz.render.legend import Header, font, new_canvas
+from actviz.render.palette import palette_for
+from actviz.render.theme import BACKGROUND_RGB, CAPTION_SIZE, TEXT_RGB
+from actviz.render.theme import PANEL_GAP as PANEL_GAP  # with LABEL_HEIGHT, a panel's place
 
 __all__ = [
     "MIN_VIEW",
@@ -34,15 +35,9 @@ U8Array = npt.NDArray[np.uint8]
 
 LABEL_HEIGHT = 20
 """Pixels of the label strip above each panel of :func:`cam_panel`."""
-PANEL_GAP = 4
-"""Pixels between panels of :func:`cam_panel`."""
 
 MIN_VIEW = 160
 """Views smaller than this (a 28 x 28 digit model) are enlarged for the blended pictures."""
-
-_BACKGROUND_RGB = (38, 38, 38)
-_TEXT_RGB = (235, 235, 235)
-_FONT_SIZE = 13
 
 
 def input_view(x: npt.ArrayLike, mean: Sequence[float], std: Sequence[float]) -> Image.Image:
@@ -91,9 +86,6 @@ def display_view(x: npt.ArrayLike, mean: Sequence[float], std: Sequence[float]) 
 
 def headed(pixels: U8Array, header: Header, cmap: str) -> Image.Image:
     """An RGB picture under a header whose colour bar shows ``cmap``."""
-    from actviz.render.legend import new_canvas
-    from actviz.render.palette import palette_for
-
     height, width = pixels.shape[:2]
     canvas, top = new_canvas(height, width, header)
     rgb = palette_for(cmap)[canvas]
@@ -207,22 +199,16 @@ def panel_row(panels: Sequence[tuple[str, U8Array]]) -> U8Array:
         raise ValueError("panels must hold at least one (label, pixels) pair")
     height, width = panels[0][1].shape[:2]
     total_w = len(panels) * width + (len(panels) - 1) * PANEL_GAP
-    canvas = Image.new("RGB", (total_w, LABEL_HEIGHT + height), _BACKGROUND_RGB)
+    canvas = Image.new("RGB", (total_w, LABEL_HEIGHT + height), BACKGROUND_RGB)
     draw = ImageDraw.Draw(canvas)
-    font = _font()
+    face = font(CAPTION_SIZE)
     for i, (label, pixels) in enumerate(panels):
         x = i * (width + PANEL_GAP)
         canvas.paste(Image.fromarray(pixels), (x, LABEL_HEIGHT))
-        text = _fit(label, width - 6, font)
-        draw.text((x + 3, (LABEL_HEIGHT - _FONT_SIZE) // 2 - 1), text, font=font, fill=_TEXT_RGB)
+        text = _fit(label, width - 6, face)
+        draw.text((x + 3, (LABEL_HEIGHT - CAPTION_SIZE) // 2 - 1), text, font=face, fill=TEXT_RGB)
     out: U8Array = np.asarray(canvas, dtype=np.uint8)
     return out
-
-
-def _font() -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    from actviz.render.legend import font
-
-    return font(_FONT_SIZE)
 
 
 def _fit(text: str, width: int, font: ImageFont.FreeTypeFont | ImageFont.ImageFont) -> str:

@@ -27,6 +27,8 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from actviz.render.theme import BACKGROUND_RGB, LABEL_RGB, NONFINITE_RGB, TEXT_RGB
+
 __all__ = [
     "BACKGROUND",
     "CENTER_LEVEL",
@@ -58,11 +60,7 @@ LABEL = N_LEVELS + 4
 """Palette index of the channel labels above tiles (light grey): text in the picture's body
 that is told apart from the header's ``TEXT``."""
 
-_BACKGROUND_RGB = (38, 38, 38)
-_TEXT_RGB = (235, 235, 235)
-_NONFINITE_RGB = (255, 0, 255)
 _SPARE_RGB = (0, 0, 0)
-_LABEL_RGB = (205, 205, 205)
 
 _DEFAULT_CMAP = "viridis"
 _DEFAULT_SIGNED_CMAP = "RdBu_r"
@@ -222,11 +220,11 @@ def palette_for(name: str) -> U8Array:
     """The read-only ``(256, 3)`` palette of a picture drawn with colormap ``name``."""
     palette = np.zeros((256, 3), dtype=np.uint8)
     palette[:N_LEVELS] = colormap_lut(name, N_LEVELS)
-    palette[BACKGROUND] = _BACKGROUND_RGB
-    palette[TEXT] = _TEXT_RGB
-    palette[NONFINITE] = _NONFINITE_RGB
+    palette[BACKGROUND] = BACKGROUND_RGB
+    palette[TEXT] = TEXT_RGB
+    palette[NONFINITE] = NONFINITE_RGB
     palette[SPARE] = _SPARE_RGB
-    palette[LABEL] = _LABEL_RGB
+    palette[LABEL] = LABEL_RGB
     palette.setflags(write=False)
     return palette
 

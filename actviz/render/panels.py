@@ -21,16 +21,12 @@ from PIL import Image
 
 from actviz.render.legend import line_height, paste_text, text_width, wrap_text
 from actviz.render.palette import BACKGROUND, LABEL, palette_for
+from actviz.render.theme import INFO_SIZE, PAD, PANEL_GAP, PANEL_LABEL_SIZE, SHEET_TITLE_SIZE
 
 __all__ = ["Panel", "panel_band", "panel_bands", "panel_sheet", "sheet_width", "text_band"]
 
 U8 = npt.NDArray[np.uint8]
 
-_GAP = 4
-_PAD = 6
-_TITLE_SIZE = 15
-_INFO_SIZE = 12
-_LABEL_SIZE = 11
 _MIN_WIDTH = 360
 _FRAMES = 8
 """Frames kept: a few layers drawn at once in the render threads."""
@@ -52,7 +48,7 @@ class Panel:
 
 
 def _fit(text: str, width: int) -> str:
-    while len(text) > 1 and text_width(text, _LABEL_SIZE) > width:
+    while len(text) > 1 and text_width(text, PANEL_LABEL_SIZE) > width:
         text = text[:-2] + "…"
     return text
 
@@ -108,22 +104,22 @@ def _frame(
 ) -> tuple[U8, tuple[tuple[int, int], ...]]:
     """The sheet without its panels, read-only, and the top-left corner of each panel."""
     rows = -(-max(1, len(labels)) // columns)
-    strip = line_height(_LABEL_SIZE) + 2 if any(labels) else 0
-    body_w = _GAP + columns * (cell_w + _GAP)
+    strip = line_height(PANEL_LABEL_SIZE) + 2 if any(labels) else 0
+    body_w = PANEL_GAP + columns * (cell_w + PANEL_GAP)
     width = max(body_w, _MIN_WIDTH)
     placed, head = _placed(title, lines, width)
-    height = head + rows * (cell_h + strip + _GAP) + _GAP
+    height = head + rows * (cell_h + strip + PANEL_GAP) + PANEL_GAP
     canvas = np.full((height, width), BACKGROUND, dtype=np.uint8)
     for text, size, top in placed:
-        paste_text(canvas, text, size, _PAD, top)
+        paste_text(canvas, text, size, PAD, top)
     spots = []
     for i, label in enumerate(labels):
         row, column = divmod(i, columns)
-        top = head + row * (cell_h + strip + _GAP)
-        left = _GAP + column * (cell_w + _GAP)
+        top = head + row * (cell_h + strip + PANEL_GAP)
+        left = PANEL_GAP + column * (cell_w + PANEL_GAP)
         if label:
             paste_text(
-                canvas, _fit(label, cell_w), _LABEL_SIZE, left, top + cell_h + 1, colour=LABEL
+                canvas, _fit(label, cell_w), PANEL_LABEL_SIZE, left, top + cell_h + 1, colour=LABEL
             )
         spots.append((top, left))
     return _rgb(canvas), tuple(spots)
@@ -131,7 +127,7 @@ def _frame(
 
 def sheet_width(panel_width: int) -> int:
     """The width of a sheet of one column of panels at most ``panel_width`` wide."""
-    return max(panel_width + 2 * _GAP, _MIN_WIDTH)
+    return max(panel_width + 2 * PANEL_GAP, _MIN_WIDTH)
 
 
 @functools.lru_cache(maxsize=_FRAMES)
@@ -141,7 +137,7 @@ def text_band(title: str, lines: tuple[str, ...], width: int) -> U8:
     placed, height = _placed(title, lines, width)
     canvas = np.full((height, width), BACKGROUND, dtype=np.uint8)
     for text, size, top in placed:
-        paste_text(canvas, text, size, _PAD, top)
+        paste_text(canvas, text, size, PAD, top)
     return _rgb(canvas)
 
 
@@ -159,29 +155,31 @@ def panel_bands(pixels: U8, label: str, scale: int, width: int) -> U8:
     empty = _label_band(label, h, w, width)
     bands = np.empty((len(pixels), *empty.shape), dtype=np.uint8)
     bands[...] = empty
-    _paste(bands[:, :h, _GAP : _GAP + w], pixels, scale)
+    _paste(bands[:, :h, PANEL_GAP : PANEL_GAP + w], pixels, scale)
     return bands
 
 
 @functools.lru_cache(maxsize=_FRAMES)
 def _label_band(label: str, cell_h: int, cell_w: int, width: int) -> U8:
     """:func:`panel_band` without its panel (read-only)."""
-    strip = line_height(_LABEL_SIZE) + 2 if label else 0
-    canvas = np.full((cell_h + strip + _GAP, width), BACKGROUND, dtype=np.uint8)
+    strip = line_height(PANEL_LABEL_SIZE) + 2 if label else 0
+    canvas = np.full((cell_h + strip + PANEL_GAP, width), BACKGROUND, dtype=np.uint8)
     if label:
-        paste_text(canvas, _fit(label, cell_w), _LABEL_SIZE, _GAP, cell_h + 1, colour=LABEL)
+        paste_text(
+            canvas, _fit(label, cell_w), PANEL_LABEL_SIZE, PANEL_GAP, cell_h + 1, colour=LABEL
+        )
     return _rgb(canvas)
 
 
 def _placed(title: str, lines: Sequence[str], width: int) -> tuple[list[tuple[str, int, int]], int]:
     """Where the title and the wrapped lines go (text, size, top), and the header's height."""
     placed: list[tuple[str, int, int]] = []
-    y = _PAD
-    for text, size in [(title, _TITLE_SIZE)] + [(line, _INFO_SIZE) for line in lines if line]:
-        for part in wrap_text(text, size, width - 2 * _PAD):
+    y = PAD
+    for text, size in [(title, SHEET_TITLE_SIZE)] + [(line, INFO_SIZE) for line in lines if line]:
+        for part in wrap_text(text, size, width - 2 * PAD):
             placed.append((part, size, y))
             y += line_height(size) + 2
-    return placed, y + _PAD
+    return placed, y + PAD
 
 
 def _rgb(canvas: U8) -> U8:

@@ -14,17 +14,15 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
+
+from actviz.render.legend import font
+from actviz.render.theme import BACKGROUND_RGB, CAPTION_SIZE, MUTED_RGB, PAD, TEXT_RGB
 
 __all__ = ["class_map", "class_palette", "segmentation_picture"]
 
 U8Array = npt.NDArray[np.uint8]
 
-_BACKGROUND_RGB = (38, 38, 38)
-_TEXT_RGB = (235, 235, 235)
-_MUTED_RGB = (170, 170, 170)
-_FONT_SIZE = 13
-_PAD = 6
 _ROW = 18
 _SWATCH = 12
 _ALPHA = 0.55
@@ -120,56 +118,42 @@ def _compose(
     picture: Image.Image, rows: list[tuple[int, str, bool]], lines: list[str]
 ) -> Image.Image:
     """Title lines on top; the picture on the left; legend columns on the right."""
-    font = _font(_FONT_SIZE)
+    face = font(CAPTION_SIZE)
     width, height = picture.size
-    per_column = max(_MIN_ROWS, (height - _PAD) // _ROW)
+    per_column = max(_MIN_ROWS, (height - PAD) // _ROW)
     columns = [rows[i : i + per_column] for i in range(0, len(rows), per_column)] or [[]]
     column_widths = [
-        _SWATCH + _PAD + max((int(font.getlength(text)) for _, text, _ in column), default=0)
+        _SWATCH + PAD + max((int(face.getlength(text)) for _, text, _ in column), default=0)
         for column in columns
     ]
-    legend_w = sum(column_widths) + _PAD * (len(columns) + 1)
-    legend_h = _PAD + max(len(c) for c in columns) * _ROW
-    head_h = _PAD + len(lines) * _ROW if lines else 0
-    text_w = max((int(font.getlength(line)) for line in lines), default=0) + 2 * _PAD
+    legend_w = sum(column_widths) + PAD * (len(columns) + 1)
+    legend_h = PAD + max(len(c) for c in columns) * _ROW
+    head_h = PAD + len(lines) * _ROW if lines else 0
+    text_w = max((int(face.getlength(line)) for line in lines), default=0) + 2 * PAD
     canvas_w = max(width + legend_w, text_w)
-    canvas = Image.new("RGB", (canvas_w, head_h + max(height, legend_h)), _BACKGROUND_RGB)
+    canvas = Image.new("RGB", (canvas_w, head_h + max(height, legend_h)), BACKGROUND_RGB)
     draw = ImageDraw.Draw(canvas)
     for i, line in enumerate(lines):
-        colour = _TEXT_RGB if i == 0 else _MUTED_RGB
-        draw.text((_PAD, _PAD + i * _ROW), line, font=font, fill=colour)
+        colour = TEXT_RGB if i == 0 else MUTED_RGB
+        draw.text((PAD, PAD + i * _ROW), line, font=face, fill=colour)
     canvas.paste(picture, (0, head_h))
     palette = class_palette()
-    x = width + _PAD
+    x = width + PAD
     for column, column_w in zip(columns, column_widths, strict=True):
-        y = head_h + _PAD
+        y = head_h + PAD
         for index, text, uncoloured in column:
             box = (x, y + 2, x + _SWATCH - 1, y + 2 + _SWATCH - 1)
             if uncoloured:  # the background keeps the photo's colours: an outlined swatch
-                draw.rectangle(box, outline=_MUTED_RGB)
+                draw.rectangle(box, outline=MUTED_RGB)
             else:
                 colour = palette[index % len(palette)]
                 draw.rectangle(box, fill=(int(colour[0]), int(colour[1]), int(colour[2])))
-            draw.text((x + _SWATCH + _PAD, y), text, font=font, fill=_TEXT_RGB)
+            draw.text((x + _SWATCH + PAD, y), text, font=face, fill=TEXT_RGB)
             y += _ROW
-        x += column_w + _PAD
+        x += column_w + PAD
     return canvas
 
 
 def _share(value: float) -> str:
     percent = value * 100
     return f"{percent:.1f}%" if percent >= 0.1 else "<0.1%"
-
-
-@functools.lru_cache(maxsize=4)
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    """DejaVu Sans from matplotlib's data (always installed), else Pillow's own font."""
-    import os
-
-    import matplotlib
-
-    path = os.path.join(matplotlib.get_data_path(), "fonts", "ttf", "DejaVuSans.ttf")
-    try:
-        return ImageFont.truetype(path, size)
-    except OSError:
-        return ImageFont.load_default(size=size)

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from actviz.render.legend import TILE_LABEL_SIZE, digit_rows, paste_text, text_width
+from actviz.render.legend import digit_rows, paste_text, text_width
 from actviz.render.palette import BACKGROUND, LABEL, U8Array
+from actviz.render.theme import TILE_LABEL_SIZE
 
 __all__ = ["GAP", "PREFIX_CELL", "TileLayout", "body_shape", "tile_grid", "tile_layout"]
 

@@ -33,6 +33,7 @@ from actviz.render import (
     paste_text,
     text_width,
 )
+from actviz.render.theme import CAPTION_SIZE, PAD, PANEL_GAP, PANEL_LABEL_SIZE
 from actviz.top_images.plan import LayerPlan
 from actviz.top_images.topk import LayerTop
 
@@ -54,12 +55,10 @@ __all__ = [
 U8 = npt.NDArray[np.uint8]
 F32 = npt.NDArray[np.float32]
 
-GAP = 4
+GAP = PANEL_GAP
 """Pixels between tiles and around them."""
-LABEL_SIZE = 11
+LABEL_SIZE = PANEL_LABEL_SIZE
 """Font size of the text under tiles and beside rows."""
-SUBTITLE_SIZE = 13
-"""Font size of the line about the channel under a sheet's header."""
 ALPHA = 0.6
 """Opacity of the heat colour where the map reaches the channel's scale."""
 _ROW_LABEL_WIDTH = 76
@@ -316,13 +315,13 @@ def contact_sheet(
     body_width = GAP + columns * pitch_w
     band, head = _header_band(header, body_width)
     width = band.shape[1]
-    placed = _flow(subtitle, SUBTITLE_SIZE, width - 12)
-    sub_line = line_height(SUBTITLE_SIZE)
+    placed = _flow(subtitle, CAPTION_SIZE, width - 2 * PAD)
+    sub_line = line_height(CAPTION_SIZE)
     sub = (max(y for _, _, y in placed) + 1) * sub_line + 4 if placed else 0
     canvas = np.full((head + sub + GAP + rows * pitch_h, width), BACKGROUND, dtype=np.uint8)
     canvas[:head] = band
     for phrase, x, y in placed:
-        _paste_chars(canvas, phrase, SUBTITLE_SIZE, 6 + x, head + 2 + y * sub_line)
+        _paste_chars(canvas, phrase, CAPTION_SIZE, PAD + x, head + 2 + y * sub_line)
     spots = []
     for i, item in enumerate(tiles):
         row, column = divmod(i, columns)
