@@ -156,3 +156,45 @@ def test_the_detectors_option_defaults_are_the_run_options_defaults() -> None:
         for option in row.options:
             if option.default is not None:  # a classifier given the default is left be
                 assert getattr(defaults, option.name) == option.default, option.name
+
+
+def test_a_detectors_logits_are_neither_dead_nor_vanishing() -> None:
+    """Scores are not a signal path: a negative logit is not a dead unit, and a logit's
+    scale against the FPN's is not a shrinking signal; NaN in them is still flagged."""
+    import torch
+
+    from actviz.statistics import Thresholds, flag_anomalies
+    from actviz.statistics.compute import compute_stats
+    from actviz.statistics.layerstats import LayerStats
+
+    def stats(values: list[float], channels: int = 2) -> LayerStats:
+        (one,) = compute_stats(torch.tensor(values).reshape(1, channels, -1, 1))
+        return one
+
+    fpn = ("backbone.fpn[pool]", stats([10.0, 20.0, 30.0, 40.0]))
+    logits = ("rpn.head.cls_logits:2", stats([-0.5, -0.25, -0.75, -0.1]))
+    plain = flag_anomalies([fpn, logits])
+    assert {f.kind for f in plain} == {"dead", "vanishing"}  # as a signal, it would be
+    read = flag_anomalies([fpn, logits], Thresholds(readouts=("rpn.head.cls_logits",)))
+    assert read == []
+    broken = ("rpn.head.cls_logits", stats([float("nan"), 1.0, 2.0, 3.0]))
+    kinds = [f.kind for f in flag_anomalies([fpn, broken], Thresholds(readouts=(broken[0],)))]
+    assert kinds == ["nan"]
+
+
+def test_a_detector_runs_thresholds_name_its_readouts(tmp_path: Path) -> None:
+    import json
+
+    image = make_image(tmp_path / "a.png", size=(64, 48))
+    out = tmp_path / "out"
+    model = "fasterrcnn_mobilenet_v3_large_320_fpn"
+    argv = ["run", model, str(image), "-o", str(out), "-w", "none", "-q", "--no-report"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["thresholds"]["readouts"] == ["rpn.head.cls_logits"]
+    flagged = {flag["layer"] for flag in stats["flags"]["layers"]}
+    assert not any(layer.startswith("rpn.head.cls_logits") for layer in flagged)
+    assert DETECTION.readouts_among(["backbone.fpn", "roi_heads.box_predictor.cls_score"]) == (
+        "roi_heads.box_predictor.cls_score",
+    )

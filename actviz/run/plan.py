@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from actviz.command.progress import Reporter
     from actviz.models import LoadedModel
     from actviz.run.options import RunOptions
+    from actviz.statistics import Thresholds
 
 __all__ = ["Plan", "plan"]
 
@@ -107,12 +108,24 @@ def plan(
             records,
             notify,
             stats=opts.stats,
-            thresholds=opts.thresholds,
+            thresholds=_thresholds(opts, loaded, names),
             random=loaded.weights.random,
             resume=results if opts.execution.resume else None,
         ),
         kept=[p.relative_to(opts.out).as_posix() for p in kept],
     )
+
+
+def _thresholds(opts: RunOptions, loaded: LoadedModel, names: list[str]) -> Thresholds:
+    """The run's thresholds, with the selected modules whose outputs are scores (a
+    detector's logits) as the family's row says."""
+    import dataclasses
+
+    from actviz.statistics import Thresholds
+
+    thresholds = opts.thresholds or Thresholds()
+    readouts = loaded.family.readouts_among(names)
+    return dataclasses.replace(thresholds, readouts=readouts) if readouts else thresholds
 
 
 def _check_overlay_channel(
