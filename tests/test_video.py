@@ -290,6 +290,55 @@ def test_a_users_own_video_model_takes_clips_and_images_are_refused(tmp_path: Pa
     assert not (tmp_path / "o2").exists()
 
 
+SHORT_NET = """
+from torch import nn
+
+
+def build():  # two temporal kernels of 3 without padding: clips of 5 frames or more
+    return nn.Sequential(
+        nn.Conv3d(3, 4, (3, 1, 1)), nn.Conv3d(4, 4, (3, 1, 1)), nn.AdaptiveAvgPool3d(1),
+        nn.Flatten(), nn.Linear(4, 5),
+    )
+"""
+
+
+def test_a_clip_too_short_for_the_model_is_named_before_the_run(tmp_path: Path) -> None:
+    net = tmp_path / "net.py"
+    net.write_text(SHORT_NET)
+    gif = write_gif(tmp_path / "in" / "a.gif", frames=6)
+    args = ["-w", "none", "--input-size", "24,24", "--no-report", "-q"]
+    for frames, code in (("4", 2), ("5", 0)):
+        out = tmp_path / f"out{frames}"
+        argv = ["run", f"{net}:build", str(gif), "-o", str(out), "--frames", frames, *args]
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == code, result.output
+    assert result.exit_code == 0 and run_images(tmp_path / "out5")[0]["layers"]
+    refused = CliRunner().invoke(
+        app, ["run", f"{net}:build", str(gif), "-o", str(tmp_path / "o"), "--frames", "4", *args]
+    )
+    assert refused.stderr.strip() == (
+        f"error: {net}:build takes clips of at least 5 frames; --frames 4 is too short: pass "
+        "--frames 16 (its default) or leave it out"
+    )
+    assert "--input-size" not in refused.stderr and not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_s3d_and_mvit_name_the_frames_they_take(tmp_path: Path) -> None:
+    gif = write_gif(tmp_path / "a.gif", frames=6)
+    said = {
+        ("s3d", "4"): "s3d takes clips of at least 13 frames; --frames 4 is too short",
+        ("mvit_v1_b", "4"): "mvit_v1_b takes clips of 15 to 16 frames; --frames 4 is too short",
+        ("mvit_v1_b", "32"): "mvit_v1_b takes clips of 15 to 16 frames; --frames 32 is too long",
+    }
+    for (model, frames), message in said.items():
+        out = tmp_path / f"{model}{frames}"
+        argv = ["run", model, str(gif), "-w", "none", "--frames", frames, "-o", str(out)]
+        result = CliRunner().invoke(app, argv)
+        assert result.exit_code == 2, result.output
+        assert message in result.stderr and not out.exists()
+
+
 def test_a_video_to_an_image_model_says_what_to_pass(tmp_path: Path) -> None:
     video = write_video(tmp_path / "v.mp4", frames=2)
     result = CliRunner().invoke(

@@ -32,9 +32,14 @@ CURVE_CLASSES = 6
 
 
 def headline(ablations: Sequence[Mapping[str, Any]]) -> int:
-    """The ablation the pictures show: the one that lost most images (the first on a tie)."""
-    lost = [int(a["overall"]["lost"]) for a in ablations]
-    return int(np.argmax(lost)) if lost else 0
+    """The ablation the pictures show: the one that lost most images; on a tie (often none
+    lost any), the one that moved the labels' logits down most; then the first."""
+    if not ablations:
+        return 0
+    return min(
+        range(len(ablations)),
+        key=lambda i: (-int(ablations[i]["overall"]["lost"]), ablations[i]["overall"]["dlogit"], i),
+    )
 
 
 def draw_pictures(

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from actviz.models.preprocessing import Preprocessing
 
-__all__ = ["VIDEO", "declared_family", "is_video_model"]
+__all__ = ["VIDEO", "clip_length_refusal", "declared_family", "is_video_model"]
 
 #: Frames of the still clip an image batch becomes for tracing (MViT needs 16).
 _TRACE_FRAMES = 16
@@ -61,6 +61,63 @@ def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessin
     if isinstance(preprocess, ClipPreprocessing):
         return preprocess
     return clip_preprocessing(None, base=preprocess, input_size=preprocess.crop_size)
+
+
+def _takes(module: nn.Module, shape: tuple[int, ...]) -> bool:
+    """Whether ``module`` runs on a clip of ``shape``: a forward on the meta device with its
+    parameters and buffers as meta tensors (shapes only, no data copied, milliseconds)."""
+    import itertools
+
+    import torch
+    from torch.func import functional_call
+
+    meta = torch.device("meta")
+    state = {
+        name: torch.empty_like(tensor, device=meta)
+        for name, tensor in itertools.chain(module.named_parameters(), module.named_buffers())
+    }
+    try:
+        with torch.no_grad():
+            functional_call(module, state, (torch.zeros(shape, device=meta),))
+    except Exception:  # a shape the model refuses, or an op without a meta kernel
+        return False
+    return True
+
+
+def clip_length_refusal(
+    name: str, module: nn.Module, frames: int, recipe: int, clip: tuple[int, int, int]
+) -> str | None:
+    """Why a video model cannot take clips of ``frames`` frames, naming the lengths it takes,
+    or None when it takes them (or when even its recipe's length cannot be checked: the run
+    then says what failed). MViT's positional encoding is fixed (16 frames, 15 rounding up),
+    S3D's pooling needs at least 13, r3d_18 takes any length.
+
+    Args:
+        name: The model's name, for the message.
+        module: The model.
+        frames: The clip length asked for (``--frames``).
+        recipe: The clip length of its weights' recipe (its default).
+        clip: ``(channels, height, width)`` of each frame as the model takes it.
+    """
+    channels, height, width = clip
+
+    def takes(length: int) -> bool:
+        return _takes(module, (1, channels, length, height, width))
+
+    if frames == recipe or takes(frames) or not takes(recipe):
+        return None
+    low = recipe
+    while low > 1 and takes(low - 1):
+        low -= 1
+    if takes(recipe + 1):
+        span = f"at least {low} frames"
+    else:
+        span = f"{low} to {recipe} frames" if low < recipe else f"{recipe} frames"
+    short = "too short" if frames < low else "too long"
+    return (
+        f"{name} takes clips of {span}; --frames {frames} is {short}: pass --frames {recipe} "
+        "(its default) or leave it out"
+    )
 
 
 VIDEO = Family(

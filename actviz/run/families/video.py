@@ -16,11 +16,19 @@ __all__ = ["VIDEO_RUN"]
 
 
 def _frames(loaded: LoadedModel, frames: int) -> None:
-    """Clips of ``frames`` frames (at least 1)."""
+    """Clips of ``frames`` frames (at least 1), refused before the run when the model cannot
+    take that many (it says how many it takes)."""
+    from actviz.errors import UsageError
     from actviz.models.clips import ClipPreprocessing
+    from actviz.models.families.video import clip_length_refusal
 
-    assert isinstance(loaded.preprocess, ClipPreprocessing)  # the family's preprocessing
-    loaded.preprocess = loaded.preprocess.with_frames(frames)
+    before = loaded.preprocess
+    assert isinstance(before, ClipPreprocessing)  # the family's preprocessing
+    loaded.preprocess = before.with_frames(frames)
+    clip = (before.channels, *before.crop_size)
+    refusal = clip_length_refusal(loaded.name, loaded.module, frames, before.frames, clip)
+    if refusal is not None:
+        raise UsageError(refusal)
 
 
 def _settings(loaded: LoadedModel, opts: RunOptions) -> dict[str, Any]:
