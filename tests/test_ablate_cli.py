@@ -283,7 +283,10 @@ def test_a_sweeps_table_ranks_by_images_lost_then_in_the_units_order() -> None:
 
     lost = {2: 0, 10: 0, 3: 1, 7: 0}
     ablations = [
-        {"name": f"unit {u}", "overall": {"lost": n, "acc_after": 0.5, "dlogit": -0.5 * (u == 7)}}
+        {
+            "name": f"unit {u}",
+            "overall": {"lost": n, "acc_after": 0.5, "dlogit": -0.5 if u == 7 else 0.0},
+        }
         for u, n in lost.items()
     ]
 
@@ -297,8 +300,9 @@ def test_a_sweeps_table_ranks_by_images_lost_then_in_the_units_order() -> None:
     result = SimpleNamespace(labels="folders", ablations=ablations, rows=rows)
     head, table = _rows(result)  # type: ignore[arg-type]
     assert [r[0] for r in table] == ["unit 3", "unit 7", "unit 2", "unit 10"]
-    assert table[0][3:] == ["cat", "-25.0"]
-    assert all(row[3:] == ["-", "-"] for row in table[1:])
+    assert head[3] == "dlogit" and [r[3] for r in table[:2]] == ["+0.0000", "-0.5000"]
+    assert table[0][4:] == ["cat", "-25.0"]
+    assert all(row[4:] == ["-", "-"] for row in table[1:])
     assert ablations[headline(ablations)]["name"] == "unit 3"
     tied = [a for a in ablations if a["name"] != "unit 3"]
     assert tied[headline(tied)]["name"] == "unit 7"

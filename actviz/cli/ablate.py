@@ -289,7 +289,7 @@ def _rows(result: AblateResult) -> tuple[list[str], list[list[str]]]:
             ]
             for r in rows
         ]
-    head = ["ablation", f"{word} after", "lost", "class hit most", "its points"]
+    head = ["ablation", f"{word} after", "lost", "dlogit", "class hit most", "its points"]
     # Most images lost first, then the largest drop of the labels' logits; then the order the
     # units were given in (unit 2 before 10), as the pictures choose their ablation.
     order = {id(a): i for i, a in enumerate(result.ablations)}
@@ -312,6 +312,7 @@ def _rows(result: AblateResult) -> tuple[list[str], list[list[str]]]:
                 a["name"],
                 _cell(a["overall"]["acc_after"]),
                 str(a["overall"]["lost"]),
+                f"{a['overall'].get('dlogit', 0.0):+.4f}",
                 str(worst["class"]) if worst else "-",
                 _cell(worst["acc_after"] - worst["acc_before"], True)
                 if worst and worst["acc_before"] is not None

@@ -16,6 +16,7 @@ import typer
 
 from actviz.cli.boundary import app, boundary, reporting
 from actviz.cli.console import (
+    PacedReporter,
     error,
     listing_json,
     out_console,
@@ -167,7 +168,16 @@ def run(
         gradients=gradients,
         execution=execution,
     )
-    _execute(pipeline, model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
+    _execute(
+        pipeline,
+        model,
+        inputs,
+        options,
+        checks=checks,
+        as_json=as_json,
+        quiet=quiet,
+        kind=_RunReporter,
+    )
 
 
 @app.command()
@@ -200,7 +210,25 @@ def stats(
         draw=DrawOptions(grids=False),
         execution=execution,
     )
-    _execute(pipeline, model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
+    _execute(
+        pipeline,
+        model,
+        inputs,
+        options,
+        checks=checks,
+        as_json=as_json,
+        quiet=quiet,
+        kind=_StatsReporter,
+    )
+
+
+class _RunReporter(PacedReporter):
+    # A detector or a video model takes seconds an image on a CPU: a piped run says its pace.
+    command = "run"
+
+
+class _StatsReporter(PacedReporter):
+    command = "stats"
 
 
 def _execute(
@@ -212,13 +240,15 @@ def _execute(
     checks: CheckFlags,
     as_json: bool,
     quiet: bool,
+    kind: type[PacedReporter],
 ) -> None:
-    """Run the pipeline (``actviz.run`` or ``actviz.stats``) with a progress bar and a clean stop
-    on SIGTERM, then report."""
+    """Run the pipeline (``actviz.run`` or ``actviz.stats``) with a progress bar (``kind``: its
+    reporter; plain pace lines where stderr is not a terminal) and a clean stop on SIGTERM,
+    then report."""
     kinds = checks.kinds()  # a bad kind fails before any work
     made = not options.out.exists()
     # Inputs that hold no image are refused by the run's opening, before any work.
-    with reporting(quiet) as reporter:
+    with reporting(quiet, kind) as reporter:
         result = pipeline(model, inputs, options, reporter=reporter)
     _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds, made=made)
 

@@ -253,9 +253,9 @@ def _select(cmd: Command, loaded: LoadedModel, opts: RunOptions) -> tuple[str, l
 
 def _overlay_note(counts: RunCounts, opts: RunOptions) -> str | None:
     """Which layers got no overlay, when ``overlay_channel`` asked for a channel they do not
-    have: every layer drawn (a container's channels are known only once it ran, see
-    :func:`_check_overlay_channel`, so the run cannot refuse it before it starts), or some of
-    them, whose grids were drawn without one."""
+    have: some of them, whose grids were drawn without one, or every layer drawn (where the
+    check before the run could not trace the model, see
+    :func:`actviz.run.plan._check_overlay_channel`)."""
     channel = opts.draw.overlay_channel
     if channel is None:
         return None
