@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from actviz import output
 from actviz.errors import UsageError
+from actviz.gradients.registry import DEFAULT_CAM
 from actviz.results import ImageResult
 from actviz.run.families import run_family
 from actviz.run.records import RunRecords
@@ -85,7 +86,7 @@ def plan(
         "input_size": list(loaded.input_size),
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes]
         # Grad-CAM runs keep the settings they always had, so their --resume still matches.
-        + ([grads.cam_method] if grads.cam_method != "gradcam" else []),
+        + ([grads.cam_method] if grads.cam_method != DEFAULT_CAM else []),
         **({"sae": str(opts.sae)} if opts.sae is not None else {}),
     }
     # What the family's own options change (a clip's length, a detector's threshold).
