@@ -273,15 +273,21 @@ def build():
 
 
 def test_a_sweeps_table_ranks_by_images_lost_then_in_the_units_order() -> None:
-    """Ties keep the order the units were given (unit 2 before unit 10, not as strings sort),
-    and an ablation that costs no class names none as the class hit most."""
+    """Then by the labels' logit drop; ties keep the order the units were given (unit 2
+    before unit 10, not as strings sort); an ablation that costs no class names none as the
+    class hit most. The pictures pick their ablation by the same order."""
     from types import SimpleNamespace
 
+    from actviz.ablate.pictures import headline
     from actviz.cli.ablate import _rows
 
-    lost = {2: 0, 10: 0, 3: 1}
+    lost = {2: 0, 10: 0, 3: 1, 7: 0}
     ablations = [
-        {"name": f"unit {u}", "overall": {"lost": n, "acc_after": 0.5}} for u, n in lost.items()
+        {
+            "name": f"unit {u}",
+            "overall": {"lost": n, "acc_after": 0.5, "dlogit": -0.5 if u == 7 else 0.0},
+        }
+        for u, n in lost.items()
     ]
 
     def rows(name: str) -> list[dict[str, object]]:
@@ -293,6 +299,11 @@ def test_a_sweeps_table_ranks_by_images_lost_then_in_the_units_order() -> None:
 
     result = SimpleNamespace(labels="folders", ablations=ablations, rows=rows)
     head, table = _rows(result)  # type: ignore[arg-type]
-    assert [r[0] for r in table] == ["unit 3", "unit 2", "unit 10"]
-    assert table[0][3:] == ["cat", "-25.0"]
-    assert table[1][3:] == ["-", "-"] and table[2][3:] == ["-", "-"]
+    assert [r[0] for r in table] == ["unit 3", "unit 7", "unit 2", "unit 10"]
+    assert head[3] == "dlogit" and [r[3] for r in table[:2]] == ["+0.0000", "-0.5000"]
+    assert table[0][4:] == ["cat", "-25.0"]
+    assert all(row[4:] == ["-", "-"] for row in table[1:])
+    assert ablations[headline(ablations)]["name"] == "unit 3"
+    tied = [a for a in ablations if a["name"] != "unit 3"]
+    assert tied[headline(tied)]["name"] == "unit 7"
+    assert headline(ablations[:2]) == 0

@@ -35,7 +35,7 @@ BLOCK0 = "encoder.layers.encoder_layer_0"
 
 @pytest.fixture
 def headers(monkeypatch: pytest.MonkeyPatch) -> list[Header]:
-    from actviz.render import legend
+    from actviz.render import legend, overlay
 
     seen: list[Header] = []
     original = legend.new_canvas
@@ -45,6 +45,7 @@ def headers(monkeypatch: pytest.MonkeyPatch) -> list[Header]:
         return original(body_height, body_width, header, **kw)
 
     monkeypatch.setattr(legend, "new_canvas", recording)
+    monkeypatch.setattr(overlay, "new_canvas", recording)
     return seen
 
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -577,6 +578,58 @@ def test_a_piped_slow_command_says_its_pace_and_time_left(
         reporter.start(total)
         reporter.advance(image)  # type: ignore[arg-type]
         assert capsys.readouterr().err == ""
+
+
+def test_a_resumed_slow_command_says_what_it_does_first_and_paces_only_new_images(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before the first image (which may take minutes) a line says what the command does;
+    the images an earlier run did count neither in the pace nor in the time left."""
+    import time
+    from types import SimpleNamespace
+
+    from actviz.cli.cam_eval import _Reporter
+    from actviz.command.progress import start_progress
+
+    clock = iter([0.0, 0.0, 60.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
+    reporter = _Reporter(quiet=False, status={}, every=30.0)
+    image = SimpleNamespace(status="ok", layers=[], path=Path("a.png"))
+    start_progress(reporter, 10, [image] * 8)  # 8 reused from the earlier run
+    assert capsys.readouterr().err.splitlines() == [
+        "cam-eval: scoring 2 images (8 done by the earlier run); the pace follows the first"
+    ]
+    reporter.advance(image)  # type: ignore[arg-type]
+    # 60 s for the one image scored now (not 60 s over 9), one image left.
+    assert capsys.readouterr().err.splitlines() == [
+        "cam-eval: 9 of 10 images, 60 s each, about 60 s left"
+    ]
+
+
+def test_a_piped_run_says_its_pace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run piped to a file was silent until its summary, however long it took."""
+    from actviz.cli import commands
+
+    monkeypatch.setattr(commands._RunReporter, "__init__", _every_second(commands._RunReporter))
+    for i in range(3):
+        make_image(tmp_path / "in" / f"{i}.png", seed=i)
+    argv = ["run", "resnet18", str(tmp_path / "in"), "-w", "none", "-o", str(tmp_path / "o")]
+    result = runner.invoke(app, [*argv, "-l", "layer1", "--input-size", "32,32", "--no-report"])
+    assert result.exit_code == 0, result.output
+    paced = [line for line in result.stderr.splitlines() if line.startswith("run: ")]
+    assert paced and paced[0].startswith("run: 1 of 3 images, "), result.stderr
+
+
+def _every_second(kind: type) -> Any:
+    """``kind.__init__`` with ``every`` zero: every run is slow enough to pace."""
+    init = kind.__init__
+
+    def patched(self: Any, *, quiet: bool, status: dict[str, Any]) -> None:
+        init(self, quiet=quiet, status=status, every=0.0)
+
+    return patched
 
 
 def test_the_summary_counts_a_reused_modules_calls(

@@ -23,13 +23,24 @@ OWN_GROUPS = {
     "actviz.cli.tcav:TcavFlags": "actviz.tcav:TcavOptions",
     "actviz.cli.attribute:AttributeFlags": "actviz.attribute:AttributeOptions",
     "actviz.cli.cam_eval:CamEvalFlags": "actviz.cam_eval:CamEvalOptions",
+    "actviz.cli.ablate:AblateFlags": "actviz.ablate:AblateOptions",
+    "actviz.cli.atlas:AtlasFlags": "actviz.atlas:AtlasOptions",
+    "actviz.cli.optimize:OptimizeFlags": "actviz.optimize:OptimizeOptions",
+    "actviz.cli.commands:RunFlags": "actviz.run.options:RunOptions",
+    "actviz.cli.commands:StatsFlags": "actviz.run.options:RunOptions",
 }
+
+#: A command's default that differs from its options' on purpose: stats writes its report
+#: only when asked for.
+OWN_DEFAULTS: dict[str, dict[str, Any]] = {"actviz.cli.commands:StatsFlags": {"report": False}}
 
 #: What a group needs beyond its defaults to build its options at all.
 NEEDED: dict[str, dict[str, Any]] = {
     "actviz.cli.label:LabelFlags": {"classes": True},
     # The options the command line requires, given as it gives them.
     "actviz.cli.tcav:TcavFlags": {"concept": ["c=d"], "random": [Path("r")], "target": ["1"]},
+    "actviz.cli.ablate:AblateFlags": {"layer": "layer1", "units": "0"},
+    "actviz.cli.atlas:AtlasFlags": {"layer": "layer1"},
 }
 
 
@@ -66,6 +77,7 @@ def test_an_own_group_has_the_dataclass_fields_and_defaults(flags_path: str) -> 
     flags, options = _named(flags_path), _named(OWN_GROUPS[flags_path])
     defaults = _defaults(options)
     homes = {name: outer for outer, names in flags.nested.items() for name in names}
+    needed = {flags.renamed.get(k, k): v for k, v in NEEDED.get(flags_path, {}).items()}
     for item in dataclasses.fields(flags):
         if item.name in flags.read_by_command:
             continue
@@ -75,7 +87,9 @@ def test_an_own_group_has_the_dataclass_fields_and_defaults(flags_path: str) -> 
         where = dataclasses.asdict(defaults[home]) if home else defaults
         assert name in where, (flags_path, item.name)
         default = where[name]
-        if item.default is dataclasses.MISSING:
+        if item.name in OWN_DEFAULTS.get(flags_path, {}):
+            assert item.default == OWN_DEFAULTS[flags_path][item.name], (flags_path, name)
+        elif item.default is dataclasses.MISSING:
             assert item.name in NEEDED[flags_path], (flags_path, item.name)  # required
         elif name == "out":
             assert item.default is None  # the first free folder, chosen by the command
@@ -83,15 +97,19 @@ def test_an_own_group_has_the_dataclass_fields_and_defaults(flags_path: str) -> 
             assert item.default is None, (flags_path, name)  # the options' own default
         elif item.name.startswith("no_"):
             assert item.default is False and default is True, (flags_path, name)
-        else:
+        elif home or name in needed:
             assert item.default == default, (flags_path, name)
+        else:  # as the options hold it once checked ("pooled" is atlas's Points("pooled"))
+            held = getattr(options(out=Path("o"), **{**needed, name: item.default}), name)
+            assert held == default, (flags_path, name)
     # Every field of the dataclass the command line offers is in the group, none copied by hand.
     given = NEEDED.get(flags_path, {})
+    groups = {"load": LoadFlags(), "execution": ExecutionFlags()}
+    names = {f.name for f in dataclasses.fields(options)}
     built = flags(**given).build(
-        options, out=Path("o"), load=LoadFlags(), execution=ExecutionFlags()
+        options, out=Path("o"), **{k: v for k, v in groups.items() if k in names}
     )
-    expected = {flags.renamed.get(k, k): v for k, v in given.items()}
-    assert built == options(out=Path("o"), **expected)
+    assert built == options(out=Path("o"), **needed, **OWN_DEFAULTS.get(flags_path, {}))
 
 
 def test_a_group_renames_and_nests_fields_and_leaves_unset_ones_to_the_options() -> None:

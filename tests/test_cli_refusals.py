@@ -66,11 +66,12 @@ def test_overlay_channel_alone_draws_that_channels_overlay(
     assert (out / stem / "00_layer4.1.conv2_overlay.png").is_file()
 
 
-def test_an_overlay_channel_past_every_containers_channels_is_said(
+def test_an_overlay_channel_past_every_containers_channels_is_refused_before_the_run(
     tmp_path: Path, image_file: Path
 ) -> None:
-    """A container's channels are known only once it ran, so the run cannot refuse the
-    channel before it starts: it draws the grids and says why no overlay was written."""
+    """A container's channels are read from one forward of a blank input, as list-layers
+    traces the model: a channel none of them has is refused before anything is written; one
+    that only some have draws the others' overlays and names the rest."""
 
     def run(channel: int) -> tuple[int, str, Path]:
         out = tmp_path / str(channel)
@@ -81,14 +82,11 @@ def test_an_overlay_channel_past_every_containers_channels_is_said(
         )  # fmt: skip
         return code, stderr, out / image_file.stem
 
-    code, stderr, folder = run(600)
-    assert code == 0, stderr
-    assert (
-        "warning: --overlay-channel 600: no overlay was written, as no layer drawn has that "
-        "channel (channels: layer3 256, layer4 512); pick one below 512"
-    ) in stderr
-    pictures = sorted(p.name for p in folder.glob("*.png"))
-    assert pictures == ["00_layer3.png", "01_layer4.png"]  # the grids, no overlay
+    code, stderr, folder = run(9999)
+    _one_line_usage_error(
+        code, stderr, "--overlay-channel 9999: the selected layers have at most 512 channels"
+    )
+    assert not folder.parent.exists()
     # A channel one of them has: its overlay, and the other one named.
     code, stderr, folder = run(300)
     assert code == 0, stderr

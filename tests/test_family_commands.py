@@ -72,3 +72,129 @@ def test_a_command_refuses_a_family_in_one_line_before_any_work(
     assert "Traceback" not in result.output and "--input-size" not in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_pca_of_a_video_model_says_video_layers_are_not_coloured_yet(tmp_path: Path) -> None:
+    model = _factory(tmp_path, VIDEO_NET, "videonet")
+    clip = write_gif(tmp_path / "in" / "a.gif", frames=4)
+    out = tmp_path / "out"
+    argv = ["run", model, str(clip), "-o", str(out), "-w", "none", "--input-size", "24,24"]
+    result = CliRunner().invoke(app, [*argv, "--frames", "3", "--view", "pca", "-q"])
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line == (
+        "error: --view pca does not colour video layers yet (0); drop --view pca to draw them "
+        "as time strips"
+    )
+    assert not out.exists()
+
+
+NAN_NET = """
+import torch
+from torch import nn
+
+
+def build():
+    net = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 5)
+    )
+    with torch.no_grad():
+        net[3].bias.fill_(float("nan"))
+    return net
+"""
+
+
+def test_a_classifier_whose_output_is_nan_is_said_and_ranks_nothing(tmp_path: Path) -> None:
+    import json
+
+    model = _factory(tmp_path, NAN_NET, "nannet")
+    for s in "ab":
+        make_image(tmp_path / "in" / f"{s}.png", size=(40, 32))
+    out = tmp_path / "out"
+    argv = ["run", model, str(tmp_path / "in"), "-o", str(out), "-w", "none", "--no-report"]
+    result = CliRunner().invoke(app, [*argv, "--input-size", "32,32", "-q"])
+    assert result.exit_code == 0, result.output
+    said = [line for line in result.stderr.splitlines() if "NaN or inf" in line]
+    assert len(said) == 1 and said[0].startswith("warning: ")  # once, not per image
+    assert "top-5 predictions are left out" in said[0] and "-l all" in said[0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert any("NaN or inf" in w for w in manifest["warnings"])
+
+
+@pytest.mark.parametrize(
+    ("model", "flags", "says"),
+    [
+        ("resnet18", ["--score-threshold", "0.3"], "--score-threshold is for detectors"),
+        ("resnet18", ["--cam", "--detection", "2"], "--detection picks a detector's detection"),
+        (
+            "fasterrcnn_mobilenet_v3_large_320_fpn",
+            ["--cam-method", "scorecam"],
+            "--cam-method scorecam does not apply to fasterrcnn_mobilenet_v3_large_320_fpn",
+        ),
+    ],
+)
+def test_options_of_another_family_are_refused_not_ignored(
+    tmp_path: Path, model: str, flags: list[str], says: str
+) -> None:
+    image = make_image(tmp_path / "a.png", size=(40, 32))
+    out = tmp_path / "out"
+    argv = ["run", model, str(image), "-o", str(out), "-w", "none", "-q", *flags]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: ") and says in line
+    assert not out.exists()
+
+
+def test_the_detectors_option_defaults_are_the_run_options_defaults() -> None:
+    from actviz.run.families import RUN_FAMILIES
+    from actviz.run.options import RunOptions
+
+    defaults = RunOptions()
+    for row in RUN_FAMILIES:
+        for option in row.options:
+            if option.default is not None:  # a classifier given the default is left be
+                assert getattr(defaults, option.name) == option.default, option.name
+
+
+def test_a_detectors_logits_are_neither_dead_nor_vanishing() -> None:
+    """Scores are not a signal path: a negative logit is not a dead unit, and a logit's
+    scale against the FPN's is not a shrinking signal; NaN in them is still flagged."""
+    import torch
+
+    from actviz.statistics import Thresholds, flag_anomalies
+    from actviz.statistics.compute import compute_stats
+    from actviz.statistics.layerstats import LayerStats
+
+    def stats(values: list[float], channels: int = 2) -> LayerStats:
+        (one,) = compute_stats(torch.tensor(values).reshape(1, channels, -1, 1))
+        return one
+
+    fpn = ("backbone.fpn[pool]", stats([10.0, 20.0, 30.0, 40.0]))
+    logits = ("rpn.head.cls_logits:2", stats([-0.5, -0.25, -0.75, -0.1]))
+    plain = flag_anomalies([fpn, logits])
+    assert {f.kind for f in plain} == {"dead", "vanishing"}  # as a signal, it would be
+    read = flag_anomalies([fpn, logits], Thresholds(readouts=("rpn.head.cls_logits",)))
+    assert read == []
+    broken = ("rpn.head.cls_logits", stats([float("nan"), 1.0, 2.0, 3.0]))
+    kinds = [f.kind for f in flag_anomalies([fpn, broken], Thresholds(readouts=(broken[0],)))]
+    assert kinds == ["nan"]
+
+
+def test_a_detector_runs_thresholds_name_its_readouts(tmp_path: Path) -> None:
+    import json
+
+    image = make_image(tmp_path / "a.png", size=(64, 48))
+    out = tmp_path / "out"
+    model = "fasterrcnn_mobilenet_v3_large_320_fpn"
+    argv = ["run", model, str(image), "-o", str(out), "-w", "none", "-q", "--no-report"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["thresholds"]["readouts"] == ["rpn.head.cls_logits"]
+    flagged = {flag["layer"] for flag in stats["flags"]["layers"]}
+    assert not any(layer.startswith("rpn.head.cls_logits") for layer in flagged)
+    assert DETECTION.readouts_among(["backbone.fpn", "roi_heads.box_predictor.cls_score"]) == (
+        "roi_heads.box_predictor.cls_score",
+    )

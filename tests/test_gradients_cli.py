@@ -99,7 +99,7 @@ def test_bad_targets_are_usage_errors(tmp_path: Path, target: str, message: str)
 @pytest.fixture
 def headers(monkeypatch: pytest.MonkeyPatch) -> list[Header]:
     """Every header the run draws, as the drawing code was given it."""
-    from actviz.render import grid, legend
+    from actviz.render import grid, legend, overlay
 
     seen: list[Header] = []
     original = legend.new_canvas
@@ -110,6 +110,7 @@ def headers(monkeypatch: pytest.MonkeyPatch) -> list[Header]:
 
     monkeypatch.setattr(legend, "new_canvas", recording)
     monkeypatch.setattr(grid, "new_canvas", recording)
+    monkeypatch.setattr(overlay, "new_canvas", recording)
     return seen
 
 

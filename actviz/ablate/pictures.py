@@ -19,6 +19,7 @@ import numpy as np
 from actviz import output
 from actviz.ablate.prepare import State
 from actviz.ablate.tables import Outcome
+from actviz.gradients.registry import DEFAULT_CAM, cam_title, raw_cam
 
 if TYPE_CHECKING:
     import torch
@@ -32,9 +33,14 @@ CURVE_CLASSES = 6
 
 
 def headline(ablations: Sequence[Mapping[str, Any]]) -> int:
-    """The ablation the pictures show: the one that lost most images (the first on a tie)."""
-    lost = [int(a["overall"]["lost"]) for a in ablations]
-    return int(np.argmax(lost)) if lost else 0
+    """The ablation the pictures show: the one that lost most images; on a tie (often none
+    lost any), the one that moved the labels' logits down most; then the first."""
+    if not ablations:
+        return 0
+    return min(
+        range(len(ablations)),
+        key=lambda i: (-int(ablations[i]["overall"]["lost"]), ablations[i]["overall"]["dlogit"], i),
+    )
 
 
 def draw_pictures(
@@ -240,7 +246,6 @@ def _maps(
     from actviz.ablate.split import LayerTap
     from actviz.gradients.core import compute_gradients
     from actviz.gradients.methods import scale_cams
-    from actviz.gradients.registry import raw_cam
     from actviz.hooks import eval_mode
 
     ctx_layout = _layout(state, layer)
@@ -263,7 +268,7 @@ def _maps(
             capture = result.captures.get(layer)
             if capture is None:
                 return {}
-            raw = raw_cam("gradcam", capture.activation, capture.gradient, **ctx_layout)
+            raw = raw_cam(DEFAULT_CAM, capture.activation, capture.gradient, **ctx_layout)
             probabilities = result.logits.softmax(dim=1)
             out[when] = (
                 scale_cams(raw).numpy(),
@@ -319,7 +324,7 @@ def _case_png(
     change = outcome.logit_after[i] - outcome.logit_before[i]
     header = Header(
         title=f"{name} ({state.mode.spec}) at {state.layer}",
-        info=f"{label}: logit {change:+.3f}  |  Grad-CAM of {label} at {layer}",
+        info=f"{label}: logit {change:+.3f}  |  {cam_title(DEFAULT_CAM)} of {label} at {layer}",
         labels=("0", "max"),
         nonfinite=False,
         notes=("random weights: an untrained model",) if random else (),

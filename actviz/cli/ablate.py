@@ -8,8 +8,10 @@ crosses ``--fail-on``. Torch is imported inside the command, never here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 from rich.table import Table
@@ -27,7 +29,7 @@ from actviz.cli.console import (
     rate_words,
 )
 from actviz.cli.finish import finish
-from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     DecodeWorkersOption,
     InputsArg,
@@ -176,6 +178,30 @@ class _Reporter(PacedReporter):
     command = "ablate"
 
 
+@dataclass(frozen=True, kw_only=True)
+class AblateFlags(OptionsFlags):
+    """``ablate``'s own options: the fields of :class:`actviz.ablate.AblateOptions`; ``--layer``
+    is required."""
+
+    placed: ClassVar[Mapping[str, str]] = {"no_shortcut": "execution"}
+
+    layer: LayerOption
+    units: UnitsOption = None
+    sae: SaeOption = None
+    features: FeaturesOption = None
+    direction: DirectionOption = None
+    each: EachOption = False
+    mode: ModeOption = "zero"
+    labels: LabelsOption = None
+    rank_share: RankShareOption = 0.5
+    seed: SeedOption = 0
+    out: AblateOutOption = None
+    cases: CasesOption = 6
+    no_shortcut: NoShortcutOption = False
+    fail_on: AblateFailOnOption = None
+    no_report: NoReportOption = False
+
+
 @app.command("ablate")
 @boundary
 @grouped
@@ -183,23 +209,9 @@ def ablate(
     model: ModelArg,
     inputs: InputsArg,
     *,
-    layer: LayerOption,
-    units: UnitsOption = None,
-    sae: SaeOption = None,
-    features: FeaturesOption = None,
-    direction: DirectionOption = None,
-    each: EachOption = False,
-    mode: ModeOption = "zero",
-    labels: LabelsOption = None,
-    rank_share: RankShareOption = 0.5,
-    seed: SeedOption = 0,
-    out: AblateOutOption = None,
-    cases: CasesOption = 6,
+    own: AblateFlags,
     load: LoadFlags,
     execution: AblateExecution,
-    no_shortcut: NoShortcutOption = False,
-    fail_on: AblateFailOnOption = None,
-    no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -217,24 +229,11 @@ def ablate(
     from actviz.ablate import AblateOptions
     from actviz.ablate import ablate as run_ablate
 
-    options = AblateOptions(
-        layer=layer,
-        units=units,
-        sae=sae,
-        features=features,
-        direction=direction,
-        each=each,
-        mode=mode,
-        labels=labels,
-        rank_share=rank_share,
-        seed=seed,
-        cases=cases,
-        shortcut=not no_shortcut,
-        fail_on=fail_on,
-        out=fresh_out(out, base="actviz-ablate", reuse=execution.resume or execution.overwrite),
-        report=not no_report,
-        load=load.options(),
-        execution=execution.options(),
+    options = own.build(
+        AblateOptions,
+        out=fresh_out(own.out, base="actviz-ablate", reuse=execution.resume or execution.overwrite),
+        load=load,
+        execution=execution,
     )
     with reporting(quiet, _Reporter) as reporter:
         result = run_ablate(model, inputs, options, reporter=reporter)
@@ -290,10 +289,14 @@ def _rows(result: AblateResult) -> tuple[list[str], list[list[str]]]:
             ]
             for r in rows
         ]
-    head = ["ablation", f"{word} after", "lost", "class hit most", "its points"]
-    # Most images lost first; ties keep the order the units were given in (unit 2 before 10).
+    head = ["ablation", f"{word} after", "lost", "dlogit", "class hit most", "its points"]
+    # Most images lost first, then the largest drop of the labels' logits; then the order the
+    # units were given in (unit 2 before 10), as the pictures choose their ablation.
     order = {id(a): i for i, a in enumerate(result.ablations)}
-    ranked = sorted(result.ablations, key=lambda a: (-a["overall"]["lost"], order[id(a)]))
+    ranked = sorted(
+        result.ablations,
+        key=lambda a: (-a["overall"]["lost"], a["overall"].get("dlogit", 0.0), order[id(a)]),
+    )
     out = []
     for a in ranked[:SHOWN]:
         rows = result.rows(a["name"])
@@ -309,6 +312,7 @@ def _rows(result: AblateResult) -> tuple[list[str], list[list[str]]]:
                 a["name"],
                 _cell(a["overall"]["acc_after"]),
                 str(a["overall"]["lost"]),
+                f"{a['overall'].get('dlogit', 0.0):+.4f}",
                 str(worst["class"]) if worst else "-",
                 _cell(worst["acc_after"] - worst["acc_before"], True)
                 if worst and worst["acc_before"] is not None

@@ -6,8 +6,10 @@ and the summary on stderr. Torch is imported inside the command, never here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import typer
 from rich.text import Text
@@ -22,7 +24,7 @@ from actviz.cli.console import (
     rate_words,
 )
 from actviz.cli.finish import finish
-from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, grouped
+from actviz.cli.groups import ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     DecodeWorkersOption,
     InputsArg,
@@ -202,6 +204,35 @@ class _Reporter(PacedReporter):
     command = "atlas"
 
 
+@dataclass(frozen=True, kw_only=True)
+class AtlasFlags(OptionsFlags):
+    """``atlas``'s own options: the fields of :class:`actviz.atlas.AtlasOptions`; ``--layer`` is
+    required."""
+
+    placed: ClassVar[Mapping[str, str]] = {"no_report": "execution"}
+    renamed: ClassVar[Mapping[str, str]] = {"color": "colour"}
+
+    layer: LayerOption
+    points: PointsOption = "pooled"
+    reduce: ReduceOption = "umap"
+    seed: SeedOption = 0
+    neighbors: NeighborsOption = 15
+    color: ColorOption = None
+    grid: GridOption = 20
+    min_count: MinCountOption = 3
+    nearest: NearestOption = 3
+    icons: IconsOption = "none"
+    icon_steps: IconStepsOption = 128
+    icon_size: IconSizeOption = 64
+    against: AgainstOption = None
+    against_model: AgainstModelOption = None
+    against_weights: AgainstWeightsOption = None
+    against_layer: AgainstLayerOption = None
+    ridge: RidgeOption = 1e-3
+    out: AtlasOutOption = None
+    no_report: NoReportOption = False
+
+
 @app.command("atlas")
 @boundary
 @grouped
@@ -209,27 +240,9 @@ def atlas(
     model: ModelArg,
     inputs: InputsArg,
     *,
-    layer: LayerOption,
-    points: PointsOption = "pooled",
-    reduce: ReduceOption = "umap",
-    seed: SeedOption = 0,
-    neighbors: NeighborsOption = 15,
-    color: ColorOption = None,
-    grid: GridOption = 20,
-    min_count: MinCountOption = 3,
-    nearest: NearestOption = 3,
-    icons: IconsOption = "none",
-    icon_steps: IconStepsOption = 128,
-    icon_size: IconSizeOption = 64,
-    against: AgainstOption = None,
-    against_model: AgainstModelOption = None,
-    against_weights: AgainstWeightsOption = None,
-    against_layer: AgainstLayerOption = None,
-    ridge: RidgeOption = 1e-3,
-    out: AtlasOutOption = None,
+    own: AtlasFlags,
     load: LoadFlags,
     execution: AtlasExecution,
-    no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -247,28 +260,11 @@ def atlas(
     from actviz.atlas import AtlasOptions
     from actviz.atlas import atlas as run_atlas
 
-    options = AtlasOptions(
-        layer=layer,
-        points=points,  # type: ignore[arg-type]
-        reduce=reduce,
-        seed=seed,
-        neighbors=neighbors,
-        colour=color,  # type: ignore[arg-type]
-        grid=grid,
-        min_count=min_count,
-        nearest=nearest,
-        icons=icons,
-        icon_steps=icon_steps,
-        icon_size=icon_size,
-        against=against,
-        against_model=against_model,
-        against_weights=against_weights,
-        against_layer=against_layer,
-        ridge=ridge,
-        out=fresh_out(out, base="actviz-atlas", reuse=execution.resume or execution.overwrite),
-        report=not no_report,
-        load=load.options(),
-        execution=execution.options(),
+    options = own.build(
+        AtlasOptions,
+        out=fresh_out(own.out, base="actviz-atlas", reuse=execution.resume or execution.overwrite),
+        load=load,
+        execution=execution,
     )
     made = not options.out.exists()
     with reporting(quiet, _Reporter) as reporter:

@@ -214,6 +214,7 @@ class CamEvalFlags(OptionsFlags):
 class _Reporter(PacedReporter):
     # Score-CAM takes a forward per channel of an image: minutes an image on a CPU.
     command = "cam-eval"
+    doing = "scoring"
 
 
 @app.command("cam-eval")

@@ -7,14 +7,16 @@ the commands, never here, so ``actviz --help`` is instant.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, ClassVar
 
 import typer
 
 from actviz.cli.boundary import app, boundary, reporting
 from actviz.cli.console import (
+    PacedReporter,
     error,
     listing_json,
     out_console,
@@ -32,7 +34,7 @@ from actviz.cli.draw import (
     check_no_images,
 )
 from actviz.cli.finish import exit_on_failed, print_outcome
-from actviz.cli.groups import CheckFlags, ExecutionFlags, Group, LoadFlags, grouped, selector
+from actviz.cli.groups import CheckFlags, ExecutionFlags, Group, LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     DecodeWorkersOption,
     FlowUpdatesOption,
@@ -72,10 +74,63 @@ ScoreThresholdOption = Annotated[
         rich_help_panel="Detection",
     ),
 ]
+#: Which detection a detector's Grad-CAM explains.
+DetectionOption = Annotated[
+    int,
+    typer.Option(
+        "--detection",
+        min=1,
+        help=(
+            "With --cam on a detector: which detection's score Grad-CAM explains "
+            "(1: the highest); EigenCAM needs none (detection_cam.png)."
+        ),
+        rich_help_panel="Detection",
+    ),
+]
+#: ``stats``' --report: unlike run's, the report is written only when asked for.
+ReportOption = Annotated[
+    bool,
+    typer.Option("--report", help="Also write the HTML report.", rich_help_panel="Output"),
+]
 #: What ``list-layers`` needs of the model: its input, never its weights or device.
 ShapeFlags = Annotated[LoadFlags, Group(without=("weights", "device", "trust_checkpoint"))]
 
 __all__ = ["list_layers", "models", "run", "stats"]
+
+
+@dataclass(frozen=True)
+class RunFlags(OptionsFlags):
+    """``run``'s own options: the fields of :class:`actviz.run.options.RunOptions` (its
+    drawing and gradient options are groups of their own, in :mod:`actviz.cli.draw`)."""
+
+    read_by_command: ClassVar[tuple[str, ...]] = ("no_images",)
+    placed: ClassVar[Mapping[str, str]] = {"frames": "load", "no_images": "gradients"}
+
+    layers: LayersOption = None
+    out: FreshOutOption = None
+    frames: FramesOption = None
+    flow_updates: FlowUpdatesOption = None
+    capture: CaptureOption = "output"
+    sae: SaeFileOption = None
+    no_images: NoImagesOption = False
+    no_report: NoReportOption = False
+    score_threshold: ScoreThresholdOption = 0.5
+    detection: DetectionOption = 1
+
+
+@dataclass(frozen=True)
+class StatsFlags(OptionsFlags):
+    """``stats``' own options: the fields of :class:`actviz.run.options.RunOptions` that a run
+    without pictures takes."""
+
+    placed: ClassVar[Mapping[str, str]] = {"frames": "load", "report": "execution"}
+
+    layers: LayersOption = None
+    out: FreshOutOption = None
+    frames: FramesOption = None
+    flow_updates: FlowUpdatesOption = None
+    report: ReportOption = False
+    score_threshold: ScoreThresholdOption = 0.5
 
 
 @app.command()
@@ -85,31 +140,11 @@ def run(
     model: ModelArg,
     inputs: InputsArg,
     *,
-    layers: LayersOption = None,
-    out: FreshOutOption = None,
+    own: RunFlags,
     load: LoadFlags,
-    frames: FramesOption = None,
-    flow_updates: FlowUpdatesOption = None,
-    capture: CaptureOption = "output",
-    sae: SaeFileOption = None,
     draw: DrawFlags,
     execution: RunExecution,
     gradients: GradientFlags,
-    no_images: NoImagesOption = False,
-    no_report: NoReportOption = False,
-    score_threshold: ScoreThresholdOption = 0.5,
-    detection: Annotated[
-        int,
-        typer.Option(
-            "--detection",
-            min=1,
-            help=(
-                "With --cam on a detector: which detection's score Grad-CAM explains "
-                "(1: the highest); EigenCAM needs none (detection_cam.png)."
-            ),
-            rich_help_panel="Detection",
-        ),
-    ] = 1,
     checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -122,25 +157,27 @@ def run(
     from actviz.api import run as pipeline
     from actviz.run.options import RunOptions
 
-    if no_images:
+    if own.no_images:
         check_no_images(draw, gradients)
-    options = RunOptions(
-        layers=selector(layers),
-        out=fresh_out(out, reuse=execution.resume or execution.overwrite),
-        capture=capture,
+    options = own.build(
+        RunOptions,
+        out=fresh_out(own.out, reuse=execution.resume or execution.overwrite),
         thresholds=checks.thresholds(),
-        report=not no_report,
-        sae=sae,
-        frames=frames,
-        flow_updates=flow_updates,
-        score_threshold=score_threshold,
-        detection=detection,
-        load=load.options(),
-        draw=draw.options(grids=not no_images),
-        gradients=gradients.options(),
-        execution=execution.options(),
+        load=load,
+        draw=draw.options(grids=not own.no_images),
+        gradients=gradients,
+        execution=execution,
     )
-    _execute(pipeline, model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
+    _execute(
+        pipeline,
+        model,
+        inputs,
+        options,
+        checks=checks,
+        as_json=as_json,
+        quiet=quiet,
+        kind=_RunReporter,
+    )
 
 
 @app.command()
@@ -150,17 +187,9 @@ def stats(
     model: ModelArg,
     inputs: InputsArg,
     *,
-    layers: LayersOption = None,
-    out: FreshOutOption = None,
+    own: StatsFlags,
     load: LoadFlags,
-    frames: FramesOption = None,
-    flow_updates: FlowUpdatesOption = None,
     execution: ExecutionFlags,
-    report: Annotated[
-        bool,
-        typer.Option("--report", help="Also write the HTML report.", rich_help_panel="Output"),
-    ] = False,
-    score_threshold: ScoreThresholdOption = 0.5,
     checks: CheckFlags,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
@@ -173,19 +202,33 @@ def stats(
     from actviz.run.options import DrawOptions, RunOptions
     from actviz.stats import stats as pipeline
 
-    options = RunOptions(
-        layers=selector(layers),
-        out=fresh_out(out, reuse=execution.resume or execution.overwrite),
+    options = own.build(
+        RunOptions,
+        out=fresh_out(own.out, reuse=execution.resume or execution.overwrite),
         thresholds=checks.thresholds(),
-        report=report,
-        frames=frames,
-        flow_updates=flow_updates,
-        score_threshold=score_threshold,
-        load=load.options(),
+        load=load,
         draw=DrawOptions(grids=False),
-        execution=execution.options(),
+        execution=execution,
     )
-    _execute(pipeline, model, inputs, options, checks=checks, as_json=as_json, quiet=quiet)
+    _execute(
+        pipeline,
+        model,
+        inputs,
+        options,
+        checks=checks,
+        as_json=as_json,
+        quiet=quiet,
+        kind=_StatsReporter,
+    )
+
+
+class _RunReporter(PacedReporter):
+    # A detector or a video model takes seconds an image on a CPU: a piped run says its pace.
+    command = "run"
+
+
+class _StatsReporter(PacedReporter):
+    command = "stats"
 
 
 def _execute(
@@ -197,13 +240,15 @@ def _execute(
     checks: CheckFlags,
     as_json: bool,
     quiet: bool,
+    kind: type[PacedReporter],
 ) -> None:
-    """Run the pipeline (``actviz.run`` or ``actviz.stats``) with a progress bar and a clean stop
-    on SIGTERM, then report."""
+    """Run the pipeline (``actviz.run`` or ``actviz.stats``) with a progress bar (``kind``: its
+    reporter; plain pace lines where stderr is not a terminal) and a clean stop on SIGTERM,
+    then report."""
     kinds = checks.kinds()  # a bad kind fails before any work
     made = not options.out.exists()
     # Inputs that hold no image are refused by the run's opening, before any work.
-    with reporting(quiet) as reporter:
+    with reporting(quiet, kind) as reporter:
         result = pipeline(model, inputs, options, reporter=reporter)
     _finish(result, as_json=as_json, quiet=quiet, fail_kinds=kinds, made=made)
 

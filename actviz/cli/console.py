@@ -141,7 +141,7 @@ class RichReporter:
             err_console.print(
                 Text.assemble(("failed: ", "bold red"), str(result.path), f": {result.error}")
             )
-        from actviz.results import layer_notes
+        from actviz.gradients.notes import layer_notes
 
         # Each all-zero gradient or Grad-CAM once, at the first image that shows it; the
         # manifest lists them all.
@@ -180,40 +180,62 @@ class PaceLines:
 
 
 class PacedReporter(RichReporter):
-    """A reporter for commands that take seconds to minutes an image (``cam-eval``): where
-    stderr is not a terminal, a plain line with the pace and the time left after the first
-    image, then at each tenth of the images or every ``every`` seconds, so a piped run that
-    takes an hour is not silent; none for a run expected to take less than ``every``."""
+    """A reporter for commands that take seconds to minutes an image (``cam-eval``, a
+    detector's ``run``): where stderr is not a terminal, a plain line with the pace and the
+    time left after the first image, then at each tenth of the images or every ``every``
+    seconds, so a piped run that takes an hour is not silent; none for a run expected to take
+    less than ``every``. The pace counts only the images done now, not those a resumed run
+    reused. With ``doing`` (``"scoring"``), a first line says what it does before the first
+    image, for commands whose first image alone takes minutes."""
 
     command = "actviz"  #: what the lines start with
+    doing: str | None = None  #: the opening line's verb; None: no opening line
 
     def __init__(self, *, quiet: bool, status: dict[str, Any], every: float = 30.0) -> None:
         super().__init__(quiet=quiet, status=status)
         self.every = every
         self._lines = PaceLines(every)
         self._started = 0.0
+        self._reused = 0
 
     def start(self, total: int) -> None:
         super().start(total)
         self._started = self._lines.said = time.monotonic()
 
+    def begin(self, reused: int) -> None:
+        """``reused`` of the images were done by an earlier run: the pace counts the others,
+        from now."""
+        self._reused = reused
+        self._started = self._lines.said = time.monotonic()
+        if self.doing is None or self.quiet or self._progress is not None:
+            return
+        left = self.total - reused
+        if left <= 0:
+            return
+        earlier = f" ({reused} done by the earlier run)" if reused else ""
+        what = f"{self.command}: {self.doing} {left} {self.unit}{earlier}"
+        self._say(f"{what}; the pace follows the first")
+
     def advance(self, result: ImageResult) -> None:
         super().advance(result)
-        if self.quiet or self._progress is not None or not 0 < self.done < self.total:
+        fresh = self.done - self._reused
+        if self.quiet or self._progress is not None or fresh <= 0 or self.done >= self.total:
             return
         now = time.monotonic()
-        if self.done > 1 and not self._lines.due(self.done, self.total, now):
+        if fresh > 1 and not self._lines.due(self.done, self.total, now):
             return
-        pace = (now - self._started) / self.done
-        if pace * self.total < self.every:  # a short run: its summary is soon enough
+        pace = (now - self._started) / fresh
+        if pace * (self.total - self._reused) < self.every:  # short: the summary is soon enough
             return
         self._lines.mark(self.done, self.total, now)
-        err_console.print(
+        self._say(
             f"{self.command}: {self.done} of {self.total} {self.unit}, {pace_words(pace)} "
-            f"each, about {duration_words(pace * (self.total - self.done))} left",
-            markup=False,
-            highlight=False,
+            f"each, about {duration_words(pace * (self.total - self.done))} left"
         )
+
+    @staticmethod
+    def _say(line: str) -> None:
+        err_console.print(line, markup=False, highlight=False)
 
 
 def rate_words(count: float, seconds: float, unit: str = "images") -> str:

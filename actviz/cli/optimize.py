@@ -6,8 +6,10 @@ Torch is imported inside the command, never here, so ``actviz --help`` stays ins
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import typer
 
@@ -22,7 +24,7 @@ from actviz.cli.console import (
     progress_bar,
 )
 from actviz.cli.finish import print_outcome
-from actviz.cli.groups import LoadFlags, grouped, selector
+from actviz.cli.groups import LoadFlags, OptionsFlags, grouped
 from actviz.cli.options import (
     JsonOption,
     LayersOption,
@@ -159,24 +161,33 @@ class _Bar(Bar):
         err_console.print(line, markup=False, highlight=False)
 
 
+@dataclass(frozen=True)
+class OptimizeFlags(OptionsFlags):
+    """``optimize``'s own options: the fields of :class:`actviz.optimize.OptimizeOptions`."""
+
+    placed: ClassVar[Mapping[str, str]] = {"overwrite": "load"}
+
+    layers: LayersOption = None
+    channels: ChannelsOption = "0-15"
+    steps: StepsOption = 512
+    size: SizeOption = 224
+    neuron: NeuronOption = False
+    objective: ObjectiveOption = None
+    seed: SeedOption = 0
+    batch_size: BatchOption = 16
+    out: OptimizeOutOption = None
+    overwrite: OverwriteOption = False
+    no_report: NoReportOption = False
+
+
 @app.command("optimize")
 @boundary
 @grouped
 def optimize(
     model: ModelArg,
     *,
-    layers: LayersOption = None,
-    channels: ChannelsOption = "0-15",
-    steps: StepsOption = 512,
-    size: SizeOption = 224,
-    neuron: NeuronOption = False,
-    objective: ObjectiveOption = None,
-    seed: SeedOption = 0,
-    batch_size: BatchOption = 16,
-    out: OptimizeOutOption = None,
+    own: OptimizeFlags,
     load: LoadFlags,
-    overwrite: OverwriteOption = False,
-    no_report: NoReportOption = False,
     as_json: JsonOption = False,
     quiet: QuietOption = False,
 ) -> None:
@@ -192,25 +203,16 @@ def optimize(
     from actviz.optimize import OptimizeOptions
     from actviz.optimize import optimize as run_optimize
 
-    options = OptimizeOptions(
-        layers=selector(layers),
-        channels=channels,
-        objective=objective,
-        neuron=neuron,
-        steps=steps,
-        size=size,
-        seed=seed,
-        batch_size=batch_size,
+    options = own.build(
+        OptimizeOptions,
         out=fresh_out(
-            out,
-            reuse=overwrite,
+            own.out,
+            reuse=own.overwrite,
             resumable=False,
             taken=_holds_optimize,
             holding="an earlier optimize's results",
         ),
-        report=not no_report,
-        overwrite=overwrite,
-        load=load.options(),
+        load=load,
     )
     with stopping(_Bar(quiet)) as bar:
         result = run_optimize(model, options, reporter=bar)

@@ -52,11 +52,16 @@ def start_progress(
 ) -> None:
     """Tell ``notify`` how many units there are, then advance it past the ones an earlier run
     did (``done``), so a resumed command's bar starts where the last one stopped. A reporter
-    with a ``name_unit`` method is told what the units are first (``clips``, ``pairs``): an
-    optional method, so that reporters written before it keep working."""
+    with a ``name_unit`` method is told what the units are first (``clips``, ``pairs``), and
+    one with a ``begin`` method how many of them an earlier run did (its pace counts only the
+    units done now): optional methods, so that reporters written before them keep working."""
     name_unit = getattr(notify, "name_unit", None)
     if callable(name_unit):
         name_unit(unit)
     notify.start(total)
-    for result in done:
+    reused = list(done)
+    begin = getattr(notify, "begin", None)
+    if callable(begin):
+        begin(len(reused))
+    for result in reused:
         notify.advance(result)

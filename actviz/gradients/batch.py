@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
+from actviz.gradients.registry import DEFAULT_CAM, method_cams
 
 if TYPE_CHECKING:
     from actviz.gradients.cam import CamLayout
@@ -91,7 +92,7 @@ def backward(
     cam_keys: frozenset[str],
     cam_classes: int,
     contexts: Mapping[str, Any],
-    cam_method: str = "gradcam",
+    cam_method: str = DEFAULT_CAM,
 ) -> tuple[Mapping[str, Any], list[int], dict[str, list[list[Any]]]]:
     """Gradients of the target logit for ``layers``, and per CAM layer each image's class
     maps (drawn by ``cam_method``): the target's, or the top ``cam_classes`` classes' when
@@ -152,7 +153,6 @@ def _target_cams(
     """Each image's map of its target class, from the gradients already taken (Score-CAM's
     from the masked forwards it runs)."""
     from actviz.gradients.cam import ClassCam
-    from actviz.gradients.registry import method_cams
 
     try:
         cams = method_cams(

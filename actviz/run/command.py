@@ -169,7 +169,7 @@ def _family_options(loaded: LoadedModel, opts: RunOptions) -> None:
                 continue
             if option in taken:
                 option.apply(loaded, value)
-            elif option.refusal is not None:
+            elif option.refusal is not None and value != option.default:
                 raise UsageError(option.refusal.format(model=loaded.name))
 
 
@@ -177,7 +177,14 @@ def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> No
     """A family without gradients, or a backbone without a classifier: no gradients to take,
     no predictions to record."""
     family = loaded.family
-    if run_family(family).own_cam and opts.gradients.cam and not opts.gradients.grads:
+    own_cam = run_family(family).own_cam
+    if own_cam and opts.gradients.cam_method != "gradcam":
+        raise UsageError(
+            f"--cam-method {opts.gradients.cam_method} does not apply to {loaded.name}: its "
+            "--cam draws maps of its own (EigenCAM and one detection's Grad-CAM); leave "
+            "--cam-method out"
+        )
+    if own_cam and opts.gradients.cam and not opts.gradients.grads:
         return  # maps of the family's own (a detector's EigenCAM, one detection's Grad-CAM)
     if family.gradients is not None and opts.gradients.backward:
         flag = "--cam" if opts.gradients.cam else "--grads"
@@ -246,9 +253,9 @@ def _select(cmd: Command, loaded: LoadedModel, opts: RunOptions) -> tuple[str, l
 
 def _overlay_note(counts: RunCounts, opts: RunOptions) -> str | None:
     """Which layers got no overlay, when ``overlay_channel`` asked for a channel they do not
-    have: every layer drawn (a container's channels are known only once it ran, see
-    :func:`_check_overlay_channel`, so the run cannot refuse it before it starts), or some of
-    them, whose grids were drawn without one."""
+    have: some of them, whose grids were drawn without one, or every layer drawn (where the
+    check before the run could not trace the model, see
+    :func:`actviz.run.plan._check_overlay_channel`)."""
     channel = opts.draw.overlay_channel
     if channel is None:
         return None

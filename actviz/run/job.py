@@ -29,6 +29,7 @@ __all__ = [
     "headed",
     "header_notes",
     "model_view",
+    "finite_scores",
     "top_k_predictions",
 ]
 
@@ -118,6 +119,16 @@ def headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
     from actviz.render.overlay import headed as under_header
 
     return under_header(pixels, header, cmap)
+
+
+def finite_scores(logits: object, row: int) -> bool:
+    """Whether row ``row`` of a classifier's ``logits`` is all finite (an output that is not
+    one row of scores per image counts as finite: it has no predictions to spoil)."""
+    import torch
+
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2:
+        return True
+    return bool(torch.isfinite(logits[row]).all())
 
 
 def top_k_predictions(

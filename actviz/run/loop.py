@@ -25,7 +25,7 @@ from actviz.results import ImageResult, LayerResult
 from actviz.run.draw import draw_image, summaries
 from actviz.run.families import IMAGE_KINDS, Batch, Extras, Probe, run_family
 from actviz.run.gradients import write_gradient_flow
-from actviz.run.job import ImageJob, top_k_predictions
+from actviz.run.job import ImageJob, finite_scores, top_k_predictions
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.statistics import stats_callback
 
@@ -130,6 +130,8 @@ class _Stream:
         self.never_ran: set[str] = set()
         self.cam_keys: frozenset[str] | None = None
         self.in_flight: deque[_InFlight] = deque()
+        self.nonfinite: list[str] = []
+        """The images whose class scores were not finite (their predictions left out)."""
 
     def run(self, recorder: Any, pool: ThreadPoolExecutor, stack: contextlib.ExitStack) -> set[str]:
         """Every image still to draw, batch by batch; the selected modules that never ran."""
@@ -221,11 +223,11 @@ class _Stream:
         for note in notes:
             if note is not None:
                 self.notify.warn(note)
-        result.predictions = (
-            top_k_predictions(outputs, i, loaded.categories, self.opts.top_k)
-            if loaded.classifier
-            else []
-        )
+        result.predictions = []
+        if loaded.classifier and finite_scores(outputs, i):
+            result.predictions = top_k_predictions(outputs, i, loaded.categories, self.opts.top_k)
+        elif loaded.classifier:
+            self._nonfinite(result)
         job = _image_job(
             shared, i, result, x_cpu, loaded, self.plan, self.opts, self.ranges, self.stats_fn
         )
@@ -235,6 +237,18 @@ class _Stream:
             if kind.record is not None and kind.wanted(job):
                 kind.keep(result, (job.folder / f"{kind.name}.png").as_posix())
         return job
+
+    def _nonfinite(self, result: ImageResult) -> None:
+        """An image whose class scores hold NaN or inf: said at the first (softmax would rank
+        NaN "probabilities"), and flagged in its record."""
+        result.extras["nonfinite_output"] = True
+        self.nonfinite.append(str(result.path))
+        if len(self.nonfinite) == 1:
+            self.warn(
+                f"{self.model}'s output for {result.path.name} holds NaN or inf, so its "
+                f"top-{self.opts.top_k} predictions are left out (and those of any other such "
+                "image); run -l all to find the first layer that gives them"
+            )
 
     def _record(self, result: ImageResult) -> None:
         """An image done: recorded now, or once its PCA pictures are drawn."""

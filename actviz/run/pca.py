@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from actviz.layouts import LayerContext, Layout
 
 __all__ = [
+    "CLIP_NOTE",
     "MAX_VECTORS",
     "SEED",
     "PcaSampler",
@@ -47,6 +48,8 @@ __all__ = [
     "spatial_maps",
 ]
 
+#: Why a video layer (drawn as time strips) has no PCA view.
+CLIP_NOTE = "a video layer's frames are not coloured by --view pca yet"
 #: Positions sampled per layer for the fit, at most.
 MAX_VECTORS = 4096
 #: The seed of that sample.
@@ -66,6 +69,8 @@ def spatial_maps(
 
     array = sample.numpy() if hasattr(sample, "numpy") else np.asarray(sample)
     drawable = to_drawable(array, ctx, layout=layout)
+    if drawable.kind == "clip":
+        return None, CLIP_NOTE
     if drawable.kind != "maps" or drawable.array is None:
         return None, drawable.note or "no spatial positions to colour"
     return drawable.array, drawable.note

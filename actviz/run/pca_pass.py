@@ -181,7 +181,7 @@ class PcaPass:
             UsageError: Naming the layers and why each has no positions.
         """
         from actviz.errors import UsageError
-        from actviz.run.pca import spatial_maps
+        from actviz.run.pca import CLIP_NOTE, spatial_maps
 
         if self.checked:
             return
@@ -196,6 +196,12 @@ class PcaPass:
                 return
             notes[cap.key] = note or "no spatial positions"
         said = "; ".join(f"{key}: {note}" for key, note in list(notes.items())[:3])
+        clips = [key for key, note in notes.items() if note == CLIP_NOTE]
+        if clips:  # a video model: each of its maps is drawn as time strips
+            raise UsageError(
+                f"--view pca does not colour video layers yet ({', '.join(clips[:3])}); drop "
+                "--view pca to draw them as time strips"
+            )
         raise UsageError(
             f"--view pca colours positions, and no selected layer has any ({said}); select "
             "conv or token layers (e.g. -l layer4), or drop --view pca"

@@ -10,17 +10,17 @@ from typing import TYPE_CHECKING, Any
 
 from actviz import output
 from actviz.errors import UsageError
+from actviz.gradients.registry import DEFAULT_CAM
 from actviz.results import ImageResult
 from actviz.run.families import run_family
 from actviz.run.records import RunRecords
 from actviz.run.sink import RunSink
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from actviz.command.progress import Reporter
     from actviz.models import LoadedModel
     from actviz.run.options import RunOptions
+    from actviz.statistics import Thresholds
 
 __all__ = ["Plan", "plan"]
 
@@ -70,7 +70,7 @@ def plan(
 
     module = loaded.module  # in the run's memory format already
     contexts = layer_contexts(module, loaded.input_size)
-    _check_overlay_channel(opts, module, names, contexts)
+    _check_overlay_channel(opts, loaded, names, contexts)
     dirs = output.image_dirs([item.rel for item in found.images])
     results = [
         ImageResult(path=item.path, out_dir=folder)
@@ -86,7 +86,7 @@ def plan(
         "input_size": list(loaded.input_size),
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes]
         # Grad-CAM runs keep the settings they always had, so their --resume still matches.
-        + ([grads.cam_method] if grads.cam_method != "gradcam" else []),
+        + ([grads.cam_method] if grads.cam_method != DEFAULT_CAM else []),
         **({"sae": str(opts.sae)} if opts.sae is not None else {}),
     }
     # What the family's own options change (a clip's length, a detector's threshold).
@@ -109,7 +109,7 @@ def plan(
             records,
             notify,
             stats=opts.stats,
-            thresholds=opts.thresholds,
+            thresholds=_thresholds(opts, loaded, names),
             random=loaded.weights.random,
             resume=results if opts.execution.resume else None,
         ),
@@ -117,22 +117,44 @@ def plan(
     )
 
 
+def _thresholds(opts: RunOptions, loaded: LoadedModel, names: list[str]) -> Thresholds:
+    """The run's thresholds, with the selected modules whose outputs are scores (a
+    detector's logits) as the family's row says."""
+    import dataclasses
+
+    from actviz.statistics import Thresholds
+
+    thresholds = opts.thresholds or Thresholds()
+    readouts = loaded.family.readouts_among(names)
+    return dataclasses.replace(thresholds, readouts=readouts) if readouts else thresholds
+
+
 def _check_overlay_channel(
-    opts: RunOptions, module: nn.Module, names: list[str], contexts: Any
+    opts: RunOptions, loaded: LoadedModel, names: list[str], contexts: Any
 ) -> None:
-    """Refuse an ``overlay_channel`` no selected layer has: every overlay would be left out,
-    and the run would succeed with none written. Only a leaf module's own channel count
-    (``out_channels``, ``num_features``, ...) is taken as known: a container's output may
-    concatenate its branches; any layer not known gets the benefit of the doubt."""
+    """Refuse an ``overlay_channel`` no selected layer has, before the first image: every
+    overlay would be left out, and the run would succeed with none written. A leaf module's
+    own channel count (``out_channels``, ``num_features``, ...) is known from its structure;
+    a container's output may concatenate its branches, so its channels are read from one
+    forward of a blank input, as ``list-layers`` traces the model; a layer still unknown
+    (the trace failed) gets the benefit of the doubt."""
     channel = opts.draw.overlay_channel
     if channel is None or opts.capture != "output" or not names:
         return
-    counts = [
+    module = loaded.module
+    counts: list[int | None] = [
         None
         if next(iter(module.get_submodule(name).children()), None) is not None
         else getattr(contexts.get(name), "channels_hint", None)
         for name in names
     ]
+    if any(count is not None and count > channel for count in counts):
+        return
+    if any(count is None for count in counts):
+        traced = _traced_channels(
+            loaded, [n for n, c in zip(names, counts, strict=True) if c is None], contexts
+        )
+        counts = [traced.get(n) if c is None else c for n, c in zip(names, counts, strict=True)]
     if any(count is None or count > channel for count in counts):
         return
     most = max(c for c in counts if c is not None)
@@ -140,6 +162,35 @@ def _check_overlay_channel(
         f"--overlay-channel {channel}: the selected layers have at most {most} channels "
         f"(0-{most - 1}); pick one below {most}"
     )
+
+
+def _traced_channels(loaded: LoadedModel, names: list[str], contexts: Any) -> dict[str, int]:
+    """Module -> the most channels its outputs are drawn with, from one forward of a blank
+    input (fed as the model's family feeds it); empty when the model fails on it."""
+    import numpy as np
+    import torch
+
+    from actviz.hooks import ActivationRecorder
+    from actviz.layouts import to_drawable
+    from actviz.models.listing import traced_input_shape
+
+    shape = traced_input_shape(loaded.module, loaded.preprocess, loaded.input_size)
+    recorder = ActivationRecorder(loaded.module, names, keep_tensors=False, per_image=True)
+    try:
+        with recorder, torch.inference_mode():
+            loaded.family.call(loaded.module, torch.zeros(shape, device=loaded.device))
+    except Exception:  # the model's own code: the run will say what it makes of real images
+        return {}
+    channels: dict[str, int] = {}
+    for cap in recorder.captures:
+        if cap.refused is not None or len(cap.shape) < 2:
+            continue
+        blank = np.zeros(cap.shape[1:], dtype=np.float32)
+        drawable = to_drawable(blank, contexts.get(cap.module))
+        if drawable.kind in ("maps", "clip") and drawable.array is not None:
+            count = int(drawable.array.shape[0])
+            channels[cap.module] = max(channels.get(cap.module, 0), count)
+    return channels
 
 
 def _reuse(records: RunRecords, results: list[ImageResult]) -> None:

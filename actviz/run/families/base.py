@@ -153,12 +153,15 @@ class FamilyOption:
         apply: How the family's model takes it, when it is given (not None): before the run
             plans anything.
         refusal: What a model of another family given it is told (``{model}``: its name);
-            None when the others leave it be (an option with a default).
+            None when the others leave it be.
+        default: The option's value when it is not given (``--score-threshold``'s 0.5):
+            another family's model is refused only a value that differs from it.
     """
 
     name: str
     apply: Callable[[LoadedModel, Any], None] = lambda loaded, value: None
     refusal: str | None = None
+    default: Any = None
 
 
 def _no_settings(loaded: LoadedModel, opts: RunOptions) -> dict[str, Any]:

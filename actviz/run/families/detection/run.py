@@ -112,7 +112,22 @@ def _settings(loaded: LoadedModel, opts: RunOptions) -> dict[str, Any]:
 
 DETECTION_RUN = RunFamily(
     DETECTION,
-    options=(FamilyOption("score_threshold", apply=_lower), FamilyOption("detection")),
+    options=(
+        FamilyOption(
+            "score_threshold",
+            apply=_lower,
+            refusal="--score-threshold is for detectors; {model} gives no boxes: leave it out",
+            default=0.5,
+        ),
+        FamilyOption(
+            "detection",
+            refusal=(
+                "--detection picks a detector's detection for --cam; {model} gives no "
+                "detections: leave it out"
+            ),
+            default=1,
+        ),
+    ),
     settings=_settings,
     own_cam=True,
     probe=_open,
