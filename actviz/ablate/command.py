@@ -9,7 +9,6 @@ pass, one journal line per image -> for a sweep, the ranking and the curve pass 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,10 +18,9 @@ from actviz.ablate.options import AblateOptions
 from actviz.ablate.passes import Curves, References, curve_pass, main_pass, reference_pass
 from actviz.ablate.prepare import State, describe_method, prepare
 from actviz.ablate.result import AblateResult
+from actviz.command.ledger import ImageLedger, image_key
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
-from actviz.command.resume import check_settings
-from actviz.errors import UsageError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -60,35 +58,23 @@ def ablate(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
+    from actviz.command import open_options, require_classifier
 
     opts = from_flat(AblateOptions, COMMON_GROUPS, keywords, caller="ablate", given=options)
-    ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="ablate",
+    with open_options(
+        model, opts, name="ablate", reporter=reporter, inputs=inputs, hint=_NOT_EMPTY
     ) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS)
         loaded = opened.model
-        if not loaded.classifier:
-            raise UsageError(
-                f"{loaded.name} is a backbone without a classifier: there are no class "
-                "scores for ablate to measure; load a classifier"
-            )
+        require_classifier(loaded, "there are no class scores for ablate to measure")
         state = prepare(cmd, loaded, opts)
         settings = _settings(cmd.model, state)
-        if ex.overwrite:
+        if opts.execution.overwrite:
             output.remove_written(opts.out, list(_OWN_FILES), trees=["cases"])
-        done = _ledger(opts, settings)
-        records, curves = _run(cmd, state, settings, done)
+        ledger = ImageLedger(opts.out, LEDGER, command="ablate", settings=settings, key=_key)
+        done = ledger.read(opts.execution.resume)
+        records, curves = _run(cmd, state, ledger, done)
         from actviz.ablate.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, curves, settings)
@@ -99,7 +85,7 @@ _OWN_FILES = (LEDGER, "ablate.json", "ablate.parquet", "ablate.html", "classes.p
 
 
 def _run(
-    cmd: Command, state: State, settings: dict[str, Any], done: dict[str, dict[str, Any]]
+    cmd: Command, state: State, ledger: ImageLedger, done: dict[str, dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     """The passes, each image's records appended to the journal as it is done."""
     opts = state.opts
@@ -119,21 +105,11 @@ def _run(
     later = refs is not None
     for record in main_done + curve_done:
         cmd.notify.advance(progress_of(record, later=later))
-    journal = output.Journal(opts.out / LEDGER, keep=None if done else 0)
-    head = [] if done else [_line({"settings": settings})]
     try:
-
-        def append(record: Mapping[str, Any]) -> None:
-            nonlocal head
-            for line in head:
-                journal.append(line)
-            head = []
-            journal.append(_line(record))
-
         todo = [p for p, r in zip(paths, rels, strict=True) if r not in done]
         for record in main_pass(state, todo, refs, cmd.notify):
             done[record["image"]] = record
-            append(record)
+            ledger.append(record)
         records = [done[r] for r in rels if r in done]
         curves = None
         if opts.each and any(r.get("status") == "ok" for r in records):
@@ -142,7 +118,7 @@ def _run(
             todo_curves = [Path(r["path"]) for r in measured if "curve:" + r["image"] not in done]
             for record in curve_pass(state, todo_curves, classes, curves["plan"], refs, cmd.notify):
                 done["curve:" + record["curve"]] = record
-                append(record)
+                ledger.append(record)
             curves["points"] = {
                 r["image"]: done["curve:" + r["image"]]
                 for r in measured
@@ -152,9 +128,8 @@ def _run(
             for r in records:
                 if r["image"] not in classes:
                     cmd.notify.advance(progress_of(r, later=True))
-        journal.sync()
     finally:
-        journal.close()
+        ledger.close()
     return records, curves
 
 
@@ -201,42 +176,9 @@ def _settings(model: str, state: State) -> dict[str, Any]:
     }
 
 
-def _ledger(opts: AblateOptions, settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """With ``--resume``: the records an earlier run with the same settings wrote (main
-    records by image, curve records by ``curve:`` and image). A line cut short by a kill is
-    left out; a folder holding files but no ablate is refused."""
-    path = opts.out / LEDGER
-    if not opts.execution.resume:
-        return {}
-    if not path.is_file():
-        if any(not p.name.startswith(output.TMP_MARK) for p in opts.out.iterdir()):
-            raise UsageError(
-                f"{opts.out} holds no ablate to resume (no {LEDGER}); use --overwrite to "
-                "replace what is there, or another --out"
-            )
-        return {}
-    records: list[dict[str, Any]] = []
-    with path.open("rb") as fh:
-        for line in fh:
-            if not output.whole(line):
-                continue
-            try:
-                data = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                continue  # cut short by a kill, then ended by the run that resumed
-            if isinstance(data, dict):
-                records.append(data)
-    if not records:
-        return {}
-    check_settings(opts.out, records[0].get("settings"), settings)
-    done: dict[str, dict[str, Any]] = {}
-    for r in records[1:]:
-        if "curve" in r:
-            done["curve:" + str(r["curve"])] = r
-        elif r.get("status") == "ok" and "image" in r:
-            done[str(r["image"])] = r
-    return done
-
-
-def _line(record: Mapping[str, Any]) -> bytes:
-    return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
+def _key(record: Mapping[str, Any]) -> str | None:
+    """A record's key among those read back: a curve record's ``curve:`` and its image, a
+    main record's image when it was measured (a failed one is done again)."""
+    if "curve" in record:
+        return "curve:" + str(record["curve"])
+    return image_key(record)

@@ -69,24 +69,21 @@ def atlas(
             fewer points than the layout needs, UMAP without its extra, a resume with other
             settings, ...); TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
+    from actviz.command import open_options
 
     opts = from_flat(
         AtlasOptions, COMMON_GROUPS, keywords, caller="atlas", given=options, aliases=ALIASES
     )
     ex = opts.execution
     given_b = opts.against_model if opts.against_model is not None else model
-    with open_command(
+    with open_options(
         model,
-        opts.out,
+        opts,
+        name="atlas",
         reporter=reporter,
         inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
         hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
         restore=[given_b] if opts.against_model is not None else [],
-        name="atlas",
     ) as cmd:
         assert cmd.found is not None
         images = cmd.found.images

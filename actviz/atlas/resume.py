@@ -24,7 +24,7 @@ import numpy as np
 
 from actviz import output
 from actviz.atlas.points import PointStore
-from actviz.command.resume import check_settings
+from actviz.command.ledger import journal_records
 from actviz.errors import OutputError
 
 __all__ = ["FOLDER", "JOURNAL", "Earlier", "Parts", "load_earlier"]
@@ -63,22 +63,10 @@ def load_earlier(
         UsageError: When the folder holds an atlas of other forward settings.
         OutputError: When a part its journal names is missing or damaged.
     """
-    journal = output.Journal(out / JOURNAL)
     earlier = Earlier()
     index = {rel: i for i, rel in enumerate(rels)}
-    first = True
-    for _, raw in journal.lines():
-        if not output.whole(raw):
-            continue
-        try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue  # cut short by a kill, then ended by the run that resumed
-        if first:
-            first = False
-            check_settings(out, record.get("settings"), settings)
-            continue
-        if not isinstance(record, dict) or "part" not in record:
+    for record in journal_records(out, out / JOURNAL, settings):
+        if "part" not in record:
             continue
         earlier.parts += 1
         _read_part(out / FOLDER / str(record["part"]), record, index, stores, predictions)

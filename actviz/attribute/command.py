@@ -8,7 +8,6 @@ tensors), one ledger line per image -> ``attribute.json`` and ``attribute.html``
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -17,8 +16,10 @@ from actviz import output
 from actviz.attribute.options import GROUPS, AttributeOptions
 from actviz.attribute.result import LEDGER, AttributeResult, AttributeState
 from actviz.command.ledger import ImageLedger
+from actviz.command.opening import require_classifier
 from actviz.command.options import from_flat
-from actviz.command.progress import Reporter, start_progress
+from actviz.command.progress import Reporter
+from actviz.command.records import batch_records, ledger_pass
 from actviz.errors import UsageError
 from actviz.gradients.registry import MAP_METHODS
 from actviz.results import ImageResult
@@ -61,7 +62,7 @@ def attribute(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
+    from actviz.command import open_options
 
     opts = from_flat(
         AttributeOptions,
@@ -71,17 +72,8 @@ def attribute(
         given=options,
         aliases={"method": "methods"},
     )
-    ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="attribute",
+    with open_options(
+        model, opts, name="attribute", reporter=reporter, inputs=inputs, hint=_NOT_EMPTY
     ) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS, check=lambda loaded: _check(loaded, opts))
@@ -96,29 +88,18 @@ def attribute(
             baseline=_baseline(loaded, opts),
         )
         settings = _settings(cmd.model, loaded, opts)
-        ledger = ImageLedger(
-            opts.out,
-            LEDGER,
-            command="attribute",
-            settings=settings,
+        ledger = ImageLedger(opts.out, LEDGER, command="attribute", settings=settings)
+        records, reused = ledger_pass(
+            cmd,
+            ledger,
+            opts.execution.resume,
+            state.rels,
+            lambda todo: _stream(state, todo, cmd.notify),
+            _progress,
         )
-        done = ledger.read(ex.resume)
-        todo = [item.path for item in images if state.rels[str(item.path)] not in done]
-        start_progress(cmd.notify, len(images), [_progress(r) for r in done.values()])
-        try:
-            for record in _stream(state, todo, cmd.notify):
-                done[record["image"]] = record
-                ledger.append(record)
-        finally:
-            ledger.close()
-        records = [
-            done[state.rels[str(item.path)]]
-            for item in images
-            if state.rels[str(item.path)] in done
-        ]
         from actviz.attribute.write import write_outputs
 
-        return write_outputs(cmd, opened, state, records, settings, reused=len(images) - len(todo))
+        return write_outputs(cmd, opened, state, records, settings, reused=reused)
 
 
 def _check(loaded: LoadedModel, opts: AttributeOptions) -> None:
@@ -129,11 +110,7 @@ def _check(loaded: LoadedModel, opts: AttributeOptions) -> None:
             f"attribute explains image classifiers; {loaded.name} is "
             f"{'an' if family.label[0] in 'aeiou' else 'a'} {family.label} model"
         )
-    if not loaded.classifier:
-        raise UsageError(
-            f"{loaded.name} is a backbone without a classifier: there is no class score to "
-            "attribute; load a classifier"
-        )
+    require_classifier(loaded, "there is no class score to attribute")
     reading = [m for m in opts.methods if MAP_METHODS[m].gradient]
     if family.gradients is not None and reading:
         raise UsageError(f"--method {reading[0]} needs gradients: {family.gradients}")
@@ -182,34 +159,13 @@ def _progress(record: Mapping[str, Any]) -> ImageResult:
 def _stream(state: AttributeState, todo: list[Path], notify: Reporter) -> Iterator[dict[str, Any]]:
     """Each image's record, batch by batch; unreadable images as failed records, named."""
     from actviz.attribute.batch import attribute_batch
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
 
-    opts, loaded = state.opts, state.loaded
-    ex = opts.execution
-    forward = BatchForward(
-        loaded, loaded.module, ex.batch_size, ex.workers, False, ex.channels_last
+    return batch_records(
+        state.loaded,
+        state.opts.execution,
+        todo,
+        state.rels,
+        notify,
+        _progress,
+        lambda paths, logits, x: attribute_batch(state, paths, logits, x),
     )
-    failed: list[dict[str, Any]] = []
-
-    def on_failure(index: int, error: str | None) -> None:
-        path = todo[index]
-        failed.append(
-            {"image": state.rels[str(path)], "path": str(path), "status": "failed", "error": error}
-        )
-
-    with eval_mode(loaded.module), contextlib.ExitStack() as stack:
-        for good, logits, x in forward.batches(todo, stack, on_failure):
-            yield from _flush(failed, notify)
-            paths = [todo[index] for index, _, _ in good]
-            for record in attribute_batch(state, paths, logits, x):
-                notify.advance(_progress(record))
-                yield record
-    yield from _flush(failed, notify)
-
-
-def _flush(failed: list[dict[str, Any]], notify: Reporter) -> Iterator[dict[str, Any]]:
-    for record in failed:
-        notify.advance(_progress(record))
-        yield record
-    failed.clear()

@@ -7,9 +7,8 @@ the summary, ``cam-eval.json``, the chart, the best and worst cases and the page
 
 from __future__ import annotations
 
-import contextlib
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +33,8 @@ from actviz.cam_eval.options import CamEvalOptions
 from actviz.cam_eval.result import CamEvalResult, EvalState
 from actviz.command.ledger import ImageLedger
 from actviz.command.options import COMMON_GROUPS, from_flat
-from actviz.command.progress import Reporter, start_progress
+from actviz.command.progress import Reporter
+from actviz.command.records import batch_records, ledger_pass
 from actviz.errors import UsageError
 from actviz.results import ImageResult
 
@@ -72,55 +72,29 @@ def cam_eval(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
+    from actviz.command import open_options, require_classifier
 
     opts = from_flat(CamEvalOptions, COMMON_GROUPS, keywords, caller="cam_eval", given=options)
-    ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="cam-eval",
+    with open_options(
+        model, opts, name="cam-eval", reporter=reporter, inputs=inputs, hint=_NOT_EMPTY
     ) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS)
         loaded = opened.model
-        if not loaded.classifier:
-            raise UsageError(
-                f"{loaded.name} is a backbone without a classifier: there is no class score "
-                "for cam-eval to measure; load a classifier"
-            )
+        require_classifier(loaded, "there is no class score for cam-eval to measure")
         layer = _layer(cmd, loaded, opts)
         state = _prepare(loaded, layer, opts, cmd)
-        images = cmd.found.images
-        state.rels = {str(item.path): item.rel.as_posix() for item in images}
+        state.rels = {str(item.path): item.rel.as_posix() for item in cmd.found.images}
         settings = _settings(cmd.model, loaded, state)
-        ledger = ImageLedger(
-            opts.out,
-            LEDGER,
-            command="cam-eval",
-            settings=settings,
+        ledger = ImageLedger(opts.out, LEDGER, command="cam-eval", settings=settings)
+        records, reused = ledger_pass(
+            cmd,
+            ledger,
+            opts.execution.resume,
+            state.rels,
+            lambda todo: _stream(state, todo, cmd.notify),
+            _progress,
         )
-        done = ledger.read(ex.resume)
-        todo = [item.path for item in images if state.rels[str(item.path)] not in done]
-        reused = len(images) - len(todo)
-        start_progress(cmd.notify, len(images), [_progress(r) for r in done.values()])
-        try:
-            for record in _stream(state, todo, cmd.notify):
-                done[record["image"]] = record
-                ledger.append(record)
-        finally:
-            ledger.close()
-        records = [
-            done[state.rels[str(item.path)]]
-            for item in images
-            if state.rels[str(item.path)] in done
-        ]
         from actviz.cam_eval.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, settings, reused=reused)
@@ -225,37 +199,17 @@ def _progress(record: Mapping[str, Any]) -> ImageResult:
     return result
 
 
-def _stream(state: EvalState, todo: list[Path], notify: Reporter) -> Any:
+def _stream(state: EvalState, todo: list[Path], notify: Reporter) -> Iterator[dict[str, Any]]:
     """Each image's record, batch by batch; unreadable images as failed records."""
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
-
-    opts, loaded = state.opts, state.loaded
-    ex = opts.execution
-    forward = BatchForward(
-        loaded, loaded.module, ex.batch_size, ex.workers, False, ex.channels_last
+    return batch_records(
+        state.loaded,
+        state.opts.execution,
+        todo,
+        state.rels,
+        notify,
+        _progress,
+        lambda paths, logits, x: _score_batch(state, paths, logits, x),
     )
-    failed: list[dict[str, Any]] = []
-
-    def on_failure(index: int, error: str | None) -> None:
-        path = todo[index]
-        failed.append(
-            {"image": state.rels[str(path)], "path": str(path), "status": "failed", "error": error}
-        )
-
-    with eval_mode(loaded.module), contextlib.ExitStack() as stack:
-        for good, logits, x in forward.batches(todo, stack, on_failure):
-            for record in failed:
-                notify.advance(_progress(record))
-                yield record
-            failed.clear()
-            paths = [todo[index] for index, _, _ in good]
-            for record in _score_batch(state, paths, logits, x):
-                notify.advance(_progress(record))
-                yield record
-    for record in failed:
-        notify.advance(_progress(record))
-        yield record
 
 
 def _score_batch(

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 from actviz.command.forward import BatchForward
 from actviz.command.head import json_head, model_fields
-from actviz.command.opening import Command, Loaded, input_paths, open_command
+from actviz.command.opening import (
+    Command,
+    Loaded,
+    input_paths,
+    open_command,
+    open_options,
+    require_classifier,
+)
 from actviz.command.options import ExecutionOptions, KeywordError, LoadOptions, from_flat
 from actviz.command.progress import Reporter, SilentReporter, start_progress
 
@@ -26,5 +33,7 @@ __all__ = [
     "json_head",
     "model_fields",
     "open_command",
+    "open_options",
+    "require_classifier",
     "start_progress",
 ]

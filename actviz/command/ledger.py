@@ -11,7 +11,7 @@ first record, so a command that fails before any image leaves no ledger behind.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from actviz import output
 from actviz.command.resume import check_settings
 from actviz.errors import UsageError
 
-__all__ = ["ImageLedger"]
+__all__ = ["ImageLedger", "image_key", "journal_records", "line", "resumable"]
 
 
 class ImageLedger:
@@ -30,6 +30,8 @@ class ImageLedger:
         name: The ledger's file name (``cam-eval.jsonl``).
         command: The command, for messages (``cam-eval``).
         settings: What a resumed run must share with the earlier one (JSON-ready).
+        key: A record's key among the records read back (None: it is not read back); by
+            default its image's, for a record of an image done.
     """
 
     def __init__(
@@ -39,11 +41,13 @@ class ImageLedger:
         *,
         command: str,
         settings: Mapping[str, Any],
+        key: Callable[[Mapping[str, Any]], str | None] | None = None,
     ) -> None:
         self.path = out / name
         self.out = out
         self.command = command
         self.settings = dict(settings)
+        self.key = key or image_key
         self._journal: output.Journal | None = None
         self._head: list[bytes] = []
 
@@ -61,28 +65,14 @@ class ImageLedger:
         return done
 
     def _earlier(self) -> dict[str, dict[str, Any]]:
-        if not self.path.is_file():
-            if any(not p.name.startswith(output.TMP_MARK) for p in self.out.iterdir()):
-                raise UsageError(
-                    f"{self.out} holds no {self.command} to resume (no {self.path.name}); use "
-                    "--overwrite to replace what is there, or another --out"
-                )
+        if not resumable(self.out, self.path.name, self.command):
             return {}
-        records: list[dict[str, Any]] = []
-        with self.path.open("rb") as fh:
-            for raw in fh:
-                if not output.whole(raw):
-                    continue
-                try:
-                    data = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    continue  # cut short by a kill, then ended by the run that resumed
-                if isinstance(data, dict):
-                    records.append(data)
-        if not records:
-            return {}
-        check_settings(self.out, records[0].get("settings"), self.settings)
-        return {str(r["image"]): r for r in records[1:] if r.get("status") == "ok" and "image" in r}
+        done: dict[str, dict[str, Any]] = {}
+        for record in journal_records(self.out, self.path, self.settings):
+            key = self.key(record)
+            if key is not None:
+                done[key] = record
+        return done
 
     def append(self, record: Mapping[str, Any]) -> None:
         """One image's record (the settings first, before the first one)."""
@@ -96,6 +86,52 @@ class ImageLedger:
         """Sync the ledger to disk and close it."""
         if self._journal is not None:
             self._journal.close()
+
+
+def image_key(record: Mapping[str, Any]) -> str | None:
+    """A record's image, for the record of an image done (None for a failed one)."""
+    return str(record["image"]) if record.get("status") == "ok" and "image" in record else None
+
+
+def resumable(out: Path, name: str, what: str) -> bool:
+    """Whether ``out`` holds the journal ``name`` an earlier ``what`` (``cam-eval``) wrote.
+
+    Raises:
+        UsageError: For a folder that holds other files but not that journal.
+    """
+    if (out / name).is_file():
+        return True
+    if out.is_dir() and any(not p.name.startswith(output.TMP_MARK) for p in out.iterdir()):
+        raise UsageError(
+            f"{out} holds no {what} to resume (no {name}); use --overwrite to replace what is "
+            "there, or another --out"
+        )
+    return False
+
+
+def journal_records(out: Path, path: Path, settings: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """The records of the journal at ``path`` after its first, the settings, which must be
+    ``settings`` (none when there is no journal). A line cut short by a kill is left out,
+    also once a later run has ended it with a line break (which makes it look whole).
+
+    Raises:
+        UsageError: For a journal written with other settings (in the output folder ``out``).
+    """
+    first = True
+    for _, raw in output.Journal(path).lines():
+        if not output.whole(raw):
+            continue
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue  # cut short by a kill, then ended by the run that resumed
+        if not isinstance(record, dict):
+            continue
+        if first:
+            first = False
+            check_settings(out, record.get("settings"), settings)
+            continue
+        yield record
 
 
 def line(record: Mapping[str, Any]) -> bytes:

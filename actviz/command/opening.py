@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from actviz.command.progress import Reporter, SilentReporter
 from actviz.command.session import model_label, open_model, restoring
@@ -21,12 +21,22 @@ from actviz.errors import UsageError
 if TYPE_CHECKING:
     from torch import nn
 
+    from actviz.command.options import ExecutionOptions
     from actviz.dictionary import SparseDictionary
     from actviz.io.images import Discovery
     from actviz.models import LoadedModel
     from actviz.models.options import LoadOptions
 
-__all__ = ["Command", "Loaded", "RandomWeights", "input_paths", "open_command"]
+__all__ = [
+    "Command",
+    "CommandOptions",
+    "Loaded",
+    "RandomWeights",
+    "input_paths",
+    "open_command",
+    "open_options",
+    "require_classifier",
+]
 
 
 @dataclass(frozen=True)
@@ -172,6 +182,19 @@ class Command:
         return names[-1], names[-1:]
 
 
+def require_classifier(loaded: LoadedModel, lacking: str) -> None:
+    """Refuse a backbone without a classifier, saying what ``lacking`` there is for the
+    command (``"there is no class score to attribute"``).
+
+    Raises:
+        UsageError: For a model without a classifier.
+    """
+    if not loaded.classifier:
+        raise UsageError(
+            f"{loaded.name} is a backbone without a classifier: {lacking}; load a classifier"
+        )
+
+
 def input_paths(inputs: Sequence[Path | str] | Path | str) -> list[Path]:
     """The inputs as paths: one ``str`` or ``Path`` is one input (a file or a folder), not a
     sequence of one-letter names.
@@ -277,3 +300,42 @@ def open_command(
         for given in (model, *restore):
             stack.enter_context(restoring(given))
         yield command
+
+
+class CommandOptions(Protocol):
+    """What :func:`open_options` reads of a command's options: its folder and its execution
+    group."""
+
+    @property
+    def out(self) -> Path: ...
+
+    @property
+    def execution(self) -> ExecutionOptions: ...
+
+
+def open_options(
+    model: str | nn.Module,
+    options: CommandOptions,
+    *,
+    name: str = "",
+    reporter: Reporter | None = None,
+    inputs: Sequence[Path | str] | Path | str | None = None,
+    hint: str | None = None,
+    **more: Any,
+) -> contextlib.AbstractContextManager[Command]:
+    """:func:`open_command` as a command's options say: into ``options.out``, resuming,
+    overwriting and in the memory format of ``options.execution``; ``more`` as
+    :func:`open_command` takes it (``engine``, ``restore``, ``discover``)."""
+    ex = options.execution
+    return open_command(
+        model,
+        options.out,
+        reporter=reporter,
+        inputs=inputs,
+        resume=ex.resume,
+        overwrite=ex.overwrite,
+        hint=hint,
+        channels_last=ex.channels_last,
+        name=name,
+        **more,
+    )

@@ -10,7 +10,6 @@ A line cut short by a kill is never read; a resumed run redoes that batch's imag
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from actviz import output
-from actviz.command.resume import check_settings
-from actviz.errors import UsageError
+from actviz.command.ledger import journal_records, line, resumable
 
 __all__ = ["LEDGER", "decode", "encode", "line", "read_ledger"]
 
@@ -39,11 +36,6 @@ def decode(text: str, dtype: str, shape: tuple[int, ...]) -> npt.NDArray[Any]:
     return data.astype(np.dtype(dtype)).reshape(shape)
 
 
-def line(record: Mapping[str, Any]) -> bytes:
-    """One journal line."""
-    return (json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n").encode()
-
-
 def read_ledger(
     out: Path,
     settings: Mapping[str, Any],
@@ -60,28 +52,5 @@ def read_ledger(
         UsageError: For a folder that holds files but no such journal, or one written with
             other settings.
     """
-    path = out / name
-    if not resume:
-        return
-    if not path.is_file():
-        if out.is_dir() and any(not p.name.startswith(output.TMP_MARK) for p in out.iterdir()):
-            raise UsageError(
-                f"{out} holds no {what} run to resume (no {name}); use --overwrite to replace "
-                "what is there, or another --out"
-            )
-        return
-    first = True
-    for _, raw in output.Journal(path).lines():
-        if not output.whole(raw):
-            continue
-        try:
-            record = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            continue  # cut short by a kill, then ended by the run that resumed
-        if not isinstance(record, dict):
-            continue
-        if first:
-            first = False
-            check_settings(out, record.get("settings"), settings)
-            continue
-        yield record
+    if resume and resumable(out, name, f"{what} run"):
+        yield from journal_records(out, out / name, settings)

@@ -66,21 +66,13 @@ def label(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
+    from actviz.command import open_options
 
     opts = from_flat(LabelOptions, COMMON_GROUPS, keywords, caller="label", given=options)
     root = _folder(folder)
     ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=[root],
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="label",
+    with open_options(
+        model, opts, name="label", reporter=reporter, inputs=[root], hint=_NOT_EMPTY
     ) as cmd:
         assert cmd.found is not None
         images = cmd.found.images

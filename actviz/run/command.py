@@ -65,21 +65,18 @@ def run(
             keywords given together with ``options``, is a
             :class:`~actviz.command.options.KeywordError` (also a ``TypeError``).
     """
-    from actviz.command import open_command
+    from actviz.command import open_options
     from actviz.command.inputs import discovery_for
 
     opts = from_flat(RunOptions, GROUPS, keywords, caller="run", given=options, aliases=ALIASES)
     ex = opts.execution
     # A run that fails before writing anything leaves no empty folder behind.
-    with open_command(
+    with open_options(
         model,
-        opts.out,
+        opts,
         reporter=reporter,
         inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
         engine=ex.engine,
-        channels_last=ex.channels_last,
         discover=discovery_for(model),
     ) as cmd:
         opened = _open_model(cmd, inputs, opts)

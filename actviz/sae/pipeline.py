@@ -65,22 +65,13 @@ def sae(
         ActvizError: For every expected failure (unknown layer, a layer of one channel, k not
             below the features, a resume with other settings, ...).
     """
-    from actviz.command import open_command
+    from actviz.command import open_options
 
     opts = from_flat(SaeOptions, COMMON_GROUPS, keywords, caller="sae", given=options)
     ex = opts.execution
     if ex.engine != "local":
         raise UsageError("actviz sae trains in this process: drop --engine ray")
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        channels_last=ex.channels_last,
-        name="sae",
-    ) as cmd:
+    with open_options(model, opts, name="sae", reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows="The features show")
         loaded = opened.model

@@ -67,22 +67,13 @@ def tcav(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import input_paths, open_command
+    from actviz.command import input_paths, open_options
 
     opts = from_flat(TcavOptions, COMMON_GROUPS, keywords, caller="tcav", given=options)
     given = [] if inputs is None else input_paths(inputs)
     sets, folders = _sets(opts, given)
     ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="tcav",
-    ) as cmd:
+    with open_options(model, opts, name="tcav", reporter=reporter, hint=_NOT_EMPTY) as cmd:
         opened = cmd.load(opts.load, shows=SHOWS, check=_check_model)
         loaded = opened.model
         layer = _layer(cmd, loaded, opts)

@@ -65,21 +65,13 @@ def top_images(
             with nothing to rank, a resume with other settings, ...).
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz.command import open_command
+    from actviz.command import open_options
 
     opts = from_flat(TopImagesOptions, COMMON_GROUPS, keywords, caller="top_images", given=options)
     ex = opts.execution
 
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        engine=ex.engine,
-        channels_last=ex.channels_last,
-        name="top-images",
+    with open_options(
+        model, opts, name="top-images", reporter=reporter, inputs=inputs, engine=ex.engine
     ) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
         opened = cmd.load(opts.load, shows="The top images show")
