@@ -178,27 +178,15 @@ def _one_plan(
 ) -> LayerPlan:
     """The plan of the one output ``layer`` names; refused unless there is one, of at least
     two channels."""
-    from actviz.layouts import layer_contexts
-    from actviz.top_images import plan_layers
+    from actviz.top_images.plan import plan_loaded
 
     _, names = cmd.select(loaded, layer)
-    module = loaded.module
-    planned = plan_layers(
-        module,
-        names,
-        layer_contexts(module, loaded.input_size),
-        input_size=loaded.input_size,
-        in_chans=opts.load.in_chans,
-        device=loaded.device,
-        model_name=loaded.name,
-    )
+    planned = plan_loaded(loaded, names, in_chans=opts.load.in_chans, model_name=loaded.name)
     plans = list(planned.plans.values())
     if len(plans) != 1:
-        found = ", ".join(p.key for p in plans[:4]) or "none with vectors"
-        why = "; ".join(f"{key}: {reason}" for key, reason in planned.skipped[:2])
         raise UsageError(
-            f"atlas maps one layer; {flag} {layer} selects {len(plans)} ({found}"
-            f"{'; ' + why if why else ''}); name one (actviz list-layers {loaded.name})"
+            f"atlas maps one layer; {flag} {layer} selects {len(plans)} ({planned.shown()}); "
+            f"name one (actviz list-layers {loaded.name})"
         )
     plan = plans[0]
     if plan.channels < 2:

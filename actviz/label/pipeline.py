@@ -181,8 +181,7 @@ def _layers(
     cmd: Command, loaded: LoadedModel, opts: LabelOptions, rels: list[Any], paths: list[Path]
 ) -> tuple[Pass, str]:
     """The layers' plans (a dictionary's features with ``--sae``), and the word for a unit."""
-    from actviz.layouts import layer_contexts
-    from actviz.top_images.plan import plan_layers
+    from actviz.top_images.plan import plan_loaded
 
     transforms: dict[str, Any] = {}
     if opts.sae is not None:
@@ -193,16 +192,7 @@ def _layers(
         _, names = cmd.select(loaded, opts.layers or module_name)
     else:
         _, names = cmd.deepest(loaded, opts.layers)
-    module = loaded.module
-    planned = plan_layers(
-        module,
-        names,
-        layer_contexts(module, loaded.input_size),
-        input_size=loaded.input_size,
-        in_chans=opts.load.in_chans,
-        device=loaded.device,
-        model_name=cmd.model,
-    )
+    planned = plan_loaded(loaded, names, in_chans=opts.load.in_chans, model_name=cmd.model)
     for name in planned.never_ran:
         cmd.warn(f"layer {name} was selected but never ran in the forward pass")
     if opts.sae is not None:

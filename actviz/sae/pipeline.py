@@ -204,27 +204,15 @@ def split(paths: Sequence[Path], share: float, seed: int) -> tuple[list[Path], l
 
 def _one_plan(cmd: Command, loaded: LoadedModel, opts: SaeOptions) -> LayerPlan:
     """The plan of the one selected output (its vectors); refused unless there is one."""
-    from actviz.layouts import layer_contexts
-    from actviz.top_images import plan_layers
+    from actviz.top_images.plan import plan_loaded
 
     _selector, names = cmd.deepest(loaded, opts.layers)
-    module = loaded.module
-    planned = plan_layers(
-        module,
-        names,
-        layer_contexts(module, loaded.input_size),
-        input_size=loaded.input_size,
-        in_chans=opts.load.in_chans,
-        device=loaded.device,
-        model_name=cmd.model,
-    )
+    planned = plan_loaded(loaded, names, in_chans=opts.load.in_chans, model_name=cmd.model)
     plans = list(planned.plans.values())
     if len(plans) != 1:
-        found = ", ".join(p.key for p in plans[:4]) or "none with vectors"
-        why = "; ".join(f"{key}: {reason}" for key, reason in planned.skipped[:2])
         raise UsageError(
-            f"actviz sae trains on one layer; --layers selected {len(plans)} ({found}"
-            f"{'; ' + why if why else ''}); name one (actviz list-layers {cmd.model})"
+            f"actviz sae trains on one layer; --layers selected {len(plans)} "
+            f"({planned.shown()}); name one (actviz list-layers {cmd.model})"
         )
     return plans[0]
 

@@ -169,8 +169,7 @@ def _sets(opts: TcavOptions, given: list[Path]) -> tuple[Sets, dict[str, list[st
 
 def _layer(cmd: Command, loaded: LoadedModel, opts: TcavOptions) -> Layer:
     """The one layer, and its plan."""
-    from actviz.layouts import layer_contexts
-    from actviz.top_images.plan import plan_layers
+    from actviz.top_images.plan import plan_loaded
 
     _, names = cmd.deepest(loaded, opts.layers)
     if len(names) != 1:
@@ -179,15 +178,7 @@ def _layer(cmd: Command, loaded: LoadedModel, opts: TcavOptions) -> Layer:
             f"tcav's vectors live in one layer; --layer {opts.layers} selects {len(names)} "
             f"({shown}): name one of them"
         )
-    planned = plan_layers(
-        loaded.module,
-        names,
-        layer_contexts(loaded.module, loaded.input_size),
-        input_size=loaded.input_size,
-        in_chans=opts.load.in_chans,
-        device=loaded.device,
-        model_name=cmd.model,
-    )
+    planned = plan_loaded(loaded, names, in_chans=opts.load.in_chans, model_name=cmd.model)
     if not planned.plans:
         why = planned.skipped[0][1] if planned.skipped else "it never ran"
         raise UsageError(f"layer {names[0]} cannot hold concept vectors: {why}")

@@ -23,7 +23,7 @@ from actviz.top_images.checkpoint import load_checkpoint
 from actviz.top_images.document import LayerFiles, document, selectivity
 from actviz.top_images.draw import ViewCache, draw_layers, layer_files
 from actviz.top_images.options import TopImagesOptions
-from actviz.top_images.plan import LayerPlan, Planned, plan_layers
+from actviz.top_images.plan import LayerPlan, Planned, plan_loaded
 from actviz.top_images.progress import Progress, still_to_score
 from actviz.top_images.results import LayerSummary, TopImagesResult
 from actviz.top_images.topk import TopK
@@ -218,18 +218,7 @@ def _write_documents(
 
 
 def _plan(model: str, loaded: LoadedModel, names: list[str], opts: TopImagesOptions) -> Planned:
-    from actviz.layouts import layer_contexts
-
-    module = loaded.module
-    planned = plan_layers(
-        module,
-        names,
-        layer_contexts(module, loaded.input_size),
-        input_size=loaded.input_size,
-        in_chans=opts.load.in_chans,
-        device=loaded.device,
-        model_name=model,
-    )
+    planned = plan_loaded(loaded, names, in_chans=opts.load.in_chans, model_name=model)
     if not planned.plans:
         reasons = "; ".join(f"{key}: {why}" for key, why in planned.skipped[:3]) or (
             "the selected layers never ran"

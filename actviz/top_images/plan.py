@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from actviz.layouts import LayerContext
+    from actviz.models import LoadedModel
 
 __all__ = [
     "LayerPlan",
@@ -42,6 +43,7 @@ __all__ = [
     "map_layout",
     "output_plan",
     "plan_layers",
+    "plan_loaded",
     "positions",
 ]
 
@@ -120,6 +122,13 @@ class Planned:
     plans: dict[str, LayerPlan]
     skipped: list[tuple[str, str]]
     never_ran: list[str]
+
+    def shown(self) -> str:
+        """The first plans' keys and the first reasons for outputs left out, for a message
+        that wanted one plan (``"a, b; c: a mask"``)."""
+        found = ", ".join(p.key for p in list(self.plans.values())[:4]) or "none with vectors"
+        why = "; ".join(f"{key}: {reason}" for key, reason in self.skipped[:2])
+        return f"{found}{'; ' + why if why else ''}"
 
 
 @dataclass(frozen=True)
@@ -221,6 +230,24 @@ class _ProbeRecorder(HookSession):
                 self.outputs[key + element] = (name, type(module).__name__, kept)
 
         self._add_forward_hook(module, hook)
+
+
+def plan_loaded(
+    loaded: LoadedModel, names: Sequence[str], *, in_chans: int, model_name: str
+) -> Planned:
+    """:func:`plan_layers` on a loaded model: its module, its layers' contexts at its input
+    size, on its device."""
+    from actviz.layouts import layer_contexts
+
+    return plan_layers(
+        loaded.module,
+        names,
+        layer_contexts(loaded.module, loaded.input_size),
+        input_size=loaded.input_size,
+        in_chans=in_chans,
+        device=loaded.device,
+        model_name=model_name,
+    )
 
 
 def plan_layers(
