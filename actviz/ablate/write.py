@@ -13,7 +13,6 @@ from actviz import output
 from actviz.ablate.prepare import State, describe_method
 from actviz.ablate.result import RECORD, AblateResult
 from actviz.ablate.tables import Outcome, class_rows, curve_accuracy, flow_rows, overall
-from actviz.command.head import json_head, model_fields
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -130,11 +129,7 @@ def write_outputs(
         cases, pictures = draw_pictures(state, ok, found, ablations, curve_rows, random)
     fail = _failures(opts.fail_on, table)
     record = {
-        **json_head(
-            infos=[loaded.record()],
-            device=str(loaded.device),
-            model=model_fields(cmd.model, loaded.record(), loaded.weights, opened.warning),
-        ),
+        **cmd.head(opened),
         "command": "ablate",
         "random_weights": random,
         "layer": state.geometry.describe(),

@@ -8,7 +8,7 @@ tensors), one ledger line per image -> ``attribute.json`` and ``attribute.html``
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ from actviz.command.ledger import ImageLedger
 from actviz.command.opening import require_classifier
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter
-from actviz.command.records import batch_records, ledger_pass
+from actviz.command.records import image_progress, ledger_pass
 from actviz.errors import UsageError
 from actviz.gradients.registry import MAP_METHODS
 from actviz.results import ImageResult
@@ -89,13 +89,16 @@ def attribute(
         )
         settings = _settings(cmd.model, loaded, opts)
         ledger = ImageLedger(opts.out, LEDGER, command="attribute", settings=settings)
+        from actviz.attribute.batch import attribute_batch
+
         records, reused = ledger_pass(
             cmd,
+            loaded,
             ledger,
-            opts.execution.resume,
+            opts.execution,
             state.rels,
-            lambda todo: _stream(state, todo, cmd.notify),
             _progress,
+            lambda paths, logits, x: attribute_batch(state, paths, logits, x),
         )
         from actviz.attribute.write import write_outputs
 
@@ -148,24 +151,4 @@ def _settings(model: str, loaded: LoadedModel, opts: AttributeOptions) -> dict[s
 
 
 def _progress(record: Mapping[str, Any]) -> ImageResult:
-    result = ImageResult(
-        path=Path(record["path"]), out_dir=PurePosixPath(record.get("folder") or ".")
-    )
-    result.status = "ok" if record.get("status") == "ok" else "failed"
-    result.error = record.get("error")
-    return result
-
-
-def _stream(state: AttributeState, todo: list[Path], notify: Reporter) -> Iterator[dict[str, Any]]:
-    """Each image's record, batch by batch; unreadable images as failed records, named."""
-    from actviz.attribute.batch import attribute_batch
-
-    return batch_records(
-        state.loaded,
-        state.opts.execution,
-        todo,
-        state.rels,
-        notify,
-        _progress,
-        lambda paths, logits, x: attribute_batch(state, paths, logits, x),
-    )
+    return image_progress(record, PurePosixPath(record.get("folder") or "."))

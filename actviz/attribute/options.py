@@ -55,14 +55,10 @@ class AttributeOptions:
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     def __post_init__(self) -> None:
-        from actviz.gradients.registry import map_method
+        from actviz.gradients.registry import map_methods
 
-        given = [self.methods] if isinstance(self.methods, str) else list(self.methods)
-        names = [part for item in given for part in str(item).split(",") if part.strip()]
-        if not names:
-            raise UsageError("--method needs at least one method, e.g. ig")
-        chosen = [map_method(n, "--method", kind="attribution").name for n in names]
-        object.__setattr__(self, "methods", tuple(dict.fromkeys(chosen)))
+        chosen = map_methods(self.methods, "--method", example="ig", kind="attribution")
+        object.__setattr__(self, "methods", chosen)
         object.__setattr__(self, "out", Path(self.out))
         object.__setattr__(self, "target", str(self.target))
         if not (math.isfinite(self.alpha) and 0 <= self.alpha <= 1):

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.attribute.axioms import summarize, warning
 from actviz.attribute.result import RECORD, AttributeResult, AttributeState
-from actviz.command.head import json_head, model_fields
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -44,11 +43,7 @@ def write_outputs(
     random = state.random
     ok = [r for r in records if r.get("status") == "ok"]
     record = {
-        **json_head(
-            infos=[loaded.record()],
-            device=str(loaded.device),
-            model=model_fields(cmd.model, loaded.record(), loaded.weights, opened.warning),
-        ),
+        **cmd.head(opened),
         "command": "attribute",
         "random_weights": random,
         "random_note": RANDOM_NOTE if random else None,

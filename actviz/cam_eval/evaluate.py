@@ -8,7 +8,7 @@ the summary, ``cam-eval.json``, the chart, the best and worst cases and the page
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +34,7 @@ from actviz.cam_eval.result import CamEvalResult, EvalState
 from actviz.command.ledger import ImageLedger
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
-from actviz.command.records import batch_records, ledger_pass
+from actviz.command.records import image_progress, ledger_pass
 from actviz.errors import UsageError
 from actviz.results import ImageResult
 
@@ -89,11 +89,12 @@ def cam_eval(
         ledger = ImageLedger(opts.out, LEDGER, command="cam-eval", settings=settings)
         records, reused = ledger_pass(
             cmd,
+            loaded,
             ledger,
-            opts.execution.resume,
+            opts.execution,
             state.rels,
-            lambda todo: _stream(state, todo, cmd.notify),
             _progress,
+            lambda paths, logits, x: _score_batch(state, paths, logits, x),
         )
         from actviz.cam_eval.write import write_outputs
 
@@ -193,23 +194,7 @@ def _settings(model: str, loaded: LoadedModel, state: EvalState) -> dict[str, An
 
 
 def _progress(record: Mapping[str, Any]) -> ImageResult:
-    result = ImageResult(path=Path(record["path"]), out_dir=PurePosixPath(record["image"]).parent)
-    result.status = "ok" if record.get("status") == "ok" else "failed"
-    result.error = record.get("error")
-    return result
-
-
-def _stream(state: EvalState, todo: list[Path], notify: Reporter) -> Iterator[dict[str, Any]]:
-    """Each image's record, batch by batch; unreadable images as failed records."""
-    return batch_records(
-        state.loaded,
-        state.opts.execution,
-        todo,
-        state.rels,
-        notify,
-        _progress,
-        lambda paths, logits, x: _score_batch(state, paths, logits, x),
-    )
+    return image_progress(record, PurePosixPath(record["image"]).parent)
 
 
 def _score_batch(

@@ -52,13 +52,9 @@ class CamEvalOptions:
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     def __post_init__(self) -> None:
-        from actviz.gradients.registry import map_method
+        from actviz.gradients.registry import map_methods
 
-        given = [self.methods] if isinstance(self.methods, str) else list(self.methods)
-        names = [part for item in given for part in str(item).split(",") if part.strip()]
-        if not names:
-            raise UsageError("--methods needs at least one method, e.g. gradcam,eigencam")
-        methods = tuple(dict.fromkeys(map_method(n, "--methods").name for n in names))
+        methods = map_methods(self.methods, "--methods", example="gradcam,eigencam")
         object.__setattr__(self, "methods", methods)
         object.__setattr__(self, "out", Path(self.out))
         if not 2 <= self.steps <= 1000:

@@ -12,7 +12,6 @@ from actviz import output
 from actviz.cam_eval.metrics import BASELINE_TITLES, BASELINES
 from actviz.cam_eval.result import RECORD, CamEvalResult, EvalState
 from actviz.cam_eval.summary import BOOTSTRAP, METRICS, SANITY_THRESHOLD, summarize
-from actviz.command.head import json_head, model_fields
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -61,11 +60,7 @@ def write_outputs(
         if opts.report:
             cases = _cases(state, ok, methods, random)
     record = {
-        **json_head(
-            infos=[loaded.record()],
-            device=str(loaded.device),
-            model=model_fields(cmd.model, loaded.record(), loaded.weights, opened.warning),
-        ),
+        **cmd.head(opened),
         "command": "cam-eval",
         "random_weights": random,
         "layer": state.layer,

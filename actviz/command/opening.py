@@ -123,6 +123,17 @@ class Command:
         )
         return sae
 
+    def head(self, opened: Loaded) -> dict[str, Any]:
+        """The head of a one-model JSON document (:func:`~actviz.command.head.json_head`):
+        the model ``opened`` as this command names it, its weights with their warning, and
+        its device."""
+        from actviz.command.head import json_head, model_fields
+
+        loaded = opened.model
+        info = loaded.record()
+        fields = model_fields(self.model, info, loaded.weights, opened.warning)
+        return json_head(infos=[info], device=str(loaded.device), model=fields)
+
     def seconds(self) -> float:
         """Seconds since the command started."""
         return time.perf_counter() - self.started

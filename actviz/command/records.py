@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz.command.progress import Reporter, start_progress
@@ -19,36 +19,49 @@ if TYPE_CHECKING:
     from actviz.models import LoadedModel
     from actviz.results import ImageResult
 
-__all__ = ["batch_records", "ledger_pass"]
+__all__ = ["batch_records", "image_progress", "ledger_pass"]
 
 Record = dict[str, Any]
 
 
 def ledger_pass(
     cmd: Command,
+    loaded: LoadedModel,
     ledger: ImageLedger,
-    resume: bool,
+    execution: ExecutionOptions,
     rels: Mapping[str, str],
-    stream: Callable[[list[Path]], Iterable[Record]],
     progress: Callable[[Mapping[str, Any]], ImageResult],
+    score: Callable[[list[Path], Any, Any], Iterable[Record]],
 ) -> tuple[list[Record], int]:
     """Every found image's record in the inputs' order, and how many an earlier run's
-    ledger gave (with ``resume``): the others go through ``stream``, each record appended
-    to the ledger as it comes (``rels``: an image's path -> its name in the ledger;
-    ``progress``: a record as the reporter counts it)."""
+    ledger gave (with ``execution.resume``): the others go through :func:`batch_records`
+    (``score`` makes a batch's records), each appended to the ledger as it comes (``rels``:
+    an image's path -> its name in the ledger; ``progress``: a record as the reporter counts
+    it)."""
     assert cmd.found is not None
     images = cmd.found.images
-    done = ledger.read(resume)
+    done = ledger.read(execution.resume)
     todo = [item.path for item in images if rels[str(item.path)] not in done]
     start_progress(cmd.notify, len(images), [progress(r) for r in done.values()])
     try:
-        for record in stream(todo):
+        stream = batch_records(loaded, execution, todo, rels, cmd.notify, progress, score)
+        for record in stream:
             done[record["image"]] = record
             ledger.append(record)
     finally:
         ledger.close()
     records = [done[rels[str(item.path)]] for item in images if rels[str(item.path)] in done]
     return records, len(images) - len(todo)
+
+
+def image_progress(record: Mapping[str, Any], out_dir: PurePosixPath) -> ImageResult:
+    """What the reporter is told of an image's record: done, or failed with its error."""
+    from actviz.results import ImageResult
+
+    result = ImageResult(path=Path(record["path"]), out_dir=out_dir)
+    result.status = "ok" if record.get("status") == "ok" else "failed"
+    result.error = record.get("error")
+    return result
 
 
 def batch_records(

@@ -35,6 +35,7 @@ __all__ = [
     "cam_title",
     "cam_word",
     "map_method",
+    "map_methods",
     "map_title",
     "method_cams",
     "names",
@@ -229,6 +230,23 @@ def map_method(name: str, option: str = "--methods", *, kind: MapKind | None = N
             f"`actviz cam-eval -m {row.name},ig` compares the two kinds)"
         )
     raise UsageError(message)
+
+
+def map_methods(
+    given: str | Sequence[str], option: str, *, example: str, kind: MapKind | None = None
+) -> tuple[str, ...]:
+    """The methods ``given`` names (names, or comma-separated lists of them), each once, in
+    order, as :func:`map_method` finds them (``option``: the option that took them;
+    ``example``: what a message suggests).
+
+    Raises:
+        UsageError: For no method at all, or a name that is no method of ``kind``.
+    """
+    items = [given] if isinstance(given, str) else list(given)
+    names = [part for item in items for part in str(item).split(",") if part.strip()]
+    if not names:
+        raise UsageError(f"{option} needs at least one method, e.g. {example}")
+    return tuple(dict.fromkeys(map_method(n, option, kind=kind).name for n in names))
 
 
 def map_title(name: str) -> str:

@@ -13,7 +13,6 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz import output
-from actviz.command.head import json_head, model_fields
 from actviz.label.analysis import (
     LayerLabels,
     analyse_layer,
@@ -190,11 +189,7 @@ def _document(
     failed = _failed(gathered)
     layers = analysed.layers
     return {
-        **json_head(
-            infos=[loaded.record()],
-            device=str(loaded.device),
-            model=model_fields(cmd.model, loaded.record(), loaded.weights, opened.warning),
-        ),
+        **cmd.head(opened),
         "command": "label",
         "random_weights": bool(loaded.weights.random),
         "unit": unit,

@@ -15,7 +15,6 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz import output
-from actviz.command.head import json_head, model_fields
 from actviz.label.significance import benjamini_hochberg
 from actviz.tcav.cav import CAVS, TEST_PERMUTATIONS, tcav_scores, two_sided_test, welch_t
 from actviz.tcav.options import TcavOptions
@@ -149,11 +148,7 @@ def _document(
     random = bool(loaded.weights.random)
     images = sum(tested.inputs.values())
     return {
-        **json_head(
-            infos=[loaded.record()],
-            device=str(loaded.device),
-            model=model_fields(cmd.model, loaded.record(), loaded.weights, opened.warning),
-        ),
+        **cmd.head(opened),
         "command": "tcav",
         "random_weights": random,
         "layer": layer.plan.key,
