@@ -46,7 +46,6 @@ def label_card(result: Any, pictures: bool = True) -> Card:
         f"LabelResult(model={result.model!r}, layers={len(result.layers)}, "
         f"labelled={sum(layer.labelled for layer in result.layers)}, out={str(result.out)!r})"
     )
-    warnings = [LABEL_RANDOM] if result.random_weights else []
     return Card(
         kind="label",
         title=str(result.model),
@@ -67,11 +66,7 @@ def label_card(result: Any, pictures: bool = True) -> Card:
             ("test", f"{title}, Benjamini-Hochberg at {result.alpha}"),
             ("time", f"{result.seconds:.1f} s"),
         ],
-        warnings=_weights_warnings(
-            result.weights,
-            warnings[0] if warnings else None,
-            [w for w in result.warnings if not w.startswith("RANDOM WEIGHTS")],
-        ),
+        warnings=_warnings(result, LABEL_RANDOM),
         table=Table(
             ["unit", "label", title, "q", "images", "more labels"],
             rows,
@@ -103,7 +98,6 @@ def tcav_card(result: Any, pictures: bool = True) -> Card:
         f"TcavResult(model={result.model!r}, layer={result.layer!r}, "
         f"concepts={len(result.concepts)}, out={str(result.out)!r})"
     )
-    warnings = [TCAV_RANDOM] if result.random_weights else []
     return Card(
         kind="tcav",
         title=str(result.model),
@@ -115,11 +109,7 @@ def tcav_card(result: Any, pictures: bool = True) -> Card:
             ("inputs", f"{result.images:,} images"),
             ("time", f"{result.seconds:.1f} s"),
         ],
-        warnings=_weights_warnings(
-            result.weights,
-            warnings[0] if warnings else None,
-            [w for w in result.warnings if not w.startswith("RANDOM WEIGHTS")],
-        ),
+        warnings=_warnings(result, TCAV_RANDOM),
         table=Table(
             ["concept", "target", "TCAV score", "random", "p", "significant"],
             rows,
@@ -129,3 +119,10 @@ def tcav_card(result: Any, pictures: bool = True) -> Card:
         thumbs=thumbs,
         links=_links(result.out, [("report", result.report), ("tcav.json", result.record)]),
     )
+
+
+def _warnings(result: Any, random_note: str) -> list[str]:
+    """The random-weights warning first, in the command's words (``random_note``), then the
+    result's others (its loud load-time warning said once)."""
+    others = [w for w in result.warnings if not w.startswith("RANDOM WEIGHTS")]
+    return _weights_warnings(result.weights, random_note if result.random_weights else None, others)

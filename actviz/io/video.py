@@ -9,6 +9,7 @@ Every input that cannot be read is a ``VideoLoadError`` with a one-line reason.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
@@ -133,6 +134,28 @@ def _animated_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
 
 
 def _av_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
+    with _video_stream(path) as (container, stream, duration):
+        times = sample_times(duration, frames, fps)
+        # Jump to the key frame before the clip: a long video is not decoded from 0.
+        _seek_before(container, stream, times[0])
+
+        def decoded() -> Iterator[tuple[float, Any]]:
+            for frame in container.decode(stream):
+                t = frame.time if frame.time is not None else 0.0
+                yield float(t), frame
+
+        # Only the frames picked become pictures (once each, though a short video's
+        # frames repeat): the others are decoded and let go.
+        picked = _take(decoded(), times, path)
+        pictures = {id(f): f.to_image() for f in picked}
+        return [pictures[id(f)] for f in picked]
+
+
+@contextlib.contextmanager
+def _video_stream(path: Path) -> Iterator[tuple[Any, Any, float | None]]:
+    """The video file's container, its first video stream (decoded on several threads) and
+    its duration in seconds (None: unknown), for the block; what PyAV or the file raises
+    in it, as one :class:`VideoLoadError`."""
     from actviz.errors import import_extra
 
     av: Any = import_extra("av", "video", _INSTALL)
@@ -142,28 +165,19 @@ def _av_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
                 raise VideoLoadError(str(path), "holds no video stream")
             stream = container.streams.video[0]
             stream.thread_type = "AUTO"
-            duration = _duration(container, stream)
-            times = sample_times(duration, frames, fps)
-            start = times[0]
-            if start > 1.0 and stream.time_base is not None:
-                # Jump to the key frame before the clip: a long video is not decoded from 0.
-                container.seek(int(start / stream.time_base), stream=stream, backward=True)
-
-            def decoded() -> Iterator[tuple[float, Any]]:
-                for frame in container.decode(stream):
-                    t = frame.time if frame.time is not None else 0.0
-                    yield float(t), frame
-
-            # Only the frames picked become pictures (once each, though a short video's
-            # frames repeat): the others are decoded and let go.
-            picked = _take(decoded(), times, path)
-            pictures = {id(f): f.to_image() for f in picked}
-            return [pictures[id(f)] for f in picked]
+            yield container, stream, _duration(container, stream)
     except VideoLoadError:
         raise
     except (av.FFmpegError, OSError, ValueError, UnicodeDecodeError) as exc:
         why = getattr(exc, "strerror", None) or first_line(exc)
         raise VideoLoadError(str(path), f"not a readable video ({why})") from None
+
+
+def _seek_before(container: Any, stream: Any, seconds: float) -> None:
+    """Jump to the key frame before ``seconds`` (past the first second, and when the
+    stream can say where that is)."""
+    if seconds > 1.0 and stream.time_base is not None:
+        container.seek(int(seconds / stream.time_base), stream=stream, backward=True)
 
 
 def _duration(container: Any, stream: Any) -> float | None:
@@ -343,39 +357,24 @@ def _av_pair(path: Path) -> tuple[Image.Image, Image.Image]:
     """A video file's two middle frames: the frame on screen half a frame before the middle
     of its duration (frame ``(n - 1) // 2`` of ``n`` at a constant rate) and the frame
     decoded after it."""
-    from actviz.errors import import_extra
-
-    av: Any = import_extra("av", "video", _INSTALL)
-    try:
-        with av.open(str(path)) as container:
-            if not container.streams.video:
-                raise VideoLoadError(str(path), "holds no video stream")
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
-            duration = _duration(container, stream)
-            rate = float(stream.average_rate or stream.guessed_rate or 0)
-            middle = max((duration or 0.0) / 2 - (0.5 / rate if rate > 0 else 0.0), 0.0)
-            if middle > 1.0 and stream.time_base is not None:
-                # Jump to the key frame before the middle: a long video is not decoded from 0.
-                container.seek(int(middle / stream.time_base), stream=stream, backward=True)
-            before: Any = None
-            held: Any = None
-            for frame in container.decode(stream):
-                t = float(frame.time) if frame.time is not None else 0.0
-                if held is not None and t > middle + 1e-6:  # float noise of frame times
-                    return held.to_image(), frame.to_image()
-                before, held = held, frame
-            if held is None:
-                raise VideoLoadError(str(path), "the video holds no frame")
-            if before is None:
-                raise _single(path)
-            # A duration longer than its frames: the last two.
-            return before.to_image(), held.to_image()
-    except VideoLoadError:
-        raise
-    except (av.FFmpegError, OSError, ValueError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or first_line(exc)
-        raise VideoLoadError(str(path), f"not a readable video ({why})") from None
+    with _video_stream(path) as (container, stream, duration):
+        rate = float(stream.average_rate or stream.guessed_rate or 0)
+        middle = max((duration or 0.0) / 2 - (0.5 / rate if rate > 0 else 0.0), 0.0)
+        # Jump to the key frame before the middle: a long video is not decoded from 0.
+        _seek_before(container, stream, middle)
+        before: Any = None
+        held: Any = None
+        for frame in container.decode(stream):
+            t = float(frame.time) if frame.time is not None else 0.0
+            if held is not None and t > middle + 1e-6:  # float noise of frame times
+                return held.to_image(), frame.to_image()
+            before, held = held, frame
+        if held is None:
+            raise VideoLoadError(str(path), "the video holds no frame")
+        if before is None:
+            raise _single(path)
+        # A duration longer than its frames: the last two.
+        return before.to_image(), held.to_image()
 
 
 def discover_pairs(inputs: Sequence[Path]) -> tuple[Discovery, dict[str, str]]:
