@@ -207,16 +207,7 @@ def _score_batch(
     x = x.float()
     targets = resolve_targets(logits.float(), opts.target, loaded.categories)
     chunk = _scoring_chunk(opts, x.device.type, (x.shape[-2], x.shape[-1]))
-    maps = method_maps(
-        loaded.module,
-        x,
-        state.layer,
-        opts.methods,
-        targets,
-        state.shape,
-        batch_size=chunk,
-        job=state.job,
-    )
+    maps = _maps(state, loaded.module, x, targets, chunk)
     grid = random_grid(maps)
     rels = [state.rels[str(p)] for p in paths]
     seeds = [zlib.crc32(rel.encode()) ^ opts.seed for rel in rels]
@@ -268,6 +259,16 @@ def _score_batch(
     return records
 
 
+def _maps(
+    state: EvalState, module: nn.Module, x: torch.Tensor, targets: list[int], chunk: int
+) -> dict[str, torch.Tensor]:
+    """Each method's maps of the batch at the layer, from ``module`` (the model or a twin)."""
+    opts = state.opts
+    return method_maps(
+        module, x, state.layer, opts.methods, targets, state.shape, batch_size=chunk, job=state.job
+    )
+
+
 def _sanity(
     state: EvalState,
     x: torch.Tensor,
@@ -278,19 +279,9 @@ def _sanity(
     """Per map name, per stage, each image's Spearman correlation between its map from the
     model and from the twin with the stage's blocks re-initialised (baselines do not read the
     weights: theirs are computed the same way, from the same input)."""
-    opts = state.opts
     out: dict[str, list[list[float | None]]] = {name: [] for name in every}
     for twin in state.twins:
-        again = method_maps(
-            twin,
-            x,
-            state.layer,
-            opts.methods,
-            targets,
-            state.shape,
-            batch_size=chunk,
-            job=state.job,
-        )
+        again = _maps(state, twin, x, targets, chunk)
         for name in every:
             fresh = again.get(name, every[name])
             out[name].append(spearman(every[name], fresh))

@@ -100,31 +100,38 @@ def _take(stream: Iterable[tuple[float, Any]], times: Sequence[float], path: Pat
 
 
 def _animated_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
+    with _animation(path) as (im, count):
+        durations = []
+        for index in range(count):  # reading durations seeks but decodes little
+            im.seek(index)
+            durations.append(max(float(im.info.get("duration", 0) or 0) / 1000, 0.0))
+        if count == 1:
+            raise VideoLoadError(
+                str(path), "a still image, not a video; pass a video or an animation"
+            )
+        step = [d if d > 0 else 1 / fps for d in durations]
+        starts = [sum(step[:i]) for i in range(count)]
+        times = sample_times(sum(step), frames, fps)
+
+        def stream() -> Iterator[tuple[float, Image.Image]]:
+            for index, start in enumerate(starts):
+                im.seek(index)
+                yield start, im.convert("RGB")
+
+        return _take(stream(), times, path)
+
+
+@contextlib.contextmanager
+def _animation(path: Path) -> Iterator[tuple[Any, int]]:
+    """The animation (GIF, WebP, ...) opened, and its number of frames, for the block; what
+    Pillow raises in it, as one :class:`VideoLoadError`."""
     from PIL import Image as PILImage
 
     from actviz.io.images import ALLOWED_FORMATS
 
     try:
         with PILImage.open(path, formats=ALLOWED_FORMATS) as im:
-            count = int(getattr(im, "n_frames", 1))
-            durations = []
-            for index in range(count):  # reading durations seeks but decodes little
-                im.seek(index)
-                durations.append(max(float(im.info.get("duration", 0) or 0) / 1000, 0.0))
-            if count == 1:
-                raise VideoLoadError(
-                    str(path), "a still image, not a video; pass a video or an animation"
-                )
-            step = [d if d > 0 else 1 / fps for d in durations]
-            starts = [sum(step[:i]) for i in range(count)]
-            times = sample_times(sum(step), frames, fps)
-
-            def stream() -> Iterator[tuple[float, Image.Image]]:
-                for index, start in enumerate(starts):
-                    im.seek(index)
-                    yield start, im.convert("RGB")
-
-            return _take(stream(), times, path)
+            yield im, int(getattr(im, "n_frames", 1))
     except VideoLoadError:
         raise
     except (OSError, ValueError, EOFError, SyntaxError) as exc:
@@ -330,27 +337,15 @@ def _single(path: Path) -> VideoLoadError:
 
 def _animated_pair(path: Path) -> tuple[Image.Image, Image.Image]:
     """An animation's two middle frames, by index (frame durations do not matter)."""
-    from PIL import Image as PILImage
-
-    from actviz.io.images import ALLOWED_FORMATS
-
-    try:
-        with PILImage.open(path, formats=ALLOWED_FORMATS) as im:
-            count = int(getattr(im, "n_frames", 1))
-            if count < 2:
-                raise _single(path)
-            middle = (count - 1) // 2
-            pair = []
-            for index in (middle, middle + 1):
-                im.seek(index)
-                pair.append(im.convert("RGB"))
-            return pair[0], pair[1]
-    except VideoLoadError:
-        raise
-    except (OSError, ValueError, EOFError, SyntaxError) as exc:
-        raise VideoLoadError(
-            str(path), f"cannot decode the animation ({first_line(exc)})"
-        ) from None
+    with _animation(path) as (im, count):
+        if count < 2:
+            raise _single(path)
+        middle = (count - 1) // 2
+        pair = []
+        for index in (middle, middle + 1):
+            im.seek(index)
+            pair.append(im.convert("RGB"))
+        return pair[0], pair[1]
 
 
 def _av_pair(path: Path) -> tuple[Image.Image, Image.Image]:
