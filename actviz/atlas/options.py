@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from actviz.command.options import ExecutionOptions, LoadOptions, check_choices
+from actviz.command.options import ExecutionOptions, LoadOptions, check_choices, model_b_weights
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -194,9 +194,7 @@ class AtlasOptions:
     @property
     def weights_b(self) -> str:
         """Model B's weights, as ``--weights`` takes them."""
-        if self.against is not None:
-            return str(self.against)
-        return self.against_weights if self.against_weights is not None else self.load.weights
+        return model_b_weights(self.against, self.against_weights, self.load)
 
     def forward_settings(self) -> dict[str, Any]:
         """What the forward part depends on: a ``--resume`` reuses an earlier run's vectors

@@ -32,6 +32,7 @@ __all__ = [
     "LoadOptions",
     "check_choices",
     "from_flat",
+    "model_b_weights",
 ]
 
 _Options = TypeVar("_Options")
@@ -152,6 +153,14 @@ class ExecutionOptions:
 
 COMMON_GROUPS: dict[str, type[Any]] = {"load": LoadOptions, "execution": ExecutionOptions}
 """The groups of :func:`from_flat` every command with a folder of inputs has."""
+
+
+def model_b_weights(against: Path | None, against_weights: str | None, load: LoadOptions) -> str:
+    """Model B's weights, as ``--weights`` takes them, for a command that compares two
+    models: the checkpoint ``--against`` names, else ``--against-weights``, else model A's."""
+    if against is not None:
+        return str(against)
+    return against_weights if against_weights is not None else load.weights
 
 
 def from_flat(

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from actviz.command.options import ExecutionOptions, LoadOptions, check_choices
+from actviz.command.options import ExecutionOptions, LoadOptions, check_choices, model_b_weights
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -81,6 +81,4 @@ class DiffOptions:
     @property
     def weights_b(self) -> str:
         """The weights of model B, as ``--weights`` would take them."""
-        if self.against is not None:
-            return str(self.against)
-        return self.against_weights if self.against_weights is not None else self.load.weights
+        return model_b_weights(self.against, self.against_weights, self.load)
