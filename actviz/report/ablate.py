@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actviz.report.blocks import MetaRow, is_weights_warning, weights_banner
+from actviz.report.blocks import MetaRow, is_weights_warning, made_rows, weights_banner
 from actviz.report.markup import render
 
 __all__ = ["ablate_page"]
@@ -105,8 +105,7 @@ def ablate_page(record: Mapping[str, Any]) -> bytes:
             str(protocol.get("shortcut") or protocol.get("split", ""))
             + (f" ({protocol['fallback']})" if protocol.get("fallback") else ""),
         ),
-        MetaRow("device", str(record.get("device", "?"))),
-        MetaRow("actviz", f"{record.get('actviz', '')}, {record.get('created', '')}"),
+        *made_rows(record),
     ]
     if protocol.get("each"):
         meta.append(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actviz.report.blocks import MetaRow, is_weights_warning, weights_banner
+from actviz.report.blocks import MetaRow, is_weights_warning, made_rows, weights_banner
 from actviz.report.markup import render
 
 __all__ = ["SCATTER_POINTS", "atlas_page"]
@@ -78,8 +78,7 @@ def _meta(record: Mapping[str, Any]) -> list[MetaRow]:
         ),
         MetaRow("supported class", supports),
         MetaRow("coloured by", str((record.get("colour") or {}).get("name", ""))),
-        MetaRow("device", str(record.get("device", "?"))),
-        MetaRow("actviz", f"{record.get('actviz', '')}, {record.get('created', '')}"),
+        *made_rows(record),
     ]
     if against:
         meta.insert(

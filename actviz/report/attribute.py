@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actviz.report.blocks import MetaRow, is_weights_warning, weights_banner
+from actviz.report.blocks import MetaRow, is_weights_warning, made_rows, weights_banner
 from actviz.report.markup import render
 
 __all__ = ["MAX_IMAGES", "attribute_page"]
@@ -37,8 +37,7 @@ def attribute_page(record: Mapping[str, Any]) -> bytes:
         MetaRow("target", str(record.get("target", ""))),
         MetaRow("images", f"{len(ok)} of {len(images)} attributed"),
         MetaRow("batch size", f"{record.get('batch_size')} rows per forward and backward"),
-        MetaRow("device", str(record.get("device", "?"))),
-        MetaRow("actviz", f"{record.get('actviz', '')}, {record.get('created', '')}"),
+        *made_rows(record),
     ]
     rows = []
     for method in methods:

@@ -21,6 +21,7 @@ __all__ = [
     "by_name",
     "channel_page",
     "is_weights_warning",
+    "made_rows",
     "run_meta",
     "run_warnings",
     "weights_banner",
@@ -45,6 +46,15 @@ class MetaRow:
 
 
 # ---------------------------------------------------------------------- the run
+
+
+def made_rows(record: Mapping[str, Any]) -> list[MetaRow]:
+    """A page's last facts: the device its command ran on, and the actviz that made it,
+    when."""
+    return [
+        MetaRow("device", str(record.get("device", "?"))),
+        MetaRow("actviz", f"{record.get('actviz', '')}, {record.get('created', '')}"),
+    ]
 
 
 def weights_banner(manifest: Mapping[str, Any]) -> Banner | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actviz.report.blocks import MetaRow, is_weights_warning, weights_banner
+from actviz.report.blocks import MetaRow, is_weights_warning, made_rows, weights_banner
 from actviz.report.markup import render
 
 __all__ = ["cam_eval_page", "interval"]
@@ -59,8 +59,7 @@ def cam_eval_page(record: Mapping[str, Any]) -> bytes:
             f"{protocol.get('blur_kernel')} px (sigma {protocol.get('blur_sigma')}); "
             f"{protocol.get('score')}",
         ),
-        MetaRow("device", str(record.get("device", "?"))),
-        MetaRow("actviz", f"{record.get('actviz', '')}, {record.get('created', '')}"),
+        *made_rows(record),
     ]
     sanity = record.get("sanity") or {}
     return render(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actviz.report.blocks import MetaRow, is_weights_warning
+from actviz.report.blocks import MetaRow, is_weights_warning, made_rows
 from actviz.report.markup import num, render
 
 __all__ = ["label_index_page", "label_layer_page"]
@@ -77,8 +77,7 @@ def _meta(doc: Mapping[str, Any]) -> list[MetaRow]:
             )
         )
     rows += [
-        MetaRow("device", str(doc.get("device", "?"))),
-        MetaRow("actviz", f"{doc.get('actviz', '')}, {doc.get('created', '')}"),
+        *made_rows(doc),
     ]
     return rows
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actviz.report.blocks import MetaRow, is_weights_warning
+from actviz.report.blocks import MetaRow, is_weights_warning, made_rows
 from actviz.report.markup import num, render
 
 __all__ = ["tcav_page"]
@@ -49,8 +49,7 @@ def tcav_page(doc: Mapping[str, Any]) -> bytes:
             f"the mean score against the random vectors'; Benjamini-Hochberg at "
             f"{protocol.get('alpha')} over concepts and classes",
         ),
-        MetaRow("device", str(doc.get("device", "?"))),
-        MetaRow("actviz", f"{doc.get('actviz', '')}, {doc.get('created', '')}"),
+        *made_rows(doc),
     ]
     images = doc.get("images") or {}
     reason = weights.get("reason") or (
