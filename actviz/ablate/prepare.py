@@ -20,6 +20,7 @@ from actviz.ablate.targets import (
     Units,
     load_direction,
 )
+from actviz.command.opening import one_layer
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -91,13 +92,7 @@ class State:
 
 def _layer(cmd: Command, loaded: LoadedModel, selector: str) -> str:
     _, names = cmd.select(loaded, selector)
-    if len(names) != 1:
-        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-        raise UsageError(
-            f"ablate edits one layer; --layer {selector} selects {len(names)} ({shown}): "
-            "name one of them"
-        )
-    return str(names[0])
+    return one_layer(names, selector, doing="ablate edits one layer", option="--layer")
 
 
 def _probe(loaded: LoadedModel, opts: AblateOptions) -> torch.Tensor:

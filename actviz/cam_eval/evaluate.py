@@ -32,10 +32,10 @@ from actviz.cam_eval.metrics import (
 from actviz.cam_eval.options import CamEvalOptions
 from actviz.cam_eval.result import CamEvalResult, EvalState
 from actviz.command.ledger import ImageLedger
+from actviz.command.opening import one_layer
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.command.records import image_progress, ledger_pass
-from actviz.errors import UsageError
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
@@ -105,13 +105,8 @@ def _layer(cmd: Any, loaded: LoadedModel, opts: CamEvalOptions) -> str:
     """The one layer: ``--layers`` (one module), else the layer ``run --cam`` takes."""
     if opts.layers is not None:
         _, names = cmd.select(loaded, opts.layers)
-        if len(names) != 1:
-            shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-            raise UsageError(
-                f"cam-eval scores the maps of one layer; --layers {opts.layers} selects "
-                f"{len(names)} ({shown}): name one of them"
-            )
-        return str(names[0])
+        doing = "cam-eval scores the maps of one layer"
+        return one_layer(names, opts.layers, doing=doing, option="--layers")
     from actviz.gradients.batch import patches_reach_readout
     from actviz.layouts import layer_contexts
 

@@ -33,6 +33,7 @@ __all__ = [
     "Loaded",
     "RandomWeights",
     "input_paths",
+    "one_layer",
     "open_command",
     "open_options",
     "require_classifier",
@@ -191,6 +192,21 @@ class Command:
         if layers is not None:
             return selector, names
         return names[-1], names[-1:]
+
+
+def one_layer(names: Sequence[str], selector: str | None, *, doing: str, option: str) -> str:
+    """The one module a selection names; refused saying what the command does with one
+    (``doing``: ``"ablate edits one layer"``) and which ``option`` took ``selector``.
+
+    Raises:
+        UsageError: For a selection of several modules.
+    """
+    if len(names) != 1:
+        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        raise UsageError(
+            f"{doing}; {option} {selector} selects {len(names)} ({shown}): name one of them"
+        )
+    return str(names[0])
 
 
 def require_classifier(loaded: LoadedModel, lacking: str) -> None:

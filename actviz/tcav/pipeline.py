@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command.opening import one_layer
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -172,12 +173,7 @@ def _layer(cmd: Command, loaded: LoadedModel, opts: TcavOptions) -> Layer:
     from actviz.top_images.plan import plan_loaded
 
     _, names = cmd.deepest(loaded, opts.layers)
-    if len(names) != 1:
-        shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
-        raise UsageError(
-            f"tcav's vectors live in one layer; --layer {opts.layers} selects {len(names)} "
-            f"({shown}): name one of them"
-        )
+    one_layer(names, opts.layers, doing="tcav's vectors live in one layer", option="--layer")
     planned = plan_loaded(loaded, names, in_chans=opts.load.in_chans, model_name=cmd.model)
     if not planned.plans:
         why = planned.skipped[0][1] if planned.skipped else "it never ran"
