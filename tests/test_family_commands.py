@@ -205,3 +205,22 @@ def test_a_detector_runs_thresholds_name_its_readouts(tmp_path: Path) -> None:
     assert DETECTION.readouts_among(["backbone.fpn", "roi_heads.box_predictor.cls_score"]) == (
         "roi_heads.box_predictor.cls_score",
     )
+
+
+@pytest.mark.slow
+def test_a_detectors_top_images_advice_is_what_helps_a_detector(tmp_path: Path) -> None:
+    """A detector keeps each image's aspect ratio whatever --input-size says: the warning
+    about maps of several sizes says so instead of advising --input-size."""
+    make_image(tmp_path / "in" / "wide.png", size=(96, 32))
+    make_image(tmp_path / "in" / "tall.png", size=(32, 96))
+    argv = ["top-images", "fasterrcnn_mobilenet_v3_large_320_fpn", str(tmp_path / "in")]
+    flags = ["-o", str(tmp_path / "out"), "-w", "none", "-k", "1", "-l", "backbone.body.12"]
+    flags += ["--input-size", "64,64"]  # the detector's min_size: small and fast
+    result = CliRunner().invoke(app, [*argv, *flags, "--no-report"])
+    assert result.exit_code == 0, result.output
+    (said,) = [line for line in result.stderr.splitlines() if "another size" in line]
+    assert said.endswith(
+        "a detector resizes each image itself, keeping its aspect ratio, whatever "
+        "--input-size says: images of one aspect ratio give maps of one size"
+    )
+    assert "pass --input-size" not in result.stderr
