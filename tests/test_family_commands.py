@@ -224,3 +224,14 @@ def test_a_detectors_top_images_advice_is_what_helps_a_detector(tmp_path: Path) 
         "--input-size says: images of one aspect ratio give maps of one size"
     )
     assert "pass --input-size" not in result.stderr
+
+
+def test_a_video_models_uncoloured_layers_are_said_in_one_line() -> None:
+    from actviz.run.pca import CLIP_NOTE, pca_warnings
+
+    notes = {f"layer{i}": CLIP_NOTE for i in range(5)} | {"fc": "no spatial positions"}
+    assert pca_warnings(notes) == [
+        "--view pca: no PCA picture of fc: no spatial positions",
+        "--view pca: no PCA picture of 5 video layer(s) (layer0, layer1, layer2 and 2 more): "
+        f"{CLIP_NOTE}; their grids draw them as time strips",
+    ]

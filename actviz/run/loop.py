@@ -26,6 +26,7 @@ from actviz.run.draw import draw_image, summaries
 from actviz.run.families import IMAGE_KINDS, Batch, Extras, Probe, run_family
 from actviz.run.gradients import write_gradient_flow
 from actviz.run.job import ImageJob, finite_scores, top_k_predictions
+from actviz.run.pca import pca_warnings
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.statistics import stats_callback
 
@@ -283,8 +284,8 @@ class _Stream:
             if note := pca.note():
                 self.warn(note)
             pca.finish(self.forward, recorder, pool, self.plan.sink.add)
-            for key, note in self.plan.pca_notes.items():
-                self.warn(f"--view pca: no PCA picture of {key}: {note}")
+            for message in pca_warnings(self.plan.pca_notes):
+                self.warn(message)
 
 
 @dataclass
