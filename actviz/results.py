@@ -3,7 +3,7 @@ disk, in its ledger: :class:`~actviz.run.result.ImageRecords` reads them back)."
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -12,8 +12,6 @@ __all__ = [
     "ImageResult",
     "LayerResult",
     "Prediction",
-    "layer_notes",
-    "notes_of",
 ]
 
 
@@ -146,44 +144,3 @@ class ImageResult:
     def _file(self, key: str) -> str | None:
         value = self.extras.get(key)
         return None if value is None else str(value)
-
-
-def layer_notes(result: ImageResult) -> list[str]:
-    """One image's notes on its pictures: each all-zero gradient or Grad-CAM map, and why;
-    layers with the same note are named together."""
-    return notes_of(
-        (layer.key, layer.gradient, layer.cam_note, layer.cam_method) for layer in result.layers
-    )
-
-
-def notes_of(
-    layers: Iterable[
-        tuple[str, Mapping[str, Any] | None, str | None]
-        | tuple[str, Mapping[str, Any] | None, str | None, str | None]
-    ],
-) -> list[str]:
-    """:func:`layer_notes` of ``(layer, gradient record, CAM note[, CAM method])`` tuples:
-    what an image's record holds (the method, ``--cam-method``'s name, is Grad-CAM when
-    left out)."""
-    found: dict[str, list[str]] = {}
-    for key, gradient, cam_note, *method in layers:
-        gradient = gradient or {}
-        why = gradient.get("note")
-        cam = "Grad-CAM" if not method or method[0] in (None, "gradcam") else method[0]
-        if gradient.get("zero") and why is not None and why == cam_note:
-            messages = [f"the gradient and the {cam} map are all zero: {why}"]
-        else:
-            messages = []
-            if gradient.get("zero"):
-                messages.append("the gradient is all zero" + (f": {why}" if why else ""))
-            if cam_note:
-                messages.append(f"the {cam} map is all zero: {cam_note}")
-        for message in messages:
-            found.setdefault(message, []).append(key)
-    return [f"{_names(keys)}: {message}" for message, keys in found.items()]
-
-
-def _names(keys: list[str]) -> str:
-    if len(keys) <= 3:
-        return ", ".join(keys)
-    return f"{keys[0]}, {keys[1]} and {len(keys) - 2} more layers"

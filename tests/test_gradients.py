@@ -694,7 +694,8 @@ def test_all_zero_gradients_and_cams_say_why() -> None:
 def test_notes_name_the_layers_that_share_them() -> None:
     from pathlib import Path, PurePosixPath
 
-    from actviz.results import ImageResult, LayerResult, layer_notes
+    from actviz.gradients.notes import layer_notes
+    from actviz.results import ImageResult, LayerResult
 
     def layer(key: str, zero: bool, note: str | None, cam_note: str | None) -> LayerResult:
         gradient = {"zero": zero, "note": note}

@@ -19,6 +19,7 @@ import numpy as np
 from actviz import output
 from actviz.ablate.prepare import State
 from actviz.ablate.tables import Outcome
+from actviz.gradients.registry import DEFAULT_CAM, cam_title, raw_cam
 
 if TYPE_CHECKING:
     import torch
@@ -245,7 +246,6 @@ def _maps(
     from actviz.ablate.split import LayerTap
     from actviz.gradients.core import compute_gradients
     from actviz.gradients.methods import scale_cams
-    from actviz.gradients.registry import raw_cam
     from actviz.hooks import eval_mode
 
     ctx_layout = _layout(state, layer)
@@ -268,7 +268,7 @@ def _maps(
             capture = result.captures.get(layer)
             if capture is None:
                 return {}
-            raw = raw_cam("gradcam", capture.activation, capture.gradient, **ctx_layout)
+            raw = raw_cam(DEFAULT_CAM, capture.activation, capture.gradient, **ctx_layout)
             probabilities = result.logits.softmax(dim=1)
             out[when] = (
                 scale_cams(raw).numpy(),
@@ -324,7 +324,7 @@ def _case_png(
     change = outcome.logit_after[i] - outcome.logit_before[i]
     header = Header(
         title=f"{name} ({state.mode.spec}) at {state.layer}",
-        info=f"{label}: logit {change:+.3f}  |  Grad-CAM of {label} at {layer}",
+        info=f"{label}: logit {change:+.3f}  |  {cam_title(DEFAULT_CAM)} of {label} at {layer}",
         labels=("0", "max"),
         nonfinite=False,
         notes=("random weights: an untrained model",) if random else (),

@@ -21,6 +21,7 @@ from actviz.command.opening import CommandSpec
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
+from actviz.gradients.registry import MAP_METHODS
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
@@ -114,8 +115,6 @@ def attribute(
 
 def _check(loaded: LoadedModel, opts: AttributeOptions) -> None:
     """Refuse a model whose class score cannot be attributed to its input pixels."""
-    from actviz.gradients.registry import MAP_METHODS
-
     family = loaded.family
     if family.key not in _IMAGE_FAMILIES:
         raise UsageError(
@@ -142,10 +141,11 @@ def _folders(rels: Sequence[PurePosixPath]) -> dict[str, str]:
 
 def _baseline(loaded: LoadedModel, opts: AttributeOptions) -> Any:
     """The baseline image of ``--baseline FILE``, decoded once (None for a named baseline or
-    without Integrated Gradients)."""
+    when no method reads a baseline)."""
     from actviz.gradients.attribution import BASELINES, baseline_image
 
-    if "ig" not in opts.methods or opts.settings.baseline in BASELINES:
+    reads = any("baseline" in MAP_METHODS[m].settings for m in opts.methods)
+    if not reads or opts.settings.baseline in BASELINES:
         return None
     return baseline_image(opts.settings.baseline, loaded.preprocess)
 
@@ -157,7 +157,7 @@ def _settings(model: str, loaded: LoadedModel, opts: AttributeOptions) -> dict[s
         "weights": loaded.weights.name or loaded.weights.source,
         "methods": list(opts.methods),
         "target": opts.target,
-        "settings": {m: opts.settings.describe(m) for m in opts.methods},
+        "settings": {m: opts.settings.describe(MAP_METHODS[m].settings) for m in opts.methods},
         "input_size": list(loaded.input_size) if loaded.input_size else None,
     }
 

@@ -205,7 +205,11 @@ def attribution_settings(methods: Sequence[str], job: AttributionJob | None) -> 
         return {}
     settings = job.settings
     return {
-        "attribution": {m: settings.describe(m) for m in methods if MAP_METHODS[m].kind != "cam"}
+        "attribution": {
+            m: settings.describe(MAP_METHODS[m].settings)
+            for m in methods
+            if MAP_METHODS[m].kind != "cam"
+        }
     }
 
 

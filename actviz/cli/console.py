@@ -141,7 +141,7 @@ class RichReporter:
             err_console.print(
                 Text.assemble(("failed: ", "bold red"), str(result.path), f": {result.error}")
             )
-        from actviz.results import layer_notes
+        from actviz.gradients.notes import layer_notes
 
         # Each all-zero gradient or Grad-CAM once, at the first image that shows it; the
         # manifest lists them all.

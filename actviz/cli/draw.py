@@ -278,7 +278,7 @@ class GradientFlags(Flags):
     def options(self) -> GradientOptions:
         """The library's gradient options (the same fields; ``--cam-method`` implies
         ``--cam``)."""
-        from actviz.gradients.registry import cam_method
+        from actviz.gradients.registry import DEFAULT_CAM, cam_method
         from actviz.run.options import GradientOptions
 
         return GradientOptions(
@@ -286,7 +286,7 @@ class GradientFlags(Flags):
             target=self.target,
             cam=self.cam or self.cam_method is not None,
             cam_classes=self.cam_classes,
-            cam_method=cam_method(self.cam_method) if self.cam_method else "gradcam",
+            cam_method=cam_method(self.cam_method) if self.cam_method else DEFAULT_CAM,
         )
 
 

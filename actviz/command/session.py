@@ -105,18 +105,9 @@ def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedMod
 
     from torch import nn
 
-    from actviz.models import (
-        LoadedModel,
-        Preprocessing,
-        WeightsInfo,
-        class_channel_names,
-        load_checkpoint,
-        resolve_device,
-        segmentation_logits,
-    )
+    from actviz.models import Preprocessing, WeightsInfo, load_checkpoint, resolve_device
     from actviz.models.checkpoints import load_state_dict_into
-    from actviz.models.families import family_of
-    from actviz.models.registry import family_device
+    from actviz.models.registry import loaded_model
     from actviz.models.weights import existing_checkpoint
 
     label = hookable_module(model, options.in_chans, takes="model must be", chans="--in-chans")
@@ -132,27 +123,15 @@ def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedMod
         module = copy.deepcopy(model)  # the caller's model keeps its own weights
         load_state_dict_into(module, state, name=label, source=str(path))
         info = WeightsInfo(spec=spec, source="checkpoint", name=str(path))
-    family = family_of(module)
-    if family.refused is not None:
-        raise UsageError(f"{label}: {family.refused}")
-    device = family_device(label, family, device, options.device)
-    module.eval()
-    module.to(device)
-    preprocess = Preprocessing.fitted(input_size=options.input_size, in_chans=options.in_chans)
-    preprocess = family.preprocessing(preprocess, module)
-    return LoadedModel(
-        name=label,
-        module=module,
-        weights=info,
-        preprocess=preprocess,
-        input_size=preprocess.crop_size,
-        categories=None,
+    return loaded_model(
+        label,
+        module,
+        info,
         device=device,
-        channel_names=class_channel_names(module, None),
-        segmentation=segmentation_logits(module),
+        asked=options.device,
+        preprocess=Preprocessing.fitted(input_size=options.input_size, in_chans=options.in_chans),
+        categories=None,
         source="module",
-        classifier=family.classifies,
-        family=family,
     )
 
 

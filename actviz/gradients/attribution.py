@@ -139,16 +139,10 @@ class AttributionSettings:
                 f"--discard-ratio must be at least 0 and below 1, got {self.discard_ratio}"
             )
 
-    def describe(self, method: str) -> dict[str, Any]:
-        """The settings ``method`` reads, for the record."""
-        fields: dict[str, tuple[str, ...]] = {
-            "ig": ("steps", "integration", "baseline"),
-            "smoothgrad": ("samples", "noise", "seed"),
-            "lrp": ("composite",),
-            "rollout": ("head_fusion", "discard_ratio"),
-            "grad-rollout": ("discard_ratio",),
-        }
-        return {name: getattr(self, name) for name in fields.get(method, ())}
+    def describe(self, fields: Sequence[str]) -> dict[str, Any]:
+        """The settings named in ``fields`` (those a method's row says it reads: its
+        :attr:`~actviz.gradients.registry.MapMethod.settings`), for the record."""
+        return {name: getattr(self, name) for name in fields}
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
+from actviz.gradients.registry import DEFAULT_CAM, method_cams
 
 if TYPE_CHECKING:
     from actviz.gradients.cam import CamLayout
@@ -47,14 +48,20 @@ def choose_cam_keys(
 def patches_reach_readout(module: str, contexts: Mapping[str, Any]) -> bool:
     """Whether the spatial positions of ``module``'s output can reach the classifier.
 
-    True unless the module sits in a token model with class (prefix) tokens and no
-    attention layer runs after it: then only the class token is read out, and the patch
-    tokens of its output get no gradient (unless the classifier also reads the patch
-    tokens' mean, as DINOv2's does). Registration order stands in for data flow, as
-    in :func:`actviz.contexts.layer_contexts`.
+    True unless the module sits in a token model with class (prefix) tokens (a ViT, or a
+    video transformer such as MViT) and no attention layer runs after it: then only the
+    class token is read out, and the patch tokens of its output get no gradient (unless
+    the classifier also reads the patch tokens' mean, as DINOv2's does). Registration
+    order stands in for data flow, as in :func:`actviz.contexts.layer_contexts`.
     """
     ctx = contexts.get(module)
-    if ctx is None or ctx.token_grid is None or not ctx.prefix_tokens:
+    if ctx is None:
+        return True
+    # A video transformer with a stated (T, H, W) grid (MViT) reads out its class token too.
+    read_from_prefix = (ctx.token_grid is not None and ctx.prefix_tokens) or (
+        ctx.clip_grid is not None
+    )
+    if not read_from_prefix:
         return True
     from actviz.models.defaults import PATCH_MEAN_READOUTS
 
@@ -85,7 +92,7 @@ def backward(
     cam_keys: frozenset[str],
     cam_classes: int,
     contexts: Mapping[str, Any],
-    cam_method: str = "gradcam",
+    cam_method: str = DEFAULT_CAM,
 ) -> tuple[Mapping[str, Any], list[int], dict[str, list[list[Any]]]]:
     """Gradients of the target logit for ``layers``, and per CAM layer each image's class
     maps (drawn by ``cam_method``): the target's, or the top ``cam_classes`` classes' when
@@ -146,7 +153,6 @@ def _target_cams(
     """Each image's map of its target class, from the gradients already taken (Score-CAM's
     from the masked forwards it runs)."""
     from actviz.gradients.cam import ClassCam
-    from actviz.gradients.registry import method_cams
 
     try:
         cams = method_cams(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from actviz.errors import ModelError, UsageError
 from actviz.gradients.nchw import CamLayout, to_nchw
 from actviz.gradients.recorder import GradientRecorder
+from actviz.gradients.registry import DEFAULT_CAM, method_cams
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -38,7 +39,7 @@ class ClassCam:
     probability: float
     cam: torch.Tensor
     note: str | None = None
-    method: str = "gradcam"
+    method: str = DEFAULT_CAM
 
     @property
     def name(self) -> str:
@@ -61,7 +62,7 @@ def class_cams(
     layout: CamLayout = "nchw",
     grid: tuple[int, int] | None = None,
     prefix_tokens: int = 1,
-    method: str = "gradcam",
+    method: str = DEFAULT_CAM,
 ) -> list[list[ClassCam]]:
     """Grad-CAM (or ``method``'s) maps of each image's ``k`` most likely classes, from one
     forward.
@@ -110,8 +111,6 @@ def class_cams(
                 reason = rec.skipped[0].reason if rec.skipped else "it did not run"
                 raise ModelError(f"no gradient for {layer}: {reason}; pick another layer")
             taken.append((caps[0].activation, caps[0].gradient))
-    from actviz.gradients.registry import method_cams
-
     # The maps once the hooks are gone: Score-CAM runs the model again.
     per_image: list[list[ClassCam]] = [[] for _ in range(int(top.indices.shape[0]))]
     for rank, (activation, gradient) in enumerate(taken):

@@ -27,11 +27,13 @@ if TYPE_CHECKING:
     from actviz.gradients.nchw import CamLayout
 
 __all__ = [
+    "DEFAULT_CAM",
     "MAP_METHODS",
     "MapKind",
     "MapMethod",
     "cam_method",
     "cam_title",
+    "cam_word",
     "map_method",
     "map_title",
     "method_cams",
@@ -60,6 +62,9 @@ class MapMethod:
         axiom: What its record checks (``completeness``, ``conservation``, ``row sums``).
         extra: The actviz extra its library comes with (``lrp``: zennit); None: none.
         about: One line: what it computes.
+        aliases: Further spellings options take (``gxi``).
+        settings: The fields of :class:`~actviz.gradients.attribution.AttributionSettings`
+            it reads: what its record keeps and a resumed run must share.
     """
 
     name: str
@@ -74,6 +79,7 @@ class MapMethod:
     extra: str | None = None
     about: str = ""
     aliases: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
 
 
 _ROWS = (
@@ -125,6 +131,7 @@ _ROWS = (
         axiom="completeness",
         about="the gradient integrated on the path from a baseline to the input",
         aliases=("integratedgradients",),
+        settings=("steps", "integration", "baseline"),
     ),
     MapMethod(
         "smoothgrad",
@@ -132,6 +139,7 @@ _ROWS = (
         "attribution",
         integrated.smoothgrad,
         about="the gradient averaged over noisy copies of the input",
+        settings=("samples", "noise", "seed"),
     ),
     MapMethod(
         "gradxinput",
@@ -151,6 +159,7 @@ _ROWS = (
         axiom="conservation",
         extra="lrp",
         about="layer-wise relevance propagation with zennit's rules (convolutional networks)",
+        settings=("composite",),
     ),
     MapMethod(
         "rollout",
@@ -162,6 +171,7 @@ _ROWS = (
         axiom="row sums",
         about="the product of every block's attention with the residual (vision transformers)",
         aliases=("attentionrollout",),
+        settings=("head_fusion", "discard_ratio"),
     ),
     MapMethod(
         "grad-rollout",
@@ -171,11 +181,15 @@ _ROWS = (
         axiom="row sums",
         about="attention rollout of each block's attention weighed by its positive gradient",
         aliases=("gradientrollout", "gradattentionrollout"),
+        settings=("discard_ratio",),
     ),
 )
 
 MAP_METHODS: dict[str, MapMethod] = {row.name: row for row in _ROWS}
 """Every map method by name, CAMs first, in the order options list them."""
+
+DEFAULT_CAM = "gradcam"
+"""The CAM ``run --cam`` draws unless ``--cam-method`` names another."""
 
 
 def names(kind: MapKind | None = None) -> tuple[str, ...]:
@@ -237,6 +251,12 @@ def cam_method(name: str, option: str = "--cam-method") -> str:
 def cam_title(method: str) -> str:
     """``"Grad-CAM++"`` for ``gradcam++``: the name pictures and tables show."""
     return map_title(method)
+
+
+def cam_word(method: str | None) -> str:
+    """How a note on an all-zero map names its CAM: the default CAM by its title (a record
+    that names no method drew it), any other by the name its option took."""
+    return map_title(DEFAULT_CAM) if method is None or method == DEFAULT_CAM else method
 
 
 def raw_cam(

@@ -49,6 +49,7 @@ __all__ = [
     "list_models",
     "load_model",
     "load_with",
+    "loaded_model",
 ]
 
 
@@ -173,30 +174,79 @@ def load_model(
     built = source.load(
         name, weights.strip(), trust_checkpoint=trust_checkpoint, input_size=input_size
     )
-    module = built.module
+    return loaded_model(
+        name,
+        built.module,
+        built.weights,
+        device=torch_device,
+        asked=device,
+        preprocess=source.preprocessing(
+            name, built.preset, input_size=input_size, in_chans=in_chans
+        ),
+        categories=source.class_names(built.module, built.preset),
+        source=source.key,
+        versions=source.versions(),
+        classifier=built.classifier,
+    )
+
+
+def loaded_model(
+    name: str,
+    module: nn.Module,
+    weights: WeightsInfo,
+    *,
+    device: torch.device,
+    asked: str,
+    preprocess: Preprocessing,
+    categories: list[str] | None,
+    source: str,
+    versions: dict[str, str] | None = None,
+    classifier: bool = True,
+) -> LoadedModel:
+    """A built module made ready to run, the one way every :class:`LoadedModel` is assembled
+    (a name its source built, or a module object a caller holds).
+
+    The module's family is found (a family actviz does not run is refused), the module put in
+    eval mode on the family's device, the family's preprocessing laid over ``preprocess``, and
+    what its output says of itself read: each output channel's class name, where a
+    segmentation model's class logits are.
+
+    Args:
+        name: How the model is named (its name, or a module object's class name).
+        module: The built module, with its weights.
+        weights: Which weights it carries.
+        device: The resolved device; ``asked``: the device option as given (``auto``), which
+            decides whether a CPU-only family moves to the CPU or refuses.
+        preprocess: The source's preprocessing for it, before the family's.
+        categories: The class names of its scores (None: unknown).
+        source: The key of the model source that built it (``module`` for an object).
+        versions: The source's library versions, for the record.
+        classifier: Whether the source says its output is class scores (the family also
+            must).
+
+    Raises:
+        UsageError: For a family actviz does not run, or a CPU-only family sent elsewhere.
+    """
     family = family_of(module)
     if family.refused is not None:
         raise UsageError(f"{name}: {family.refused}")
-    torch_device = family_device(name, family, torch_device, device)
+    placed = family_device(name, family, device, asked)
     module.eval()
-    module.to(torch_device)
-
-    preprocess = source.preprocessing(name, built.preset, input_size=input_size, in_chans=in_chans)
+    module.to(placed)
     preprocess = family.preprocessing(preprocess, module)
-    categories = source.class_names(module, built.preset)
     return LoadedModel(
         name=name,
         module=module,
-        weights=built.weights,
+        weights=weights,
         preprocess=preprocess,
         input_size=preprocess.crop_size,
         categories=categories,
-        device=torch_device,
+        device=placed,
         channel_names=class_channel_names(module, categories),
         segmentation=segmentation_logits(module),
-        source=source.key,
-        versions=source.versions(),
-        classifier=built.classifier and family.classifies,
+        source=source,
+        versions=dict(versions or {}),
+        classifier=classifier and family.classifies,
         family=family,
     )
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.gradients.cam import grad_cam
 from actviz.gradients.core import zero_cam_note
-from actviz.gradients.registry import cam_title
+from actviz.gradients.registry import DEFAULT_CAM, MAP_METHODS, cam_title
 from actviz.render import Header, cam_panel, render_grid
 from actviz.render.png import picture_png
 from actviz.results import ImageResult
@@ -132,16 +132,17 @@ def cam_picture(view: LayerView) -> Drawn | None:
     if grad_maps.kind != "maps" or grad_maps.array is None:
         return None
     ranked = job.class_cams.get(cap.key)
-    method = ranked[0].method if ranked else "gradcam"
+    method = ranked[0].method if ranked else DEFAULT_CAM
     title = cam_title(method)
     if ranked:
         panels = [(c.caption, c.cam.numpy()) for c in ranked]
         zeros = [(c.name, c.note or zero_cam_note(None)) for c in ranked if not c.cam.any()]
         first = ranked[0]
-        if method == "eigencam":  # one map whatever the class: the class is only context
+        row = MAP_METHODS[method]
+        if not row.class_specific:  # one map whatever the class: the class is only context
             panels = [(f"{title}, any class", first.cam.numpy())]
             what = (
-                "class-agnostic (the activations' first principal component)  |  the model's "
+                f"class-agnostic ({row.about})  |  the model's "
                 f"top class: {class_name(first.index, first.label)} {first.probability:.1%}"
             )
         elif len(ranked) == 1:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from actviz.command.options import COMMON_GROUPS, ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
+from actviz.gradients.registry import DEFAULT_CAM
 from actviz.render.grid import Order
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ class GradientOptions:
     target: str = "top1"
     cam: bool = False
     cam_classes: int = 1
-    cam_method: str = "gradcam"
+    cam_method: str = DEFAULT_CAM
 
     def __post_init__(self) -> None:
         from actviz.gradients.registry import map_method

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from actviz import output
 from actviz.errors import UsageError
+from actviz.gradients.registry import DEFAULT_CAM
 from actviz.results import ImageResult
 from actviz.run.families import run_family
 from actviz.run.records import RunRecords
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from actviz.command.progress import Reporter
     from actviz.models import LoadedModel
     from actviz.run.options import RunOptions
+    from actviz.statistics import Thresholds
 
 __all__ = ["Plan", "plan"]
 
@@ -84,7 +86,7 @@ def plan(
         "input_size": list(loaded.input_size),
         "grads": [grads.grads, grads.target, grads.cam, grads.cam_classes]
         # Grad-CAM runs keep the settings they always had, so their --resume still matches.
-        + ([grads.cam_method] if grads.cam_method != "gradcam" else []),
+        + ([grads.cam_method] if grads.cam_method != DEFAULT_CAM else []),
         **({"sae": str(opts.sae)} if opts.sae is not None else {}),
     }
     # What the family's own options change (a clip's length, a detector's threshold).
@@ -107,12 +109,24 @@ def plan(
             records,
             notify,
             stats=opts.stats,
-            thresholds=opts.thresholds,
+            thresholds=_thresholds(opts, loaded, names),
             random=loaded.weights.random,
             resume=results if opts.execution.resume else None,
         ),
         kept=[p.relative_to(opts.out).as_posix() for p in kept],
     )
+
+
+def _thresholds(opts: RunOptions, loaded: LoadedModel, names: list[str]) -> Thresholds:
+    """The run's thresholds, with the selected modules whose outputs are scores (a
+    detector's logits) as the family's row says."""
+    import dataclasses
+
+    from actviz.statistics import Thresholds
+
+    thresholds = opts.thresholds or Thresholds()
+    readouts = loaded.family.readouts_among(names)
+    return dataclasses.replace(thresholds, readouts=readouts) if readouts else thresholds
 
 
 def _check_overlay_channel(

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.command.progress import Reporter
-from actviz.results import ImageResult, notes_of
+from actviz.gradients.notes import notes_of
+from actviz.results import ImageResult
 from actviz.run.gradients import RunGradientFlow
 from actviz.run.manifest import image_from_record, image_record
 from actviz.run.result import RunCounts, files_of

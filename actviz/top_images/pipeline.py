@@ -285,7 +285,9 @@ def _stream(
             scores = recorder.take()
             if recorder.unfit:
                 # Never counted as scored: each image fails by name, with the fix.
-                reason = unfit_reason(recorder.unfit, planned.plans, loaded.input_size)
+                reason = unfit_reason(
+                    recorder.unfit, planned.plans, loaded.input_size, loaded.family.one_size
+                )
                 for path in paths:
                     progress.fail(path, reason, notify)
                 continue
@@ -312,8 +314,7 @@ def _resized_warning(loaded: LoadedModel, progress: Progress) -> str:
         f"{height}x{width} ({loaded.name}'s preprocessing keeps each image's aspect ratio): "
         f"their maps of {shown} were scored at the planned size, resized by adaptive max "
         "pooling (maxima and means exact, locations on the planned grid), and their crops "
-        f"cut from the image resized to {height}x{width}; pass --input-size H,W to crop "
-        "every image to one size"
+        f"cut from the image resized to {height}x{width}; {loaded.family.one_size}"
     )
 
 
