@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command.opening import CommandSpec
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from actviz.models import LoadedModel
 
 __all__ = ["run"]
+
+SPEC = CommandSpec(ray=True)
 
 
 def run(
@@ -74,12 +77,10 @@ def run(
     with open_command(
         model,
         opts.out,
+        SPEC,
+        ex,
         reporter=reporter,
         inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        engine=ex.engine,
-        channels_last=ex.channels_last,
         discover=discovery_for(model),
     ) as cmd:
         opened = _open_model(cmd, inputs, opts)

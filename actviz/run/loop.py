@@ -56,7 +56,7 @@ def capture_and_render(
     from actviz.hooks import ActivationRecorder, eval_mode
 
     ex = opts.execution
-    forward = BatchForward(loaded, plan.module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
+    forward = BatchForward(loaded, plan.module, ex)
     # Statistics are computed where the activation is: on an accelerator inside the hook,
     # before the copy; on the CPU in the render threads, where they run in parallel.
     on_cpu = loaded.device.type == "cpu"

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.command.session import weights_record
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
     from actviz.top_images.features import Transform
 
 __all__ = ["JSON_FILE", "REPORT_FILE", "top_images"]
+
+SPEC = CommandSpec("top-images", ray=True)
 
 JSON_FILE = "top-images.json"
 REPORT_FILE = "top-images.html"
@@ -70,17 +73,7 @@ def top_images(
     opts = from_flat(TopImagesOptions, COMMON_GROUPS, keywords, caller="top_images", given=options)
     ex = opts.execution
 
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        engine=ex.engine,
-        channels_last=ex.channels_last,
-        name="top-images",
-    ) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
         opened = cmd.load(opts.load, shows="The top images show")
         loaded = opened.model
@@ -276,7 +269,7 @@ def _stream(
     if ex.engine == "ray":
         _stream_on_ray(model, names, planned, todo, progress, opts, notify)
         return
-    forward = BatchForward(loaded, module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
+    forward = BatchForward(loaded, module, ex)
 
     def failed(index: int, error: str | None) -> None:
         progress.fail(todo[index], error, notify)
