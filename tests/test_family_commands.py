@@ -22,10 +22,12 @@ REFUSED = [
     (VIDEO, "sae"),
     (VIDEO, "tcav"),
     (VIDEO, "cam-eval"),
+    (VIDEO, "atlas"),
     (OPTICAL_FLOW, "diff"),
     (OPTICAL_FLOW, "sae"),
     (OPTICAL_FLOW, "tcav"),
     (OPTICAL_FLOW, "cam-eval"),
+    (OPTICAL_FLOW, "atlas"),
     (DETECTION, "cam-eval"),
     (QUANTIZED, "cam-eval"),
 ]
@@ -52,6 +54,8 @@ def _factory(tmp_path: Path, source: str, name: str) -> str:
         ("video", "cam-eval", "a video model takes clips: draw their maps with actviz run --cam"),
         ("flow", "diff", "a flow model takes pairs"),
         ("flow", "sae", "a flow model takes pairs"),
+        ("flow", "atlas", "a flow model takes pairs"),
+        ("video", "atlas", "a video model takes clips"),
         ("quantized", "cam-eval", "use the float model"),
     ],
 )
@@ -66,7 +70,10 @@ def test_a_command_refuses_a_family_in_one_line_before_any_work(
         inputs = [make_image(tmp_path / "in" / f"{s}.png", size=(40, 32)) for s in "ab"]
     out = tmp_path / "out"
     argv = [command, model, *map(str, inputs), "-o", str(out), "-w", "none"]
-    result = CliRunner().invoke(app, [*argv, "--input-size", "32,32"])
+    # atlas: its one layer, and enough points from two inputs for its map
+    needs = ["-l", "encoder", "--reduce", "pca", "--points", "spatial:4"]
+    needs = needs if command == "atlas" else []
+    result = CliRunner().invoke(app, [*argv, *needs, "--input-size", "32,32"])
     assert result.exit_code == 2, result.output
     assert f"{command} does not take" in result.output and says in result.output
     assert "Traceback" not in result.output and "--input-size" not in result.output
@@ -198,3 +205,33 @@ def test_a_detector_runs_thresholds_name_its_readouts(tmp_path: Path) -> None:
     assert DETECTION.readouts_among(["backbone.fpn", "roi_heads.box_predictor.cls_score"]) == (
         "roi_heads.box_predictor.cls_score",
     )
+
+
+@pytest.mark.slow
+def test_a_detectors_top_images_advice_is_what_helps_a_detector(tmp_path: Path) -> None:
+    """A detector keeps each image's aspect ratio whatever --input-size says: the warning
+    about maps of several sizes says so instead of advising --input-size."""
+    make_image(tmp_path / "in" / "wide.png", size=(96, 32))
+    make_image(tmp_path / "in" / "tall.png", size=(32, 96))
+    argv = ["top-images", "fasterrcnn_mobilenet_v3_large_320_fpn", str(tmp_path / "in")]
+    flags = ["-o", str(tmp_path / "out"), "-w", "none", "-k", "1", "-l", "backbone.body.12"]
+    flags += ["--input-size", "64,64"]  # the detector's min_size: small and fast
+    result = CliRunner().invoke(app, [*argv, *flags, "--no-report"])
+    assert result.exit_code == 0, result.output
+    (said,) = [line for line in result.stderr.splitlines() if "another size" in line]
+    assert said.endswith(
+        "a detector resizes each image itself, keeping its aspect ratio, whatever "
+        "--input-size says: images of one aspect ratio give maps of one size"
+    )
+    assert "pass --input-size" not in result.stderr
+
+
+def test_a_video_models_uncoloured_layers_are_said_in_one_line() -> None:
+    from actviz.run.pca import CLIP_NOTE, pca_warnings
+
+    notes = {f"layer{i}": CLIP_NOTE for i in range(5)} | {"fc": "no spatial positions"}
+    assert pca_warnings(notes) == [
+        "--view pca: no PCA picture of fc: no spatial positions",
+        "--view pca: no PCA picture of 5 video layer(s) (layer0, layer1, layer2 and 2 more): "
+        f"{CLIP_NOTE}; their grids draw them as time strips",
+    ]

@@ -19,6 +19,7 @@ from actviz.ablate.passes import Curves, References, curve_pass, main_pass, refe
 from actviz.ablate.prepare import State, describe_method, prepare
 from actviz.ablate.result import AblateResult
 from actviz.command.ledger import ImageLedger, image_key
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 
@@ -35,6 +36,7 @@ _NOT_EMPTY = (
     "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
     "start again, or choose another --out"
 )
+SPEC = CommandSpec("ablate", hint=_NOT_EMPTY)
 
 
 def ablate(
@@ -58,22 +60,21 @@ def ablate(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_options, require_classifier
+    from actviz.command import open_command, require_classifier
 
     opts = from_flat(AblateOptions, COMMON_GROUPS, keywords, caller="ablate", given=options)
-    with open_options(
-        model, opts, name="ablate", reporter=reporter, inputs=inputs, hint=_NOT_EMPTY
-    ) as cmd:
+    ex = opts.execution
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS)
         loaded = opened.model
         require_classifier(loaded, "there are no class scores for ablate to measure")
         state = prepare(cmd, loaded, opts)
         settings = _settings(cmd.model, state)
-        if opts.execution.overwrite:
+        if ex.overwrite:
             output.remove_written(opts.out, list(_OWN_FILES), trees=["cases"])
         ledger = ImageLedger(opts.out, LEDGER, command="ablate", settings=settings, key=_key)
-        done = ledger.read(opts.execution.resume)
+        done = ledger.read(ex.resume)
         records, curves = _run(cmd, state, ledger, done)
         from actviz.ablate.write import write_outputs
 

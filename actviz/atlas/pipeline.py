@@ -22,6 +22,7 @@ from actviz.atlas.points import PointStore, per_image_rows
 from actviz.atlas.reduce import check_enough
 from actviz.atlas.result import AtlasResult
 from actviz.atlas.stream import Side, progress_of, stream
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -43,6 +44,7 @@ _NOT_EMPTY = (
 )
 #: ``atlas``'s keywords by the command line's names for them.
 ALIASES = {"color": "colour"}
+SPEC = CommandSpec("atlas", hint=_NOT_EMPTY)
 
 
 def atlas(
@@ -69,20 +71,20 @@ def atlas(
             fewer points than the layout needs, UMAP without its extra, a resume with other
             settings, ...); TypeError for an unknown keyword.
     """
-    from actviz.command import open_options
+    from actviz.command import open_command
 
     opts = from_flat(
         AtlasOptions, COMMON_GROUPS, keywords, caller="atlas", given=options, aliases=ALIASES
     )
     ex = opts.execution
     given_b = opts.against_model if opts.against_model is not None else model
-    with open_options(
+    with open_command(
         model,
-        opts,
-        name="atlas",
+        opts.out,
+        SPEC,
+        ex,
         reporter=reporter,
         inputs=inputs,
-        hint=_NOT_EMPTY,
         restore=[given_b] if opts.against_model is not None else [],
     ) as cmd:
         assert cmd.found is not None

@@ -16,7 +16,7 @@ from actviz import output
 from actviz.attribute.options import GROUPS, AttributeOptions
 from actviz.attribute.result import LEDGER, AttributeResult, AttributeState
 from actviz.command.ledger import ImageLedger
-from actviz.command.opening import require_classifier
+from actviz.command.opening import CommandSpec, require_classifier
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter
 from actviz.command.records import image_progress, ledger_pass
@@ -35,6 +35,7 @@ _SHOWS = "The attributions show"
 _NOT_EMPTY = "add --resume to go on with it, --overwrite to start again, or choose another --out"
 #: Classification families whose inputs are images (a video classifier takes clips).
 _IMAGE_FAMILIES = ("classification", "quantized")
+SPEC = CommandSpec("attribute", hint=_NOT_EMPTY, forced={"amp": False})
 
 
 def attribute(
@@ -62,7 +63,7 @@ def attribute(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_options
+    from actviz.command import open_command
 
     opts = from_flat(
         AttributeOptions,
@@ -72,9 +73,8 @@ def attribute(
         given=options,
         aliases={"method": "methods"},
     )
-    with open_options(
-        model, opts, name="attribute", reporter=reporter, inputs=inputs, hint=_NOT_EMPTY
-    ) as cmd:
+    ex = opts.execution
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS, check=lambda loaded: _check(loaded, opts))
         loaded = opened.model
@@ -95,7 +95,6 @@ def attribute(
             cmd,
             loaded,
             ledger,
-            opts.execution,
             state.rels,
             _progress,
             lambda paths, logits, x: attribute_batch(state, paths, logits, x),

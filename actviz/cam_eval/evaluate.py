@@ -32,7 +32,7 @@ from actviz.cam_eval.metrics import (
 from actviz.cam_eval.options import CamEvalOptions
 from actviz.cam_eval.result import CamEvalResult, EvalState
 from actviz.command.ledger import ImageLedger
-from actviz.command.opening import one_layer
+from actviz.command.opening import CommandSpec, one_layer
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.command.records import image_progress, ledger_pass
@@ -49,6 +49,7 @@ __all__ = ["CamEvalResult", "cam_eval"]
 LEDGER = "cam-eval.jsonl"
 _SHOWS = "The maps and scores show"
 _NOT_EMPTY = "add --resume to go on with it, --overwrite to start again, or choose another --out"
+SPEC = CommandSpec("cam-eval", hint=_NOT_EMPTY, forced={"amp": False})
 
 
 def cam_eval(
@@ -72,12 +73,11 @@ def cam_eval(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_options, require_classifier
+    from actviz.command import open_command, require_classifier
 
     opts = from_flat(CamEvalOptions, COMMON_GROUPS, keywords, caller="cam_eval", given=options)
-    with open_options(
-        model, opts, name="cam-eval", reporter=reporter, inputs=inputs, hint=_NOT_EMPTY
-    ) as cmd:
+    ex = opts.execution
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS)
         loaded = opened.model
@@ -91,7 +91,6 @@ def cam_eval(
             cmd,
             loaded,
             ledger,
-            opts.execution,
             state.rels,
             _progress,
             lambda paths, logits, x: _score_batch(state, paths, logits, x),

@@ -10,11 +10,11 @@ from actviz.command.forward import BatchForward
 from actviz.command.head import json_head, model_fields
 from actviz.command.opening import (
     Command,
+    CommandSpec,
     Loaded,
     input_paths,
     one_layer,
     open_command,
-    open_options,
     require_classifier,
 )
 from actviz.command.options import ExecutionOptions, KeywordError, LoadOptions, from_flat
@@ -23,6 +23,7 @@ from actviz.command.progress import Reporter, SilentReporter, start_progress
 __all__ = [
     "BatchForward",
     "Command",
+    "CommandSpec",
     "ExecutionOptions",
     "KeywordError",
     "LoadOptions",
@@ -32,10 +33,9 @@ __all__ = [
     "from_flat",
     "input_paths",
     "json_head",
-    "one_layer",
     "model_fields",
+    "one_layer",
     "open_command",
-    "open_options",
     "require_classifier",
     "start_progress",
 ]

@@ -1,19 +1,23 @@
 """The one opening every image command starts with, as a context manager:
 :func:`open_command` checks the engine, starts the clock, finds the inputs, guards the output
 folder (removed again when the command fails before writing into it) and gives module
-objects back as they came; the :class:`Command` it yields loads a model (weights, random
+objects back as they came, with what a command says of itself once (:class:`CommandSpec`:
+its name, its fix for a folder in use, the execution options it always runs with) and the
+execution options whole; the :class:`Command` it yields loads a model (weights, random
 weights as data with their loud warning, device and memory format), selects layers and
 collects the command's warnings."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from actviz.command.options import ExecutionOptions
 from actviz.command.progress import Reporter, SilentReporter
 from actviz.command.session import model_label, open_model, restoring
 from actviz.errors import UsageError
@@ -21,7 +25,6 @@ from actviz.errors import UsageError
 if TYPE_CHECKING:
     from torch import nn
 
-    from actviz.command.options import ExecutionOptions
     from actviz.dictionary import SparseDictionary
     from actviz.io.images import Discovery
     from actviz.models import LoadedModel
@@ -29,15 +32,39 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Command",
-    "CommandOptions",
+    "CommandSpec",
     "Loaded",
     "RandomWeights",
     "input_paths",
     "one_layer",
     "open_command",
-    "open_options",
     "require_classifier",
 ]
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """What an image command says of itself once, for its opening and its batched forward.
+
+    Attributes:
+        name: The command (``top-images``), whose model's family may refuse it; empty: none
+            does.
+        hint: The fix named when the output folder is not empty (None: the kit's own).
+        forced: Execution options the command always runs with, whatever it was given
+            (``amp=False``: its scores are measured in float32).
+        ray: The command can run on a Ray pool (``engine='ray'``), which builds the model
+            again in each worker: a module object is refused with it.
+    """
+
+    name: str = ""
+    hint: str | None = None
+    forced: Mapping[str, Any] = field(default_factory=dict)
+    ray: bool = False
+
+    def execution(self, given: ExecutionOptions | None) -> ExecutionOptions:
+        """``given`` (the defaults when None) with the command's forced options over it."""
+        given = given if given is not None else ExecutionOptions()
+        return dataclasses.replace(given, **self.forced) if self.forced else given
 
 
 @dataclass(frozen=True)
@@ -85,7 +112,8 @@ class Command:
         started: ``time.perf_counter()`` when the command started.
         found: The images among the inputs, when the command takes inputs.
         warnings: Every warning given, in order, as the command's JSON file lists them.
-        channels_last: Whether the models run in channels-last memory format.
+        execution: How it runs (the command's forced options over the ones given): the
+            models' memory format, and the batched forward's batches, workers and autocast.
     """
 
     model: str
@@ -94,7 +122,7 @@ class Command:
     started: float
     found: Discovery | None = None
     warnings: list[str] = field(default_factory=list)
-    channels_last: bool = False
+    execution: ExecutionOptions = field(default_factory=ExecutionOptions)
     name: str = ""
     """The command (``top-images``), for the families that refuse it; empty: none does."""
 
@@ -160,7 +188,7 @@ class Command:
             raise UsageError(f"{self.name} does not take {loaded.name}: {why}")
         if check is not None:
             check(loaded)
-        if self.channels_last:
+        if self.execution.channels_last:
             import torch
 
             loaded.module.to(memory_format=torch.channels_last)
@@ -258,32 +286,30 @@ def input_paths(inputs: Sequence[Path | str] | Path | str) -> list[Path]:
 def open_command(
     model: str | nn.Module,
     out: Path,
+    spec: CommandSpec | None = None,
+    execution: ExecutionOptions | None = None,
     *,
     reporter: Reporter | None = None,
     inputs: Sequence[Path | str] | Path | str | None = None,
     check_inputs: Callable[[Discovery], None] | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    hint: str | None = None,
-    engine: str = "local",
-    channels_last: bool = False,
     guard: Callable[[Path], None] | None = None,
     restore: Sequence[Any] = (),
     discover: Callable[[Sequence[Path]], Discovery] | None = None,
-    name: str = "",
 ) -> Iterator[Command]:
-    """Open an image command on ``model`` writing into ``out``, for the block.
+    """Open the image command ``spec`` on ``model`` writing into ``out``, for the block,
+    with the ``execution`` options (the defaults when None) and the command's forced ones.
 
     In order: the engine is checked against the model (a module object cannot travel to Ray
-    workers), the clock starts, ``inputs`` (one path, or a sequence of them) are walked for
-    images (folders recursively; none at all is refused) and ``check_inputs`` may refuse
-    them, then the output folder is prepared (``resume``,
-    ``overwrite``; ``hint``: the fix named when it is not empty; ``guard`` replaces that
-    whole step for a command with its own rule) and removed again if the block fails before
-    writing into it. ``model`` and every module of ``restore`` are given back in their
-    training mode and device. ``discover`` finds the inputs instead of the image walk (see
-    :mod:`actviz.command.inputs`). ``name`` (``top-images``): the command, whose model's
-    family may refuse it (:meth:`actviz.models.families.Family.refusal`).
+    workers, for a command that can run on them), the clock starts, ``inputs`` (one path, or
+    a sequence of them) are walked for images (folders recursively; none at all is refused)
+    and ``check_inputs`` may refuse them, then the output folder is prepared
+    (``execution.resume`` and ``overwrite``; the spec's ``hint`` is the fix named when it is
+    not empty; ``guard`` replaces that whole step for a command with its own rule) and
+    removed again if the block fails before writing into it. ``model`` and every module of
+    ``restore`` are given back in their training mode and device. ``discover`` finds the
+    inputs instead of the image walk (see :mod:`actviz.command.inputs`). The spec's ``name``
+    (``top-images``): the command, whose model's family may refuse it
+    (:meth:`actviz.models.families.Family.refusal`).
 
     Raises:
         UsageError: For a module object with ``engine='ray'``, inputs that hold no image, or
@@ -295,7 +321,9 @@ def open_command(
     from actviz.io import images
     from actviz.output.files import removed_if_empty
 
-    if engine == "ray" and not isinstance(model, str):
+    spec = spec if spec is not None else CommandSpec()
+    ex = spec.execution(execution)
+    if spec.ray and ex.engine == "ray" and not isinstance(model, str):
         raise UsageError(
             "engine='ray' builds the model again in each worker from its name; pass a "
             "model name or 'path/to/file.py:factory' instead of the model object, or use "
@@ -306,8 +334,8 @@ def open_command(
         given=model,
         notify=reporter or SilentReporter(),
         started=time.perf_counter(),
-        channels_last=channels_last,
-        name=name,
+        execution=ex,
+        name=spec.name,
     )
     if inputs is not None:
         paths = input_paths(inputs)
@@ -318,7 +346,9 @@ def open_command(
             check_inputs(command.found)
     with contextlib.ExitStack() as stack:
         if guard is None:
-            stack.enter_context(output.opened(out, resume=resume, overwrite=overwrite, hint=hint))
+            stack.enter_context(
+                output.opened(out, resume=ex.resume, overwrite=ex.overwrite, hint=spec.hint)
+            )
         else:
             created = not out.exists()
             guard(out)
@@ -327,42 +357,3 @@ def open_command(
         for given in (model, *restore):
             stack.enter_context(restoring(given))
         yield command
-
-
-class CommandOptions(Protocol):
-    """What :func:`open_options` reads of a command's options: its folder and its execution
-    group."""
-
-    @property
-    def out(self) -> Path: ...
-
-    @property
-    def execution(self) -> ExecutionOptions: ...
-
-
-def open_options(
-    model: str | nn.Module,
-    options: CommandOptions,
-    *,
-    name: str = "",
-    reporter: Reporter | None = None,
-    inputs: Sequence[Path | str] | Path | str | None = None,
-    hint: str | None = None,
-    **more: Any,
-) -> contextlib.AbstractContextManager[Command]:
-    """:func:`open_command` as a command's options say: into ``options.out``, resuming,
-    overwriting and in the memory format of ``options.execution``; ``more`` as
-    :func:`open_command` takes it (``engine``, ``restore``, ``discover``)."""
-    ex = options.execution
-    return open_command(
-        model,
-        options.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=hint,
-        channels_last=ex.channels_last,
-        name=name,
-        **more,
-    )

@@ -28,23 +28,22 @@ def ledger_pass(
     cmd: Command,
     loaded: LoadedModel,
     ledger: ImageLedger,
-    execution: ExecutionOptions,
     rels: Mapping[str, str],
     progress: Callable[[Mapping[str, Any]], ImageResult],
     score: Callable[[list[Path], Any, Any], Iterable[Record]],
 ) -> tuple[list[Record], int]:
     """Every found image's record in the inputs' order, and how many an earlier run's
-    ledger gave (with ``execution.resume``): the others go through :func:`batch_records`
+    ledger gave (with ``--resume``): the others go through :func:`batch_records`
     (``score`` makes a batch's records), each appended to the ledger as it comes (``rels``:
     an image's path -> its name in the ledger; ``progress``: a record as the reporter counts
     it)."""
     assert cmd.found is not None
     images = cmd.found.images
-    done = ledger.read(execution.resume)
+    done = ledger.read(cmd.execution.resume)
     todo = [item.path for item in images if rels[str(item.path)] not in done]
     start_progress(cmd.notify, len(images), [progress(r) for r in done.values()])
     try:
-        stream = batch_records(loaded, execution, todo, rels, cmd.notify, progress, score)
+        stream = batch_records(loaded, cmd.execution, todo, rels, cmd.notify, progress, score)
         for record in stream:
             done[record["image"]] = record
             ledger.append(record)
@@ -75,14 +74,12 @@ def batch_records(
 ) -> Iterator[Record]:
     """Each image of ``todo``'s record, batch by batch: ``score(paths, logits, x)`` makes a
     batch's; an unreadable image's is a failed record naming why, given before the next
-    batch's. Each is counted by ``notify`` as it is given."""
+    batch's. Each is counted by ``notify`` as it is given. ``execution``: how the batches
+    are run (the command's forced options over it)."""
     from actviz.command.forward import BatchForward
     from actviz.hooks import eval_mode
 
-    ex = execution
-    forward = BatchForward(
-        loaded, loaded.module, ex.batch_size, ex.workers, False, ex.channels_last
-    )
+    forward = BatchForward(loaded, loaded.module, execution)
     failed: list[Record] = []
 
     def on_failure(index: int, error: str | None) -> None:

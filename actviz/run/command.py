@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command.opening import CommandSpec
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from actviz.models import LoadedModel
 
 __all__ = ["run"]
+
+SPEC = CommandSpec(ray=True)
 
 
 def run(
@@ -65,18 +68,19 @@ def run(
             keywords given together with ``options``, is a
             :class:`~actviz.command.options.KeywordError` (also a ``TypeError``).
     """
-    from actviz.command import open_options
+    from actviz.command import open_command
     from actviz.command.inputs import discovery_for
 
     opts = from_flat(RunOptions, GROUPS, keywords, caller="run", given=options, aliases=ALIASES)
     ex = opts.execution
     # A run that fails before writing anything leaves no empty folder behind.
-    with open_options(
+    with open_command(
         model,
-        opts,
+        opts.out,
+        SPEC,
+        ex,
         reporter=reporter,
         inputs=inputs,
-        engine=ex.engine,
         discover=discovery_for(model),
     ) as cmd:
         opened = _open_model(cmd, inputs, opts)

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.errors import UsageError
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
     from actviz.top_images.plan import LayerPlan
 
 __all__ = ["sae"]
+
+SPEC = CommandSpec("sae", forced={"amp": False, "channels_last": False})
 
 #: Seconds between two saves of the training state while training runs.
 SAVE_EVERY = 30.0
@@ -65,13 +68,13 @@ def sae(
         ActvizError: For every expected failure (unknown layer, a layer of one channel, k not
             below the features, a resume with other settings, ...).
     """
-    from actviz.command import open_options
+    from actviz.command import open_command
 
     opts = from_flat(SaeOptions, COMMON_GROUPS, keywords, caller="sae", given=options)
     ex = opts.execution
     if ex.engine != "local":
         raise UsageError("actviz sae trains in this process: drop --engine ray")
-    with open_options(model, opts, name="sae", reporter=reporter, inputs=inputs) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows="The features show")
         loaded = opened.model
@@ -287,8 +290,8 @@ def _epoch_from_model(
 
     from actviz.command.forward import BatchForward
 
-    opts, ex, position, notify = run.opts, run.opts.execution, run.position, cmd.notify
-    forward = BatchForward(loaded, loaded.module, ex.batch_size, ex.workers, False, False)
+    opts, position, notify = run.opts, run.position, cmd.notify
+    forward = BatchForward(loaded, loaded.module, cmd.execution)
     order = _epoch_order(len(train), opts.seed, position.epoch)
     todo = [train[i] for i in order][position.done :]
     buffer = ShuffleBuffer(capacity, plan.channels, loaded.device, seed=opts.seed + position.epoch)
@@ -362,9 +365,8 @@ def _evaluate(
     from actviz.sae.tokens import SpliceSession, TokenRecorder
 
     assert run.saes is not None
-    ex = run.opts.execution
     qualities = [Quality() for _ in run.saes]
-    forward = BatchForward(loaded, loaded.module, ex.batch_size, ex.workers, False, False)
+    forward = BatchForward(loaded, loaded.module, cmd.execution)
     module = loaded.module
     with (
         TokenRecorder(module, plan, prefix=run.opts.prefix_tokens) as recorder,

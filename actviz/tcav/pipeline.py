@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
-from actviz.command.opening import one_layer
+from actviz.command.opening import CommandSpec, one_layer
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -40,6 +40,7 @@ _NOT_EMPTY = (
     "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
     "start again, or choose another --out"
 )
+SPEC = CommandSpec("tcav", hint=_NOT_EMPTY)
 
 Sets = dict[str, list[Path]]
 
@@ -68,13 +69,13 @@ def tcav(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import input_paths, open_options
+    from actviz.command import input_paths, open_command
 
     opts = from_flat(TcavOptions, COMMON_GROUPS, keywords, caller="tcav", given=options)
     given = [] if inputs is None else input_paths(inputs)
     sets, folders = _sets(opts, given)
     ex = opts.execution
-    with open_options(model, opts, name="tcav", reporter=reporter, hint=_NOT_EMPTY) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter) as cmd:
         opened = cmd.load(opts.load, shows=SHOWS, check=_check_model)
         loaded = opened.model
         layer = _layer(cmd, loaded, opts)

@@ -99,6 +99,9 @@ class Family:
         inputs: What its models take (:data:`~actviz.models.families.inputs.IMAGES`,
             ``CLIPS``, ``PAIRS``): how a command finds them among its paths, and what
             progress bars and summaries call them.
+        one_size: How a user gets maps of one size from images of several shapes, as the
+            messages advise: ``--input-size`` crops every image to one size, but a detector
+            resizes each image itself, keeping its aspect ratio.
         readouts: Patterns (``fnmatch``) of the modules whose outputs are scores, not a
             signal path (a detector's objectness logits and box offsets): the anomaly
             flags judge them neither dead nor vanishing
@@ -124,6 +127,7 @@ class Family:
     classes: Callable[[nn.Module], int | None] = output_classes
     inputs: Inputs = IMAGES
     readouts: tuple[str, ...] = ()
+    one_size: str = "pass --input-size H,W to crop every image to one size"
 
     @property
     def runnable(self) -> bool:

@@ -232,6 +232,10 @@ DETECTION = Family(
         ),
     },
     selector=_selector,
+    one_size=(
+        "a detector resizes each image itself, keeping its aspect ratio, whatever "
+        "--input-size says: images of one aspect ratio give maps of one size"
+    ),
     readouts=(
         "rpn.head.cls_logits",  # the R-CNNs' objectness per anchor
         "rpn.head.bbox_pred",
