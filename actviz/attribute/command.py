@@ -8,6 +8,7 @@ tensors), one ledger line per image -> ``attribute.json`` and ``attribute.html``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -91,14 +92,8 @@ def attribute(
         ledger = ImageLedger(opts.out, LEDGER, command="attribute", settings=settings)
         from actviz.attribute.batch import attribute_batch
 
-        records, reused = ledger_pass(
-            cmd,
-            loaded,
-            ledger,
-            state.rels,
-            _progress,
-            lambda paths, logits, x: attribute_batch(state, paths, logits, x),
-        )
+        score = functools.partial(attribute_batch, state)
+        records, reused = ledger_pass(cmd, loaded, ledger, state.rels, _progress, score)
         from actviz.attribute.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, settings, reused=reused)

@@ -7,6 +7,7 @@ the summary, ``cam-eval.json``, the chart, the best and worst cases and the page
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -87,14 +88,8 @@ def cam_eval(
         state.rels = {str(item.path): item.rel.as_posix() for item in cmd.found.images}
         settings = _settings(cmd.model, loaded, state)
         ledger = ImageLedger(opts.out, LEDGER, command="cam-eval", settings=settings)
-        records, reused = ledger_pass(
-            cmd,
-            loaded,
-            ledger,
-            state.rels,
-            _progress,
-            lambda paths, logits, x: _score_batch(state, paths, logits, x),
-        )
+        score = functools.partial(_score_batch, state)
+        records, reused = ledger_pass(cmd, loaded, ledger, state.rels, _progress, score)
         from actviz.cam_eval.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, settings, reused=reused)
