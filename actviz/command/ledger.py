@@ -1,5 +1,7 @@
 """The resume ledger of a command that scores or draws images one by one (``cam-eval``,
-``attribute``): a journal whose first line is the settings, then one JSON line per image done.
+``attribute``, ``ablate``): a journal whose first line is the settings, then one JSON line per
+image done; and how any command's journal is read back after its settings line
+(:func:`journal_records`: label's, tcav's and atlas's too).
 
 With ``--resume`` the images an earlier run with the same settings finished are read back and
 skipped; other settings, or a folder that holds files but no such ledger, are refused (going
