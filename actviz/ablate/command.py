@@ -19,7 +19,7 @@ from actviz.ablate.passes import Curves, References, curve_pass, main_pass, refe
 from actviz.ablate.prepare import State, describe_method, prepare
 from actviz.ablate.result import AblateResult
 from actviz.command.ledger import ImageLedger, image_key
-from actviz.command.opening import CommandSpec
+from actviz.command.opening import RESUMABLE, CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 
@@ -32,11 +32,7 @@ __all__ = ["LEDGER", "ablate"]
 
 LEDGER = "ablate.jsonl"
 _SHOWS = "The accuracies show"
-_NOT_EMPTY = (
-    "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
-    "start again, or choose another --out"
-)
-SPEC = CommandSpec("ablate", hint=_NOT_EMPTY)
+SPEC = CommandSpec("ablate", hint=RESUMABLE)
 
 
 def ablate(

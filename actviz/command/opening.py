@@ -34,12 +34,20 @@ __all__ = [
     "Command",
     "CommandSpec",
     "Loaded",
+    "RESUMABLE",
     "RandomWeights",
     "input_paths",
     "one_layer",
     "open_command",
     "require_classifier",
 ]
+
+
+#: The fix a command that goes on with an earlier run names when its folder is not empty.
+RESUMABLE = (
+    "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
+    "start again, or choose another --out"
+)
 
 
 @dataclass(frozen=True)

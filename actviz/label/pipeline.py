@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from actviz import output
-from actviz.command.opening import CommandSpec
+from actviz.command.opening import RESUMABLE, CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -35,11 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["label"]
 
 SHOWS = "The labels describe"
-SPEC = CommandSpec(
-    "label",
-    hint="add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) "
-    "to start again, or choose another --out",
-)
+SPEC = CommandSpec("label", hint=RESUMABLE)
 
 
 def label(

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
-from actviz.command.opening import CommandSpec, one_layer
+from actviz.command.opening import RESUMABLE, CommandSpec, one_layer
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -36,11 +36,7 @@ LEDGER = "tcav.jsonl"
 SHOWS = "The TCAV scores describe"
 #: The fewest images of a concept; random images need twice as many as a run draws.
 MIN_CONCEPT = 5
-_NOT_EMPTY = (
-    "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
-    "start again, or choose another --out"
-)
-SPEC = CommandSpec("tcav", hint=_NOT_EMPTY)
+SPEC = CommandSpec("tcav", hint=RESUMABLE)
 
 Sets = dict[str, list[Path]]
 
