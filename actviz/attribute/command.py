@@ -14,13 +14,19 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.attribute.batch import attribute_batch
 from actviz.attribute.options import GROUPS, AttributeOptions
 from actviz.attribute.result import LEDGER, AttributeResult, AttributeState
+from actviz.attribute.write import write_outputs
+from actviz.command import open_command
+from actviz.command.forward import BatchForward
 from actviz.command.ledger import ImageLedger
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
+from actviz.gradients.attribution import BASELINES, baseline_image
 from actviz.gradients.registry import MAP_METHODS
+from actviz.hooks import eval_mode
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
@@ -61,7 +67,6 @@ def attribute(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
 
     opts = from_flat(
         AttributeOptions,
@@ -116,7 +121,6 @@ def attribute(
             for item in images
             if state.rels[str(item.path)] in done
         ]
-        from actviz.attribute.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, settings, reused=len(images) - len(todo))
 
@@ -150,7 +154,6 @@ def _folders(rels: Sequence[PurePosixPath]) -> dict[str, str]:
 def _baseline(loaded: LoadedModel, opts: AttributeOptions) -> Any:
     """The baseline image of ``--baseline FILE``, decoded once (None for a named baseline or
     when no method reads a baseline)."""
-    from actviz.gradients.attribution import BASELINES, baseline_image
 
     reads = any("baseline" in MAP_METHODS[m].settings for m in opts.methods)
     if not reads or opts.settings.baseline in BASELINES:
@@ -181,9 +184,6 @@ def _progress(record: Mapping[str, Any]) -> ImageResult:
 
 def _stream(state: AttributeState, todo: list[Path], notify: Reporter) -> Iterator[dict[str, Any]]:
     """Each image's record, batch by batch; unreadable images as failed records, named."""
-    from actviz.attribute.batch import attribute_batch
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
 
     opts, loaded = state.opts, state.loaded
     ex = opts.execution

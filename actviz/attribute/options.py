@@ -11,6 +11,7 @@ from typing import Any
 from actviz.command.options import COMMON_GROUPS, ExecutionOptions, LoadOptions
 from actviz.errors import UsageError
 from actviz.gradients.attribution import AttributionSettings
+from actviz.gradients.registry import map_method
 
 __all__ = ["DEFAULT_METHODS", "GROUPS", "AttributeOptions"]
 
@@ -55,7 +56,6 @@ class AttributeOptions:
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     def __post_init__(self) -> None:
-        from actviz.gradients.registry import map_method
 
         given = [self.methods] if isinstance(self.methods, str) else list(self.methods)
         names = [part for item in given for part in str(item).split(",") if part.strip()]

@@ -8,6 +8,7 @@ the summary, ``cam-eval.json``, the chart, the best and worst cases and the page
 from __future__ import annotations
 
 import contextlib
+import copy
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -32,10 +33,18 @@ from actviz.cam_eval.metrics import (
 )
 from actviz.cam_eval.options import CamEvalOptions
 from actviz.cam_eval.result import CamEvalResult, EvalState
+from actviz.cam_eval.write import write_outputs
+from actviz.command import open_command
+from actviz.command.forward import BatchForward
 from actviz.command.ledger import ImageLedger
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
+from actviz.gradients.batch import patches_reach_readout
+from actviz.gradients.core import resolve_targets
+from actviz.gradients.methods import forward_chunk
+from actviz.hooks import eval_mode
+from actviz.layouts import layer_contexts
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
@@ -72,7 +81,6 @@ def cam_eval(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
 
     opts = from_flat(CamEvalOptions, COMMON_GROUPS, keywords, caller="cam_eval", given=options)
     ex = opts.execution
@@ -121,7 +129,6 @@ def cam_eval(
             for item in images
             if state.rels[str(item.path)] in done
         ]
-        from actviz.cam_eval.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, settings, reused=reused)
 
@@ -137,8 +144,6 @@ def _layer(cmd: Any, loaded: LoadedModel, opts: CamEvalOptions) -> str:
                 f"{len(names)} ({shown}): name one of them"
             )
         return str(names[0])
-    from actviz.gradients.batch import patches_reach_readout
-    from actviz.layouts import layer_contexts
 
     _, names = cmd.select(loaded, None)
     contexts = layer_contexts(loaded.module, loaded.input_size)
@@ -148,7 +153,6 @@ def _layer(cmd: Any, loaded: LoadedModel, opts: CamEvalOptions) -> str:
 
 def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) -> EvalState:
     """The layer's layout, the protocol, and the twins of the sanity check."""
-    from actviz.layouts import layer_contexts
 
     contexts = layer_contexts(loaded.module, loaded.input_size)
     blocks = last_blocks(loaded.module, opts.sanity_blocks)
@@ -172,7 +176,6 @@ def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) ->
 def _scoring_chunk(opts: CamEvalOptions, device: str, size: tuple[int, int]) -> int:
     """Perturbed (or Score-CAM's masked) images per forward: ``--chunk``; else on a CPU
     about 400k pixels (at most ``--chunk``'s default); else that default."""
-    from actviz.gradients.methods import forward_chunk
 
     if opts.chunk:
         return opts.chunk
@@ -185,7 +188,6 @@ def _scorer(module: nn.Module, device: str, channels_last: bool) -> dict[str, An
     faster on channels-last batches, and folding drops a pass over every map: 1.4-1.5x on
     resnet18's perturbed batches here, logits within 1e-5); the user's module keeps its own
     memory format. Only logits are read from it, so no hook is lost by the copy."""
-    import copy
 
     import torch
 
@@ -227,8 +229,6 @@ def _progress(record: Mapping[str, Any]) -> ImageResult:
 
 def _stream(state: EvalState, todo: list[Path], notify: Reporter) -> Any:
     """Each image's record, batch by batch; unreadable images as failed records."""
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
 
     opts, loaded = state.opts, state.loaded
     ex = opts.execution
@@ -262,7 +262,6 @@ def _score_batch(
     state: EvalState, paths: list[Path], logits: torch.Tensor, x: torch.Tensor
 ) -> list[dict[str, Any]]:
     """Maps, baselines, curves, confidence changes and sanity correlations of one batch."""
-    from actviz.gradients.core import resolve_targets
 
     opts, loaded = state.opts, state.loaded
     x = x.float()

@@ -8,6 +8,7 @@ from pathlib import Path
 from actviz.command.options import ExecutionOptions, LoadOptions
 from actviz.errors import UsageError
 from actviz.gradients.attribution import AttributionSettings
+from actviz.gradients.registry import map_method
 
 __all__ = ["DEFAULT_METHODS", "CamEvalOptions"]
 
@@ -52,7 +53,6 @@ class CamEvalOptions:
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     def __post_init__(self) -> None:
-        from actviz.gradients.registry import map_method
 
         given = [self.methods] if isinstance(self.methods, str) else list(self.methods)
         names = [part for item in given for part in str(item).split(",") if part.strip()]

@@ -14,9 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
 from actviz.command.progress import Reporter, SilentReporter
 from actviz.command.session import model_label, open_model, restoring
+from actviz.dictionary import check_fit, load_dictionary
 from actviz.errors import UsageError
+from actviz.hooks import layer_refs
+from actviz.io import images
+from actviz.layouts import default_selector
+from actviz.output.files import removed_if_empty
+from actviz.selectors import MODULE_LISTING, select_layers
 
 if TYPE_CHECKING:
     from torch import nn
@@ -100,7 +107,6 @@ class Command:
         Raises:
             UsageError: When it cannot be read, or was trained on another named model.
         """
-        from actviz.dictionary import check_fit, load_dictionary
 
         sae = load_dictionary(path, device)
         check_fit(
@@ -154,9 +160,6 @@ class Command:
     ) -> tuple[str, list[str]]:
         """The selector (``layers``, else ``default``, else the architecture's default) and
         the modules it names."""
-        from actviz.hooks import layer_refs
-        from actviz.layouts import default_selector
-        from actviz.selectors import MODULE_LISTING, select_layers
 
         selector = layers if layers is not None else default or default_selector(loaded.module)
         listing = None if isinstance(self.given, str) else MODULE_LISTING
@@ -241,9 +244,6 @@ def open_command(
         ImageLoadError: For an input that does not exist.
         OutputError: For an output folder that cannot be used.
     """
-    from actviz import output
-    from actviz.io import images
-    from actviz.output.files import removed_if_empty
 
     if engine == "ray" and not isinstance(model, str):
         raise UsageError(

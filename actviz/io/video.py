@@ -14,8 +14,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ImageLoadError, UsageError, VideoLoadError, first_line
-from actviz.io.images import IMAGE_SUFFIXES, Discovery, ImageInput
+from PIL import Image as PILImage
+
+from actviz.errors import ImageLoadError, UsageError, VideoLoadError, first_line, import_extra
+from actviz.io.images import ALLOWED_FORMATS, IMAGE_SUFFIXES, Discovery, ImageInput, load_rgb
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -99,9 +101,6 @@ def _take(stream: Iterable[tuple[float, Any]], times: Sequence[float], path: Pat
 
 
 def _animated_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
-    from PIL import Image as PILImage
-
-    from actviz.io.images import ALLOWED_FORMATS
 
     try:
         with PILImage.open(path, formats=ALLOWED_FORMATS) as im:
@@ -133,7 +132,6 @@ def _animated_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
 
 
 def _av_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
-    from actviz.errors import import_extra
 
     av: Any = import_extra("av", "video", _INSTALL)
     try:
@@ -177,7 +175,6 @@ def _duration(container: Any, stream: Any) -> float | None:
 def _folder_frames(folder: Path, frames: int) -> list[Image.Image]:
     """``frames`` consecutive frames from the middle of a folder of images (sorted by name);
     a folder with fewer gives all of them, spread evenly (frames repeat)."""
-    from actviz.io.images import load_rgb
 
     names = frame_files(folder)
     if not names:
@@ -236,9 +233,6 @@ def is_clip_input(path: Path) -> bool:
 
 
 def _frame_count(path: Path) -> int:
-    from PIL import Image as PILImage
-
-    from actviz.io.images import ALLOWED_FORMATS
 
     try:
         with PILImage.open(path, formats=ALLOWED_FORMATS) as im:
@@ -316,9 +310,6 @@ def _single(path: Path) -> VideoLoadError:
 
 def _animated_pair(path: Path) -> tuple[Image.Image, Image.Image]:
     """An animation's two middle frames, by index (frame durations do not matter)."""
-    from PIL import Image as PILImage
-
-    from actviz.io.images import ALLOWED_FORMATS
 
     try:
         with PILImage.open(path, formats=ALLOWED_FORMATS) as im:
@@ -343,7 +334,6 @@ def _av_pair(path: Path) -> tuple[Image.Image, Image.Image]:
     """A video file's two middle frames: the frame on screen half a frame before the middle
     of its duration (frame ``(n - 1) // 2`` of ``n`` at a constant rate) and the frame
     decoded after it."""
-    from actviz.errors import import_extra
 
     av: Any = import_extra("av", "video", _INSTALL)
     try:

@@ -9,7 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from PIL import Image
+
 from actviz.command.session import RANDOM_NOTE
+from actviz.render.overlay import MIN_VIEW, input_view
+from actviz.render.overlay import headed as under_header
 from actviz.results import Prediction
 from actviz.run.options import DrawOptions
 
@@ -79,7 +83,6 @@ class ImageJob:
 
 def model_view(job: ImageJob) -> Image.Image:
     """What the model saw (after resize and crop), de-normalized; greyscale input as grey."""
-    from actviz.render.overlay import input_view
 
     assert job.model_input is not None
     x = job.model_input.numpy()
@@ -103,9 +106,6 @@ def header_notes(job: ImageJob, *lines: str | None) -> list[str]:
 
 def display_view(job: ImageJob) -> Image.Image:
     """What the model saw, enlarged by a whole factor (nearest) when it is small."""
-    from PIL import Image
-
-    from actviz.render.overlay import MIN_VIEW
 
     view = model_view(job)
     factor = -(-MIN_VIEW // max(view.size))
@@ -116,7 +116,6 @@ def display_view(job: ImageJob) -> Image.Image:
 
 def headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
     """An RGB picture under a header whose colour bar shows ``cmap``."""
-    from actviz.render.overlay import headed as under_header
 
     return under_header(pixels, header, cmap)
 

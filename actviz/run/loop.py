@@ -21,11 +21,13 @@ from actviz.command.forward import BatchForward, model_failure
 from actviz.command.progress import Reporter
 from actviz.errors import ActvizError
 from actviz.gradients import backward, choose_cam_keys
+from actviz.hooks import ActivationRecorder, eval_mode
 from actviz.results import ImageResult, LayerResult
 from actviz.run.draw import draw_image, summaries
 from actviz.run.families import IMAGE_KINDS, Batch, Extras, Probe, run_family
 from actviz.run.gradients import write_gradient_flow
 from actviz.run.job import ImageJob, finite_scores, top_k_predictions
+from actviz.run.pca_pass import PcaPass
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.statistics import stats_callback
 
@@ -52,7 +54,6 @@ def capture_and_render(
 
     Returns the selected modules that never ran.
     """
-    from actviz.hooks import ActivationRecorder, eval_mode
 
     ex = opts.execution
     forward = BatchForward(loaded, plan.module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
@@ -67,7 +68,6 @@ def capture_and_render(
     if opts.draw.pca:
         # The components are fitted over every image: the pass samples and keeps the images,
         # and their PCA pictures are drawn, and the images recorded, after it.
-        from actviz.run.pca_pass import PcaPass
 
         stream.pca = PcaPass(plan, opts, ex.batch_size)
     with (
@@ -84,7 +84,6 @@ def capture_and_render(
 def _shared_scales(forward: BatchForward, plan: Plan, opts: RunOptions) -> SharedScales:
     """One scale per layer for the whole run, which needs every image's range before
     drawing: a pass of its own."""
-    from actviz.hooks import ActivationRecorder, eval_mode
 
     draw = opts.draw
     with (

@@ -8,9 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from actviz import output
 from actviz.errors import UsageError
 from actviz.gradients.registry import DEFAULT_CAM
+from actviz.hooks import ActivationRecorder
+from actviz.layouts import layer_contexts, to_drawable
+from actviz.models.listing import traced_input_shape
 from actviz.results import ImageResult
 from actviz.run.families import run_family
 from actviz.run.records import RunRecords
@@ -65,7 +70,6 @@ def plan(
     notify: Reporter,
 ) -> Plan:
     """Output folders per image, the resume records, and which images are still to draw."""
-    from actviz.layouts import layer_contexts
 
     module = loaded.module  # in the run's memory format already
     contexts = layer_contexts(module, loaded.input_size)
@@ -154,12 +158,7 @@ def _check_overlay_channel(
 def _traced_channels(loaded: LoadedModel, names: list[str], contexts: Any) -> dict[str, int]:
     """Module -> the most channels its outputs are drawn with, from one forward of a blank
     input (fed as the model's family feeds it); empty when the model fails on it."""
-    import numpy as np
     import torch
-
-    from actviz.hooks import ActivationRecorder
-    from actviz.layouts import to_drawable
-    from actviz.models.listing import traced_input_shape
 
     shape = traced_input_shape(loaded.module, loaded.preprocess, loaded.input_size)
     recorder = ActivationRecorder(loaded.module, names, keep_tensors=False, per_image=True)

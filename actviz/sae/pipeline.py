@@ -16,16 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
+from actviz.command import open_command
+from actviz.command.forward import BatchForward
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.errors import UsageError
+from actviz.hooks import eval_mode
+from actviz.layouts import layer_contexts
 from actviz.sae.metrics import Quality
 from actviz.sae.options import SaeOptions, Sizes
+from actviz.sae.pages import feature_pages
 from actviz.sae.result import SaeProgress, SaeResult
 from actviz.sae.session import Run
 from actviz.sae.state import STATE_FILE, read_state
+from actviz.sae.tokens import SpliceSession, TokenRecorder
 from actviz.sae.train import ShuffleBuffer
 from actviz.sae.write import FILE, JSON_FILE, write_dictionaries, write_state
+from actviz.top_images import plan_layers
 
 if TYPE_CHECKING:
     from torch import nn
@@ -65,7 +73,6 @@ def sae(
         ActvizError: For every expected failure (unknown layer, a layer of one channel, k not
             below the features, a resume with other settings, ...).
     """
-    from actviz.command import open_command
 
     opts = from_flat(SaeOptions, COMMON_GROUPS, keywords, caller="sae", given=options)
     ex = opts.execution
@@ -124,8 +131,6 @@ def sae(
         )
         pages = None
         if opts.pages:
-            from actviz.sae.pages import feature_pages
-
             pages = feature_pages(model, cmd, loaded, plan, run, doc, inputs, paths)
         return _result(cmd, loaded, plan, run, doc, pages, run.trained_images, len(held), stable)
 
@@ -213,8 +218,6 @@ def split(paths: Sequence[Path], share: float, seed: int) -> tuple[list[Path], l
 
 def _one_plan(cmd: Command, loaded: LoadedModel, opts: SaeOptions) -> LayerPlan:
     """The plan of the one selected output (its vectors); refused unless there is one."""
-    from actviz.layouts import layer_contexts
-    from actviz.top_images import plan_layers
 
     _selector, names = cmd.deepest(loaded, opts.layers)
     module = loaded.module
@@ -263,8 +266,6 @@ def _train(cmd: Command, loaded: LoadedModel, plan: LayerPlan, train: list[Path]
     vectors through the shuffle buffer into the dictionaries. When one whole epoch's vectors
     fit in a second buffer of the same bound, the next epochs reshuffle those instead of
     running the model again."""
-    from actviz.hooks import eval_mode
-    from actviz.sae.tokens import TokenRecorder
 
     opts, notify = run.opts, cmd.notify
     notify.start(run.schedule.passes * len(train))
@@ -305,8 +306,6 @@ def _epoch_from_model(
     """One epoch (or its rest, after a resume) through the model; its vectors, when the whole
     epoch ran and they fit in ``capacity``, else None."""
     import torch
-
-    from actviz.command.forward import BatchForward
 
     opts, ex, position, notify = run.opts, run.opts.execution, run.position, cmd.notify
     forward = BatchForward(loaded, loaded.module, ex.batch_size, ex.workers, False, False)
@@ -378,10 +377,6 @@ def _evaluate(
     spliced into the model (the top-1 with and without)."""
     import torch
 
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
-    from actviz.sae.tokens import SpliceSession, TokenRecorder
-
     assert run.saes is not None
     ex = run.opts.execution
     qualities = [Quality() for _ in run.saes]
@@ -409,7 +404,6 @@ def _evaluate(
 
 def _remove_outputs(out: Path) -> None:
     """``--overwrite``: what an earlier sae run wrote, and nothing else."""
-    from actviz import output
 
     seeds = [p.name for p in out.glob("sae-seed*.safetensors")] if out.is_dir() else []
     output.remove_written(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families.inputs import IMAGES, Inputs
+from actviz.models.segmentation import output_classes as classes
 
 if TYPE_CHECKING:
     from torch import nn
@@ -46,7 +47,6 @@ def no_selector(module: nn.Module) -> str | None:
 def output_classes(module: nn.Module) -> int | None:
     """How many classes the model scores: a segmentation head's output channels, else the
     classifier's outputs (:func:`actviz.models.segmentation.output_classes`)."""
-    from actviz.models.segmentation import output_classes as classes
 
     return classes(module)
 

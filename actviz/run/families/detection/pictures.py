@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from PIL import Image as PILImage
+from PIL import ImageDraw
+
+from actviz.render.detection import Detection, detection_colour, detection_picture, heads_picture
+from actviz.render.overlay import LABEL_HEIGHT, PANEL_GAP, cam_panel
+from actviz.render.png import picture_png
 from actviz.run.families.base import ImageKind
 from actviz.run.job import ImageJob, header_notes, model_view
 
@@ -42,8 +48,6 @@ def _found(job: ImageJob) -> Found | None:
 def detections_png(job: ImageJob) -> bytes:
     """The detections drawn on what the model saw, under a title that gives the threshold
     and notes that say why little is drawn."""
-    from actviz.render.detection import Detection, detection_picture
-    from actviz.render.png import picture_png
 
     found = job.extras["detections"]
     shown = min(len(found.scores), _DRAWN)
@@ -79,8 +83,6 @@ def detections_png(job: ImageJob) -> bytes:
 
 def heads_png(job: ImageJob) -> bytes:
     """The first detections' rows: the box's crop, then each per-detection head output."""
-    from actviz.render.detection import heads_picture
-    from actviz.render.png import picture_png
 
     found, view = job.extras["detections"], model_view(job)
     rows = []
@@ -108,11 +110,6 @@ def heads_png(job: ImageJob) -> bytes:
 def cam_png(job: ImageJob) -> bytes | None:
     """The input, EigenCAM and the Grad-CAM of one detection (its box outlined), side by
     side under a header; None without any map."""
-    from PIL import Image as PILImage
-
-    from actviz.render.detection import detection_picture
-    from actviz.render.overlay import cam_panel
-    from actviz.render.png import picture_png
 
     found: Found = job.extras["detections"]
     cams: DetectionCams = job.extras["detection_cams"]
@@ -142,10 +139,6 @@ def cam_png(job: ImageJob) -> bytes | None:
 
 def _outline(picture: Image.Image, view: Image.Image, panels: int, found: Found, rank: int) -> None:
     """Outline detection ``rank``'s box on the last of ``panels`` panels after the input."""
-    from PIL import ImageDraw
-
-    from actviz.render.detection import detection_colour
-    from actviz.render.overlay import LABEL_HEIGHT, PANEL_GAP
 
     draw = ImageDraw.Draw(picture)
     offset = panels * (view.width + PANEL_GAP)
