@@ -98,18 +98,26 @@ def layer_contexts(
     # Registration order stands in for data flow: a module inherits the layout set by the
     # last channels-first layer or Permute before it, and a container takes the state of its
     # last leaf. Shape evidence (the channel hint) is checked first, so this only breaks ties.
+    # A container's channels are those of its last leaf that makes channels (a convolution,
+    # a linear layer), else of its last norm: a norm keeps its input's width, so one of
+    # another width registered after the last maker normalizes that maker's input (Swin's
+    # PatchMerging: the reduction to 2C is registered before the norm over 4C).
     state: bool | None = None
     last_state: dict[str, bool | None] = {}
     last_hint: dict[str, int] = {}
+    made: set[str] = set()
     for name, module in modules:
         if name not in leaves:
             continue
         state = _layout_after(module, state)
         hint = own_hint[name]
+        makes = hint is not None and not _is_norm(module)
         for owner in _self_and_ancestors(name):
             last_state[owner] = state
-            if hint is not None:
+            if hint is not None and (makes or owner not in made):
                 last_hint[owner] = hint
+            if makes:
+                made.add(owner)
 
     tokens = _token_regions(modules, input_hw)
     windows = _window_regions(modules)
@@ -185,6 +193,13 @@ def _layout_after(module: nn.Module, state: bool | None) -> bool | None:
     if type(module).__name__ in _CHANNELS_FIRST_TYPES or names & {"_ConvNd", "_BatchNorm"}:
         return False
     return state
+
+
+def _is_norm(module: nn.Module) -> bool:
+    """A normalization layer: its channel count is its input's, not one it makes."""
+    return any(hasattr(module, attr) for attr in ("normalized_shape", "num_features")) or (
+        "GroupNorm" in type_names(module)
+    )
 
 
 def _own_channels(module: nn.Module) -> int | None:

@@ -218,6 +218,20 @@ def _plain_record(balance: float, sanity: list[float | None]) -> dict[str, Any]:
     return {"status": "ok", "scores": scores, "sanity": {"gradcam": sanity, **flat}}
 
 
+def test_a_verdict_needs_six_images_and_differences_that_are_not_negligible() -> None:
+    """Six images that all agree conclude (a sign test's p is 0.031), five do not (0.0625);
+    areas that move by 1e-5 (a target at probability 3e-4) conclude nothing, however many
+    images agree."""
+    names, stages = ["gradcam", "random", "gaussian", "sobel"], ["fc"]
+    agree = [_plain_record(0.1 + 0.01 * i, [0.5]) for i in range(6)]
+    assert summarize(agree, names, stages)["gradcam"]["beats"]["random"]["overall"] == "yes"
+    assert summarize(agree[:5], names, stages)["gradcam"]["beats"]["random"]["overall"] == "n/a"
+    tiny = [_plain_record(1e-5 * (i + 1), [0.5]) for i in range(8)]
+    beats = summarize(tiny, names, stages)["gradcam"]["beats"]["random"]
+    assert (beats["overall"], beats["insertion_auc"]) == ("n/a", "n/a")
+    assert beats["drop_pct"] == "tie"  # equal drops: a tie, not a lack of evidence
+
+
 def test_one_image_gives_no_verdict_and_sanity_means_say_their_count() -> None:
     from actviz.cli.cam_eval import _rows
     from actviz.report.cam_eval import cam_eval_page
@@ -225,14 +239,15 @@ def test_one_image_gives_no_verdict_and_sanity_means_say_their_count() -> None:
     names, stages = ["gradcam", "random", "gaussian", "sobel"], ["fc", "layer4.1"]
     one = summarize([_plain_record(0.3, [0.5, 0.2])], names, stages)
     assert {v["overall"] for v in one["gradcam"]["beats"].values()} == {"n/a"}
-    # Two images that agree give a verdict; a constant map's correlation is left out.
+    # Three images that agree cannot conclude (a bootstrap of them would say yes); a
+    # constant map's correlation is left out.
     records = [
         _plain_record(0.3, [None, 0.8]),
         _plain_record(0.2, [None, -0.6]),
         _plain_record(0.4, [0.1, None]),
     ]
     summary = summarize(records, names, stages)
-    assert summary["gradcam"]["beats"]["random"]["overall"] == "yes"
+    assert summary["gradcam"]["beats"]["random"]["overall"] == "n/a"
     first, last = summary["gradcam"]["sanity"]["stages"]
     assert (first["images"], first["spearman"]["mean"]) == (1, pytest.approx(0.1))
     assert (last["images"], last["spearman"]["mean"]) == (2, pytest.approx(0.1))

@@ -14,6 +14,8 @@ from torch import nn
 from actviz import __version__
 from actviz.command import (
     BatchForward,
+    CommandSpec,
+    ExecutionOptions,
     LoadOptions,
     SilentReporter,
     json_head,
@@ -93,13 +95,14 @@ def test_the_checks_come_before_the_output_folder(tmp_path: Path) -> None:
         with open_command(keywords.pop("model", "resnet18"), out, **keywords):
             pass
 
-    # A module object cannot go to Ray workers: refused first.
+    # A module object cannot go to Ray workers: refused first, by a command that uses them.
+    ray = ExecutionOptions(engine="ray")
     with pytest.raises(UsageError, match="engine='ray'"):
-        opening(model=_tiny(), engine="ray")
+        opening(model=_tiny(), spec=CommandSpec(ray=True), execution=ray)
     with pytest.raises(UsageError, match="no images"):
         opening(inputs=[], check_inputs=refuse)
     with pytest.raises(OutputError, match="another out"):
-        opening(hint="choose another --out")
+        opening(spec=CommandSpec(hint="choose another --out"))
     guarded: list[Path] = []
     with open_command("resnet18", out, guard=guarded.append):
         pass  # the command's own rule replaces the folder guard
@@ -154,7 +157,7 @@ def test_the_batched_forward_drives_a_second_model(tmp_path: Path) -> None:
     with open_command(_tiny(0), tmp_path / "out") as cmd:
         a = cmd.load(LOAD, shows="The grids show").model
         b = cmd.load(LOAD, shows="The grids show", given=_tiny(1)).model
-        forward = BatchForward(a, a.module, 2, 0, False, False, second=b)
+        forward = BatchForward(a, a.module, ExecutionOptions(batch_size=2), second=b)
         seen = []
         with (
             ActivationRecorder(a.module, ["0"]) as rec_a,
@@ -168,3 +171,18 @@ def test_the_batched_forward_drives_a_second_model(tmp_path: Path) -> None:
                 assert not torch.allclose(rec_a["0"], rec_b["0"])
                 seen += [index for index, _, _ in good]
     assert seen == [0, 1, 2]
+
+
+def test_a_command_runs_with_its_forced_execution_options(tmp_path: Path) -> None:
+    spec = CommandSpec("sae", forced={"amp": False, "channels_last": False})
+    given = ExecutionOptions(batch_size=3, amp=True, channels_last=True, resume=True)
+    assert spec.execution(given) == ExecutionOptions(batch_size=3, resume=True)
+    assert CommandSpec().execution(given) is given and CommandSpec().execution(None).amp is False
+    with open_command(_tiny(), tmp_path / "out", spec, given) as cmd:
+        assert cmd.execution == ExecutionOptions(batch_size=3, resume=True)
+        loaded = cmd.load(LOAD, shows="The grids show").model
+        forward = BatchForward(loaded, loaded.module, cmd.execution)
+        assert (forward.batch_size, forward.amp, forward.channels_last) == (3, False, False)
+    # A module object with engine='ray' is only refused by a command that runs on Ray.
+    with open_command(_tiny(), tmp_path / "ray", None, ExecutionOptions(engine="ray")):
+        pass

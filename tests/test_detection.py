@@ -104,18 +104,23 @@ def test_a_run_crops_the_padding_and_records_the_detections(tmp_path: Path) -> N
         name = loaded.categories[d["label"]]
         assert d["name"] == (f"N/A (class {d['label']})" if name == "N/A" else name)
     picture = np.asarray(Image.open(out / "wide" / "detections.png").convert("RGB"))
-    # Under the header, the 200x100 image, whose pixels the boxes are in; the best box
-    # outlined in its colour (later boxes may cover part of it).
-    below = picture[picture.shape[0] - 100 :].astype(int)
+    # Under the header, the image at the 160x80 the model saw it at; the boxes, in the
+    # 200x100 image's pixels, drawn scaled by 0.8; the best one outlined in its colour (later
+    # boxes may cover part of it).
+    assert max(d["box"][2] for d in detections) > 160  # the image's pixels, not the view's
+    below = picture[picture.shape[0] - 80 :].astype(int)
     x1, y1, x2, y2 = (
-        min(max(int(round(v)), 0), bound)
-        for v, bound in zip(detections[0]["box"], (199, 99, 199, 99), strict=True)
+        min(max(int(round(v * 0.8)), 0), bound)
+        for v, bound in zip(detections[0]["box"], (159, 79, 159, 79), strict=True)
     )
-    # Pillow draws a fractional edge on the pixel row below or above its rounding.
-    rows = [r for r in (y1 - 1, y1, y1 + 1, y2 - 1, y2, y2 + 1) if 0 <= r < 100]
-    outline = np.concatenate([below[r, x1 : x2 + 1] for r in rows])
+    # Its four edges, a pixel either side (Pillow rounds a fractional edge either way).
+    rows = [r for r in (y1 - 1, y1, y1 + 1, y2 - 1, y2, y2 + 1) if 0 <= r < 80]
+    cols = [c for c in (x1 - 1, x1, x1 + 1, x2 - 1, x2, x2 + 1) if 0 <= c < 160]
+    outline = np.concatenate(
+        [below[r, x1 : x2 + 1] for r in rows] + [below[y1 : y2 + 1, c] for c in cols]
+    )
     matches = np.abs(outline - np.asarray(detection_colour(0))).sum(axis=-1) == 0
-    assert matches.any()
+    assert matches.sum() >= 10
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["model_info"]["family"] == "detection"
     assert "GeneralizedRCNNTransform" in manifest["model_info"]["preprocessing"]["from"]
@@ -159,6 +164,8 @@ def test_a_runs_maps_and_boxes_are_torchvisions_on_every_size_and_aspect(tmp_pat
         assert boxes[:, 2].max() > 0.9 * width  # spread over the whole image, not a resize
         fit = loaded.preprocess.fit((width, height))
         assert fit.resized == (w, h) and fit.seen == 1.0
+    # The pictures show the image at the size the model saw it: the panorama at 640 x 213.
+    assert Image.open(out / "1200x400" / "detections.png").width == 640
 
 
 def test_no_detection_above_the_threshold_is_said_and_the_maps_are_drawn(tmp_path: Path) -> None:
@@ -252,10 +259,11 @@ def test_detection_cams_eigen_over_the_fpn_levels_and_grad_cam_of_one_detection(
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["files"]["all"] == len(list((out / "wide").iterdir()))
     picture = np.asarray(Image.open(out / "wide" / "detection_cam.png").convert("RGB"))
-    # Three panels of the 200x100 image (input, EigenCAM, Grad-CAM) under the header.
-    assert picture.shape[1] == 3 * 200 + 2 * 4 and picture.shape[0] > 100
-    eigen_panel = picture[-100:, 204:404].astype(int)
-    grad_panel = picture[-100:, 408:608].astype(int)
+    # Three panels of the image at the 160x80 the model saw it at (input, EigenCAM,
+    # Grad-CAM) under the header.
+    assert picture.shape[1] == 3 * 160 + 2 * 4 and picture.shape[0] > 80
+    eigen_panel = picture[-80:, 164:324].astype(int)
+    grad_panel = picture[-80:, 328:488].astype(int)
     assert np.abs(eigen_panel - grad_panel).mean() > 5  # two different maps
     # The second detection, which Grad-CAM explains, is outlined in its colour.
     second = np.asarray(detection_colour(1))

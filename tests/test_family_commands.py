@@ -22,10 +22,12 @@ REFUSED = [
     (VIDEO, "sae"),
     (VIDEO, "tcav"),
     (VIDEO, "cam-eval"),
+    (VIDEO, "atlas"),
     (OPTICAL_FLOW, "diff"),
     (OPTICAL_FLOW, "sae"),
     (OPTICAL_FLOW, "tcav"),
     (OPTICAL_FLOW, "cam-eval"),
+    (OPTICAL_FLOW, "atlas"),
     (DETECTION, "cam-eval"),
     (QUANTIZED, "cam-eval"),
 ]
@@ -52,6 +54,8 @@ def _factory(tmp_path: Path, source: str, name: str) -> str:
         ("video", "cam-eval", "a video model takes clips: draw their maps with actviz run --cam"),
         ("flow", "diff", "a flow model takes pairs"),
         ("flow", "sae", "a flow model takes pairs"),
+        ("flow", "atlas", "a flow model takes pairs"),
+        ("video", "atlas", "a video model takes clips"),
         ("quantized", "cam-eval", "use the float model"),
     ],
 )
@@ -66,7 +70,10 @@ def test_a_command_refuses_a_family_in_one_line_before_any_work(
         inputs = [make_image(tmp_path / "in" / f"{s}.png", size=(40, 32)) for s in "ab"]
     out = tmp_path / "out"
     argv = [command, model, *map(str, inputs), "-o", str(out), "-w", "none"]
-    result = CliRunner().invoke(app, [*argv, "--input-size", "32,32"])
+    # atlas: its one layer, and enough points from two inputs for its map
+    needs = ["-l", "encoder", "--reduce", "pca", "--points", "spatial:4"]
+    needs = needs if command == "atlas" else []
+    result = CliRunner().invoke(app, [*argv, *needs, "--input-size", "32,32"])
     assert result.exit_code == 2, result.output
     assert f"{command} does not take" in result.output and says in result.output
     assert "Traceback" not in result.output and "--input-size" not in result.output
@@ -156,3 +163,75 @@ def test_the_detectors_option_defaults_are_the_run_options_defaults() -> None:
         for option in row.options:
             if option.default is not None:  # a classifier given the default is left be
                 assert getattr(defaults, option.name) == option.default, option.name
+
+
+def test_a_detectors_logits_are_neither_dead_nor_vanishing() -> None:
+    """Scores are not a signal path: a negative logit is not a dead unit, and a logit's
+    scale against the FPN's is not a shrinking signal; NaN in them is still flagged."""
+    import torch
+
+    from actviz.statistics import Thresholds, flag_anomalies
+    from actviz.statistics.compute import compute_stats
+    from actviz.statistics.layerstats import LayerStats
+
+    def stats(values: list[float], channels: int = 2) -> LayerStats:
+        (one,) = compute_stats(torch.tensor(values).reshape(1, channels, -1, 1))
+        return one
+
+    fpn = ("backbone.fpn[pool]", stats([10.0, 20.0, 30.0, 40.0]))
+    logits = ("rpn.head.cls_logits:2", stats([-0.5, -0.25, -0.75, -0.1]))
+    plain = flag_anomalies([fpn, logits])
+    assert {f.kind for f in plain} == {"dead", "vanishing"}  # as a signal, it would be
+    read = flag_anomalies([fpn, logits], Thresholds(readouts=("rpn.head.cls_logits",)))
+    assert read == []
+    broken = ("rpn.head.cls_logits", stats([float("nan"), 1.0, 2.0, 3.0]))
+    kinds = [f.kind for f in flag_anomalies([fpn, broken], Thresholds(readouts=(broken[0],)))]
+    assert kinds == ["nan"]
+
+
+def test_a_detector_runs_thresholds_name_its_readouts(tmp_path: Path) -> None:
+    import json
+
+    image = make_image(tmp_path / "a.png", size=(64, 48))
+    out = tmp_path / "out"
+    model = "fasterrcnn_mobilenet_v3_large_320_fpn"
+    argv = ["run", model, str(image), "-o", str(out), "-w", "none", "-q", "--no-report"]
+    result = CliRunner().invoke(app, argv)
+    assert result.exit_code == 0, result.output
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["thresholds"]["readouts"] == ["rpn.head.cls_logits"]
+    flagged = {flag["layer"] for flag in stats["flags"]["layers"]}
+    assert not any(layer.startswith("rpn.head.cls_logits") for layer in flagged)
+    assert DETECTION.readouts_among(["backbone.fpn", "roi_heads.box_predictor.cls_score"]) == (
+        "roi_heads.box_predictor.cls_score",
+    )
+
+
+@pytest.mark.slow
+def test_a_detectors_top_images_advice_is_what_helps_a_detector(tmp_path: Path) -> None:
+    """A detector keeps each image's aspect ratio whatever --input-size says: the warning
+    about maps of several sizes says so instead of advising --input-size."""
+    make_image(tmp_path / "in" / "wide.png", size=(96, 32))
+    make_image(tmp_path / "in" / "tall.png", size=(32, 96))
+    argv = ["top-images", "fasterrcnn_mobilenet_v3_large_320_fpn", str(tmp_path / "in")]
+    flags = ["-o", str(tmp_path / "out"), "-w", "none", "-k", "1", "-l", "backbone.body.12"]
+    flags += ["--input-size", "64,64"]  # the detector's min_size: small and fast
+    result = CliRunner().invoke(app, [*argv, *flags, "--no-report"])
+    assert result.exit_code == 0, result.output
+    (said,) = [line for line in result.stderr.splitlines() if "another size" in line]
+    assert said.endswith(
+        "a detector resizes each image itself, keeping its aspect ratio, whatever "
+        "--input-size says: images of one aspect ratio give maps of one size"
+    )
+    assert "pass --input-size" not in result.stderr
+
+
+def test_a_video_models_uncoloured_layers_are_said_in_one_line() -> None:
+    from actviz.run.pca import CLIP_NOTE, pca_warnings
+
+    notes = {f"layer{i}": CLIP_NOTE for i in range(5)} | {"fc": "no spatial positions"}
+    assert pca_warnings(notes) == [
+        "--view pca: no PCA picture of fc: no spatial positions",
+        "--view pca: no PCA picture of 5 video layer(s) (layer0, layer1, layer2 and 2 more): "
+        f"{CLIP_NOTE}; their grids draw them as time strips",
+    ]

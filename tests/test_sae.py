@@ -709,8 +709,8 @@ def test_a_small_folder_trains_at_least_min_steps(planted: Any, tmp_path: Path) 
 def test_the_defaults_find_a_narrow_layers_planted_directions(planted: Any, tmp_path: Path) -> None:
     """A 32-channel layer whose vectors are 2-sparse mixes of 16 known directions: the
     default k (32 / 8 = 4, where it was 32, as wide as the layer) recovers all 16 at cosine
-    0.95 or more (nearly all at 0.97); k 32 learns a dense code, which a high variance explained would hide, and
-    that is said. The k used is in the summary and in sae.json."""
+    0.95 or more (nearly all at 0.97); k 32 learns a dense code, which a high variance
+    explained would hide, and that is said. The k used is in the summary and in sae.json."""
     factory, photos, _ = planted
     narrow = tmp_path / "narrow.py"
     narrow.write_text(PLANTED.replace("C, PLANTED, K = 24, 32, 3", "C, PLANTED, K = 32, 16, 2"))

@@ -339,6 +339,48 @@ def test_s3d_and_mvit_name_the_frames_they_take(tmp_path: Path) -> None:
         assert message in result.stderr and not out.exists()
 
 
+TINY_MVIT = """
+from torchvision.models.video.mvit import MSBlockConfig, MViT
+
+
+def build():  # torchvision's MViT, three blocks: 4 frames of 32 x 32 -> 2 x 8 x 8 tokens
+    blocks = [
+        MSBlockConfig(
+            num_heads=1, input_channels=8, output_channels=8, kernel_q=[3, 3, 3],
+            kernel_kv=[3, 3, 3], stride_q=[1, 1, 1], stride_kv=[1, 2, 2],
+        )
+        for _ in range(3)
+    ]
+    return MViT(
+        spatial_size=(32, 32), temporal_size=4, block_setting=blocks, residual_pool=False,
+        residual_with_cls_embed=True, rel_pos_embed=False, proj_after_attn=False,
+        num_classes=5,
+    )
+"""
+
+
+def test_mvits_default_cam_is_drawn_where_its_patch_tokens_reach_the_class_token(
+    tmp_path: Path,
+) -> None:
+    net = tmp_path / "mvit.py"
+    net.write_text(TINY_MVIT)
+    gif = write_gif(tmp_path / "a.gif", frames=6)
+    out = tmp_path / "out"
+    args = ["-w", "none", "--input-size", "32,32", "--frames", "4", "--cam", "--no-report"]
+    result = CliRunner().invoke(app, ["run", f"{net}:build", str(gif), "-o", str(out), *args])
+    assert result.exit_code == 0, result.output
+    layers = {layer["name"]: layer for layer in run_images(out)[0]["layers"]}
+    cams = [name for name, layer in layers.items() if layer["cam"]]
+    # The last block's patch tokens get no gradient (the head reads the class token after
+    # the last attention): the block before it is the default.
+    assert cams == ["blocks.1[0]"]
+    assert "all zero" not in result.stderr
+    picture = np.asarray(Image.open(out / layers["blocks.1[0]"]["cam"]).convert("RGB"))
+    # The map's panels are coloured (jet over the frames), not the grey of a zero map.
+    spread = picture.astype(int).max(axis=-1) - picture.astype(int).min(axis=-1)
+    assert (spread > 100).mean() > 0.05
+
+
 def test_a_video_to_an_image_model_says_what_to_pass(tmp_path: Path) -> None:
     video = write_video(tmp_path / "v.mp4", frames=2)
     result = CliRunner().invoke(

@@ -127,6 +127,50 @@ def test_mvit_grid_comes_from_its_positional_encoding() -> None:
     assert contexts["blocks.3"].frames and contexts["conv_proj"].frames
 
 
+def test_swin3d_patch_merging_is_drawn_and_counted_as_its_2c_channels() -> None:
+    import torch
+    from torchvision.models.video import swin3d_t
+
+    from actviz.layouts import layer_contexts
+    from actviz.statistics import stats_callback
+
+    with torch.device("meta"):
+        model = swin3d_t()
+    contexts = layer_contexts(model)
+    # PatchMerging registers its reduction (4C -> 2C) before its norm over 4C: the output
+    # has the reduction's channels.
+    widths = {name: contexts[name].channels_hint for name in ("features.1", "features.3")}
+    assert widths == {"features.1": 192, "features.3": 384}
+    assert contexts["features.1.norm"].channels_hint == 384  # the norm itself keeps 4C
+    # Its (T, H, W, C) output: 192 channels of 16 frames, not 16 channels of 28 frames.
+    sample = np.random.default_rng(0).normal(size=(16, 28, 28, 192)).astype(np.float32)
+    drawn = to_drawable(sample, contexts["features.1"])
+    assert (drawn.kind, drawn.layout, drawn.drawn_shape) == ("clip", "nthwc", (192, 16, 28, 28))
+    np.testing.assert_array_equal(drawn.array, sample.transpose(3, 0, 1, 2))
+    (stats,) = stats_callback(contexts)("features.1", torch.from_numpy(sample[None]))
+    assert stats.channels == 192
+
+
+def test_mvits_default_cam_layer_is_the_last_block_whose_patches_reach_the_class_token() -> None:
+    import torch
+    from torchvision.models.video import mvit_v1_b
+
+    from actviz.gradients.batch import choose_cam_keys
+    from actviz.hooks import Capture
+    from actviz.layouts import layer_contexts
+
+    with torch.device("meta"):
+        model = mvit_v1_b()
+    contexts = layer_contexts(model)
+    captures = [
+        Capture(name, name, "MultiscaleBlock", 1, (1, 1 + 8 * 7 * 7, 768), None)
+        for name in ("blocks.13", "blocks.14", "blocks.15")
+    ]
+    # blocks.15's patch tokens never reach the head (it reads the class token after the last
+    # attention): its Grad-CAM would be all zero.
+    assert choose_cam_keys(captures, contexts, explicit=False) == frozenset({"blocks.14"})
+
+
 def test_a_clips_grad_cam_is_pytorch_grad_cams_per_frame_on_one_scale() -> None:
     from pytorch_grad_cam import GradCAM
     from torch import nn

@@ -31,6 +31,7 @@ from actviz.ablate.result import AblateResult
 from actviz.ablate.tables import curve_sizes, rank_split, ranking
 from actviz.ablate.write import write_outputs
 from actviz.command import open_command
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.command.resume import check_settings
@@ -49,6 +50,7 @@ _NOT_EMPTY = (
     "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
     "start again, or choose another --out"
 )
+SPEC = CommandSpec("ablate", hint=_NOT_EMPTY)
 
 
 def ablate(
@@ -75,17 +77,7 @@ def ablate(
 
     opts = from_flat(AblateOptions, COMMON_GROUPS, keywords, caller="ablate", given=options)
     ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="ablate",
-    ) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS)
         loaded = opened.model

@@ -96,10 +96,8 @@ def progress_of(record: dict[str, Any], *, later: bool = False) -> ImageResult:
 
 def _forward(state: State) -> Any:
 
-    ex, loaded = state.opts.execution, state.loaded
-    return BatchForward(
-        loaded, state.split.prefix, ex.batch_size, ex.workers, False, ex.channels_last
-    )
+    # Ablate's options refuse --amp: the passes run in float32.
+    return BatchForward(state.loaded, state.split.prefix, state.opts.execution)
 
 
 def _batches(

@@ -28,6 +28,7 @@ from actviz.atlas.resume import JOURNAL, Earlier, Parts, load_earlier
 from actviz.atlas.stream import Side, progress_of, stream
 from actviz.atlas.write import earlier_files, write_outputs
 from actviz.command import open_command
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -51,6 +52,7 @@ _NOT_EMPTY = (
 )
 #: ``atlas``'s keywords by the command line's names for them.
 ALIASES = {"color": "colour"}
+SPEC = CommandSpec("atlas", hint=_NOT_EMPTY)
 
 
 def atlas(
@@ -86,14 +88,11 @@ def atlas(
     with open_command(
         model,
         opts.out,
+        SPEC,
+        ex,
         reporter=reporter,
         inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
         restore=[given_b] if opts.against_model is not None else [],
-        name="atlas",
     ) as cmd:
         assert cmd.found is not None
         images = cmd.found.images

@@ -70,16 +70,7 @@ def stream(
 
     a = sides[0]
     second = sides[1].loaded if len(sides) > 1 else None
-    ex = opts.execution
-    forward = BatchForward(
-        a.loaded,
-        a.loaded.module,
-        ex.batch_size,
-        ex.workers,
-        ex.amp,
-        ex.channels_last,
-        second=second,
-    )
+    forward = BatchForward(a.loaded, a.loaded.module, opts.execution, second=second)
     result = Streamed()
     batch_paths = [paths[i] for i in todo]
 

@@ -21,6 +21,7 @@ from actviz.attribute.write import write_outputs
 from actviz.command import open_command
 from actviz.command.forward import BatchForward
 from actviz.command.ledger import ImageLedger
+from actviz.command.opening import CommandSpec
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -40,6 +41,7 @@ _SHOWS = "The attributions show"
 _NOT_EMPTY = "add --resume to go on with it, --overwrite to start again, or choose another --out"
 #: Classification families whose inputs are images (a video classifier takes clips).
 _IMAGE_FAMILIES = ("classification", "quantized")
+SPEC = CommandSpec("attribute", hint=_NOT_EMPTY, forced={"amp": False})
 
 
 def attribute(
@@ -77,17 +79,7 @@ def attribute(
         aliases={"method": "methods"},
     )
     ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="attribute",
-    ) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS, check=lambda loaded: _check(loaded, opts))
         loaded = opened.model
@@ -187,9 +179,7 @@ def _stream(state: AttributeState, todo: list[Path], notify: Reporter) -> Iterat
 
     opts, loaded = state.opts, state.loaded
     ex = opts.execution
-    forward = BatchForward(
-        loaded, loaded.module, ex.batch_size, ex.workers, False, ex.channels_last
-    )
+    forward = BatchForward(loaded, loaded.module, SPEC.execution(ex))
     failed: list[dict[str, Any]] = []
 
     def on_failure(index: int, error: str | None) -> None:

@@ -37,6 +37,7 @@ from actviz.cam_eval.write import write_outputs
 from actviz.command import open_command
 from actviz.command.forward import BatchForward
 from actviz.command.ledger import ImageLedger
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -58,6 +59,7 @@ __all__ = ["CamEvalResult", "cam_eval"]
 LEDGER = "cam-eval.jsonl"
 _SHOWS = "The maps and scores show"
 _NOT_EMPTY = "add --resume to go on with it, --overwrite to start again, or choose another --out"
+SPEC = CommandSpec("cam-eval", hint=_NOT_EMPTY, forced={"amp": False})
 
 
 def cam_eval(
@@ -84,17 +86,7 @@ def cam_eval(
 
     opts = from_flat(CamEvalOptions, COMMON_GROUPS, keywords, caller="cam_eval", given=options)
     ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="cam-eval",
-    ) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows=_SHOWS)
         loaded = opened.model
@@ -232,9 +224,7 @@ def _stream(state: EvalState, todo: list[Path], notify: Reporter) -> Any:
 
     opts, loaded = state.opts, state.loaded
     ex = opts.execution
-    forward = BatchForward(
-        loaded, loaded.module, ex.batch_size, ex.workers, False, ex.channels_last
-    )
+    forward = BatchForward(loaded, loaded.module, SPEC.execution(ex))
     failed: list[dict[str, Any]] = []
 
     def on_failure(index: int, error: str | None) -> None:

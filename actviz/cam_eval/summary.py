@@ -16,6 +16,7 @@ __all__ = [
     "BOOTSTRAP",
     "METRICS",
     "MIN_VERDICT_IMAGES",
+    "NEGLIGIBLE",
     "SANITY_THRESHOLD",
     "bootstrap_mean",
     "summarize",
@@ -33,8 +34,14 @@ BOOTSTRAP = {"resamples": 1000, "level": 0.95, "seed": 0}
 #: A method whose maps keep at least this mean Spearman correlation with the original ones
 #: once the last blocks are re-initialised does not depend on the weights: it is flagged.
 SANITY_THRESHOLD = 0.9
-#: Images a verdict against a baseline needs: one image's bootstrap interval is a point.
-MIN_VERDICT_IMAGES = 2
+#: Images a verdict against a baseline needs. With fewer, even images that all agree cannot
+#: conclude at 95%: a sign test's two-sided p for n pairs that all agree is 2^(1 - n), 0.0625
+#: at 5 and 0.031 at 6, while a percentile bootstrap of 2 to 5 differences lies on one side
+#: of 0 whenever they do.
+MIN_VERDICT_IMAGES = 6
+#: Paired differences of areas (probabilities, 0 to 1) all below this are no evidence: a
+#: target the model gives a probability of 3e-4 moves its areas by 1e-5 whatever the map.
+NEGLIGIBLE = 1e-3
 
 
 def bootstrap_mean(values: Sequence[float]) -> dict[str, float | None]:
@@ -55,13 +62,18 @@ def bootstrap_mean(values: Sequence[float]) -> dict[str, float | None]:
     return {"mean": mean, "low": float(low), "high": float(high)}
 
 
-def _verdict(method: Sequence[float], baseline: Sequence[float], sign: int) -> str:
+def _verdict(
+    method: Sequence[float], baseline: Sequence[float], sign: int, negligible: float = 0.0
+) -> str:
     """``yes`` when the interval of the paired difference lies on the better side of 0,
-    ``no`` when on the worse side, ``tie`` when it holds 0; ``n/a`` below
-    :data:`MIN_VERDICT_IMAGES` images, whose interval is no interval."""
+    ``no`` when on the worse side, ``tie`` when it holds 0; ``n/a`` where the images cannot
+    conclude: fewer than :data:`MIN_VERDICT_IMAGES`, or every difference below
+    ``negligible``."""
     if len(method) < MIN_VERDICT_IMAGES:
         return "n/a"
     diffs = [sign * (a - b) for a, b in zip(method, baseline, strict=True)]
+    if all(abs(d) < negligible for d in diffs):
+        return "n/a"
     ci = bootstrap_mean(diffs)
     if ci["low"] is None or ci["high"] is None:
         return "tie"
@@ -113,6 +125,7 @@ def summarize(
                     [float(r["scores"][name][m]) for r in ok],
                     [float(r["scores"][base][m]) for r in ok],
                     sign,
+                    NEGLIGIBLE if m.endswith("_auc") else 0.0,
                 )
                 for m, (_, sign) in METRICS.items()
             }
@@ -126,6 +139,7 @@ def summarize(
                     for r in ok
                 ],
                 +1,
+                NEGLIGIBLE,
             )
             beats[base] = verdicts
         entry["beats"] = beats

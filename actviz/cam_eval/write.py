@@ -15,7 +15,14 @@ from actviz import output
 from actviz.cam_eval.chart import curves_png
 from actviz.cam_eval.metrics import BASELINE_TITLES, BASELINES
 from actviz.cam_eval.result import RECORD, CamEvalResult, EvalState
-from actviz.cam_eval.summary import BOOTSTRAP, METRICS, SANITY_THRESHOLD, summarize
+from actviz.cam_eval.summary import (
+    BOOTSTRAP,
+    METRICS,
+    MIN_VERDICT_IMAGES,
+    NEGLIGIBLE,
+    SANITY_THRESHOLD,
+    summarize,
+)
 from actviz.command.head import json_head, model_fields
 from actviz.gradients.registry import cam_title
 from actviz.io.loader import decode_batches
@@ -88,7 +95,8 @@ def write_outputs(
             m: {"label": label, "better": "higher" if sign > 0 else "lower"}
             for m, (label, sign) in METRICS.items()
         },
-        "bootstrap": BOOTSTRAP,
+        # What a verdict against a baseline needs: the images, and differences above this.
+        "bootstrap": {**BOOTSTRAP, "min_images": MIN_VERDICT_IMAGES, "negligible": NEGLIGIBLE},
         "sanity": {
             "method": "cascading randomization (Adebayo et al., 2018): the blocks re-initialised "
             "one more at a time from the output down; Spearman rank correlation of each map to "

@@ -305,6 +305,8 @@ def _rows(result: CamEvalResult) -> list[tuple[list[str], bool, bool]]:
 
 def print_cam_eval(result: CamEvalResult) -> None:
     """The verdict table, and what was written."""
+    from actviz.cam_eval.summary import MIN_VERDICT_IMAGES, NEGLIGIBLE
+
     if result.random_weights:
         out_console.print(
             Text("RANDOM WEIGHTS: these scores describe an untrained model", style="bold red")
@@ -315,7 +317,8 @@ def print_cam_eval(result: CamEvalResult) -> None:
         out_console.print(
             f"{ok} image{'' if ok == 1 else 's'}, layer {result.layer}; mean "
             "[95% bootstrap interval]; beats: insertion minus deletion AUC against each "
-            "baseline (yes / no / tie; n/a from one image)",
+            "baseline (yes / no / tie; n/a where the images cannot conclude: fewer than "
+            f"{MIN_VERDICT_IMAGES}, or areas that differ by less than {NEGLIGIBLE:g})",
             markup=False,
         )
         if out_console.is_terminal:

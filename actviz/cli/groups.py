@@ -312,8 +312,9 @@ class CheckFlags(Flags):
             return None
         from actviz.statistics import Thresholds
 
-        known = {f.name for f in dataclasses.fields(Thresholds)}
-        values: dict[str, float] = {}
+        # The numbers; readouts are the family's to say.
+        known = {f.name for f in dataclasses.fields(Thresholds) if f.type in ("float", float)}
+        values: dict[str, Any] = {}
         for item in self.threshold:
             name, _, text = item.partition("=")
             name = name.strip()
@@ -325,4 +326,4 @@ class CheckFlags(Flags):
                 values[name] = float(text)
             except ValueError:
                 raise UsageError(f"--threshold {name} needs a number, e.g. {name}=0.8") from None
-        return Thresholds(**values)
+        return dataclasses.replace(Thresholds(), **values)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from actviz.command.forward import BatchForward
 from actviz.command.head import json_head, model_fields
-from actviz.command.opening import Command, Loaded, input_paths, open_command
+from actviz.command.opening import Command, CommandSpec, Loaded, input_paths, open_command
 from actviz.command.options import ExecutionOptions, KeywordError, LoadOptions, from_flat
 from actviz.command.progress import Reporter, SilentReporter, start_progress
 
 __all__ = [
     "BatchForward",
     "Command",
+    "CommandSpec",
     "ExecutionOptions",
     "KeywordError",
     "LoadOptions",

@@ -12,6 +12,7 @@ from actviz.errors import ActvizError, ModelError, first_line
 from actviz.io.loader import decode_batches
 
 if TYPE_CHECKING:
+    from actviz.command.options import ExecutionOptions
     from actviz.models.registry import LoadedModel
 
 __all__ = ["BatchForward", "model_failure"]
@@ -35,25 +36,24 @@ class BatchForward:
     """Decode, batch and run the model: the loop every image command and a run's measuring
     pass share. With ``second``, a second model runs on each batch right after the first, on
     the same input on the first model's device (a diff's model B): the recorders registered
-    on each hold that batch's captures."""
+    on each hold that batch's captures. ``execution`` says how: its batch size, decoding
+    workers, autocast and memory format (a command's forced ones already over it:
+    :meth:`actviz.command.opening.CommandSpec.execution`)."""
 
     def __init__(
         self,
         loaded: LoadedModel,
         module: Any,
-        batch_size: int,
-        workers: int,
-        amp: bool,
-        channels_last: bool,
+        execution: ExecutionOptions,
         *,
         second: LoadedModel | None = None,
     ) -> None:
         self.loaded = loaded
         self.module = module
-        self.batch_size = batch_size
-        self.workers = workers
-        self.amp = amp
-        self.channels_last = channels_last
+        self.batch_size = execution.batch_size
+        self.workers = execution.workers
+        self.amp = execution.amp
+        self.channels_last = execution.channels_last
         self.second = second
         self.second_logits: Any = None
         """The second model's output on the latest batch (None without a second model)."""

@@ -1,13 +1,16 @@
 """The one opening every image command starts with, as a context manager:
 :func:`open_command` checks the engine, starts the clock, finds the inputs, guards the output
 folder (removed again when the command fails before writing into it) and gives module
-objects back as they came; the :class:`Command` it yields loads a model (weights, random
+objects back as they came, with what a command says of itself once (:class:`CommandSpec`:
+its name, its fix for a folder in use, the execution options it always runs with) and the
+execution options whole; the :class:`Command` it yields loads a model (weights, random
 weights as data with their loud warning, device and memory format), selects layers and
 collects the command's warnings."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command.options import ExecutionOptions
 from actviz.command.progress import Reporter, SilentReporter
 from actviz.command.session import model_label, open_model, restoring
 from actviz.dictionary import check_fit, load_dictionary
@@ -33,7 +37,32 @@ if TYPE_CHECKING:
     from actviz.models import LoadedModel
     from actviz.models.options import LoadOptions
 
-__all__ = ["Command", "Loaded", "RandomWeights", "input_paths", "open_command"]
+__all__ = ["Command", "CommandSpec", "Loaded", "RandomWeights", "input_paths", "open_command"]
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """What an image command says of itself once, for its opening and its batched forward.
+
+    Attributes:
+        name: The command (``top-images``), whose model's family may refuse it; empty: none
+            does.
+        hint: The fix named when the output folder is not empty (None: the kit's own).
+        forced: Execution options the command always runs with, whatever it was given
+            (``amp=False``: its scores are measured in float32).
+        ray: The command can run on a Ray pool (``engine='ray'``), which builds the model
+            again in each worker: a module object is refused with it.
+    """
+
+    name: str = ""
+    hint: str | None = None
+    forced: Mapping[str, Any] = field(default_factory=dict)
+    ray: bool = False
+
+    def execution(self, given: ExecutionOptions | None) -> ExecutionOptions:
+        """``given`` (the defaults when None) with the command's forced options over it."""
+        given = given if given is not None else ExecutionOptions()
+        return dataclasses.replace(given, **self.forced) if self.forced else given
 
 
 @dataclass(frozen=True)
@@ -81,7 +110,8 @@ class Command:
         started: ``time.perf_counter()`` when the command started.
         found: The images among the inputs, when the command takes inputs.
         warnings: Every warning given, in order, as the command's JSON file lists them.
-        channels_last: Whether the models run in channels-last memory format.
+        execution: How it runs (the command's forced options over the ones given): the
+            models' memory format, and the batched forward's batches, workers and autocast.
     """
 
     model: str
@@ -90,7 +120,7 @@ class Command:
     started: float
     found: Discovery | None = None
     warnings: list[str] = field(default_factory=list)
-    channels_last: bool = False
+    execution: ExecutionOptions = field(default_factory=ExecutionOptions)
     name: str = ""
     """The command (``top-images``), for the families that refuse it; empty: none does."""
 
@@ -144,7 +174,7 @@ class Command:
             raise UsageError(f"{self.name} does not take {loaded.name}: {why}")
         if check is not None:
             check(loaded)
-        if self.channels_last:
+        if self.execution.channels_last:
             import torch
 
             loaded.module.to(memory_format=torch.channels_last)
@@ -211,32 +241,30 @@ def input_paths(inputs: Sequence[Path | str] | Path | str) -> list[Path]:
 def open_command(
     model: str | nn.Module,
     out: Path,
+    spec: CommandSpec | None = None,
+    execution: ExecutionOptions | None = None,
     *,
     reporter: Reporter | None = None,
     inputs: Sequence[Path | str] | Path | str | None = None,
     check_inputs: Callable[[Discovery], None] | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    hint: str | None = None,
-    engine: str = "local",
-    channels_last: bool = False,
     guard: Callable[[Path], None] | None = None,
     restore: Sequence[Any] = (),
     discover: Callable[[Sequence[Path]], Discovery] | None = None,
-    name: str = "",
 ) -> Iterator[Command]:
-    """Open an image command on ``model`` writing into ``out``, for the block.
+    """Open the image command ``spec`` on ``model`` writing into ``out``, for the block,
+    with the ``execution`` options (the defaults when None) and the command's forced ones.
 
     In order: the engine is checked against the model (a module object cannot travel to Ray
-    workers), the clock starts, ``inputs`` (one path, or a sequence of them) are walked for
-    images (folders recursively; none at all is refused) and ``check_inputs`` may refuse
-    them, then the output folder is prepared (``resume``,
-    ``overwrite``; ``hint``: the fix named when it is not empty; ``guard`` replaces that
-    whole step for a command with its own rule) and removed again if the block fails before
-    writing into it. ``model`` and every module of ``restore`` are given back in their
-    training mode and device. ``discover`` finds the inputs instead of the image walk (see
-    :mod:`actviz.command.inputs`). ``name`` (``top-images``): the command, whose model's
-    family may refuse it (:meth:`actviz.models.families.Family.refusal`).
+    workers, for a command that can run on them), the clock starts, ``inputs`` (one path, or
+    a sequence of them) are walked for images (folders recursively; none at all is refused)
+    and ``check_inputs`` may refuse them, then the output folder is prepared
+    (``execution.resume`` and ``overwrite``; the spec's ``hint`` is the fix named when it is
+    not empty; ``guard`` replaces that whole step for a command with its own rule) and
+    removed again if the block fails before writing into it. ``model`` and every module of
+    ``restore`` are given back in their training mode and device. ``discover`` finds the
+    inputs instead of the image walk (see :mod:`actviz.command.inputs`). The spec's ``name``
+    (``top-images``): the command, whose model's family may refuse it
+    (:meth:`actviz.models.families.Family.refusal`).
 
     Raises:
         UsageError: For a module object with ``engine='ray'``, inputs that hold no image, or
@@ -245,7 +273,9 @@ def open_command(
         OutputError: For an output folder that cannot be used.
     """
 
-    if engine == "ray" and not isinstance(model, str):
+    spec = spec if spec is not None else CommandSpec()
+    ex = spec.execution(execution)
+    if spec.ray and ex.engine == "ray" and not isinstance(model, str):
         raise UsageError(
             "engine='ray' builds the model again in each worker from its name; pass a "
             "model name or 'path/to/file.py:factory' instead of the model object, or use "
@@ -256,8 +286,8 @@ def open_command(
         given=model,
         notify=reporter or SilentReporter(),
         started=time.perf_counter(),
-        channels_last=channels_last,
-        name=name,
+        execution=ex,
+        name=spec.name,
     )
     if inputs is not None:
         paths = input_paths(inputs)
@@ -268,7 +298,9 @@ def open_command(
             check_inputs(command.found)
     with contextlib.ExitStack() as stack:
         if guard is None:
-            stack.enter_context(output.opened(out, resume=resume, overwrite=overwrite, hint=hint))
+            stack.enter_context(
+                output.opened(out, resume=ex.resume, overwrite=ex.overwrite, hint=spec.hint)
+            )
         else:
             created = not out.exists()
             guard(out)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from actviz import output
 from actviz.command import open_command
-from actviz.command.opening import input_paths
+from actviz.command.opening import CommandSpec, input_paths
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.diff.chart import similarity_png
@@ -92,14 +92,12 @@ def diff(
     with open_command(
         model,
         out,
+        SPEC,
+        opts.execution,
         reporter=reporter,
         inputs=paths,
         check_inputs=two_images,
-        overwrite=opts.execution.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=opts.execution.channels_last,
         restore=[given_b],
-        name="diff",
     ) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
         found, notify = cmd.found, cmd.notify
@@ -212,6 +210,7 @@ def _check_inputs(paths: list[Path], opts: DiffOptions) -> None:
 #: What the pictures of a model with random weights show, in the loud warning.
 _SHOWS = "The pictures show"
 _NOT_EMPTY = "add --overwrite to replace an earlier diff there, or choose another --out"
+SPEC = CommandSpec("diff", hint=_NOT_EMPTY)
 
 
 def _remove_earlier(out: Path) -> None:

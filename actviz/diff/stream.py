@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -129,9 +129,7 @@ def _batches(state: Stream, paths: list[Path], notify: Reporter | None) -> Itera
     batch_size = max(2, ex.batch_size) if state.two_images else ex.batch_size
     # Model B, when there is one, runs on each batch right after A, on the same input.
     model_b = b if b is not a else None
-    forward = BatchForward(
-        a, a.module, batch_size, ex.workers, ex.amp, ex.channels_last, second=model_b
-    )
+    forward = BatchForward(a, a.module, replace(ex, batch_size=batch_size), second=model_b)
 
     def failed(index: int, error: str | None) -> None:
         result = state.results[index]

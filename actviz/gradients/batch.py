@@ -52,14 +52,20 @@ def choose_cam_keys(
 def patches_reach_readout(module: str, contexts: Mapping[str, Any]) -> bool:
     """Whether the spatial positions of ``module``'s output can reach the classifier.
 
-    True unless the module sits in a token model with class (prefix) tokens and no
-    attention layer runs after it: then only the class token is read out, and the patch
-    tokens of its output get no gradient (unless the classifier also reads the patch
-    tokens' mean, as DINOv2's does). Registration order stands in for data flow, as
-    in :func:`actviz.contexts.layer_contexts`.
+    True unless the module sits in a token model with class (prefix) tokens (a ViT, or a
+    video transformer such as MViT) and no attention layer runs after it: then only the
+    class token is read out, and the patch tokens of its output get no gradient (unless
+    the classifier also reads the patch tokens' mean, as DINOv2's does). Registration
+    order stands in for data flow, as in :func:`actviz.contexts.layer_contexts`.
     """
     ctx = contexts.get(module)
-    if ctx is None or ctx.token_grid is None or not ctx.prefix_tokens:
+    if ctx is None:
+        return True
+    # A video transformer with a stated (T, H, W) grid (MViT) reads out its class token too.
+    read_from_prefix = (ctx.token_grid is not None and ctx.prefix_tokens) or (
+        ctx.clip_grid is not None
+    )
+    if not read_from_prefix:
         return True
 
     root = contexts.get("")

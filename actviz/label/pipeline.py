@@ -17,6 +17,7 @@ import numpy as np
 
 from actviz import output
 from actviz.command import open_command
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -43,9 +44,10 @@ if TYPE_CHECKING:
 __all__ = ["label"]
 
 SHOWS = "The labels describe"
-_NOT_EMPTY = (
-    "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
-    "start again, or choose another --out"
+SPEC = CommandSpec(
+    "label",
+    hint="add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) "
+    "to start again, or choose another --out",
 )
 
 
@@ -79,17 +81,7 @@ def label(
     opts = from_flat(LabelOptions, COMMON_GROUPS, keywords, caller="label", given=options)
     root = _folder(folder)
     ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=[root],
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="label",
-    ) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=[root]) as cmd:
         assert cmd.found is not None
         images = cmd.found.images
         rels = [item.rel for item in images]
@@ -222,17 +214,13 @@ def _layers(
         )
     for key, why in planned.skipped:
         cmd.warn(f"layer {key} is not labelled: {why}")
-    ex = opts.execution
     run = Pass(
         loaded=loaded,
         modules=list(names),
         plans=dict(planned.plans),
         transforms=transforms,
         score=opts.score,
-        batch_size=ex.batch_size,
-        workers=ex.workers,
-        amp=ex.amp,
-        channels_last=ex.channels_last,
+        execution=SPEC.execution(opts.execution),
         rels={str(p): r.as_posix() for p, r in zip(paths, rels, strict=True)},
         index={r.as_posix(): i for i, r in enumerate(rels)},
     )

@@ -30,6 +30,7 @@ from actviz.results import ImageResult
 if TYPE_CHECKING:
     import torch
 
+    from actviz.command.options import ExecutionOptions
     from actviz.command.progress import Reporter
     from actviz.models import LoadedModel
     from actviz.top_images.plan import LayerPlan
@@ -48,10 +49,8 @@ class Pass:
     plans: dict[str, LayerPlan]
     transforms: dict[str, Callable[[torch.Tensor], torch.Tensor | None]]
     score: str
-    batch_size: int
-    workers: int
-    amp: bool
-    channels_last: bool
+    execution: ExecutionOptions
+    """How the images go through the model: batches, decoding, autocast, memory format."""
     rels: dict[str, str]
     """Image path -> its name in records (its path relative to the folder)."""
     index: dict[str, int]
@@ -142,9 +141,7 @@ def _batches(
     """``(indices into todo, input batch)`` after each forward; unreadable images into
     ``failed``."""
 
-    forward = BatchForward(
-        run.loaded, run.loaded.module, run.batch_size, run.workers, run.amp, run.channels_last
-    )
+    forward = BatchForward(run.loaded, run.loaded.module, run.execution)
 
     def on_failure(index: int, error: str | None) -> None:
         path = str(todo[index])

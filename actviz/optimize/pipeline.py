@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.cards import optimize_card, side_by_side
 from actviz.command import json_head, model_fields, open_command
+from actviz.command.opening import CommandSpec
 from actviz.command.progress import Reporter
 from actviz.errors import OutputError
 from actviz.optimize.loop import optimize_batch
@@ -44,6 +45,8 @@ __all__ = [
     "StepReporter",
     "optimize",
 ]
+
+SPEC = CommandSpec("optimize")
 
 JSON_FILE = "optimize.json"
 REPORT_FILE = "optimize.html"
@@ -182,7 +185,7 @@ def optimize(
     # Other commands' results may share the folder (pages link each other), so optimize
     # guards only its own files.
     with open_command(
-        model, opts.out, reporter=reporter, guard=lambda _: _prepare(opts), name="optimize"
+        model, opts.out, SPEC, reporter=reporter, guard=lambda _: _prepare(opts)
     ) as cmd:
         opened = cmd.load(opts.load, shows="These images are noise with structure, optimized for")
         return _run(cmd, opened.model, opts, opened.warning)

@@ -15,6 +15,7 @@ from actviz import output
 from actviz.attention import attention_selector
 from actviz.command import input_paths, open_command
 from actviz.command.inputs import discovery_for, inputs_for
+from actviz.command.opening import CommandSpec
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.dictionary import load_dictionary
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from actviz.models import LoadedModel
 
 __all__ = ["run"]
+
+SPEC = CommandSpec(ray=True)
 
 
 def run(
@@ -80,12 +83,10 @@ def run(
     with open_command(
         model,
         opts.out,
+        SPEC,
+        ex,
         reporter=reporter,
         inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        engine=ex.engine,
-        channels_last=ex.channels_last,
         discover=discovery_for(model),
     ) as cmd:
         opened = _open_model(cmd, inputs, opts)

@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from PIL import Image
+from PIL import Image as PILImage
 
 from actviz.command.session import RANDOM_NOTE
 from actviz.render.overlay import MIN_VIEW, input_view
@@ -82,7 +83,9 @@ class ImageJob:
 
 
 def model_view(job: ImageJob) -> Image.Image:
-    """What the model saw (after resize and crop), de-normalized; greyscale input as grey."""
+    """What the model saw (after resize and crop), de-normalized; greyscale input as grey.
+    A family that resizes inside the model (a detector's transform) gives the size it saw
+    the image at as the extra ``view_size`` ``(width, height)``: the view is shrunk to it."""
 
     assert job.model_input is not None
     x = job.model_input.numpy()
@@ -92,7 +95,11 @@ def model_view(job: ImageJob) -> Image.Image:
     if x.shape[0] == 1:  # a greyscale model: show its one channel as grey
         x = x.repeat(3, axis=0)
         mean, std = mean * 3, std * 3
-    return input_view(x, mean, std)
+    view = input_view(x, mean, std)
+    size = job.extras.get("view_size")
+    if size is not None and tuple(size) != view.size:
+        view = view.resize(tuple(size), PILImage.Resampling.BILINEAR, reducing_gap=2.0)
+    return view
 
 
 def header_notes(job: ImageJob, *lines: str | None) -> list[str]:

@@ -27,6 +27,7 @@ from actviz.run.draw import draw_image, summaries
 from actviz.run.families import IMAGE_KINDS, Batch, Extras, Probe, run_family
 from actviz.run.gradients import write_gradient_flow
 from actviz.run.job import ImageJob, finite_scores, top_k_predictions
+from actviz.run.pca import pca_warnings
 from actviz.run.pca_pass import PcaPass
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.statistics import stats_callback
@@ -56,7 +57,7 @@ def capture_and_render(
     """
 
     ex = opts.execution
-    forward = BatchForward(loaded, plan.module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
+    forward = BatchForward(loaded, plan.module, ex)
     # Statistics are computed where the activation is: on an accelerator inside the hook,
     # before the copy; on the CPU in the render threads, where they run in parallel.
     on_cpu = loaded.device.type == "cpu"
@@ -282,8 +283,8 @@ class _Stream:
             if note := pca.note():
                 self.warn(note)
             pca.finish(self.forward, recorder, pool, self.plan.sink.add)
-            for key, note in self.plan.pca_notes.items():
-                self.warn(f"--view pca: no PCA picture of {key}: {note}")
+            for message in pca_warnings(self.plan.pca_notes):
+                self.warn(message)
 
 
 @dataclass

@@ -47,6 +47,7 @@ __all__ = [
     "PcaSampler",
     "PcaView",
     "fit_pca",
+    "pca_warnings",
     "pca_view",
     "spatial_maps",
 ]
@@ -76,6 +77,20 @@ def spatial_maps(
     if drawable.kind != "maps" or drawable.array is None:
         return None, drawable.note or "no spatial positions to colour"
     return drawable.array, drawable.note
+
+
+def pca_warnings(notes: Mapping[str, str]) -> list[str]:
+    """Why layers got no PCA picture (capture key -> why): a line each, but one line for
+    every video layer (a video model's are all time strips, not coloured yet)."""
+    clips = [key for key, note in notes.items() if note == CLIP_NOTE]
+    said = [f"--view pca: no PCA picture of {k}: {n}" for k, n in notes.items() if n != CLIP_NOTE]
+    if clips:
+        more = f" and {len(clips) - 3} more" if len(clips) > 3 else ""
+        said.append(
+            f"--view pca: no PCA picture of {len(clips)} video layer(s) "
+            f"({', '.join(clips[:3])}{more}): {CLIP_NOTE}; their grids draw them as time strips"
+        )
+    return said
 
 
 def fit_pca(vectors: npt.ArrayLike, *, images: int = 1, seed: int = SEED) -> PcaFit:

@@ -3,6 +3,7 @@ resume records, and which images are still to draw."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +21,13 @@ from actviz.results import ImageResult
 from actviz.run.families import run_family
 from actviz.run.records import RunRecords
 from actviz.run.sink import RunSink
+from actviz.statistics import Thresholds
 
 if TYPE_CHECKING:
     from actviz.command.progress import Reporter
     from actviz.models import LoadedModel
     from actviz.run.options import RunOptions
+    from actviz.statistics import Thresholds
 
 __all__ = ["Plan", "plan"]
 
@@ -112,12 +115,21 @@ def plan(
             records,
             notify,
             stats=opts.stats,
-            thresholds=opts.thresholds,
+            thresholds=_thresholds(opts, loaded, names),
             random=loaded.weights.random,
             resume=results if opts.execution.resume else None,
         ),
         kept=[p.relative_to(opts.out).as_posix() for p in kept],
     )
+
+
+def _thresholds(opts: RunOptions, loaded: LoadedModel, names: list[str]) -> Thresholds:
+    """The run's thresholds, with the selected modules whose outputs are scores (a
+    detector's logits) as the family's row says."""
+
+    thresholds = opts.thresholds or Thresholds()
+    readouts = loaded.family.readouts_among(names)
+    return dataclasses.replace(thresholds, readouts=readouts) if readouts else thresholds
 
 
 def _check_overlay_channel(

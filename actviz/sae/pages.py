@@ -155,8 +155,7 @@ def feature_pages(
         plan,
         sae,
         paths,
-        batch_size=opts.execution.batch_size,
-        workers=opts.execution.workers,
+        execution=cmd.execution,
         seed=opts.seed,
     )
     names = loaded.categories or []

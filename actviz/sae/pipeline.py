@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.command import open_command
 from actviz.command.forward import BatchForward
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.errors import UsageError
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
     from actviz.top_images.plan import LayerPlan
 
 __all__ = ["sae"]
+
+SPEC = CommandSpec("sae", forced={"amp": False, "channels_last": False})
 
 #: Seconds between two saves of the training state while training runs.
 SAVE_EVERY = 30.0
@@ -78,16 +81,7 @@ def sae(
     ex = opts.execution
     if ex.engine != "local":
         raise UsageError("actviz sae trains in this process: drop --engine ray")
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        channels_last=ex.channels_last,
-        name="sae",
-    ) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None
         opened = cmd.load(opts.load, shows="The features show")
         loaded = opened.model
@@ -307,8 +301,8 @@ def _epoch_from_model(
     epoch ran and they fit in ``capacity``, else None."""
     import torch
 
-    opts, ex, position, notify = run.opts, run.opts.execution, run.position, cmd.notify
-    forward = BatchForward(loaded, loaded.module, ex.batch_size, ex.workers, False, False)
+    opts, position, notify = run.opts, run.position, cmd.notify
+    forward = BatchForward(loaded, loaded.module, cmd.execution)
     order = _epoch_order(len(train), opts.seed, position.epoch)
     todo = [train[i] for i in order][position.done :]
     buffer = ShuffleBuffer(capacity, plan.channels, loaded.device, seed=opts.seed + position.epoch)
@@ -378,9 +372,8 @@ def _evaluate(
     import torch
 
     assert run.saes is not None
-    ex = run.opts.execution
     qualities = [Quality() for _ in run.saes]
-    forward = BatchForward(loaded, loaded.module, ex.batch_size, ex.workers, False, False)
+    forward = BatchForward(loaded, loaded.module, cmd.execution)
     module = loaded.module
     with (
         TokenRecorder(module, plan, prefix=run.opts.prefix_tokens) as recorder,

@@ -17,6 +17,7 @@ from actviz.sae.tokens import TokenRecorder
 if TYPE_CHECKING:
     import torch
 
+    from actviz.command.options import ExecutionOptions
     from actviz.dictionary import SparseDictionary
     from actviz.models import LoadedModel
     from actviz.top_images.plan import LayerPlan
@@ -103,8 +104,7 @@ def survey(
     sae: SparseDictionary,
     paths: list[Path],
     *,
-    batch_size: int,
-    workers: int,
+    execution: ExecutionOptions,
     seed: int,
 ) -> Survey:
     """Run every image once, keep the bounded sample and the class counts."""
@@ -122,7 +122,7 @@ def survey(
     peak = torch.zeros(f, dtype=torch.float64, device=device)
     count = seen = 0
     per_image = plan.height * plan.width
-    forward = BatchForward(loaded, loaded.module, batch_size, workers, False, False)
+    forward = BatchForward(loaded, loaded.module, execution)
     with (
         TokenRecorder(loaded.module, plan) as recorder,
         eval_mode(loaded.module),

@@ -53,6 +53,11 @@ class Thresholds:
       RMS of the nearest earlier layer with a usable magnitude.
     - ``vanishing``: the RMS is less than ``vanish_ratio`` (default 0.1) times that.
 
+    The layers in ``readouts`` (module names: a detector's objectness logits and box
+    offsets) give scores, not a signal the next layer carries on: a negative logit is not a
+    dead unit, and a score's scale is not a shrinking signal. They are flagged for NaN, Inf
+    and a constant output only, and are not the reference of the next layer's magnitude.
+
     RMS rather than std is compared because a layer whose values all shifted far from 0 has
     grown even if its spread has not. Magnitudes at or below ``min_magnitude`` (or NaN) are
     not compared and are not used as the reference for the next layer: an all-zero layer is
@@ -64,6 +69,7 @@ class Thresholds:
     explode_ratio: float = 10.0
     vanish_ratio: float = 0.1
     min_magnitude: float = 1e-12
+    readouts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,7 @@ def flag_anomalies(
     flags: list[Flag] = []
     reference: tuple[str, float] | None = None
     for name, s in layers:
+        readout = _module(name) in t.readouts
         if s.nan:
             message = f"{s.nan} NaN values ({_share(s.nan, s.count)})"
             flags.append(Flag(name, "nan", message, _fraction(s.nan, s.count)))
@@ -109,7 +116,7 @@ def flag_anomalies(
             message = f"{s.inf} infinite values ({_share(s.inf, s.count)})"
             flags.append(Flag(name, "inf", message, _fraction(s.inf, s.count)))
         # Without finite values every channel is "never positive"; the nan/inf flag says more.
-        judged_dead = judges_dead(s.per_channel) and s.channels > 0 and s.finite > 0
+        judged_dead = not readout and judges_dead(s.per_channel) and s.channels > 0 and s.finite > 0
         if judged_dead and s.dead_frac >= t.dead_frac:
             flags.append(
                 Flag(
@@ -124,7 +131,7 @@ def flag_anomalies(
         if s.finite > 1 and not all_dead and _constant(s, t.constant_rtol):
             flags.append(Flag(name, "constant", f"every value is {s.min:.4g}", 1.0))
         magnitude = s.rms
-        if not (math.isfinite(magnitude) and magnitude > t.min_magnitude):
+        if readout or not (math.isfinite(magnitude) and magnitude > t.min_magnitude):
             continue
         if reference is not None:
             previous, before = reference
@@ -149,6 +156,12 @@ def flag_anomalies(
                 )
         reference = (name, magnitude)
     return flags
+
+
+def _module(key: str) -> str:
+    """The module of a capture key: ``rpn.head.cls_logits:2`` and ``backbone.fpn[pool]``
+    are outputs of ``rpn.head.cls_logits`` and ``backbone.fpn``."""
+    return key.split("[", 1)[0].split(":", 1)[0]
 
 
 def _constant(s: LayerStats, rtol: float) -> bool:

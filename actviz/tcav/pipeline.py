@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from actviz import output
 from actviz.command import input_paths, open_command
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
@@ -45,6 +46,7 @@ _NOT_EMPTY = (
     "add --resume (resume=True in Python) to go on with it, --overwrite (overwrite=True) to "
     "start again, or choose another --out"
 )
+SPEC = CommandSpec("tcav", hint=_NOT_EMPTY)
 
 Sets = dict[str, list[Path]]
 
@@ -78,16 +80,7 @@ def tcav(
     given = [] if inputs is None else input_paths(inputs)
     sets, folders = _sets(opts, given)
     ex = opts.execution
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        hint=_NOT_EMPTY,
-        channels_last=ex.channels_last,
-        name="tcav",
-    ) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter) as cmd:
         opened = cmd.load(opts.load, shows=SHOWS, check=_check_model)
         loaded = opened.model
         layer = _layer(cmd, loaded, opts)

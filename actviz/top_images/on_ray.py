@@ -68,7 +68,7 @@ def example_candidates(
         names = [str(paths[d.index]) for d in good]
         scored = score_batch(loaded.module, layers, plans, x, names, score=score, k=k)
         if scored.unfit:
-            reason = unfit_reason(scored.unfit, plans, loaded.input_size)
+            reason = unfit_reason(scored.unfit, plans, loaded.input_size, loaded.family.one_size)
             out += [([d.index], BatchCandidates(error=reason)) for d in good]
             continue
         sizes = tuple(d.size for d in good)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.command import open_command
 from actviz.command.forward import BatchForward
+from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.command.session import weights_record
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 
 __all__ = ["JSON_FILE", "REPORT_FILE", "top_images"]
 
+SPEC = CommandSpec("top-images", ray=True)
+
 JSON_FILE = "top-images.json"
 REPORT_FILE = "top-images.html"
 
@@ -83,17 +86,7 @@ def top_images(
     opts = from_flat(TopImagesOptions, COMMON_GROUPS, keywords, caller="top_images", given=options)
     ex = opts.execution
 
-    with open_command(
-        model,
-        opts.out,
-        reporter=reporter,
-        inputs=inputs,
-        resume=ex.resume,
-        overwrite=ex.overwrite,
-        engine=ex.engine,
-        channels_last=ex.channels_last,
-        name="top-images",
-    ) as cmd:
+    with open_command(model, opts.out, SPEC, ex, reporter=reporter, inputs=inputs) as cmd:
         assert cmd.found is not None  # open_command walked the inputs
         opened = cmd.load(opts.load, shows="The top images show")
         loaded = opened.model
@@ -275,7 +268,7 @@ def _stream(
     if ex.engine == "ray":
         _stream_on_ray(model, names, planned, todo, progress, opts, notify)
         return
-    forward = BatchForward(loaded, module, ex.batch_size, ex.workers, ex.amp, ex.channels_last)
+    forward = BatchForward(loaded, module, ex)
 
     def failed(index: int, error: str | None) -> None:
         progress.fail(todo[index], error, notify)
@@ -291,7 +284,9 @@ def _stream(
             scores = recorder.take()
             if recorder.unfit:
                 # Never counted as scored: each image fails by name, with the fix.
-                reason = unfit_reason(recorder.unfit, planned.plans, loaded.input_size)
+                reason = unfit_reason(
+                    recorder.unfit, planned.plans, loaded.input_size, loaded.family.one_size
+                )
                 for path in paths:
                     progress.fail(path, reason, notify)
                 continue
@@ -318,8 +313,7 @@ def _resized_warning(loaded: LoadedModel, progress: Progress) -> str:
         f"{height}x{width} ({loaded.name}'s preprocessing keeps each image's aspect ratio): "
         f"their maps of {shown} were scored at the planned size, resized by adaptive max "
         "pooling (maxima and means exact, locations on the planned grid), and their crops "
-        f"cut from the image resized to {height}x{width}; pass --input-size H,W to crop "
-        "every image to one size"
+        f"cut from the image resized to {height}x{width}; {loaded.family.one_size}"
     )
 
 

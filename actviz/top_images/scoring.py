@@ -321,12 +321,13 @@ def unfit_reason(
     unfit: Mapping[str, tuple[int, ...]],
     plans: Mapping[str, LayerPlan],
     input_size: tuple[int, int],
+    fix: str = "pass --input-size H,W to crop every image to one size",
 ) -> str:
     """Why the images of a batch whose output could not be brought to the plan's size were
-    not scored, with the fix: one line, the same on every engine."""
+    not scored, with the fix (the model family's ``one_size``): one line, the same on every
+    engine."""
     key, shape = next(iter(unfit.items()))
     return (
         f"its output of {key} is {shape}, not {plans[key].shape} as at the input size "
-        f"{input_size[0]}x{input_size[1]}, and cannot be brought to it; pass --input-size H,W "
-        "to crop every image to one size"
+        f"{input_size[0]}x{input_size[1]}, and cannot be brought to it; {fix}"
     )

@@ -9,8 +9,9 @@ model types.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families.inputs import IMAGES, Inputs
@@ -99,6 +100,13 @@ class Family:
         inputs: What its models take (:data:`~actviz.models.families.inputs.IMAGES`,
             ``CLIPS``, ``PAIRS``): how a command finds them among its paths, and what
             progress bars and summaries call them.
+        one_size: How a user gets maps of one size from images of several shapes, as the
+            messages advise: ``--input-size`` crops every image to one size, but a detector
+            resizes each image itself, keeping its aspect ratio.
+        readouts: Patterns (``fnmatch``) of the modules whose outputs are scores, not a
+            signal path (a detector's objectness logits and box offsets): the anomaly
+            flags judge them neither dead nor vanishing
+            (:attr:`actviz.statistics.Thresholds.readouts`).
     """
 
     key: str
@@ -119,6 +127,8 @@ class Family:
     selector: Callable[[nn.Module], str | None] = no_selector
     classes: Callable[[nn.Module], int | None] = output_classes
     inputs: Inputs = IMAGES
+    readouts: tuple[str, ...] = ()
+    one_size: str = "pass --input-size H,W to crop every image to one size"
 
     @property
     def runnable(self) -> bool:
@@ -130,6 +140,11 @@ class Family:
         if self.refused is not None and command not in ("list-layers", "models"):
             return self.refused
         return self.commands.get(command)
+
+    def readouts_among(self, names: Iterable[str]) -> tuple[str, ...]:
+        """The modules among ``names`` whose outputs are scores (:attr:`readouts`)."""
+
+        return tuple(n for n in names if any(fnmatchcase(n, p) for p in self.readouts))
 
     def record(self) -> dict[str, Any]:
         """The family as the manifest records it."""

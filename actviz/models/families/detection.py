@@ -232,6 +232,22 @@ DETECTION = Family(
         ),
     },
     selector=_selector,
+    one_size=(
+        "a detector resizes each image itself, keeping its aspect ratio, whatever "
+        "--input-size says: images of one aspect ratio give maps of one size"
+    ),
+    readouts=(
+        "rpn.head.cls_logits",  # the R-CNNs' objectness per anchor
+        "rpn.head.bbox_pred",
+        "roi_heads.box_predictor*",
+        "roi_heads.mask_predictor.mask_fcn_logits",
+        "roi_heads.keypoint_predictor*",
+        "head.classification_head.cls_logits",  # RetinaNet, FCOS
+        "head.regression_head.bbox_reg",
+        "head.regression_head.bbox_ctrness",
+        "head.classification_head.module_list*",  # SSD, SSDlite
+        "head.regression_head.module_list*",
+    ),
     builder_kwargs=_builder_kwargs,
     meta_stops=(
         "the heads' box selection (NMS) has data-dependent shapes, which the meta device "

@@ -120,6 +120,10 @@ OPTICAL_FLOW = Family(
             "cam-eval scores maps by a class score, and a flow model gives flow fields for "
             "pairs; use a classifier"
         ),
+        "atlas": (
+            "atlas maps a layer over single images, and a flow model takes pairs; run it on "
+            "the pairs instead (actviz run MODEL FRAME1 FRAME2)"
+        ),
         "ablate": (
             "ablate measures class accuracy over images, and a flow model gives flow fields "
             "for pairs; use a classifier"

@@ -152,6 +152,10 @@ VIDEO = Family(
             "cam-eval deletes and inserts an image's pixels; a video model takes clips: draw "
             "their maps with actviz run --cam"
         ),
+        "atlas": (
+            "atlas maps a layer over a folder of images; a video model takes clips: use "
+            "actviz run on them"
+        ),
     },
     outputs="(B, classes) Kinetics scores of a clip",
 )

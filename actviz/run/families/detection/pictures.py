@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from PIL import Image as PILImage
 from PIL import ImageDraw
 
@@ -45,18 +46,50 @@ def _found(job: ImageJob) -> Found | None:
     return found
 
 
+def _scale(job: ImageJob, view: Image.Image) -> tuple[float, float]:
+    """How the view's pixels relate to the image's, whose pixels the boxes are in: the view
+    is the image at the size the detector's transform resized it to."""
+    assert job.model_input is not None
+    height, width = job.model_input.shape[-2:]
+    return view.width / int(width), view.height / int(height)
+
+
+def _box(box: Any, scale: tuple[float, float]) -> tuple[float, float, float, float]:
+    """A box in the image's pixels, in the view's."""
+    sx, sy = scale
+    return (float(box[0]) * sx, float(box[1]) * sy, float(box[2]) * sx, float(box[3]) * sy)
+
+
+def _in_view(found: Found, i: int, view: Image.Image) -> Any:
+    """Detection ``i``'s mask (in the image's pixels) resized to the view; None without."""
+
+    if found.masks is None:
+        return None
+    mask = found.masks[i]
+    if mask.shape == (view.height, view.width):
+        return mask
+    resized = PILImage.fromarray(mask.astype(np.float32)).resize(  # mode F: floats
+        view.size, PILImage.Resampling.BILINEAR
+    )
+    return np.asarray(resized)
+
+
 def detections_png(job: ImageJob) -> bytes:
     """The detections drawn on what the model saw, under a title that gives the threshold
     and notes that say why little is drawn."""
 
     found = job.extras["detections"]
+    view = model_view(job)
+    scale = _scale(job, view)
     shown = min(len(found.scores), _DRAWN)
     drawn = [
         Detection(
-            box=(float(box[0]), float(box[1]), float(box[2]), float(box[3])),
+            box=_box(box, scale),
             label=f"{name} {score:.2f}",
-            mask=None if found.masks is None else found.masks[i],
-            keypoints=None if found.keypoints is None else found.keypoints[i],
+            mask=_in_view(found, i, view),
+            keypoints=None
+            if found.keypoints is None
+            else found.keypoints[i] * [scale[0], scale[1], 1.0],
         )
         for i, (box, name, score) in enumerate(
             zip(found.boxes[:shown], found.names[:shown], found.scores[:shown], strict=True)
@@ -76,7 +109,7 @@ def detections_png(job: ImageJob) -> bytes:
         notes.append(f"the {shown} highest scores are drawn; all {count} are in the record")
     skeleton = _COCO_SKELETON if found.keypoints is not None else ()
     picture = detection_picture(
-        model_view(job), drawn, title=title, notes=header_notes(job, *notes), skeleton=skeleton
+        view, drawn, title=title, notes=header_notes(job, *notes), skeleton=skeleton
     )
     return picture_png(picture, job.options.png_compression)
 
@@ -85,9 +118,10 @@ def heads_png(job: ImageJob) -> bytes:
     """The first detections' rows: the box's crop, then each per-detection head output."""
 
     found, view = job.extras["detections"], model_view(job)
+    scale = _scale(job, view)
     rows = []
     for rank, panels in enumerate(found.heads):
-        x1, y1, x2, y2 = (float(v) for v in found.boxes[rank])
+        x1, y1, x2, y2 = _box(found.boxes[rank], scale)
         crop = view.crop((int(x1), int(y1), max(int(x2), int(x1) + 1), max(int(y2), int(y1) + 1)))
         rows.append((f"#{rank + 1} {found.names[rank]} {found.scores[rank]:.2f}", crop, panels))
     notes = ["each row a detection: its box, then what the model's heads computed for it"]
@@ -124,7 +158,8 @@ def cam_png(job: ImageJob) -> bytes | None:
         return None
     picture = PILImage.fromarray(cam_panel(view, panels))
     if cams.grad is not None:  # the explained detection, outlined on its panel
-        _outline(picture, view, len(panels), found, cams.rank)
+        box = _box(found.boxes[cams.rank], _scale(job, view))
+        _outline(picture, view, len(panels), box, cams.rank)
     notes = [f"maps from {cams.source}, over the input the model saw"]
     if cams.grad is None:
         notes.append(
@@ -137,12 +172,19 @@ def cam_png(job: ImageJob) -> bytes | None:
     return picture_png(framed, job.options.png_compression)
 
 
-def _outline(picture: Image.Image, view: Image.Image, panels: int, found: Found, rank: int) -> None:
-    """Outline detection ``rank``'s box on the last of ``panels`` panels after the input."""
+def _outline(
+    picture: Image.Image,
+    view: Image.Image,
+    panels: int,
+    box: tuple[float, float, float, float],
+    rank: int,
+) -> None:
+    """Outline detection ``rank``'s ``box`` (in the view's pixels) on the last of
+    ``panels`` panels after the input."""
 
     draw = ImageDraw.Draw(picture)
     offset = panels * (view.width + PANEL_GAP)
-    x1, y1, x2, y2 = (float(v) for v in found.boxes[rank])
+    x1, y1, x2, y2 = box
     box = (offset + x1, LABEL_HEIGHT + y1, offset + x2, LABEL_HEIGHT + y2)
     draw.rectangle(box, outline=detection_colour(rank), width=2)
 

@@ -56,9 +56,10 @@ class Detections:
         if self.cam:
             cams = detection_cams(self.module, self.call, batch, found, self.rank, self.watch)
         extras = []
-        for one, maps in zip(found, cams, strict=True):
+        sizes = self.watch.image_sizes
+        for i, (one, maps) in enumerate(zip(found, cams, strict=True)):
             self.empty += not one.scores
-            job = {"detections": one, "detection_cams": maps}
+            job = {"detections": one, "detection_cams": maps, "view_size": _view_size(sizes, i)}
             extras.append(Extras(job=job, record=_record(one)))
         return extras
 
@@ -72,6 +73,16 @@ class Detections:
             f"image(s){random if self.random else ''}; the layers are recorded anyway, and "
             "--score-threshold lowers the cut"
         ]
+
+
+def _view_size(sizes: Sequence[tuple[int, int]], i: int) -> tuple[int, int] | None:
+    """``(width, height)`` image ``i`` was resized to by the detector's transform: its
+    pictures are drawn at that size (a 4000-pixel photo is not drawn whole); None when
+    unknown."""
+    if i >= len(sizes):
+        return None
+    height, width = sizes[i]
+    return (width, height)
 
 
 def _record(found: Found) -> dict[str, Any]:
