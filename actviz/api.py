@@ -12,12 +12,21 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from actviz.command.session import hookable_module, restoring
 from actviz.errors import ModelError, UsageError, first_line
-from actviz.models import LayerListing
+from actviz.layouts import to_drawable
+from actviz.models import LayerListing, Preprocessing
 from actviz.models import list_layers as _list_named
+from actviz.models.listing import listing_of, trace, trace_with, traced_input_shape
+from actviz.render import grid as render
+from actviz.render.timestrips import render_time_strips
 from actviz.results import ImageResult
 from actviz.run.command import run
+from actviz.run.records import RunRecords
 from actviz.run.result import RunResult
+from actviz.run.sink import read_images as read_ledger
 
 if TYPE_CHECKING:
     import numpy as np
@@ -96,9 +105,6 @@ def _list_module(
     its family feeds an image batch), every module hooked."""
     from torch import nn
 
-    from actviz.command.session import hookable_module, restoring
-    from actviz.models.listing import listing_of, trace, trace_with
-
     label = hookable_module(model, in_chans, takes="list_layers takes", chans="in_chans")
     assert isinstance(model, nn.Module)
     device = next((t.device for t in (*model.parameters(), *model.buffers())), None)
@@ -135,8 +141,6 @@ def _fed_shape(
 ) -> tuple[int, ...]:
     """The zero input's shape as the module's family feeds it: ``(1, C, H, W)``, or a video
     model's still clip ``(1, C, T, H, W)`` and a flow model's pair, as a listing by name."""
-    from actviz.models import Preprocessing
-    from actviz.models.listing import traced_input_shape
 
     base = Preprocessing.fitted(input_size=input_size or (224, 224), in_chans=in_chans)
     return traced_input_shape(model, base, input_size)
@@ -196,8 +200,6 @@ def read_images(out: Path | str) -> Iterator[dict[str, Any]]:
     Raises:
         UsageError: When ``out`` does not exist, is not a folder, or holds no run's records.
     """
-    from actviz.run.records import RunRecords
-    from actviz.run.sink import read_images as read_ledger
 
     folder = Path(out)
     if not folder.is_dir():
@@ -241,10 +243,6 @@ def render_activation(
     Raises:
         ValueError: When the activation cannot be drawn; the message says why.
     """
-    import numpy as np
-
-    from actviz.layouts import to_drawable
-    from actviz.render import grid as render
 
     array = np.asarray(
         activation.detach().cpu().float().numpy() if hasattr(activation, "detach") else activation,
@@ -258,8 +256,6 @@ def render_activation(
     if drawable.kind == "vector":
         return render.render_vector(drawable.array, title=title, cmap=render_options.get("cmap"))
     if drawable.kind == "clip":
-        from actviz.render.timestrips import render_time_strips
-
         shared = {k: v for k, v in render_options.items() if k in ("order", "norm", "cmap")}
         return render_time_strips(
             drawable.array, title=title, max_channels=max_channels, prefix=drawable.prefix, **shared

@@ -13,13 +13,25 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from actviz import output
 from actviz.ablate.options import AblateOptions
-from actviz.ablate.passes import Curves, References, curve_pass, main_pass, reference_pass
+from actviz.ablate.passes import (
+    Curves,
+    References,
+    curve_pass,
+    main_pass,
+    progress_of,
+    reference_pass,
+)
 from actviz.ablate.prepare import State, describe_method, prepare
 from actviz.ablate.result import AblateResult
+from actviz.ablate.tables import curve_sizes, rank_split, ranking
+from actviz.ablate.write import write_outputs
+from actviz.command import open_command
 from actviz.command.ledger import ImageLedger, image_key
-from actviz.command.opening import RESUMABLE, CommandSpec
+from actviz.command.opening import RESUMABLE, CommandSpec, require_classifier
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 
@@ -56,7 +68,6 @@ def ablate(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command, require_classifier
 
     opts = from_flat(AblateOptions, COMMON_GROUPS, keywords, caller="ablate", given=options)
     ex = opts.execution
@@ -72,7 +83,6 @@ def ablate(
         ledger = ImageLedger(opts.out, LEDGER, command="ablate", settings=settings, key=_key)
         done = ledger.read(ex.resume)
         records, curves = _run(cmd, state, ledger, done)
-        from actviz.ablate.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, curves, settings)
 
@@ -97,7 +107,6 @@ def _run(
     refs: References | None = None
     if state.mode.needs is not None:
         refs = state.references = reference_pass(state, paths, cmd.notify)
-    from actviz.ablate.passes import progress_of
 
     later = refs is not None
     for record in main_done + curve_done:
@@ -134,9 +143,6 @@ def _curve_plan(
     state: State, records: list[dict[str, Any]]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The ranking split, each class's units ranked on its part, and the images measured."""
-    import numpy as np
-
-    from actviz.ablate.tables import curve_sizes, rank_split, ranking
 
     ok = [r for r in records if r.get("status") == "ok"]
     labels = np.asarray([r["label"] for r in ok], dtype=np.int64)

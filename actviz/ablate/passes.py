@@ -18,7 +18,10 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz.ablate.prepare import State
+from actviz.command.forward import BatchForward
 from actviz.errors import ActvizError
+from actviz.hooks import eval_mode
+from actviz.io.loader import decode_batches
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
@@ -92,7 +95,6 @@ def progress_of(record: dict[str, Any], *, later: bool = False) -> ImageResult:
 
 
 def _forward(state: State) -> Any:
-    from actviz.command.forward import BatchForward
 
     # Ablate's options refuse --amp: the passes run in float32.
     return BatchForward(state.loaded, state.split.prefix, state.opts.execution)
@@ -102,7 +104,6 @@ def _batches(
     state: State, paths: Sequence[Path], failed: Callable[[int, str | None], None]
 ) -> Iterator[tuple[list[int], Any, Any]]:
     """``(indices into paths, layer output, the rest's other inputs)`` per batch."""
-    from actviz.hooks import eval_mode
 
     with eval_mode(state.loaded.module), contextlib.ExitStack() as stack:
         for good, (a, others), _x in _forward(state).batches(paths, stack, failed):
@@ -146,8 +147,6 @@ def reference_pass(state: State, paths: list[Path], notify: Reporter) -> Referen
 def _donor_values(state: State, rels: list[str], refs: References, device: Any) -> torch.Tensor:
     """The coordinates' values in each image's donor."""
     import torch
-
-    from actviz.io.loader import decode_batches
 
     donors = [refs.donors[rel] for rel in rels]
     decoded = next(iter(decode_batches(donors, state.loaded.preprocess, batch_size=len(donors))))

@@ -15,11 +15,24 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from PIL import Image
 
 from actviz import output
+from actviz.ablate.passes import reference_values
 from actviz.ablate.prepare import State
-from actviz.ablate.tables import Outcome
+from actviz.ablate.split import LayerTap
+from actviz.ablate.tables import Outcome, class_rows
+from actviz.gradients.batch import patches_reach_readout
+from actviz.gradients.core import compute_gradients
+from actviz.gradients.methods import scale_cams
 from actviz.gradients.registry import DEFAULT_CAM, cam_title, raw_cam
+from actviz.hooks import eval_mode, layer_refs
+from actviz.io.loader import decode_batches
+from actviz.layouts import default_selector, layer_contexts
+from actviz.render.overlay import cam_panel, input_view
+from actviz.render.palette import palette_for
+from actviz.render.png import picture_png
+from actviz.selectors import select_layers
 
 if TYPE_CHECKING:
     import torch
@@ -71,7 +84,6 @@ def draw_pictures(
 
 
 def _class_rows(outcome: Outcome, state: State) -> list[tuple[str, float, float]]:
-    from actviz.ablate.tables import class_rows
 
     names = {int(c): state.class_name(int(c)) for c in np.unique(outcome.labels)}
     rows = [(r["class"], r["acc_before"], r["acc_after"]) for r in class_rows(outcome, names)]
@@ -158,10 +170,6 @@ def _curves_png(curves: Sequence[Mapping[str, Any]], title: str) -> bytes:
 
 def _cam_layer(state: State) -> str | None:
     """The layer ``run --cam`` takes by default."""
-    from actviz.gradients.batch import patches_reach_readout
-    from actviz.hooks import layer_refs
-    from actviz.layouts import default_selector, layer_contexts
-    from actviz.selectors import select_layers
 
     module = state.loaded.module
     names = select_layers(layer_refs(module), default_selector(module), model=state.loaded.name)
@@ -194,8 +202,6 @@ def _cases(
     if layer is None or not chosen:
         return []
     import torch
-
-    from actviz.io.loader import decode_batches
 
     paths = [Path(str(ok[i]["path"])) for i in chosen]
     pre = state.loaded.preprocess
@@ -242,12 +248,6 @@ def _maps(
     class's probability each time."""
     import torch
 
-    from actviz.ablate.passes import reference_values
-    from actviz.ablate.split import LayerTap
-    from actviz.gradients.core import compute_gradients
-    from actviz.gradients.methods import scale_cams
-    from actviz.hooks import eval_mode
-
     ctx_layout = _layout(state, layer)
     mask = state.ablations.masks[k]
     with torch.inference_mode():
@@ -278,7 +278,6 @@ def _maps(
 
 
 def _layout(state: State, layer: str) -> dict[str, Any]:
-    from actviz.layouts import layer_contexts
 
     ctx = layer_contexts(state.loaded.module, state.loaded.input_size).get(layer)
     if ctx is None:
@@ -299,12 +298,8 @@ def _case_png(
     name: str,
     random: bool,
 ) -> bytes:
-    from PIL import Image
 
     from actviz.render.legend import Header, new_canvas
-    from actviz.render.overlay import cam_panel, input_view
-    from actviz.render.palette import palette_for
-    from actviz.render.png import picture_png
 
     pre = state.loaded.preprocess
     view = input_view(tensor.numpy(), pre.mean, pre.std)

@@ -12,6 +12,8 @@ from actviz.ablate.engine import Engine
 from actviz.ablate.labels import Labels, read_labels, unique_names
 from actviz.ablate.modes import Mode
 from actviz.ablate.options import AblateOptions
+from actviz.ablate.readout import linear_readout, pooled
+from actviz.ablate.split import split_model
 from actviz.ablate.targets import (
     Coordinates,
     Direction,
@@ -22,6 +24,10 @@ from actviz.ablate.targets import (
 )
 from actviz.command.opening import one_layer
 from actviz.errors import UsageError
+from actviz.hooks import eval_mode
+from actviz.layouts import layer_contexts
+from actviz.top_images.features import dictionary_layer
+from actviz.top_images.plan import output_plan
 
 if TYPE_CHECKING:
     import torch
@@ -107,8 +113,6 @@ def _probe(loaded: LoadedModel, opts: AblateOptions) -> torch.Tensor:
 
 
 def _geometry(loaded: LoadedModel, layer: str, shape: tuple[int, ...]) -> LayerGeometry:
-    from actviz.layouts import layer_contexts
-    from actviz.top_images.plan import output_plan
 
     module_type = type(loaded.module.get_submodule(layer)).__name__
     ctx = layer_contexts(loaded.module, loaded.input_size).get(layer)
@@ -139,7 +143,6 @@ def _coordinates(
         vector = load_direction(Path(opts.direction), geometry.channels, geometry.name)
         return Direction(vector, geometry, Path(opts.direction))
     assert opts.sae is not None
-    from actviz.top_images.features import dictionary_layer
 
     sae = cmd.dictionary(Path(opts.sae), loaded, loaded.device)
     key, module = dictionary_layer(sae)
@@ -206,10 +209,6 @@ def prepare(cmd: Command, loaded: LoadedModel, opts: AblateOptions) -> State:
             that do not fit the model.
     """
     import torch
-
-    from actviz.ablate.readout import linear_readout, pooled
-    from actviz.ablate.split import split_model
-    from actviz.hooks import eval_mode
 
     assert opts.layer is not None and cmd.found is not None
     layer = _layer(cmd, loaded, opts.layer)

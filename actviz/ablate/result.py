@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actviz.cards.ablate import ablate_card
+
 __all__ = ["RECORD", "AblateResult"]
 
 RECORD = "ablate.json"
@@ -80,11 +82,9 @@ class AblateResult:
         return [row for row in self.classes if row["ablation"] == name]
 
     def __repr__(self) -> str:
-        from actviz.cards.ablate import ablate_card
 
         return ablate_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards.ablate import ablate_card
 
         return ablate_card(self).html()

@@ -11,6 +11,8 @@ layer recorded by a hook in the prefix and replaced by a hook in each stacked fo
 
 from __future__ import annotations
 
+import inspect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -100,7 +102,6 @@ def _repeat(value: Any, repeats: int) -> Any:
 
 def _leaf_modules() -> list[type[Any]]:
     """torchvision's ops as leaf modules, as ``create_feature_extractor`` keeps them."""
-    import inspect
 
     import torchvision
     from torch import nn
@@ -111,7 +112,6 @@ def _leaf_modules() -> list[type[Any]]:
 
 def _cut(module: nn.Module, layer: str) -> tuple[fx.GraphModule, fx.GraphModule, list[str]]:
     """The prefix and suffix graph modules of ``module`` at ``layer``, sharing its weights."""
-    import math
 
     import torchvision
     from torch import fx

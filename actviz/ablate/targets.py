@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from actviz.errors import UsageError
+from actviz.top_images.plan import as_maps, positions
 
 if TYPE_CHECKING:
     import torch
@@ -216,7 +219,6 @@ class Features(Coordinates):
         self._where: torch.Tensor | None = None
 
     def read(self, a: torch.Tensor) -> torch.Tensor:
-        from actviz.top_images.plan import as_maps
 
         codes = self.sae.encode_maps(as_maps(a, self.plan).float())
         return codes.index_select(1, _index(self.features, codes.device))
@@ -225,8 +227,6 @@ class Features(Coordinates):
         self, a: torch.Tensor, new: torch.Tensor, old: torch.Tensor, changed: torch.Tensor
     ) -> torch.Tensor:
         import torch
-
-        from actviz.top_images.plan import positions
 
         if self._where is None or self._where.device != a.device:
             self._where = positions(self.plan, a.device)
@@ -289,7 +289,6 @@ def load_direction(path: Path, channels: int, layer: str) -> torch.Tensor:
     Raises:
         UsageError: For a file that cannot be read, another shape, or a zero vector.
     """
-    import numpy as np
     import torch
 
     expected = f"a vector of {layer}'s {channels} channels, shape ({channels},)"

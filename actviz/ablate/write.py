@@ -10,9 +10,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from actviz import output
+from actviz.ablate.options import parse_fail_on
+from actviz.ablate.pictures import draw_pictures
 from actviz.ablate.prepare import State, describe_method
 from actviz.ablate.result import RECORD, AblateResult
 from actviz.ablate.tables import Outcome, class_rows, curve_accuracy, flow_rows, overall
+from actviz.report import rebuild_run_report
+from actviz.report.ablate import ablate_page
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -124,8 +128,6 @@ def write_outputs(
     cases: list[dict[str, Any]] = []
     pictures: dict[str, str] = {}
     if opts.report and ok:
-        from actviz.ablate.pictures import draw_pictures
-
         cases, pictures = draw_pictures(state, ok, found, ablations, curve_rows, random)
     fail = _failures(opts.fail_on, table)
     record = {
@@ -170,9 +172,6 @@ def write_outputs(
     output.write_json(path, record)
     report = None
     if opts.report and ok:
-        from actviz.report import rebuild_run_report
-        from actviz.report.ablate import ablate_page
-
         report = out / PAGE
         output.write_bytes(report, ablate_page(record))
         for rel, data in rebuild_run_report(out).items():  # a run's index here links it
@@ -217,7 +216,6 @@ def _failures(spec: str | None, table: Sequence[Mapping[str, Any]]) -> dict[str,
     """``--fail-on``: the classes that crossed it, worst first."""
     if spec is None:
         return None
-    from actviz.ablate.options import parse_fail_on
 
     rule = parse_fail_on(spec)
     crossed = []

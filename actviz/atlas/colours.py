@@ -20,6 +20,8 @@ import numpy.typing as npt
 
 from actviz.atlas.options import Colour
 from actviz.errors import UsageError
+from actviz.render.palette import colormap_lut
+from actviz.render.segmentation import class_palette
 
 __all__ = [
     "COLOURINGS",
@@ -245,13 +247,11 @@ def _rgb(row: U8) -> tuple[int, int, int]:
 
 
 def _palette() -> U8:
-    from actviz.render.segmentation import class_palette
 
     return class_palette()
 
 
 def _lut() -> U8:
-    from actviz.render.palette import colormap_lut
 
     return colormap_lut("viridis", 256)
 

@@ -11,6 +11,9 @@ import numpy.typing as npt
 from actviz.atlas.layout import Laid
 from actviz.atlas.options import AtlasOptions
 from actviz.atlas.stream import Side
+from actviz.layouts import layer_contexts
+from actviz.optimize import optimize_batch
+from actviz.optimize.objective import Direction
 
 __all__ = ["ICON_BATCH", "OBJECTIVE", "cell_icons"]
 
@@ -26,9 +29,6 @@ OBJECTIVE = (
 
 def cell_icons(side: Side, laid: Laid, opts: AtlasOptions) -> npt.NDArray[np.uint8]:
     """``(cells, size, size, 3)``: one icon per kept cell, in the cells' order."""
-    from actviz.layouts import layer_contexts
-    from actviz.optimize import optimize_batch
-    from actviz.optimize.objective import Direction
 
     loaded = side.loaded
     contexts = layer_contexts(loaded.module, loaded.input_size)

@@ -3,6 +3,7 @@ the parsing of ``--points`` and ``--color``. Imports no torch."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,7 +219,6 @@ class AtlasOptions:
 
 def _need_umap() -> None:
     """``--reduce umap`` without umap-learn: the fix, in one line."""
-    import importlib.util
 
     if importlib.util.find_spec("umap") is None:
         raise UsageError(

@@ -16,9 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+from PIL import Image
 
-from actviz.atlas.layout import Laid
+from actviz.atlas.layout import Laid, cell_members
 from actviz.atlas.stream import Side
+from actviz.io.loader import decode_batches
+from actviz.render.atlas import cells_picture, legend_picture, scatter_picture, stack
+from actviz.render.panels import Panel, panel_sheet
+from actviz.top_images.draw import model_view
+from actviz.top_images.sheets import crop_view
 
 if TYPE_CHECKING:
     from actviz.atlas.options import AtlasOptions
@@ -39,11 +45,6 @@ def cut_tiles(
 ) -> tuple[U8, npt.NDArray[np.int64]]:
     """The tiles of every kept cell's nearest points: ``(M, TILE, TILE, 3)``, and per cell and
     rank the tile's index (-1 where the cell has fewer points)."""
-    from PIL import Image
-
-    from actviz.io.loader import decode_batches
-    from actviz.top_images.draw import model_view
-    from actviz.top_images.sheets import crop_view
 
     nearest = laid.cells.nearest
     points = sorted({int(p) for p in nearest.reshape(-1) if p >= 0})
@@ -115,7 +116,6 @@ def cell_pictures(laid: Laid, tiles: U8, index: npt.NDArray[np.int64], icons: U8
 
 def cell_frames(laid: Laid) -> U8:
     """Each kept cell's frame colour: what its points mostly are (or their mean value)."""
-    from actviz.atlas.layout import cell_members
 
     groups = cell_members(laid.cells)
     frames = np.zeros((len(laid.cells.kept), 3), np.uint8)
@@ -128,8 +128,6 @@ def atlas_png(
     laid: Laid, pictures: U8, frames: U8, *, title: str, lines: Sequence[str], what: str, seed: int
 ) -> bytes:
     """The scatter of every point beside the cells, the facts above, the legend below."""
-    from actviz.render.atlas import cells_picture, legend_picture, scatter_picture, stack
-    from actviz.render.panels import Panel, panel_sheet
     from actviz.render.png import encode_png
 
     grid = laid.cells.grid

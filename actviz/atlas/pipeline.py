@@ -11,21 +11,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from actviz import output
+from actviz.atlas.colours import COLOURINGS, PointFacts, folder_class
+from actviz.atlas.layout import lay_out
 from actviz.atlas.options import AtlasOptions
 from actviz.atlas.points import PointStore, per_image_rows
+from actviz.atlas.readout import find_readout
 from actviz.atlas.reduce import check_enough
 from actviz.atlas.result import AtlasResult
+from actviz.atlas.resume import JOURNAL, Earlier, Parts, load_earlier
 from actviz.atlas.stream import Side, progress_of, stream
+from actviz.atlas.write import earlier_files, write_outputs
+from actviz.command import open_command
 from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
+from actviz.top_images.plan import plan_loaded
 
 if TYPE_CHECKING:
     from torch import nn
@@ -71,7 +78,6 @@ def atlas(
             fewer points than the layout needs, UMAP without its extra, a resume with other
             settings, ...); TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
 
     opts = from_flat(
         AtlasOptions, COMMON_GROUPS, keywords, caller="atlas", given=options, aliases=ALIASES
@@ -94,10 +100,7 @@ def atlas(
         sides = _open_sides(cmd, opts, given_b, len(images))
         _check_before_forward(cmd, sides, opts, [i.rel.as_posix() for i in images])
         if ex.overwrite:
-            from actviz.atlas.write import earlier_files
-
             output.remove_written(opts.out, earlier_files(opts.out))
-        from actviz.atlas.readout import find_readout
 
         readout = find_readout(sides[0].loaded, sides[0].plan)
         rels = [item.rel.as_posix() for item in images]
@@ -105,10 +108,8 @@ def atlas(
         started = time.perf_counter()
         failed, reused = _forward(cmd, sides, paths, rels, opts)
         forward_seconds = time.perf_counter() - started
-        from actviz.atlas.layout import lay_out
 
         laid = lay_out(sides, opts, readout, [item.rel for item in images], cmd.warn)
-        from actviz.atlas.write import write_outputs
 
         return write_outputs(
             cmd,
@@ -180,7 +181,6 @@ def _one_plan(
 ) -> LayerPlan:
     """The plan of the one output ``layer`` names; refused unless there is one, of at least
     two channels."""
-    from actviz.top_images.plan import plan_loaded
 
     _, names = cmd.select(loaded, layer)
     planned = plan_loaded(loaded, names, in_chans=opts.load.in_chans, model_name=loaded.name)
@@ -203,9 +203,6 @@ def _check_before_forward(
     cmd: Command, sides: list[Side], opts: AtlasOptions, rels: list[str]
 ) -> None:
     """What can be refused before any image runs: too few points, the colouring."""
-    from pathlib import PurePosixPath
-
-    from actviz.atlas.colours import COLOURINGS, PointFacts, folder_class
 
     a = sides[0]
     rows = len(rels) * a.store.per_image * len(sides)
@@ -231,7 +228,6 @@ def _forward(
 ) -> tuple[dict[int, str], int]:
     """The forward part, resumed from an earlier run's parts with ``--resume``: the images
     that failed, and how many came from the earlier run."""
-    from actviz.atlas.resume import JOURNAL, Earlier, Parts, load_earlier
 
     settings = _settings(cmd, sides, opts)
     earlier = Earlier()

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from actviz.atlas.options import Points
 from actviz.errors import UsageError
 from actviz.hooks import HookSession, tensor_items
+from actviz.top_images.plan import as_maps
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
@@ -51,7 +52,6 @@ def maps_for(tensor: torch.Tensor, plan: LayerPlan) -> torch.Tensor | None:
     """A batch of the layer's outputs as ``(B, C, H, W)`` maps: through the plan when the
     shape is the planned one, as they are for a channels-first map of another size (an image
     the preprocessing did not crop to one size); None when they cannot be read."""
-    from actviz.top_images.plan import as_maps
 
     if tuple(tensor.shape[1:]) == plan.shape:
         return as_maps(tensor, plan)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from actviz.atlas.points import maps_for
 from actviz.hooks import HookSession, tensor_items
 
 if TYPE_CHECKING:
@@ -94,8 +95,6 @@ def find_readout(loaded: LoadedModel, plan: LayerPlan) -> Readout:
     """The linear readout the pooled layer reaches, measured on a probe batch."""
     import torch
     from torch import nn
-
-    from actviz.atlas.points import maps_for
 
     if not loaded.classifier:
         return Readout(None, reason=f"{loaded.name} has no classifier: no class to support")

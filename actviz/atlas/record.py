@@ -13,10 +13,12 @@ import numpy.typing as npt
 
 from actviz.atlas.layout import Laid, cell_members
 from actviz.atlas.options import AtlasOptions
+from actviz.atlas.pictures import SPRITE_COLUMNS, TILE
 from actviz.atlas.points import describe_points
 from actviz.atlas.readout import Readout
 from actviz.atlas.stream import Side
 from actviz.command.head import json_head, model_fields
+from actviz.command.session import weights_record
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -116,8 +118,6 @@ def atlas_record(
     reused: int,
 ) -> dict[str, Any]:
     """``atlas.json`` (without ``seconds``, which the caller adds last)."""
-    from actviz.atlas.pictures import SPRITE_COLUMNS, TILE
-    from actviz.command.session import weights_record
 
     a = sides[0]
     b = sides[1] if len(sides) > 1 else None

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.cards import atlas_card
+
 if TYPE_CHECKING:
     from actviz.models import WeightsInfo
 
@@ -75,11 +77,9 @@ class AtlasResult:
         return bool(getattr(self.weights, "random", False))
 
     def __repr__(self) -> str:
-        from actviz.cards import atlas_card
 
         return atlas_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import atlas_card
 
         return atlas_card(self).html()

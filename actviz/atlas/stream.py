@@ -15,8 +15,11 @@ import numpy.typing as npt
 from actviz.atlas.options import AtlasOptions
 from actviz.atlas.points import PointRecorder, PointStore, split_rows
 from actviz.atlas.resume import Parts
+from actviz.command.forward import BatchForward
 from actviz.command.progress import Reporter
+from actviz.hooks import eval_mode
 from actviz.results import ImageResult
+from actviz.top_images.scoring import predicted_classes
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
@@ -64,9 +67,6 @@ def stream(
     notify: Reporter,
 ) -> Streamed:
     """Run the images ``todo`` (indices into ``paths``) through the model(s)."""
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
-    from actviz.top_images.scoring import predicted_classes
 
     a = sides[0]
     second = sides[1].loaded if len(sides) > 1 else None

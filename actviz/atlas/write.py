@@ -15,8 +15,17 @@ import numpy.typing as npt
 
 from actviz import output
 from actviz.atlas.colours import folder_class
+from actviz.atlas.icons import OBJECTIVE, cell_icons
 from actviz.atlas.layout import Laid
 from actviz.atlas.options import AtlasOptions
+from actviz.atlas.pictures import (
+    SPRITE_COLUMNS,
+    atlas_png,
+    cell_frames,
+    cell_pictures,
+    cut_tiles,
+    sprite_png,
+)
 from actviz.atlas.readout import Readout
 from actviz.atlas.record import FILES, atlas_record, cell_entries, scatter_sample
 from actviz.atlas.result import AtlasResult
@@ -24,6 +33,7 @@ from actviz.atlas.resume import FOLDER, JOURNAL
 from actviz.atlas.stream import Side
 from actviz.atlas.table import write_points
 from actviz.errors import OutputError
+from actviz.report.atlas import atlas_page
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -71,8 +81,6 @@ def write_outputs(
     record["forward_seconds"] = round(forward_seconds, 3)
     output.write_json(out / FILES.record, record)
     if opts.report:
-        from actviz.report.atlas import atlas_page
-
         output.write_bytes(out / FILES.page, atlas_page(record, scatter_sample(laid)))
     return _result(cmd, opts, sides, laid, readout, record, rels, failed, forward_seconds)
 
@@ -86,7 +94,6 @@ def _pictures(
     paths: Sequence[Path],
 ) -> Drawn:
     """The tiles of the cells' nearest points, the icons, and ``atlas.png``."""
-    from actviz.atlas.pictures import atlas_png, cell_frames, cell_pictures, cut_tiles, sprite_png
 
     out = opts.out
     tiles, tile_index = cut_tiles(sides, laid, paths, opts)
@@ -94,9 +101,6 @@ def _pictures(
     icons = None
     record = None
     if opts.icons == "fv" and len(laid.cells.kept):
-        from actviz.atlas.icons import OBJECTIVE, cell_icons
-        from actviz.atlas.pictures import SPRITE_COLUMNS
-
         icons = cell_icons(sides[0], laid, opts)
         output.write_bytes(out / FILES.icons, sprite_png(icons))
         record = {

@@ -13,6 +13,11 @@ from actviz import output
 from actviz.attribute.axioms import judged
 from actviz.attribute.pictures import attribution_png, scaled
 from actviz.attribute.result import AttributeState
+from actviz.command.session import RANDOM_NOTE
+from actviz.gradients.attribution import AttributionJob, to_maps
+from actviz.gradients.core import resolve_targets
+from actviz.gradients.registry import MAP_METHODS
+from actviz.render.overlay import display_view
 
 if TYPE_CHECKING:
     import torch
@@ -31,9 +36,6 @@ def attribute_batch(
     state: AttributeState, paths: Sequence[Path], logits: torch.Tensor, x: torch.Tensor
 ) -> list[dict[str, Any]]:
     """Every method's attributions of one batch, drawn and recorded image by image."""
-    from actviz.gradients.attribution import AttributionJob
-    from actviz.gradients.core import resolve_targets
-    from actviz.gradients.registry import MAP_METHODS
 
     opts, loaded = state.opts, state.loaded
     logits = logits.float()
@@ -85,7 +87,6 @@ def attribute_batch(
 def _view(x: torch.Tensor, mean: Sequence[float], std: Sequence[float]) -> Any:
     """What the model saw, as a picture (an input that is not 1 or 3 channels: their mean,
     as grey)."""
-    from actviz.render.overlay import display_view
 
     array = x.detach().float().cpu().numpy()
     if array.shape[0] not in (1, 3):
@@ -103,9 +104,6 @@ def _draw(
     i: int,
 ) -> dict[str, Any]:
     """One method's picture of image ``i`` (and its tensor), and what its record holds."""
-    from actviz.command.session import RANDOM_NOTE
-    from actviz.gradients.attribution import to_maps
-    from actviz.gradients.registry import MAP_METHODS
 
     opts = state.opts
     row = MAP_METHODS[method]

@@ -14,14 +14,18 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.attribute.batch import attribute_batch
 from actviz.attribute.options import GROUPS, AttributeOptions
 from actviz.attribute.result import LEDGER, AttributeResult, AttributeState
+from actviz.attribute.write import write_outputs
+from actviz.command import open_command
 from actviz.command.ledger import ImageLedger
 from actviz.command.opening import CommandSpec, require_classifier
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter
 from actviz.command.records import image_progress, ledger_pass
 from actviz.errors import UsageError
+from actviz.gradients.attribution import BASELINES, baseline_image
 from actviz.gradients.registry import MAP_METHODS
 from actviz.results import ImageResult
 
@@ -64,7 +68,6 @@ def attribute(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
 
     opts = from_flat(
         AttributeOptions,
@@ -90,11 +93,8 @@ def attribute(
         )
         settings = _settings(cmd.model, loaded, opts)
         ledger = ImageLedger(opts.out, LEDGER, command="attribute", settings=settings)
-        from actviz.attribute.batch import attribute_batch
-
         score = functools.partial(attribute_batch, state)
         records, reused = ledger_pass(cmd, loaded, ledger, state.rels, _progress, score)
-        from actviz.attribute.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, settings, reused=reused)
 
@@ -124,7 +124,6 @@ def _folders(rels: Sequence[PurePosixPath]) -> dict[str, str]:
 def _baseline(loaded: LoadedModel, opts: AttributeOptions) -> Any:
     """The baseline image of ``--baseline FILE``, decoded once (None for a named baseline or
     when no method reads a baseline)."""
-    from actviz.gradients.attribution import BASELINES, baseline_image
 
     reads = any("baseline" in MAP_METHODS[m].settings for m in opts.methods)
     if not reads or opts.settings.baseline in BASELINES:

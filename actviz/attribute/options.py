@@ -11,6 +11,7 @@ from typing import Any
 from actviz.command.options import COMMON_GROUPS, ExecutionOptions, LoadOptions
 from actviz.errors import UsageError
 from actviz.gradients.attribution import AttributionSettings
+from actviz.gradients.registry import map_methods
 
 __all__ = ["DEFAULT_METHODS", "GROUPS", "AttributeOptions"]
 
@@ -55,8 +56,6 @@ class AttributeOptions:
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     def __post_init__(self) -> None:
-        from actviz.gradients.registry import map_methods
-
         chosen = map_methods(self.methods, "--method", example="ig", kind="attribution")
         object.__setattr__(self, "methods", chosen)
         object.__setattr__(self, "out", Path(self.out))

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from PIL import Image
+
+from actviz.render.overlay import blend, headed, panel_row
+from actviz.render.png import picture_png
 
 __all__ = ["SIGNED_CMAP", "UNSIGNED_CMAP", "Scaled", "attribution_png", "scaled"]
 
@@ -78,11 +82,8 @@ def attribution_png(
         notes: Further lines (the axiom, random weights, what the run changed).
         alpha: Weight of the map's colours over the view.
     """
-    from PIL import Image
 
     from actviz.render.legend import Header, fmt_value
-    from actviz.render.overlay import blend, headed, panel_row
-    from actviz.render.png import picture_png
 
     assert isinstance(view, Image.Image)
     cmap = SIGNED_CMAP if signed else UNSIGNED_CMAP

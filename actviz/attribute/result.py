@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.attribute.options import AttributeOptions
+from actviz.cards import attribute_card
 
 if TYPE_CHECKING:
     import torch
@@ -74,12 +75,10 @@ class AttributeResult:
         ]
 
     def __repr__(self) -> str:
-        from actviz.cards import attribute_card
 
         return attribute_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import attribute_card
 
         return attribute_card(self).html()
 

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from actviz import output
 from actviz.attribute.axioms import summarize, warning
 from actviz.attribute.result import RECORD, AttributeResult, AttributeState
+from actviz.gradients.registry import MAP_METHODS
+from actviz.report.attribute import attribute_page
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -31,7 +33,6 @@ def write_outputs(
 ) -> AttributeResult:
     """Summarize the axioms, warn about flagged ones, write ``attribute.json`` and the page;
     the result the command returns."""
-    from actviz.gradients.registry import MAP_METHODS
 
     loaded, opts = state.loaded, state.opts
     methods = list(opts.methods)
@@ -72,8 +73,6 @@ def write_outputs(
     output.write_json(path, record)
     report = None
     if opts.report and ok:
-        from actviz.report.attribute import attribute_page
-
         report = opts.out / REPORT
         output.write_bytes(report, attribute_page(record))
     return AttributeResult(

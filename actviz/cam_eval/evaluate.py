@@ -7,6 +7,7 @@ the summary, ``cam-eval.json``, the chart, the best and worst cases and the page
 
 from __future__ import annotations
 
+import copy
 import functools
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -32,11 +33,17 @@ from actviz.cam_eval.metrics import (
 )
 from actviz.cam_eval.options import CamEvalOptions
 from actviz.cam_eval.result import CamEvalResult, EvalState
+from actviz.cam_eval.write import write_outputs
+from actviz.command import open_command
 from actviz.command.ledger import ImageLedger
-from actviz.command.opening import CommandSpec, one_layer
+from actviz.command.opening import CommandSpec, one_layer, require_classifier
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.command.records import image_progress, ledger_pass
+from actviz.gradients.batch import patches_reach_readout
+from actviz.gradients.core import resolve_targets
+from actviz.gradients.methods import forward_chunk
+from actviz.layouts import layer_contexts
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
@@ -74,7 +81,6 @@ def cam_eval(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command, require_classifier
 
     opts = from_flat(CamEvalOptions, COMMON_GROUPS, keywords, caller="cam_eval", given=options)
     ex = opts.execution
@@ -90,7 +96,6 @@ def cam_eval(
         ledger = ImageLedger(opts.out, LEDGER, command="cam-eval", settings=settings)
         score = functools.partial(_score_batch, state)
         records, reused = ledger_pass(cmd, loaded, ledger, state.rels, _progress, score)
-        from actviz.cam_eval.write import write_outputs
 
         return write_outputs(cmd, opened, state, records, settings, reused=reused)
 
@@ -101,8 +106,6 @@ def _layer(cmd: Any, loaded: LoadedModel, opts: CamEvalOptions) -> str:
         _, names = cmd.select(loaded, opts.layers)
         doing = "cam-eval scores the maps of one layer"
         return one_layer(names, opts.layers, doing=doing, option="--layers")
-    from actviz.gradients.batch import patches_reach_readout
-    from actviz.layouts import layer_contexts
 
     _, names = cmd.select(loaded, None)
     contexts = layer_contexts(loaded.module, loaded.input_size)
@@ -112,7 +115,6 @@ def _layer(cmd: Any, loaded: LoadedModel, opts: CamEvalOptions) -> str:
 
 def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) -> EvalState:
     """The layer's layout, the protocol, and the twins of the sanity check."""
-    from actviz.layouts import layer_contexts
 
     contexts = layer_contexts(loaded.module, loaded.input_size)
     blocks = last_blocks(loaded.module, opts.sanity_blocks)
@@ -136,7 +138,6 @@ def _prepare(loaded: LoadedModel, layer: str, opts: CamEvalOptions, cmd: Any) ->
 def _scoring_chunk(opts: CamEvalOptions, device: str, size: tuple[int, int]) -> int:
     """Perturbed (or Score-CAM's masked) images per forward: ``--chunk``; else on a CPU
     about 400k pixels (at most ``--chunk``'s default); else that default."""
-    from actviz.gradients.methods import forward_chunk
 
     if opts.chunk:
         return opts.chunk
@@ -149,7 +150,6 @@ def _scorer(module: nn.Module, device: str, channels_last: bool) -> dict[str, An
     faster on channels-last batches, and folding drops a pass over every map: 1.4-1.5x on
     resnet18's perturbed batches here, logits within 1e-5); the user's module keeps its own
     memory format. Only logits are read from it, so no hook is lost by the copy."""
-    import copy
 
     import torch
 
@@ -190,7 +190,6 @@ def _score_batch(
     state: EvalState, paths: list[Path], logits: torch.Tensor, x: torch.Tensor
 ) -> list[dict[str, Any]]:
     """Maps, baselines, curves, confidence changes and sanity correlations of one batch."""
-    from actviz.gradients.core import resolve_targets
 
     opts, loaded = state.opts, state.loaded
     x = x.float()

@@ -11,6 +11,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ModelError, UsageError
+from actviz.gradients.attribution import BASELINES as NAMED
+from actviz.gradients.attribution import AttributionJob, baseline_image, unit_maps
+from actviz.gradients.core import compute_gradients
+from actviz.gradients.methods import CamInputs, scale_cams
+from actviz.gradients.registry import MAP_METHODS
 
 if TYPE_CHECKING:
     import torch
@@ -74,16 +79,11 @@ def method_maps(
         UsageError: If its output is not a spatial map, or an attribution method refuses the
             model.
     """
-    from actviz.gradients.attribution import AttributionJob, unit_maps
-    from actviz.gradients.methods import CamInputs, scale_cams
-    from actviz.gradients.registry import MAP_METHODS
 
     rows = [MAP_METHODS[m] for m in methods]
     maps: dict[str, torch.Tensor] = {}
     cams = [row for row in rows if row.kind == "cam"]
     if cams:
-        from actviz.gradients.core import compute_gradients
-
         result = compute_gradients(model, x, [layer], target=list(targets))
         capture = result.captures.get(layer)
         if capture is None:
@@ -169,13 +169,8 @@ def attribution_job(loaded: LoadedModel, opts: CamEvalOptions) -> AttributionJob
     """How the attribution methods among ``opts.methods`` run: the settings (SmoothGrad's
     noise seeded with ``--seed``), their steps and noisy copies in batches of
     ``--batch-size``, the baseline image decoded once; None when only CAMs are scored."""
-    from dataclasses import replace
 
     import torch
-
-    from actviz.gradients.attribution import BASELINES as NAMED
-    from actviz.gradients.attribution import AttributionJob, baseline_image
-    from actviz.gradients.registry import MAP_METHODS
 
     if all(MAP_METHODS[m].kind == "cam" for m in opts.methods):
         return None
@@ -199,7 +194,6 @@ def attribution_job(loaded: LoadedModel, opts: CamEvalOptions) -> AttributionJob
 def attribution_settings(methods: Sequence[str], job: AttributionJob | None) -> dict[str, Any]:
     """The attribution methods' settings, for the settings a resume must share and the record
     (nothing when only CAMs are scored, so that their settings stay as they were)."""
-    from actviz.gradients.registry import MAP_METHODS
 
     if job is None:
         return {}
@@ -220,7 +214,6 @@ RECORDED_SIDE = 64
 
 def random_grid(maps: Mapping[str, torch.Tensor]) -> tuple[int, int]:
     """The random baseline's grid: the first CAM's (the layer's), else the first map's."""
-    from actviz.gradients.registry import MAP_METHODS
 
     first = next((m for n, m in maps.items() if MAP_METHODS[n].kind == "cam"), None)
     shape = (first if first is not None else next(iter(maps.values()))).shape[-2:]
@@ -231,8 +224,6 @@ def recorded(name: str, heat: torch.Tensor) -> torch.Tensor:
     """One map as the record keeps it: an attribution's pooled (area mean) to at most
     :data:`RECORDED_SIDE` on its longer side; a CAM's as it is."""
     import torch.nn.functional as F
-
-    from actviz.gradients.registry import MAP_METHODS
 
     height, width = int(heat.shape[-2]), int(heat.shape[-1])
     if MAP_METHODS[name].kind == "cam" or max(height, width) <= RECORDED_SIDE:

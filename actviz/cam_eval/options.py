@@ -8,6 +8,7 @@ from pathlib import Path
 from actviz.command.options import ExecutionOptions, LoadOptions
 from actviz.errors import UsageError
 from actviz.gradients.attribution import AttributionSettings
+from actviz.gradients.registry import map_methods
 
 __all__ = ["DEFAULT_METHODS", "CamEvalOptions"]
 
@@ -52,8 +53,6 @@ class CamEvalOptions:
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     def __post_init__(self) -> None:
-        from actviz.gradients.registry import map_methods
-
         methods = map_methods(self.methods, "--methods", example="gradcam,eigencam")
         object.__setattr__(self, "methods", methods)
         object.__setattr__(self, "out", Path(self.out))

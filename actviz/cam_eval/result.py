@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from actviz.cam_eval.maps import LayerShape
 from actviz.cam_eval.metrics import Protocol
 from actviz.cam_eval.options import CamEvalOptions
+from actviz.cards import cam_eval_card
 
 if TYPE_CHECKING:
     from torch import nn
@@ -67,12 +68,10 @@ class CamEvalResult:
         return [r for r in self.images if r.get("status") != "ok"]
 
     def __repr__(self) -> str:
-        from actviz.cards import cam_eval_card
 
         return cam_eval_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import cam_eval_card
 
         return cam_eval_card(self).html()
 

@@ -8,6 +8,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from actviz.cam_eval.metrics import BASELINES
 
 __all__ = [
@@ -45,7 +47,6 @@ NEGLIGIBLE = 1e-3
 def bootstrap_mean(values: Sequence[float]) -> dict[str, float | None]:
     """The mean and a percentile bootstrap confidence interval of it (``BOOTSTRAP``); a
     single value's interval is the value itself, no value gives None everywhere."""
-    import numpy as np
 
     data = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
     if data.size == 0:

@@ -8,7 +8,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from PIL import Image
+
 from actviz import output
+from actviz.cam_eval.chart import curves_png
 from actviz.cam_eval.metrics import BASELINE_TITLES, BASELINES
 from actviz.cam_eval.result import RECORD, CamEvalResult, EvalState
 from actviz.cam_eval.summary import (
@@ -19,6 +23,12 @@ from actviz.cam_eval.summary import (
     SANITY_THRESHOLD,
     summarize,
 )
+from actviz.gradients.registry import cam_title
+from actviz.io.loader import decode_batches
+from actviz.render.overlay import cam_panel, input_view
+from actviz.render.palette import palette_for
+from actviz.render.png import picture_png
+from actviz.report.cam_eval import cam_eval_page
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -41,7 +51,6 @@ def write_outputs(
 ) -> CamEvalResult:
     """Summarize the records and write every file; the result the command returns
     (``reused``: images an earlier run scored, taken from its ledger by ``--resume``)."""
-    from actviz.gradients.registry import cam_title
 
     loaded, opts, out = state.loaded, state.opts, state.opts.out
     methods = list(opts.methods)
@@ -57,7 +66,6 @@ def write_outputs(
         pixels = protocol["input_size"][0] * protocol["input_size"][1]
         step = protocol["step_pixels"]
         fractions = [min(i * step, pixels) / pixels for i in range(protocol["steps"] + 1)]
-        from actviz.cam_eval.chart import curves_png
 
         title = f"cam-eval: {cmd.model} at {state.layer}, {len(ok)} images"
         if random:
@@ -106,8 +114,6 @@ def write_outputs(
     output.write_json(path, record)
     report = None
     if opts.report and ok:
-        from actviz.report.cam_eval import cam_eval_page
-
         report = out / "cam-eval.html"
         output.write_bytes(report, cam_eval_page(record))
     return CamEvalResult(
@@ -140,15 +146,8 @@ def _cases(
 ) -> list[dict[str, Any]]:
     """Per method its best and worst image by insertion minus deletion area, drawn with every
     method's map over what the model saw: ``cases/<method>_best.png``, ``..._worst.png``."""
-    import numpy as np
-    from PIL import Image
 
-    from actviz.gradients.registry import cam_title
-    from actviz.io.loader import decode_batches
     from actviz.render.legend import Header, new_canvas
-    from actviz.render.overlay import cam_panel, input_view
-    from actviz.render.palette import palette_for
-    from actviz.render.png import picture_png
 
     balance = _balance_of
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+from PIL import Image
 
 from actviz.cards.card import clip_text
 from actviz.cards.thumbs import data_uri
@@ -13,7 +17,6 @@ __all__ = ["Picture", "picture_of", "rgb_png", "side_by_side"]
 
 def rgb_png(rgb: Any) -> bytes:
     """An ``(H, W, 3)`` (or ``(H, W)``) uint8 array as PNG bytes."""
-    import numpy as np
 
     from actviz.render.png import encode_png
 
@@ -23,7 +26,6 @@ def rgb_png(rgb: Any) -> bytes:
 def side_by_side(images: Any, limit: int = 8, gap: int = 4) -> bytes:
     """The first ``limit`` ``(H, W, 3)`` uint8 images as high as the first, side by side on
     white, as PNG bytes: what a cell shows of a list of pictures."""
-    import numpy as np
 
     chosen = [np.asarray(image, dtype=np.uint8) for image in list(images)[:limit]]
     if not chosen:
@@ -63,9 +65,6 @@ class Picture:
 
     def to_pil(self) -> Any:
         """The picture as a Pillow image."""
-        import io
-
-        from PIL import Image
 
         image = Image.open(io.BytesIO(self.png))
         image.load()

@@ -12,6 +12,10 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+from PIL import Image as PILImage
+
 from actviz.cards.card import Thumb
 
 if TYPE_CHECKING:
@@ -42,7 +46,6 @@ def to_png(image: Image.Image) -> bytes:
 
 
 def _thumb(image: Image.Image, label: str, box: tuple[int, int]) -> Thumb:
-    from PIL import Image as PILImage
 
     size = fit_size(image.width, image.height, box)
     if size != image.size:
@@ -54,7 +57,6 @@ def _thumb(image: Image.Image, label: str, box: tuple[int, int]) -> Thumb:
 
 def thumb_from_file(path: Path | str, label: str, box: tuple[int, int] = THUMB_BOX) -> Thumb | None:
     """A thumbnail of a picture file; None when it cannot be read."""
-    from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(path) as image:
@@ -66,7 +68,5 @@ def thumb_from_file(path: Path | str, label: str, box: tuple[int, int] = THUMB_B
 
 def thumb_from_array(rgb: Any, label: str, box: tuple[int, int] = THUMB_BOX) -> Thumb:
     """A thumbnail of an ``(H, W, 3)`` or ``(H, W)`` uint8 array."""
-    import numpy as np
-    from PIL import Image
 
     return _thumb(Image.fromarray(np.ascontiguousarray(rgb, dtype=np.uint8)), label, box)

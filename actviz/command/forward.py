@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ActvizError, ModelError, first_line
+from actviz.io.loader import decode_batches
 
 if TYPE_CHECKING:
     from actviz.command.options import ExecutionOptions
@@ -67,8 +68,6 @@ class BatchForward:
         the recorder registered on the module holds that batch's captures. Unreadable images
         go to ``failed(index, reason)``."""
         import torch
-
-        from actviz.io.loader import decode_batches
 
         loaded = self.loaded
         device = loaded.device

@@ -7,9 +7,15 @@ own model); each mismatch is a one-line usage error that says what to pass.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from actviz.errors import ImageLoadError
+from actviz.io.images import Discovery
+from actviz.models.families import torchvision_family
+from actviz.models.sources import source_for
 
 if TYPE_CHECKING:
     from torch import nn
@@ -32,10 +38,6 @@ def discovery_for(model: str | nn.Module) -> Callable[[Sequence[Path]], Discover
 
 def deferred_discovery(paths: Sequence[Path]) -> Discovery:
     """Every input must exist; what they hold is decided once the model is loaded."""
-    import os
-
-    from actviz.errors import ImageLoadError
-    from actviz.io.images import Discovery
 
     for path in paths:
         if not os.path.exists(path):
@@ -57,11 +59,9 @@ def inputs_for(loaded: LoadedModel, paths: Sequence[Path], found: Discovery) -> 
 
 def _image_model_name(model: str) -> bool:
     """Whether a name is torchvision's and of a family that takes single images."""
-    from actviz.models.sources import source_for
 
     if source_for(model).key != "torchvision":
         return False
-    from actviz.models.families import torchvision_family
 
     family = torchvision_family(model)
     return family is not None and family.inputs.images

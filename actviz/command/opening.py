@@ -17,10 +17,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
+from actviz.command.head import json_head, model_fields
 from actviz.command.options import ExecutionOptions
 from actviz.command.progress import Reporter, SilentReporter
 from actviz.command.session import model_label, open_model, restoring
+from actviz.dictionary import check_fit, load_dictionary
 from actviz.errors import UsageError
+from actviz.hooks import layer_refs
+from actviz.io import images
+from actviz.layouts import default_selector
+from actviz.output.files import removed_if_empty
+from actviz.selectors import MODULE_LISTING, select_layers
 
 if TYPE_CHECKING:
     from torch import nn
@@ -147,7 +155,6 @@ class Command:
         Raises:
             UsageError: When it cannot be read, or was trained on another named model.
         """
-        from actviz.dictionary import check_fit, load_dictionary
 
         sae = load_dictionary(path, device)
         check_fit(
@@ -164,8 +171,6 @@ class Command:
         """The head of a one-model JSON document (:func:`~actviz.command.head.json_head`):
         the model ``opened`` as this command names it, its weights with their warning, and
         its device."""
-        from actviz.command.head import json_head, model_fields
-
         loaded = opened.model
         info = loaded.record()
         fields = model_fields(self.model, info, loaded.weights, opened.warning)
@@ -212,9 +217,6 @@ class Command:
     ) -> tuple[str, list[str]]:
         """The selector (``layers``, else ``default``, else the architecture's default) and
         the modules it names."""
-        from actviz.hooks import layer_refs
-        from actviz.layouts import default_selector
-        from actviz.selectors import MODULE_LISTING, select_layers
 
         selector = layers if layers is not None else default or default_selector(loaded.module)
         listing = None if isinstance(self.given, str) else MODULE_LISTING
@@ -325,9 +327,6 @@ def open_command(
         ImageLoadError: For an input that does not exist.
         OutputError: For an output folder that cannot be used.
     """
-    from actviz import output
-    from actviz.io import images
-    from actviz.output.files import removed_if_empty
 
     spec = spec if spec is not None else CommandSpec()
     ex = spec.execution(execution)

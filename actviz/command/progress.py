@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
+from actviz.models.families import inputs_of
+
 __all__ = ["Reporter", "SilentReporter", "input_units", "start_progress"]
 
 
 def input_units(family: str | None) -> tuple[str, str, str]:
     """``image``, ``images``, ``non-image``; a video model's clips, a flow model's pairs: as
     the row of the family called ``family`` (a record's key) names its inputs."""
-    from actviz.models.families import inputs_of
 
     inputs = inputs_of(family)
     return inputs.unit, inputs.units, inputs.skipped

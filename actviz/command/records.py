@@ -10,14 +10,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from actviz.command.forward import BatchForward
 from actviz.command.progress import Reporter, start_progress
+from actviz.hooks import eval_mode
+from actviz.results import ImageResult
 
 if TYPE_CHECKING:
     from actviz.command.ledger import ImageLedger
     from actviz.command.opening import Command
     from actviz.command.options import ExecutionOptions
     from actviz.models import LoadedModel
-    from actviz.results import ImageResult
 
 __all__ = ["batch_records", "image_progress", "ledger_pass"]
 
@@ -55,8 +57,6 @@ def ledger_pass(
 
 def image_progress(record: Mapping[str, Any], out_dir: PurePosixPath) -> ImageResult:
     """What the reporter is told of an image's record: done, or failed with its error."""
-    from actviz.results import ImageResult
-
     result = ImageResult(path=Path(record["path"]), out_dir=out_dir)
     result.status = "ok" if record.get("status") == "ok" else "failed"
     result.error = record.get("error")
@@ -76,9 +76,6 @@ def batch_records(
     batch's; an unreadable image's is a failed record naming why, given before the next
     batch's. Each is counted by ``notify`` as it is given. ``execution``: how the batches
     are run (the command's forced options over it)."""
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
-
     forward = BatchForward(loaded, loaded.module, execution)
     failed: list[Record] = []
 

@@ -7,10 +7,19 @@ came (:func:`restoring`). And the weights and versions records every command's J
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import PIL
+
 from actviz.errors import UsageError
+from actviz.hooks.refs import check_hookable
+from actviz.models import Preprocessing, WeightsInfo, load_checkpoint, load_with, resolve_device
+from actviz.models.checkpoints import load_state_dict_into
+from actviz.models.families import run_settings_kept
+from actviz.models.registry import loaded_model
+from actviz.models.weights import RANDOM_SEED, existing_checkpoint
 
 if TYPE_CHECKING:
     from torch import nn
@@ -56,7 +65,6 @@ def open_model(
             ``options.preprocess`` is not a :class:`~actviz.models.Preprocessing`.
         ModelError: For a TorchScript or ``torch.compile`` module (hooks may not fire).
     """
-    from actviz.models import Preprocessing, load_with
 
     preprocess = options.preprocess
     if preprocess is not None and not isinstance(preprocess, Preprocessing):
@@ -85,8 +93,6 @@ def hookable_module(model: object, in_chans: int, *, takes: str, chans: str) -> 
     """
     from torch import nn
 
-    from actviz.hooks.refs import check_hookable
-
     if not isinstance(model, nn.Module):
         raise UsageError(
             f"{takes} a model name (e.g. 'resnet18', 'path/to/file.py:factory') or a "
@@ -101,14 +107,8 @@ def hookable_module(model: object, in_chans: int, *, takes: str, chans: str) -> 
 
 def _from_module(model: object, options: LoadOptions, weights: str) -> LoadedModel:
     """A module object as a loaded model, with ImageNet's preprocessing (as a factory's)."""
-    import copy
 
     from torch import nn
-
-    from actviz.models import Preprocessing, WeightsInfo, load_checkpoint, resolve_device
-    from actviz.models.checkpoints import load_state_dict_into
-    from actviz.models.registry import loaded_model
-    from actviz.models.weights import existing_checkpoint
 
     label = hookable_module(model, options.in_chans, takes="model must be", chans="--in-chans")
     assert isinstance(model, nn.Module)
@@ -150,7 +150,6 @@ def restoring(model: Any) -> Iterator[None]:
     if not isinstance(model, nn.Module):
         yield
         return
-    from actviz.models.families import run_settings_kept
 
     modes = {module: module.training for module in model.modules()}
     tensors = [*model.parameters(), *model.buffers()]
@@ -170,7 +169,6 @@ def weights_record(weights: WeightsInfo, warning: str | None = None) -> dict[str
     """Which weights the model carried, as every command's JSON file records them: the seed
     of random weights and of the user's own factory (which builds under the same seed), and
     the warning given about random weights, if one was."""
-    from actviz.models.weights import RANDOM_SEED
 
     seeded = weights.random or weights.source == "factory"
     return {
@@ -187,7 +185,6 @@ def weights_record(weights: WeightsInfo, warning: str | None = None) -> dict[str
 def versions_record(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The versions of the libraries that made the pictures; ``extra``: the model source's
     own library (timm, transformers), when it has one."""
-    import PIL
     import torch
     import torchvision
 

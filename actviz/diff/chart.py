@@ -6,6 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
+from actviz.gradients.gradient_flow import depth_axes, depth_png
+
 __all__ = ["similarity_png"]
 
 
@@ -34,9 +38,6 @@ def similarity_png(
     Raises:
         ValueError: If there are no layers, or a series has the wrong length.
     """
-    import numpy as np
-
-    from actviz.gradients.gradient_flow import depth_axes, depth_png
 
     if not layers:
         raise ValueError("need at least one layer")

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command import open_command
 from actviz.command.opening import CommandSpec, input_paths
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
+from actviz.diff.chart import similarity_png
 from actviz.diff.options import ALIASES, DiffOptions
 from actviz.diff.result import (
     CKA_BATCHES,
@@ -32,7 +34,10 @@ from actviz.diff.result import (
 )
 from actviz.diff.stream import PICTURES_DIR, Stream, stream
 from actviz.errors import ImageLoadError, OutputError, UsageError
+from actviz.hooks import layer_refs
+from actviz.report import diff_page, rebuild_run_report
 from actviz.results import ImageResult
+from actviz.selectors import select_layers
 
 if TYPE_CHECKING:
     from torch import nn
@@ -71,7 +76,6 @@ def diff(
         ActvizError: For every expected failure (exit 2 for a diff that cannot be set up as
             asked); TypeError for an unknown keyword, or keywords with ``options``.
     """
-    from actviz.command import open_command
 
     opts = from_flat(
         DiffOptions, COMMON_GROUPS, keywords, caller="diff", given=options, aliases=ALIASES
@@ -226,8 +230,6 @@ def _select(
     cmd: Command, a: LoadedModel, b: LoadedModel, opts: DiffOptions
 ) -> tuple[str, list[str]]:
     """The selector and A's layers it names; B must have the same names."""
-    from actviz.hooks import layer_refs
-    from actviz.selectors import select_layers
 
     model = cmd.model
     selector, names = cmd.select(a, opts.layers)
@@ -299,7 +301,6 @@ def _write(
     cmd: Command,
 ) -> DiffResult:
     """``diff.json``, the similarity chart and the page."""
-    from actviz.diff.chart import similarity_png
 
     opts, out = state.opts, state.opts.out
     layers = _layers(state)
@@ -370,8 +371,6 @@ def _write(
     result.seconds = cmd.seconds()
     record = diff_record(result)
     if opts.report:
-        from actviz.report import diff_page, rebuild_run_report
-
         output.write_bytes(out / "diff.html", diff_page(record))
         # A run's report in the same folder now links this page.
         for rel, data in rebuild_run_report(out).items():

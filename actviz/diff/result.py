@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from actviz.cards import diff_card
 from actviz.command.head import json_head
 from actviz.command.session import weights_record
 
@@ -167,12 +168,10 @@ class DiffResult:
     """The first layer, in depth order, whose relative L2 is above :data:`REL_L2_CHANGED`."""
 
     def __repr__(self) -> str:
-        from actviz.cards import diff_card
 
         return diff_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import diff_card
 
         return diff_card(self).html()
 

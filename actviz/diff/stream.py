@@ -16,12 +16,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
+from actviz.command.forward import BatchForward
 from actviz.command.progress import Reporter
 from actviz.diff.metrics import LayerComparison, cosine_similarity, hold_back, relative_l2
 from actviz.diff.options import DiffOptions
-from actviz.diff.pictures import PictureScale
+from actviz.diff.pictures import PictureScale, caption_lines, compose, render_diff
 from actviz.diff.result import DiffPicture, ModelSide
 from actviz.errors import UsageError
+from actviz.hooks import ActivationRecorder, eval_mode
+from actviz.layouts import layer_contexts, plan_layout, to_drawable
+from actviz.render.png import picture_png
 from actviz.results import ImageResult
 
 if TYPE_CHECKING:
@@ -80,7 +85,6 @@ class _Batch:
 def stream(state: Stream, notify: Reporter) -> None:
     """Every image through both models, the running sums updated per batch; pictures of the
     first images drawn as soon as their scale is known (or in a second pass over just them)."""
-    from actviz.layouts import layer_contexts
 
     state.contexts_a = layer_contexts(state.a.module, state.a.input_size)
     state.contexts_b = (
@@ -119,8 +123,6 @@ def stream(state: Stream, notify: Reporter) -> None:
 
 def _batches(state: Stream, paths: list[Path], notify: Reporter | None) -> Iterator[_Batch]:
     """Decode, batch, run A (and B on the same input); yield each batch's pairs."""
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import ActivationRecorder, eval_mode
 
     opts, a, b = state.opts, state.a, state.b
     ex = opts.execution
@@ -234,8 +236,6 @@ def _at_size(
     """
     import torch.nn.functional as F
 
-    from actviz.layouts import plan_layout
-
     shape = tuple(target.shape[1:]) if not isinstance(target, tuple) else target
     have = tuple(tensor.shape[1:])
     if have == shape:
@@ -262,7 +262,6 @@ def _drawables(
     state: Stream, cap: Capture, tensor_a: torch.Tensor, tensor_b: torch.Tensor | None, row: int
 ) -> tuple[Any, Any] | None:
     """A's and B's drawable arrays of one row, or None when they cannot be drawn side by side."""
-    from actviz.layouts import to_drawable
 
     if tensor_b is None or tensor_a.shape != tensor_b.shape:
         return None
@@ -286,9 +285,6 @@ def _scale(
 
 def _draw(state: Stream, batch: _Batch, rows: list[int]) -> None:
     """Write the difference pictures of the given rows of a batch."""
-    from actviz import output
-    from actviz.diff.pictures import caption_lines, compose, render_diff
-    from actviz.render.png import picture_png
 
     opts = state.opts
     width = output.order_width(len(state.order))

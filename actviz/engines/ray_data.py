@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.engines.pool import Batch, Pool, unschedulable
-from actviz.errors import ActvizError, UsageError, import_extra
+from actviz.errors import ActvizError, UsageError, first_line, import_extra
+from actviz.models import load_with
 
 if TYPE_CHECKING:
     from actviz.models.options import LoadOptions
@@ -307,8 +308,6 @@ def _build(spec: WorkerSpec) -> Any:
     Raises:
         _BuildFailed: Whatever went wrong, in one line.
     """
-    from actviz.errors import first_line
-    from actviz.models import load_with
 
     try:
         loaded = load_with(spec.model, spec.load)
@@ -366,7 +365,6 @@ def _resources(ray: Any, options: RayOptions) -> dict[str, float]:
 
 
 def _ray_reason(exc: BaseException) -> str:
-    from actviz.errors import first_line
 
     cause = getattr(exc, "cause", None)
     return first_line(cause if isinstance(cause, BaseException) else exc)

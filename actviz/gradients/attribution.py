@@ -11,6 +11,7 @@ where the positive evidence ranks first, as cam-eval scores a CAM.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from actviz.errors import UsageError
+from actviz.gradients.methods import scale_cams
+from actviz.io.loader import decode_batches
 
 if TYPE_CHECKING:
     import torch
@@ -204,7 +207,6 @@ def to_maps(values: torch.Tensor, signed: bool) -> torch.Tensor:
 def unit_maps(values: torch.Tensor, signed: bool) -> torch.Tensor:
     """The maps cam-eval scores: :func:`to_maps`, then ReLU and each divided by its maximum,
     as a CAM is scaled (0 is no evidence for the class; an all-zero map stays zero)."""
-    from actviz.gradients.methods import scale_cams
 
     return scale_cams(to_maps(values, signed))
 
@@ -216,9 +218,6 @@ def baseline_image(path: Path | str, preprocess: Preprocessing) -> torch.Tensor:
     Raises:
         UsageError: If it cannot be read as an image.
     """
-    import contextlib
-
-    from actviz.io.loader import decode_batches
 
     decoded = decode_batches([Path(path)], preprocess, batch_size=1)
     with contextlib.closing(decoded):

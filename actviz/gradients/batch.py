@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
+from actviz.gradients.cam import ClassCam, class_cams
+from actviz.gradients.core import compute_gradients, explain_zero_gradients, zero_cam_note
 from actviz.gradients.registry import DEFAULT_CAM, method_cams
+from actviz.layouts import plan_layout
+from actviz.models.defaults import PATCH_MEAN_READOUTS
 
 if TYPE_CHECKING:
     from actviz.gradients.cam import CamLayout
@@ -26,7 +31,6 @@ def choose_cam_keys(
     default skips token outputs that no attention runs after (the last block's output, the
     final norm) and takes the last one before them (the block before the last).
     """
-    from actviz.layouts import plan_layout
 
     spatial = [
         cap
@@ -63,7 +67,6 @@ def patches_reach_readout(module: str, contexts: Mapping[str, Any]) -> bool:
     )
     if not read_from_prefix:
         return True
-    from actviz.models.defaults import PATCH_MEAN_READOUTS
 
     root = contexts.get("")
     if root is not None and root.module_type in PATCH_MEAN_READOUTS:
@@ -102,8 +105,6 @@ def backward(
     is known (see :func:`actviz.gradients.core.explain_zero_gradients`); so does an all-zero
     class map.
     """
-    from actviz.gradients.cam import class_cams
-    from actviz.gradients.core import compute_gradients, explain_zero_gradients
 
     result = compute_gradients(module, x, layers, target=target, categories=categories)
     explain_zero_gradients(module, result.captures.values(), contexts)
@@ -152,7 +153,6 @@ def _target_cams(
 ) -> list[list[Any]]:
     """Each image's map of its target class, from the gradients already taken (Score-CAM's
     from the masked forwards it runs)."""
-    from actviz.gradients.cam import ClassCam
 
     try:
         cams = method_cams(
@@ -178,9 +178,6 @@ def _target_cams(
 
 def _with_zero_note(cam: Any, capture: Any) -> Any:
     """The class map, with a note when it is all zero saying why (when known)."""
-    from dataclasses import replace
-
-    from actviz.gradients.core import zero_cam_note
 
     if cam.note is not None or bool(cam.cam.any()):
         return cam

@@ -13,6 +13,8 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = ["EXPLODING", "VANISHING", "depth_axes", "depth_png", "gradient_flow_png"]
 
 VANISHING = 1e-7
@@ -47,7 +49,6 @@ def gradient_flow_png(
     Raises:
         ValueError: If there are no layers or series, or a series has the wrong length.
     """
-    import numpy as np
     from matplotlib.ticker import LogFormatterSciNotation
 
     if not layers or not series:
@@ -136,7 +137,6 @@ def depth_axes(
     Raises:
         ValueError: If a series has the wrong length (``unit``: what its values are).
     """
-    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

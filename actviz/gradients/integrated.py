@@ -19,6 +19,8 @@ import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from actviz.errors import ModelError, UsageError
 from actviz.gradients.attribution import BLUR_SIGMA, Attribution, AttributionJob
 
@@ -45,8 +47,6 @@ def quadrature(rule: str, steps: int) -> tuple[list[float], list[float]]:
         ValueError: For an unknown rule.
     """
     if rule == "gausslegendre":
-        import numpy as np
-
         nodes, weights = np.polynomial.legendre.leggauss(steps)
         return (0.5 * (1 + nodes)).tolist(), (0.5 * weights).tolist()
     import torch

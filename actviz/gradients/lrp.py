@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from actviz.attention import find_attention, find_weights_tap
 from actviz.errors import UsageError, import_extra
 from actviz.gradients.attribution import Attribution, AttributionJob
 
@@ -29,7 +30,6 @@ __all__ = ["canonizers_for", "lrp"]
 
 
 def _has_attention(model: nn.Module) -> bool:
-    from actviz.attention import find_attention, find_weights_tap
 
     return find_attention(model) is not None or find_weights_tap(model) is not None
 

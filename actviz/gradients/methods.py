@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from actviz.gradients.eigen import first_component_projection
 from actviz.gradients.nchw import CamLayout, to_nchw
 
 if TYPE_CHECKING:
@@ -110,7 +111,6 @@ def layercam_raw(inputs: CamInputs) -> torch.Tensor:
 
 def eigencam_raw(inputs: CamInputs) -> torch.Tensor:
     """EigenCAM (Muhammad & Yeasin, 2020): the activations' first principal component."""
-    from actviz.gradients.eigen import first_component_projection
 
     return first_component_projection(inputs.nchw(inputs.activation)).double()
 

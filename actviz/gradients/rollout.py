@@ -30,9 +30,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from actviz.attention import find_weights_tap
 from actviz.errors import ModelError, UsageError
 from actviz.gradients.attribution import Attribution, AttributionJob
+from actviz.gradients.core import zero_classifier
 from actviz.hooks import HookSession
+from actviz.layouts import layer_contexts
 
 if TYPE_CHECKING:
     import torch
@@ -63,8 +66,6 @@ def attention_modules(model: nn.Module) -> list[tuple[str, str]]:
     """``(name, kind)`` of every attention layer of ``model`` in registration order; the kind
     is ``torchvision``, ``timm`` or ``huggingface`` (a key of :data:`SOURCES`)."""
     from torch import nn
-
-    from actviz.attention import find_weights_tap
 
     found: list[tuple[str, str]] = []
     for name, module in model.named_modules():
@@ -112,7 +113,6 @@ class AttentionRecorder(HookSession):
         if kind == "torchvision":
             self._register_torchvision(module)
             return
-        from actviz.attention import find_weights_tap
 
         tap = find_weights_tap(module)
         if tap is None:  # pragma: no cover - attention_modules found it
@@ -227,7 +227,6 @@ def _layout(model: nn.Module, size: tuple[int, int], tokens: int) -> tuple[int, 
     Raises:
         UsageError: When the tokens hold no class token or fit no grid.
     """
-    from actviz.layouts import layer_contexts
 
     prefix, grid = 0, None
     for ctx in layer_contexts(model, size).values():
@@ -248,8 +247,6 @@ def _layout(model: nn.Module, size: tuple[int, int], tokens: int) -> tuple[int, 
 
 def _rollout(job: AttributionJob, *, gradient: bool) -> Attribution:
     import torch
-
-    from actviz.gradients.core import zero_classifier
 
     layers = attention_modules(job.model)
     if not layers:

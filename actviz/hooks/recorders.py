@@ -26,10 +26,17 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from actviz.attention import (
+    class_token_attention,
+    class_token_rows,
+    find_attention,
+    find_weights_tap,
+)
+from actviz.contexts import layer_contexts
 from actviz.errors import UsageError
 from actviz.hooks.refs import layer_refs, tensor_items
 from actviz.hooks.session import Capture, HookSession, call_key
-from actviz.selectors import MODULE_LISTING
+from actviz.selectors import MODULE_LISTING, select_layers
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
@@ -227,7 +234,6 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
     def _register_attention(self, name: str, module: nn.Module, store: Callable[..., None]) -> None:
         """Attention maps of the module's (first) ``nn.MultiheadAttention``, recomputed from
         the query and key it is called with; modules without one are listed as skipped."""
-        from actviz.attention import class_token_attention, find_attention, find_weights_tap
 
         attention = find_attention(module)
         tap = find_weights_tap(module) if attention is None else None
@@ -266,8 +272,6 @@ class ActivationRecorder(HookSession, Mapping[str, "torch.Tensor"]):
     ) -> None:
         """Attention maps of a timm or Hugging Face attention layer, from the weights it forms
         with its fused kernel off (for this capture only)."""
-        from actviz.attention import class_token_rows
-        from actviz.contexts import layer_contexts
 
         if self._contexts is None:
             self._contexts = layer_contexts(self.model)
@@ -316,7 +320,6 @@ def capture(model: nn.Module, layers: str | Sequence[str] = "conv") -> Activatio
         ...     model(x)
         >>> {k: tuple(v.shape) for k, v in acts.items()}
     """
-    from actviz.selectors import select_layers
 
     names = select_layers(
         layer_refs(model), layers, model=type(model).__name__, listing=MODULE_LISTING

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ModelError
+from actviz.selectors import LayerRef
 
 if TYPE_CHECKING:
     import torch
@@ -17,7 +18,6 @@ __all__ = ["activations", "check_hookable", "layer_refs", "tensor_items"]
 
 def layer_refs(model: nn.Module) -> list[Any]:
     """The selector's view of a model's modules, in registration order."""
-    from actviz.selectors import LayerRef
 
     refs = []
     for name, module in model.named_modules():

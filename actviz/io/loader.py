@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import ImageLoadError
+from actviz.io.images import load_rgb
 
 if TYPE_CHECKING:
     import torch
@@ -51,7 +52,6 @@ class _Decoder:
         return len(self.paths)
 
     def __getitem__(self, index: int) -> Decoded:
-        from actviz.io.images import load_rgb
 
         try:
             # Clips and pairs are read from their file (or folder) by the preprocessing.

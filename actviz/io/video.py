@@ -15,8 +15,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from actviz.errors import ImageLoadError, UsageError, VideoLoadError, first_line
-from actviz.io.images import IMAGE_SUFFIXES, Discovery, ImageInput
+from PIL import Image as PILImage
+
+from actviz.errors import ImageLoadError, UsageError, VideoLoadError, first_line, import_extra
+from actviz.io.images import ALLOWED_FORMATS, IMAGE_SUFFIXES, Discovery, ImageInput, load_rgb
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -125,10 +127,6 @@ def _animated_frames(path: Path, frames: int, fps: float) -> list[Image.Image]:
 def _animation(path: Path) -> Iterator[tuple[Any, int]]:
     """The animation (GIF, WebP, ...) opened, and its number of frames, for the block; what
     Pillow raises in it, as one :class:`VideoLoadError`."""
-    from PIL import Image as PILImage
-
-    from actviz.io.images import ALLOWED_FORMATS
-
     try:
         with PILImage.open(path, formats=ALLOWED_FORMATS) as im:
             yield im, int(getattr(im, "n_frames", 1))
@@ -163,8 +161,6 @@ def _video_stream(path: Path) -> Iterator[tuple[Any, Any, float | None]]:
     """The video file's container, its first video stream (decoded on several threads) and
     its duration in seconds (None: unknown), for the block; what PyAV or the file raises
     in it, as one :class:`VideoLoadError`."""
-    from actviz.errors import import_extra
-
     av: Any = import_extra("av", "video", _INSTALL)
     try:
         with av.open(str(path)) as container:
@@ -198,7 +194,6 @@ def _duration(container: Any, stream: Any) -> float | None:
 def _folder_frames(folder: Path, frames: int) -> list[Image.Image]:
     """``frames`` consecutive frames from the middle of a folder of images (sorted by name);
     a folder with fewer gives all of them, spread evenly (frames repeat)."""
-    from actviz.io.images import load_rgb
 
     names = frame_files(folder)
     if not names:
@@ -257,9 +252,6 @@ def is_clip_input(path: Path) -> bool:
 
 
 def _frame_count(path: Path) -> int:
-    from PIL import Image as PILImage
-
-    from actviz.io.images import ALLOWED_FORMATS
 
     try:
         with PILImage.open(path, formats=ALLOWED_FORMATS) as im:

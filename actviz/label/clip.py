@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from actviz.errors import UsageError, first_line, import_extra
+from actviz.errors import ImageLoadError, UsageError, first_line, import_extra
+from actviz.io.images import load_rgb
 from actviz.label.concepts import Concepts
 from actviz.label.options import LabelOptions
+from actviz.models import resolve_device
 
 __all__ = ["TEMPLATE", "CONFIG", "clip_concepts", "read_words"]
 
@@ -120,8 +122,6 @@ def clip_concepts(opts: LabelOptions, paths: Sequence[Path]) -> Concepts:
     open_clip = import_extra("open_clip", "clip", "--clip needs open_clip")
     import torch
 
-    from actviz.models import resolve_device
-
     device = resolve_device(opts.load.device)
     own = _own_preprocess(config)
     try:
@@ -176,9 +176,6 @@ def clip_concepts(opts: LabelOptions, paths: Sequence[Path]) -> Concepts:
 def _image_features(model: Any, preprocess: Any, paths: Sequence[Path], device: Any) -> Any:
     """``(N, D)`` unit-length CLIP image features (NaN rows for unreadable images)."""
     import torch
-
-    from actviz.errors import ImageLoadError
-    from actviz.io.images import load_rgb
 
     out = np.full((len(paths), 0), np.nan, dtype=np.float32)
     chunks: list[np.ndarray[Any, Any]] = []

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+from PIL import Image, UnidentifiedImageError
 
 from actviz.errors import UsageError
 from actviz.label.concepts import SHOWN, Concepts, ImageKeys
@@ -92,7 +93,6 @@ class MaskSet:
 def upright_size(path: Path) -> tuple[int, int]:
     """``(width, height)`` of a picture as actviz decodes it: its EXIF orientation applied,
     read from the header only."""
-    from PIL import Image
 
     with Image.open(path) as im:
         width, height = im.size
@@ -153,7 +153,6 @@ def read_masks(folder: Path, rels: Sequence[PurePosixPath], paths: Sequence[Path
 
 def _check_and_read(mask: Path, image: Path) -> bool:
     """Whether ``mask`` holds any pixel, after checking that it has its image's size."""
-    from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(mask) as im:
@@ -177,7 +176,6 @@ def load_mask(path: Path, preprocess: Preprocessing, grid: tuple[int, int]) -> n
     """A mask as the model sees its image (resized and cropped like it), on the IoU grid:
     a cell holds the concept where at least half of it does."""
     import torch.nn.functional as F
-    from PIL import Image
 
     geometry = dataclasses.replace(preprocess, mean=(0.0,), std=(1.0,), channels=1)
     with Image.open(path) as im:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from actviz.command.options import ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
+from actviz.label.metrics import metric
 
 __all__ = ["MIN_PERMUTATIONS", "LabelOptions", "Score"]
 
@@ -84,7 +85,6 @@ class LabelOptions:
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     def __post_init__(self) -> None:
-        from actviz.label.metrics import metric
 
         for name in ("tags", "masks", "words", "sae", "top_images", "out"):
             value = getattr(self, name)

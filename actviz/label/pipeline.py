@@ -8,6 +8,7 @@ test and Benjamini-Hochberg -> the probes -> ``labels.json``, the pages and the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -15,16 +16,23 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from actviz import output
+from actviz.command import open_command
 from actviz.command.opening import RESUMABLE, CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
+from actviz.label.analysis import testable_concepts
+from actviz.label.clip import clip_concepts
 from actviz.label.concepts import Concepts, folder_classes, read_tags
 from actviz.label.ledger import LEDGER, line, read_ledger
 from actviz.label.masks import MaskSet, TopValues, iou_grid, quantile_count, read_masks
 from actviz.label.options import LabelOptions
 from actviz.label.result import LabelResult
 from actviz.label.stream import Gathered, Pass, first_pass, second_pass
+from actviz.label.write import write_outputs
+from actviz.results import ImageResult
+from actviz.top_images.features import dictionary_layer, feature_plans
+from actviz.top_images.plan import plan_loaded
 
 if TYPE_CHECKING:
     from torch import nn
@@ -64,7 +72,6 @@ def label(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import open_command
 
     opts = from_flat(LabelOptions, COMMON_GROUPS, keywords, caller="label", given=options)
     root = _folder(folder)
@@ -87,7 +94,6 @@ def label(
             resumed = True
         reused = len(gathered.scores)
         _passes(cmd, run, gathered, paths, masks, settings, opts, resumed)
-        from actviz.label.write import write_outputs
 
         return write_outputs(
             cmd,
@@ -122,7 +128,6 @@ def _concepts(
 ) -> tuple[Concepts, MaskSet | None]:
     """The concepts, and the masks when they come from masks; warned about names that are no
     image; refused when none can be tested (before the model loads)."""
-    from actviz.label.analysis import testable_concepts
 
     masks = None
     if opts.tags is not None:
@@ -133,8 +138,6 @@ def _concepts(
     elif opts.classes:
         concepts = folder_classes(rels, root)
     else:
-        from actviz.label.clip import clip_concepts
-
         concepts = clip_concepts(opts, paths)
     unmatched = concepts.describe_unmatched()
     if unmatched is not None:
@@ -160,7 +163,6 @@ def _top_images(opts: LabelOptions) -> dict[str, Any] | None:
     """
     if opts.top_images is None:
         return None
-    import json
 
     path = opts.top_images / "top-images.json"
     try:
@@ -177,12 +179,9 @@ def _layers(
     cmd: Command, loaded: LoadedModel, opts: LabelOptions, rels: list[Any], paths: list[Path]
 ) -> tuple[Pass, str]:
     """The layers' plans (a dictionary's features with ``--sae``), and the word for a unit."""
-    from actviz.top_images.plan import plan_loaded
 
     transforms: dict[str, Any] = {}
     if opts.sae is not None:
-        from actviz.top_images.features import dictionary_layer, feature_plans
-
         sae = cmd.dictionary(opts.sae, loaded, loaded.device)
         key, module_name = dictionary_layer(sae)
         _, names = cmd.select(loaded, opts.layers or module_name)
@@ -263,7 +262,6 @@ def _passes(
     resumed: bool,
 ) -> None:
     """Both passes over what is left to do, every batch journaled as it ends."""
-    from actviz.results import ImageResult
 
     done = [p for p in paths if run.rels[str(p)] in gathered.scores]
     todo = [p for p in paths if run.rels[str(p)] not in gathered.scores]

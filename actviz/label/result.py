@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actviz.cards.concepts import label_card
+
 __all__ = ["RECORD", "LabelResult", "LayerResult"]
 
 RECORD = "labels.json"
@@ -84,11 +86,9 @@ class LabelResult:
     alpha: float = 0.05
 
     def __repr__(self) -> str:
-        from actviz.cards.concepts import label_card
 
         return label_card(self).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards.concepts import label_card
 
         return label_card(self).html()

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from actviz.command.forward import BatchForward
+from actviz.hooks import eval_mode
 from actviz.label.capture import UnitRecorder
 from actviz.label.ledger import decode, encode
 from actviz.label.masks import MaskSet, TopValues, marked
@@ -138,7 +140,6 @@ def _batches(
 ) -> Iterator[tuple[list[int], Any]]:
     """``(indices into todo, input batch)`` after each forward; unreadable images into
     ``failed``."""
-    from actviz.command.forward import BatchForward
 
     forward = BatchForward(run.loaded, run.loaded.module, run.execution)
 
@@ -157,8 +158,6 @@ def first_pass(
     pixels; with ``tops``, each layer's values that can enter its units' top quantile (the
     caller merges a record before the next batch runs, so the floor keeps rising)."""
     import torch.nn.functional as F
-
-    from actviz.hooks import eval_mode
 
     scores: dict[str, Any] = {}
     top: dict[str, tuple[npt.NDArray[np.int32], npt.NDArray[Any]]] = {}
@@ -239,8 +238,6 @@ def second_pass(
     """Each batch's record of the second pass: per layer, the pixels each unit marks at its
     threshold, and how many of them each concept's masks hold; the masks' own pixels."""
     import torch
-
-    from actviz.hooks import eval_mode
 
     kept: dict[str, torch.Tensor] = {}
 

@@ -19,6 +19,7 @@ from actviz.label.analysis import (
     clean_scores,
     testable_concepts,
 )
+from actviz.label.chart import label_chart
 from actviz.label.concepts import Concepts
 from actviz.label.masks import IOU_SIDE, MaskSet, iou_grid
 from actviz.label.metrics import METRICS
@@ -26,6 +27,7 @@ from actviz.label.options import LabelOptions
 from actviz.label.probe import probe_auprc
 from actviz.label.result import RECORD, LabelResult, LayerResult
 from actviz.label.stream import Gathered, Pass
+from actviz.report.label import label_index_page, label_layer_page
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -406,8 +408,6 @@ def _layer_record(
 
 def _pages(document: dict[str, Any], opts: LabelOptions, random: bool) -> Path:
     """Each layer's chart and page, then ``label.html``."""
-    from actviz.label.chart import label_chart
-    from actviz.report.label import label_index_page, label_layer_page
 
     for layer in document["layers"]:
         title = (

@@ -12,6 +12,7 @@ save: a ``torch.dtype`` and a (weight, bias) tuple. The safe unpickler reads bot
 
 from __future__ import annotations
 
+import pickletools
 import re
 import warnings
 from collections import OrderedDict
@@ -278,7 +279,6 @@ _MAX_PICKLES = 4
 
 def _raw_pickle_globals(path: Path) -> list[str]:
     # pickletools only decodes opcodes; nothing is imported or called.
-    import pickletools
 
     found: list[str] = []
     try:

@@ -8,12 +8,15 @@ std, and the manifest its record) that read their input from a path themselves
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.errors import UsageError
+from actviz.io.images import load_rgb
+from actviz.io.video import read_frames, read_pair
 from actviz.models.preprocessing import Preprocessing
 
 if TYPE_CHECKING:
@@ -53,8 +56,6 @@ class ClipPreprocessing(Preprocessing):
         """The clip of the video, animation or frame folder at ``path``, and the size
         ``(width, height)`` of its frames."""
         import torch
-
-        from actviz.io.video import read_frames
 
         pictures = read_frames(path, self.frames, self.fps)
         size = pictures[0].size
@@ -144,7 +145,6 @@ def clip_preprocessing(
 def _recipe(weights: Any) -> tuple[int, float]:
     """Clip length and frame rate the weights were evaluated with (their docs say
     ``frame_rate=15`` and ``clip_len=16``), at least ``min_temporal_size``."""
-    import re
 
     meta: Mapping[str, Any] = getattr(weights, "meta", {})
     docs = str(meta.get("_docs", ""))
@@ -179,9 +179,6 @@ class PairPreprocessing(Preprocessing):
     def read_file(self, path: Path) -> tuple[torch.Tensor, tuple[int, int]]:
         """The pair starting at ``path``, ``(C, 2, H, W)``, and the first picture's size."""
         import torch
-
-        from actviz.io.images import load_rgb
-        from actviz.io.video import read_pair
 
         partner = self.partners.get(str(path))
         if partner is not None:

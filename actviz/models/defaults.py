@@ -12,8 +12,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from actviz.contexts import type_names
+from actviz.contexts import layer_contexts, type_names
+from actviz.hooks import layer_refs
+from actviz.models.families import family_of
 from actviz.models.segmentation import segmentation_logits
+from actviz.selectors import TYPE_ALIASES
 
 if TYPE_CHECKING:
     from torch import nn
@@ -46,9 +49,6 @@ def default_selector(model: nn.Module) -> str:
     Returns:
         A selector string for :func:`actviz.selectors.select_layers`.
     """
-    from actviz.hooks import layer_refs
-    from actviz.models.families import family_of
-    from actviz.selectors import TYPE_ALIASES
 
     own = family_of(model).selector(model)
     if own is not None:  # a family's own view (a detector's stages and FPN levels)
@@ -102,14 +102,12 @@ def default_selector(model: nn.Module) -> str:
 def _token_blocks(model: nn.Module, refs: list[LayerRef]) -> str | None:
     """For a transformer read out from prefix tokens (timm's and Hugging Face's ViTs, DeiT,
     DINOv2): its patch projection and each numbered block, as for torchvision's ViT."""
-    from actviz.contexts import layer_contexts
 
     if not any(ctx.prefix_tokens for ctx in layer_contexts(model).values()):
         return None
     blocks = _numbered_blocks(model)
     if blocks is None:
         return None
-    from actviz.selectors import TYPE_ALIASES
 
     convs = [r.name for r in refs if r.leaf and TYPE_ALIASES["conv"].intersection(r.types)]
     terms = [convs[0]] if len(convs) == 1 and _selectable(convs[0]) else []
@@ -121,7 +119,6 @@ def _blocks_after_convs(model: nn.Module, refs: list[LayerRef]) -> str | None:
     ViT, CrossViT, a ViT after a convolutional stem): its convolutions (the patch embedding,
     a stem, a neck) and each block of the first such list of numbered blocks, where the
     convolutions alone would draw only the stem."""
-    from actviz.selectors import TYPE_ALIASES
 
     convs = [r.name for r in refs if r.leaf and TYPE_ALIASES["conv"].intersection(r.types)]
     if not convs:

@@ -7,8 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from actviz.cards import listing_card
 from actviz.errors import ActvizError, ModelError, UsageError, first_line
+from actviz.hooks import ActivationRecorder, layer_refs
 from actviz.models.families import FUSED_NOTE, QUANTIZED, family_named, family_of
+from actviz.models.sources import source_for
+from actviz.selectors import named_exactly, select_layers
 
 if TYPE_CHECKING:
     import torch
@@ -53,12 +57,10 @@ class LayerListing:
     """What the names mean, where the model changed them (a quantized model's fused layers)."""
 
     def __repr__(self) -> str:
-        from actviz.cards import listing_card
 
         return listing_card(self).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import listing_card
 
         return listing_card(self).html()
 
@@ -93,7 +95,6 @@ def list_layers(
         ModelError: If the model cannot be built or traced.
         LayerSelectionError: If the selector matches nothing.
     """
-    from actviz.models.sources import source_for
 
     if in_chans not in (1, 3):
         raise UsageError(f"--in-chans must be 1 or 3, not {in_chans}")
@@ -119,8 +120,6 @@ def listing_of(
     """The listing of ``module`` from a recorder that traced it once with every module hooked:
     shapes, calls and parameters per module, the rows ``layers`` selects marked, its family
     and what its names mean (a quantized model's fused layers)."""
-    from actviz.hooks import layer_refs
-    from actviz.selectors import named_exactly, select_layers
 
     refs = layer_refs(module)
     chosen = set(select_layers(refs, layers, model=model)) if layers else set()
@@ -189,7 +188,6 @@ def fold_never_ran(
     Returns:
         The names that ran, in order, and the warnings.
     """
-    from actviz.selectors import named_exactly
 
     idle = [name for name in names if name in never_ran]
     if not idle:
@@ -316,7 +314,6 @@ def trace_with(module: nn.Module, data: Any) -> ActivationRecorder:
 
 
 def _recorder(module: nn.Module) -> ActivationRecorder:
-    from actviz.hooks import ActivationRecorder, layer_refs
 
     module.eval()
     names = [ref.name for ref in layer_refs(module)]

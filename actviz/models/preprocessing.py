@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from PIL import Image as PILImage
+
 from actviz.errors import UsageError
 
 if TYPE_CHECKING:
@@ -244,7 +246,6 @@ class Preprocessing:
         return image.resize(target, self._resample(), box=box)
 
     def _resample(self) -> int:
-        from PIL import Image as PILImage
 
         return int(
             PILImage.Resampling.BICUBIC

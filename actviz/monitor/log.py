@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actviz.cards import log_state, training_card
 from actviz.errors import OutputError
 from actviz.output import Journal
 
@@ -104,12 +105,10 @@ class TrainingLog:
         return self.nonfinite[0] if self.nonfinite else None
 
     def __repr__(self) -> str:
-        from actviz.cards import log_state, training_card
 
         return training_card(log_state(self), name="TrainingLog").text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import log_state, training_card
 
         return training_card(log_state(self)).html()
 

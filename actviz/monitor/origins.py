@@ -12,6 +12,7 @@ from typing import Any
 
 from actviz.monitor.log import LogWriter
 from actviz.monitor.nonfinite import LOSS_NAME, Origin, OriginTracker
+from actviz.output import atomic_path, safe_name
 
 __all__ = ["OriginLog", "loss_message", "nonfinite_kind"]
 
@@ -90,8 +91,6 @@ class OriginLog:
         """The origin's module inputs (CPU copies), for reproducing it; the file's name
         relative to ``out``."""
         import torch
-
-        from actviz.output import atomic_path, safe_name
 
         if self._tracker is None or origin.call < 0:
             return None

@@ -15,6 +15,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from actviz.hooks import ActivationRecorder, eval_mode
+from actviz.layouts import to_drawable
+from actviz.render.legend import fmt_value
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
@@ -65,7 +71,6 @@ class ProbeSink:
         RGB pictures, by layer."""
         import torch
 
-        from actviz.hooks import ActivationRecorder, eval_mode
         from actviz.output import safe_name, write_bytes
 
         device = next((p.device for p in self.model.parameters()), self.probe.device)
@@ -118,7 +123,6 @@ class ProbeSink:
 
 
 def _array(activation: torch.Tensor) -> np.ndarray:
-    import numpy as np
 
     return np.asarray(activation.detach().cpu().float().numpy(), dtype=np.float32)
 
@@ -127,7 +131,6 @@ def value_spread(array: np.ndarray, scale: tuple[float, float]) -> dict[str, Any
     """What a frame holds against the scale it is drawn on: its finite values' range and
     the share of them outside ``scale`` (drawn at its ends). JSON-safe: None when there is
     no finite value."""
-    import numpy as np
 
     values = array[np.isfinite(array)]
     if values.size == 0:
@@ -142,7 +145,6 @@ def value_spread(array: np.ndarray, scale: tuple[float, float]) -> dict[str, Any
 
 
 def _spread_note(seen: dict[str, Any]) -> str:
-    from actviz.render.legend import fmt_value
 
     if seen["min"] is None:
         return "no finite value"
@@ -168,7 +170,6 @@ def spread_share(fraction: float) -> str:
 
 def _draw(array: np.ndarray, title: str, options: dict[str, Any]) -> GridImage | None:
     """One image's output as a grid (or a strip, for a vector); None when it cannot be drawn."""
-    from actviz.layouts import to_drawable
     from actviz.render import render_grid, render_vector
 
     try:

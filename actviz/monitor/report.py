@@ -13,6 +13,7 @@ from pathlib import Path
 
 from actviz.monitor.flags import replay
 from actviz.monitor.log import read_log
+from actviz.report.training import training_page
 
 __all__ = ["REPORT_NAME", "build_training_report"]
 
@@ -35,7 +36,6 @@ def build_training_report(logdir: str | Path, out: str | Path | None = None) -> 
         OutputError: When there is no log, or the page cannot be written.
     """
     from actviz.output import write_bytes
-    from actviz.report.training import training_page
 
     log = read_log(logdir)
     folder = log.path.parent

@@ -17,6 +17,7 @@ from actviz.hooks import tensor_items
 from actviz.monitor.nonfinite import Origin
 from actviz.monitor.reduce import FlagBuffer, nonzero_count, root, squared_norm
 from actviz.monitor.scalars import ScalarBatch
+from actviz.monitor.tensorboard import histogram_counts
 
 if TYPE_CHECKING:
     import torch
@@ -81,8 +82,6 @@ class LayerSummaries:
                 "tensor": x,
             }
             if self._histograms:
-                from actviz.monitor.tensorboard import histogram_counts
-
                 entry["hist"] = self._scalars.add_counts(histogram_counts(x))
             self.entries[key + suffix] = entry
             if tensor.requires_grad:

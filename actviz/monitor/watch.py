@@ -27,7 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from actviz.errors import UsageError
+from actviz.hooks import layer_refs
+from actviz.monitor.probe import ProbeSink
+from actviz.monitor.tensorboard import TensorBoardSink
 from actviz.monitor.watcher import Watch
+from actviz.selectors import MODULE_LISTING, select_layers
 
 if TYPE_CHECKING:
     import torch
@@ -93,9 +97,6 @@ def watch(
     """
     import torch
 
-    from actviz.hooks import layer_refs
-    from actviz.selectors import MODULE_LISTING, select_layers
-
     if not isinstance(model, torch.nn.Module):
         hint = (
             f"; build it first: model = actviz.load_model({model!r}).module"
@@ -151,13 +152,9 @@ def watch(
     folder = Path(out)
     board = None
     if tensorboard:
-        from actviz.monitor.tensorboard import TensorBoardSink
-
         board = TensorBoardSink(folder)
     prober = None
     if probe is not None:
-        from actviz.monitor.probe import ProbeSink
-
         prober = ProbeSink(model, probe, selected, folder, probe_every)
     return Watch(
         model,

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz._version import __version__
+from actviz.cards import LiveView, LogFollower, training_card
 from actviz.errors import NonFiniteError, UsageError
 from actviz.hooks import HookSession, call_key
+from actviz.monitor.flags import FlagTracker
 from actviz.monitor.log import LogWriter
 from actviz.monitor.nonfinite import LOSS_NAME, ROOT_NAME, Origin, OriginTracker
 from actviz.monitor.origins import OriginLog, loss_message, nonfinite_kind
@@ -112,7 +114,6 @@ class Watch(HookSession):
 
     # Entering and leaving.
     def __enter__(self) -> Watch:
-        from actviz.monitor.flags import FlagTracker
 
         self._flagger = FlagTracker()
         self._writer = LogWriter(self.out)
@@ -183,18 +184,15 @@ class Watch(HookSession):
         ``every`` steps while the loop runs and once at the end of the block (a redraw reads
         only the log's new lines; the other steps pay one test). Returns the view
         (:class:`actviz.cards.LiveView`); ``view.refresh()`` redraws at once."""
-        from actviz.cards import LiveView
 
         self._live = LiveView(self.log_path, every, steps=lambda: self.steps).show()
         return self._live
 
     def __repr__(self) -> str:
-        from actviz.cards import LogFollower, training_card
 
         return training_card(LogFollower(self.log_path).read(), steps=self.steps).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import LogFollower, training_card
 
         return training_card(LogFollower(self.log_path).read(), steps=self.steps).html()
 

@@ -14,10 +14,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from actviz.cards import Thumb, thumb_from_array, thumb_from_file
 from actviz.cards.results import fmt
 from actviz.errors import UsageError
+from actviz.layouts import to_drawable
+from actviz.notebook.features import DictionaryData, dictionary_folder
+from actviz.notebook.inline import Look
 from actviz.notebook.tops import MAX_CHANNELS, top_images
+from actviz.notebook.widget import browser_widget
+from actviz.render.palette import choose_cmap, colormap_lut
+from actviz.run.sink import read_images
 
 __all__ = ["LiveData", "RunData", "browse", "channel_rgb"]
 
@@ -44,9 +52,6 @@ def browse(source: Any, *, top: Any = None, layer: str | None = None, context: A
         UsageError: Without anywidget (``pip install 'actviz[notebook]'``), or for a source
             that is none of those.
     """
-    from actviz.notebook.features import DictionaryData, dictionary_folder
-    from actviz.notebook.inline import Look
-    from actviz.notebook.widget import browser_widget
 
     folder = dictionary_folder(source)
     if folder is not None:
@@ -67,9 +72,6 @@ def browse(source: Any, *, top: Any = None, layer: str | None = None, context: A
 def channel_rgb(maps: Any, cmap: str | None = None) -> Any:
     """``(C, H, W)`` maps as ``(C, H, W, 3)`` uint8 colours, each channel scaled to its own
     range (or centred on 0, for signed maps), with the grids' colormaps."""
-    import numpy as np
-
-    from actviz.render.palette import choose_cmap, colormap_lut
 
     data = np.nan_to_num(np.asarray(maps, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
     signed = bool(data.min() < 0 < data.max())
@@ -88,7 +90,6 @@ def channel_rgb(maps: Any, cmap: str | None = None) -> Any:
 
 def _enlarged(rgb: Any, box: tuple[int, int], label: str) -> Thumb:
     """A map enlarged (nearest, whole factors) to fill ``box``, or shrunk to fit it."""
-    import numpy as np
 
     height, width = rgb.shape[:2]
     factor = max(1, min(box[0] // max(width, 1), box[1] // max(height, 1)))
@@ -97,7 +98,6 @@ def _enlarged(rgb: Any, box: tuple[int, int], label: str) -> Thumb:
 
 
 def _stats(values: Any) -> dict[str, Any]:
-    import numpy as np
 
     data = np.asarray(values, dtype=np.float64)
     finite = data[np.isfinite(data)]
@@ -198,9 +198,6 @@ class LiveData:
         self._maps: dict[str, tuple[Any, str | None]] = {}
 
     def _drawable(self, layer: str) -> tuple[Any, str | None]:
-        import numpy as np
-
-        from actviz.layouts import to_drawable
 
         if layer in self._refused:
             return None, self._refused[layer]
@@ -246,7 +243,6 @@ class RunData:
     the run saved tensors (``--save-tensors npy``), each channel."""
 
     def __init__(self, folder: Path, tops: dict[str, Any] | None) -> None:
-        from actviz.run.sink import read_images
 
         self.folder = folder
         manifest = folder / "manifest.json"
@@ -278,7 +274,6 @@ class RunData:
         ]
 
     def _maps(self, layer: str) -> Any:
-        import numpy as np
 
         tensor = self._records.get(layer, {}).get("tensor")
         if not tensor or not str(tensor).endswith(".npy"):

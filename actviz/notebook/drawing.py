@@ -7,6 +7,18 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from actviz.command.session import restoring
+from actviz.gradients import backward
+from actviz.render.png import picture_png
+from actviz.run.draw import summaries
+from actviz.run.gradients import cam_picture
+from actviz.run.job import ImageJob, headed, header_notes
+from actviz.run.pca import PcaSampler, spatial_maps
+from actviz.run.pictures import grid_picture, pca_picture
+from actviz.run.record import layer_view
+
 if TYPE_CHECKING:
     from actviz.hooks import Capture
     from actviz.run.job import ImageJob
@@ -19,8 +31,6 @@ _HIST_SIZE = (384, 140)  # (width, height) of the bars
 
 def image_job(look: Any, cap: Capture, **fields: Any) -> ImageJob:
     """The job a run's render thread would get for this image and capture."""
-    from actviz.run.draw import summaries
-    from actviz.run.job import ImageJob
 
     loaded = look.loaded
     assert cap.tensor is not None
@@ -43,9 +53,6 @@ def image_job(look: Any, cap: Capture, **fields: Any) -> ImageJob:
 
 def draw_picture(look: Any, cap: Capture, kind: str) -> bytes | None:
     """PNG bytes of one picture of one capture; None when the layer has none of that kind."""
-    from actviz.run.gradients import cam_picture
-    from actviz.run.pictures import grid_picture, pca_picture
-    from actviz.run.record import layer_view
 
     if kind == "hist":
         return histogram_png(look, cap)
@@ -67,8 +74,6 @@ def draw_picture(look: Any, cap: Capture, kind: str) -> bytes | None:
 
 def _cam_fields(look: Any, cap: Capture) -> dict[str, Any]:
     """The backward pass of the image for one layer's Grad-CAM, as the run makes it."""
-    from actviz.command.session import restoring
-    from actviz.gradients import backward
 
     loaded = look.loaded
     if not loaded.classifier:
@@ -101,7 +106,6 @@ def _cam_fields(look: Any, cap: Capture) -> dict[str, Any]:
 def _pca_fit(look: Any, cap: Capture) -> Any:
     """The layer's components fitted on this one image (a run fits them over all its
     images); None for an output without positions."""
-    from actviz.run.pca import PcaSampler, spatial_maps
 
     assert cap.tensor is not None
     ctx = look.contexts.get(cap.module)
@@ -115,11 +119,8 @@ def _pca_fit(look: Any, cap: Capture) -> Any:
 
 def histogram_png(look: Any, cap: Capture) -> bytes:
     """The layer's values as a histogram, under the header the run's pictures have."""
-    import numpy as np
 
     from actviz.render.legend import HEADER_MIN_WIDTH, Header, fmt_value
-    from actviz.render.png import picture_png
-    from actviz.run.job import headed, header_notes
 
     assert cap.tensor is not None
     values = cap.tensor.numpy().ravel()

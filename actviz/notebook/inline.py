@@ -8,14 +8,28 @@ panels; a histogram of the values is the one kind of its own.
 
 from __future__ import annotations
 
+import dataclasses
+import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from actviz.cards import Card, Picture, Table, Thumb, picture_of
+import numpy as np
+from PIL import Image
+
+from actviz import output
+from actviz.cards import Card, Picture, Table, Thumb, picture_of, thumb_from_array
 from actviz.cards.results import RANDOM_WARNING, fmt, weights_text
+from actviz.command.session import open_model, restoring
 from actviz.errors import UsageError
+from actviz.hooks import ActivationRecorder, eval_mode, layer_refs
+from actviz.io.images import load_rgb
+from actviz.layouts import default_selector, layer_contexts
+from actviz.models.options import LoadOptions
+from actviz.notebook.drawing import draw_picture, image_job
+from actviz.run.options import DrawOptions
+from actviz.selectors import select_layers
 
 if TYPE_CHECKING:
     import torch
@@ -64,16 +78,8 @@ def show(
     Raises:
         UsageError: For an image that is none of those, or an unknown drawing option.
     """
-    import dataclasses
 
     import torch
-
-    from actviz.command.session import open_model, restoring
-    from actviz.hooks import ActivationRecorder, eval_mode, layer_refs
-    from actviz.layouts import default_selector, layer_contexts
-    from actviz.models.options import LoadOptions
-    from actviz.run.options import DrawOptions
-    from actviz.selectors import select_layers
 
     known = {f.name for f in dataclasses.fields(DrawOptions)}
     unknown = sorted(set(draw) - known)
@@ -103,9 +109,6 @@ def _input(image: Any, loaded: LoadedModel) -> torch.Tensor:
     """The model's input for one image: a file or a Pillow image preprocessed, a tensor as
     it is."""
     import torch
-    from PIL import Image
-
-    from actviz.io.images import load_rgb
 
     if isinstance(image, str | Path):
         image = load_rgb(Path(image))
@@ -177,7 +180,6 @@ class Look:
         return cached
 
     def _draw(self, cap: Capture, kind: str) -> Picture:
-        from actviz.notebook.drawing import draw_picture
 
         png = draw_picture(self, cap, kind)
         if png is None:
@@ -193,14 +195,12 @@ class Look:
 
     def job(self, cap: Capture, **fields: Any) -> ImageJob:
         """The run's drawing job for this image and capture (see :mod:`actviz.notebook.drawing`)."""
-        from actviz.notebook.drawing import image_job
 
         return image_job(self, cap, **fields)
 
     def save(self, out: str | Path, kind: str = "grid") -> list[Path]:
         """Write every layer's picture of ``kind`` into ``out`` (named as a run names them);
         returns the files."""
-        from actviz import output
 
         folder = Path(out)
         width = output.order_width(len(self.captures))
@@ -219,7 +219,6 @@ class Look:
     def card(self, pictures: bool = True) -> Card:
         """The card: the weights, each layer's shape and range, the first layers' grids
         (``pictures``: draw them)."""
-        import numpy as np
 
         rows = []
         for cap in self.captures[:12]:
@@ -272,11 +271,6 @@ class Look:
 
 def _thumb(picture: Picture, label: str) -> Thumb:
     """A grid as a card's thumbnail (made smaller when it is large)."""
-    import io
-
-    from PIL import Image
-
-    from actviz.cards import thumb_from_array
 
     with Image.open(io.BytesIO(picture.png)) as image:
         return thumb_from_array(image.convert("RGB"), label)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,9 +20,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from actviz.cards import side_by_side
 from actviz.errors import ModelError
 from actviz.hooks import HookSession, tensor_items
 from actviz.optimize.objective import Objective, objective_for
+from actviz.optimize.param import FourierImage
+from actviz.optimize.transforms import standard
 
 if TYPE_CHECKING:
     import torch
@@ -99,7 +103,6 @@ def frozen(model: nn.Module) -> Iterator[None]:
 
 def seed_for(seed: int, layer: str | None, channel: int) -> int:
     """The seed of one channel's initial image: the same whatever else shares its batch."""
-    import zlib
 
     return (seed * 1_000_003 + zlib.crc32((layer or "").encode()) + channel * 7919) % 2**63
 
@@ -122,7 +125,6 @@ class BatchResult:
 
     def _repr_png_(self) -> bytes:
         """The first optimized images side by side (a cell shows them)."""
-        from actviz.cards import side_by_side
 
         return side_by_side(self.images)
 
@@ -180,9 +182,6 @@ def optimize_batch(
         UsageError: If it has fewer channels, or its first dimension is not the batch.
     """
     import torch
-
-    from actviz.optimize.param import FourierImage
-    from actviz.optimize.transforms import standard
 
     rng = random.Random(seed)
     param = FourierImage([seed_for(seed, layer, c) for c in channels], size, device)

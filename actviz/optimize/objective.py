@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz.errors import UsageError
+from actviz.layouts import plan_layout, to_drawable
 
 if TYPE_CHECKING:
     import torch
@@ -63,7 +64,6 @@ def parse_channels(text: str) -> list[int]:
 def channel_axis(shape: Sequence[int], ctx: LayerContext | None) -> int:
     """The axis of the channels in a batched output of this shape: 1 for channels-first maps
     and vectors, the last for channels-last blocks and tokens."""
-    from actviz.layouts import plan_layout
 
     if len(shape) <= 2:
         return 1
@@ -87,7 +87,6 @@ def positions(shape: Sequence[int], ctx: LayerContext | None) -> npt.NDArray[np.
         position ``(y, x)`` (a vector gives ``(C, 1, 1)``); prefix tokens have none. None when
         the output cannot be drawn as maps or a vector.
     """
-    from actviz.layouts import to_drawable
 
     flat = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(tuple(shape))
     parts = []

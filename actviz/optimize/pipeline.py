@@ -7,15 +7,24 @@ and when the run stops early, so Ctrl-C keeps every finished channel readable.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
+from actviz.cards import optimize_card, side_by_side
+from actviz.command import json_head, model_fields, open_command
 from actviz.command.opening import CommandSpec
 from actviz.command.progress import Reporter
 from actviz.errors import OutputError
+from actviz.optimize.loop import optimize_batch
 from actviz.optimize.options import OptimizeOptions
+from actviz.optimize.sheet import layer_sheet
+from actviz.optimize.targets import plan_targets
+from actviz.output import layer_filename
+from actviz.report import build_optimize_report, build_top_images_report
 
 if TYPE_CHECKING:
     from torch import nn
@@ -104,7 +113,6 @@ class LayerImages:
 
     def _repr_png_(self) -> bytes:
         """The first optimized images side by side (a cell shows them)."""
-        from actviz.cards import side_by_side
 
         return side_by_side(self.pixels)
 
@@ -128,12 +136,10 @@ class OptimizeResult:
     document: dict[str, Any]
 
     def __repr__(self) -> str:
-        from actviz.cards import optimize_card
 
         return optimize_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import optimize_card
 
         return optimize_card(self).html()
 
@@ -172,7 +178,6 @@ def optimize(
         ActvizError: For every expected failure.
         KeyboardInterrupt: After writing what was finished.
     """
-    from actviz.command import open_command
 
     if options is not None and keywords:
         raise TypeError("pass either options or keywords, not both")
@@ -191,8 +196,6 @@ def _run(
 ) -> OptimizeResult:
     """Every selected layer's channels optimized, batch by batch; the record and the page
     written after each batch and when the run stops early."""
-    from actviz import output
-    from actviz.optimize.targets import plan_targets
 
     plan = plan_targets(cmd, loaded, opts)
     channels = opts.channel_list()
@@ -210,8 +213,6 @@ def _run(
         output.write_json(opts.out / JSON_FILE, doc)
         report = None
         if opts.report:
-            from actviz.report import build_optimize_report
-
             for rel, data in build_optimize_report(doc, opts.out).items():
                 output.write_bytes(opts.out / rel, data)
             report = opts.out / REPORT_FILE
@@ -261,10 +262,6 @@ def _run(
 
 def _relink_top_images(out: Path) -> None:
     """The top-images pages of the same folder now link the optimized images."""
-    import json
-
-    from actviz import output
-    from actviz.report import build_top_images_report
 
     try:
         doc = json.loads((out / "top-images.json").read_text(encoding="utf-8"))
@@ -277,7 +274,6 @@ def _relink_top_images(out: Path) -> None:
 def _prepare(opts: OptimizeOptions) -> None:
     """The output folder may hold other commands' results (pages link each other), but not
     an earlier optimize unless ``overwrite``."""
-    from actviz import output
 
     earlier = [p for p in (opts.out / JSON_FILE, opts.out / FOLDER) if p.exists()]
     if earlier and not opts.overwrite:
@@ -299,8 +295,6 @@ def _optimize_layer(
     on_step: Callable[[], None],
     on_batch: Callable[[], None],
 ) -> None:
-    from actviz import output
-    from actviz.optimize.loop import optimize_batch
     from actviz.render.png import encode_png
 
     for start in range(0, len(channels), opts.batch_size):
@@ -340,7 +334,6 @@ def _optimize_layer(
 
 
 def _layer_folder(layer: LayerImages) -> str:
-    from actviz.output import layer_filename
 
     return f"{FOLDER}/{layer_filename(layer.index, layer.key)[: -len('.png')]}"
 
@@ -348,8 +341,6 @@ def _layer_folder(layer: LayerImages) -> str:
 def _write_sheet(
     layer: LayerImages, loaded: LoadedModel, opts: OptimizeOptions, objective: str
 ) -> None:
-    from actviz import output
-    from actviz.optimize.sheet import layer_sheet
     from actviz.render.png import encode_png
 
     rel = f"{_layer_folder(layer)}.png"
@@ -377,7 +368,6 @@ def _document(
 ) -> dict[str, Any]:
     """``optimize.json``: its head (without the tool's version or a date), the settings and
     every finished channel; ``warning``: the one given about random weights, if any."""
-    from actviz.command import json_head, model_fields
 
     weights, info = loaded.weights, loaded.record()
     model = model_fields(cmd.model, info, weights, warning)

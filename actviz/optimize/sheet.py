@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
+from PIL import Image
 
 from actviz.render import fmt_value
 from actviz.render.panels import Panel, panel_sheet
@@ -26,7 +27,6 @@ _WORDS = {
 def _shrunk(pixels: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint8]:
     if max(pixels.shape[:2]) <= TILE:
         return pixels
-    from PIL import Image
 
     image = Image.fromarray(pixels).resize((TILE, TILE), Image.Resampling.LANCZOS)
     return np.asarray(image, dtype=np.uint8)

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from actviz.errors import UsageError
+from actviz.layouts import layer_contexts
 from actviz.optimize.objective import channel_axis, check_channels, positions
+from actviz.optimize.probe import probe, reads_classes
 
 if TYPE_CHECKING:
     from actviz.command import Command
@@ -58,9 +60,6 @@ def plan_targets(cmd: Command, loaded: LoadedModel, opts: OptimizeOptions) -> Ta
         ModelError: If a layer does not run.
     """
     import torch
-
-    from actviz.layouts import layer_contexts
-    from actviz.optimize.probe import probe, reads_classes
 
     contexts = layer_contexts(loaded.module, loaded.input_size)
     # Patch grids and attention windows hold for one input size only.

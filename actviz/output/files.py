@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path, PurePath
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from actviz.errors import OutputError
 
 __all__ = [
@@ -193,8 +195,6 @@ def write_tensor(path: Path, tensor: Any, fmt: str) -> None:
     ``activation``)."""
     with atomic_path(path) as tmp:
         if fmt == "npy":
-            import numpy as np
-
             with tmp.open("wb") as fh:
                 np.save(fh, tensor.numpy())
         else:

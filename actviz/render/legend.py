@@ -12,7 +12,9 @@ range it stands for, and a ``NONFINITE`` swatch when the picture has NaN or infi
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
+import os
 import re
 from dataclasses import dataclass
 
@@ -54,8 +56,6 @@ _BAR_HEIGHT = 8
 def _font_path() -> str | None:
     """DejaVu Sans from matplotlib's data: hinted for small sizes, and always installed.
     Found where the package lies, without importing it (about 0.1 s of start-up)."""
-    import importlib.util
-    import os
 
     spec = importlib.util.find_spec("matplotlib")
     places = list(spec.submodule_search_locations or []) if spec is not None else []

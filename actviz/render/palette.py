@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from actviz.render.colormaps import TABLES
 from actviz.render.theme import BACKGROUND_RGB, LABEL_RGB, NONFINITE_RGB, TEXT_RGB
 
 __all__ = [
@@ -176,7 +177,6 @@ def colormap_lut(name: str, levels: int = N_LEVELS) -> U8Array:
     Raises:
         ValueError: The name is not a known colormap, or ``levels`` is out of range.
     """
-    from actviz.render.colormaps import TABLES
 
     known = isinstance(name, str) and name in TABLES
     if not known:

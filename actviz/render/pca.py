@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from actviz.render.panels import Panel, panel_band, panel_bands, sheet_width, text_band
-from actviz.render.png import join_bands
+from actviz.render.png import deflate_bands, join_bands
 
 if TYPE_CHECKING:
     from actviz.render.png import Band, Bands
@@ -224,7 +224,6 @@ def pca_pngs(
     layer, kept in ``bands``; what the model saw (``views[i]()``), kept under ``images[i]``
     (:func:`shared_input`); the components, enlarged, filtered and labelled for all the
     images at once. So a run deflates a header once per layer and a photo once per image."""
-    from actviz.render.png import deflate_bands
 
     width = pca_width(view_shape, rgbs.shape[1:])
     lines = pca_lines(fit, notes=notes, mask=mask)

@@ -42,6 +42,7 @@ worked out by :mod:`actviz.report.blocks`, and the depth charts are drawn by
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,6 @@ def rebuild_run_report(out: Path) -> dict[str, bytes]:
     marked is built again from a manifest that lists its images. Empty when ``out`` has no
     run report this version can update.
     """
-    import json
 
     index = out / "index.html"
     try:

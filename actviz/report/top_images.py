@@ -21,6 +21,7 @@ from typing import Any
 
 from actviz.report.blocks import MetaRow, channel_page, run_warnings, weights_banner
 from actviz.report.markup import render
+from actviz.report.optimize import optimized_images
 
 __all__ = ["INDEX", "build_top_images_report", "channel_page"]
 
@@ -38,7 +39,6 @@ def build_top_images_report(doc: Mapping[str, Any], out: Path | None = None) -> 
     Returns:
         Paths relative to the output folder -> file content.
     """
-    from actviz.report.optimize import optimized_images
 
     banner = weights_banner(doc)
     optimized = optimized_images(out)

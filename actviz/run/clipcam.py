@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from actviz.render.overlay import cam_panel, input_view
+from actviz.render.png import picture_png
+from actviz.render.timestrips import frame_columns
 from actviz.run.job import ImageJob, headed, header_notes
 from actviz.run.record import Drawn
 
@@ -22,7 +27,6 @@ def clip_cam(activation: np.ndarray, gradient: np.ndarray) -> np.ndarray:
     for a 3-D convolution), ``ReLU(sum_c w_c A_c[t])`` per frame, scaled by the largest value
     of all frames (so frames compare; an all-zero map stays zero). ``(C, T, H, W)`` in,
     ``(T, H, W)`` out."""
-    import numpy as np
 
     weights = gradient.reshape(gradient.shape[0], -1).mean(axis=1)
     cam = np.maximum(np.tensordot(weights, activation, axes=(0, 0)), 0.0).astype(np.float32)
@@ -40,12 +44,8 @@ def clip_cam_picture(
 ) -> Drawn | None:
     """The picture: for each shown frame, the input frame with its map blended over it
     (``name``: the target class, as the header says it)."""
-    import numpy as np
 
     from actviz.render.legend import Header
-    from actviz.render.overlay import cam_panel, input_view
-    from actviz.render.png import picture_png
-    from actviz.render.timestrips import frame_columns
 
     x = job.model_input
     if x is None or x.ndim != 4 or activation.ndim != 4:

@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.attention import attention_selector
+from actviz.command import input_paths, open_command
+from actviz.command.inputs import discovery_for, inputs_for
 from actviz.command.opening import CommandSpec
 from actviz.command.options import from_flat
 from actviz.command.progress import Reporter, start_progress
+from actviz.dictionary import load_dictionary
 from actviz.errors import UsageError
+from actviz.gradients.registry import DEFAULT_CAM
+from actviz.hooks import layer_refs
+from actviz.models.listing import fold_never_ran
+from actviz.report import build_report, related_reports, warm_up
 from actviz.run.families import RUN_FAMILIES, run_family
 from actviz.run.loop import capture_and_render
 from actviz.run.manifest import manifest
@@ -68,8 +76,6 @@ def run(
             keywords given together with ``options``, is a
             :class:`~actviz.command.options.KeywordError` (also a ``TypeError``).
     """
-    from actviz.command import open_command
-    from actviz.command.inputs import discovery_for
 
     opts = from_flat(RunOptions, GROUPS, keywords, caller="run", given=options, aliases=ALIASES)
     ex = opts.execution
@@ -107,8 +113,6 @@ def _open_model(
 ) -> Loaded:
     """The model loaded and checked, its inputs found as its family takes them, and the
     options only its family takes applied to it."""
-    from actviz.command import input_paths
-    from actviz.command.inputs import inputs_for
 
     assert cmd.found is not None  # open_command walked the inputs
     opened = cmd.load(
@@ -118,8 +122,6 @@ def _open_model(
     cmd.found = inputs_for(loaded, input_paths(inputs), cmd.found)
     _family_options(loaded, opts)
     if opts.report:
-        from actviz.report import warm_up
-
         warm_up()  # the report's templates, compiled while the images run
     return opened
 
@@ -144,8 +146,6 @@ def _fold_never_ran(
     cmd: Command, loaded: LoadedModel, selector: str, state: Plan, never_ran: set[str]
 ) -> None:
     """What the selector swept in but the forward never called: one warning, and left out."""
-    from actviz.hooks import layer_refs
-    from actviz.models.listing import fold_never_ran
 
     refs = layer_refs(loaded.module)
     state.names, idle = fold_never_ran(refs, selector, state.names, never_ran)
@@ -179,7 +179,7 @@ def _check_classifier(loaded: LoadedModel, opts: RunOptions, cmd: Command) -> No
     no predictions to record."""
     family = loaded.family
     own_cam = run_family(family).own_cam
-    if own_cam and opts.gradients.cam_method != "gradcam":
+    if own_cam and opts.gradients.cam_method != DEFAULT_CAM:
         raise UsageError(
             f"--cam-method {opts.gradients.cam_method} does not apply to {loaded.name}: its "
             "--cam draws maps of its own (EigenCAM and one detection's Grad-CAM); leave "
@@ -242,12 +242,8 @@ def _select(cmd: Command, loaded: LoadedModel, opts: RunOptions) -> tuple[str, l
     """The selector (the architecture's default when none was given) and the modules it names."""
     default = None
     if opts.layers is None and opts.sae is not None:  # the dictionary's own layer
-        from actviz.dictionary import load_dictionary
-
         default = str((load_dictionary(opts.sae).config.get("layer") or {}).get("module"))
     if opts.layers is None and opts.capture == "attn":  # from the attention modules
-        from actviz.attention import attention_selector
-
         default = attention_selector(loaded.module)
     return cmd.select(loaded, opts.layers, default=default)
 
@@ -339,8 +335,6 @@ def _write(
     record = manifest(result)
     output.write_json(manifest_path, record)
     if opts.report:
-        from actviz.report import build_report, related_reports
-
         related = related_reports(out_dir)
         shown = report_images(sink, plan.results, stats_doc, folders=opts.draw.grids)
         pages = build_report(record, stats_doc, shown, out_dir_name=out_dir.name, related=related)

@@ -14,13 +14,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from actviz import output
+from actviz.command.session import RANDOM_NOTE
 from actviz.gradients.cam import grad_cam
 from actviz.gradients.core import zero_cam_note
 from actviz.gradients.registry import DEFAULT_CAM, MAP_METHODS, cam_title
+from actviz.layouts import to_drawable
 from actviz.render import Header, cam_panel, render_grid
 from actviz.render.png import picture_png
+from actviz.render.timestrips import render_time_strips
 from actviz.results import ImageResult
+from actviz.run.clipcam import clip_cam_picture
 from actviz.run.job import ImageJob, display_view, headed, header_notes
 from actviz.run.record import Drawn, LayerView
 
@@ -59,8 +65,6 @@ def gradient_picture(view: LayerView) -> Drawn | None:
         zero_note = "the gradient is all zero" + (f": {captured.note}" if captured.note else "")
     title = f"{view.title}   gradient of the logit of {class_name(job.target, job.target_label)}"
     if grad_maps.kind == "clip":  # a video layer's gradient: time strips on one scale
-        from actviz.render.timestrips import render_time_strips
-
         strips = render_time_strips(
             grad_maps.array,
             title=title,
@@ -86,9 +90,6 @@ def gradient_picture(view: LayerView) -> Drawn | None:
 
 def _gradient(job: ImageJob, cap: Capture, captured: Any) -> tuple[dict[str, Any], Drawable]:
     """The gradient's figures for the record, and its image's slice ready to draw."""
-    import numpy as np
-
-    from actviz.layouts import to_drawable
 
     ctx = job.contexts.get(cap.module)
     grad = captured.gradient[job.index]
@@ -114,7 +115,6 @@ def cam_picture(view: LayerView) -> Drawn | None:
     """The Grad-CAM picture of one layer: the input and each class's map beside it, under a
     header naming the layer, the classes and their probabilities, with a colour bar; and why
     a map is all zero, for the record."""
-    from actviz.layouts import to_drawable
 
     job, cap = view.job, view.cap
     captured = job.gradients.get(cap.key)
@@ -122,8 +122,6 @@ def cam_picture(view: LayerView) -> Drawn | None:
         return None
     _, grad_maps = _gradient(job, cap, captured)
     if grad_maps.kind == "clip" and grad_maps.array is not None:  # a video layer: per frame
-        from actviz.run.clipcam import clip_cam_picture
-
         clip = view.drawable.array
         if clip is None:
             return None
@@ -306,6 +304,5 @@ class RunGradientFlow:
 
 
 def _titled(title: str, random: bool) -> str:
-    from actviz.command.session import RANDOM_NOTE
 
     return f"{title}\n{RANDOM_NOTE}" if random else title

@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from PIL import Image
+from PIL import Image as PILImage
+
 from actviz.command.session import RANDOM_NOTE
+from actviz.render.overlay import MIN_VIEW, input_view
+from actviz.render.overlay import headed as under_header
 from actviz.results import Prediction
 from actviz.run.options import DrawOptions
 
@@ -81,9 +86,6 @@ def model_view(job: ImageJob) -> Image.Image:
     """What the model saw (after resize and crop), de-normalized; greyscale input as grey.
     A family that resizes inside the model (a detector's transform) gives the size it saw
     the image at as the extra ``view_size`` ``(width, height)``: the view is shrunk to it."""
-    from PIL import Image as PILImage
-
-    from actviz.render.overlay import input_view
 
     assert job.model_input is not None
     x = job.model_input.numpy()
@@ -111,9 +113,6 @@ def header_notes(job: ImageJob, *lines: str | None) -> list[str]:
 
 def display_view(job: ImageJob) -> Image.Image:
     """What the model saw, enlarged by a whole factor (nearest) when it is small."""
-    from PIL import Image
-
-    from actviz.render.overlay import MIN_VIEW
 
     view = model_view(job)
     factor = -(-MIN_VIEW // max(view.size))
@@ -124,7 +123,6 @@ def display_view(job: ImageJob) -> Image.Image:
 
 def headed(pixels: np.ndarray, header: Any, cmap: str) -> Image.Image:
     """An RGB picture under a header whose colour bar shows ``cmap``."""
-    from actviz.render.overlay import headed as under_header
 
     return under_header(pixels, header, cmap)
 

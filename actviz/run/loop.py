@@ -21,12 +21,14 @@ from actviz.command.forward import BatchForward, model_failure
 from actviz.command.progress import Reporter
 from actviz.errors import ActvizError
 from actviz.gradients import backward, choose_cam_keys
+from actviz.hooks import ActivationRecorder, eval_mode
 from actviz.results import ImageResult, LayerResult
 from actviz.run.draw import draw_image, summaries
 from actviz.run.families import IMAGE_KINDS, Batch, Extras, Probe, run_family
 from actviz.run.gradients import write_gradient_flow
 from actviz.run.job import ImageJob, finite_scores, top_k_predictions
 from actviz.run.pca import pca_warnings
+from actviz.run.pca_pass import PcaPass
 from actviz.run.scales import SharedScales, shared_ranges
 from actviz.statistics import stats_callback
 
@@ -53,7 +55,6 @@ def capture_and_render(
 
     Returns the selected modules that never ran.
     """
-    from actviz.hooks import ActivationRecorder, eval_mode
 
     ex = opts.execution
     forward = BatchForward(loaded, plan.module, ex)
@@ -68,7 +69,6 @@ def capture_and_render(
     if opts.draw.pca:
         # The components are fitted over every image: the pass samples and keeps the images,
         # and their PCA pictures are drawn, and the images recorded, after it.
-        from actviz.run.pca_pass import PcaPass
 
         stream.pca = PcaPass(plan, opts, ex.batch_size)
     with (
@@ -85,7 +85,6 @@ def capture_and_render(
 def _shared_scales(forward: BatchForward, plan: Plan, opts: RunOptions) -> SharedScales:
     """One scale per layer for the whole run, which needs every image's range before
     drawing: a pass of its own."""
-    from actviz.hooks import ActivationRecorder, eval_mode
 
     draw = opts.draw
     with (

@@ -15,6 +15,13 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz.engines import RayOptions, WorkerSpec, ray_batches
+from actviz.hooks import ActivationRecorder, eval_mode
+from actviz.io.loader import stacked_parts
+from actviz.layouts import layer_contexts
+from actviz.run.draw import layer_records
+from actviz.run.job import ImageJob, top_k_predictions
+from actviz.run.options import DrawOptions
+from actviz.statistics import stats_callback
 
 if TYPE_CHECKING:
     from actviz.models import LoadedModel
@@ -41,14 +48,6 @@ def stats_summaries(
 ) -> list[tuple[list[int], ImageSummary]]:
     """One batch: decode, forward with the hooks, per image its layers' statistics."""
     import torch
-
-    from actviz.hooks import ActivationRecorder, eval_mode
-    from actviz.io.loader import stacked_parts
-    from actviz.layouts import layer_contexts
-    from actviz.run.draw import layer_records
-    from actviz.run.job import ImageJob, top_k_predictions
-    from actviz.run.options import DrawOptions
-    from actviz.statistics import stats_callback
 
     module = loaded.module
     contexts = layer_contexts(module, loaded.input_size)

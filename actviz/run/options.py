@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from actviz.command.options import COMMON_GROUPS, ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
-from actviz.gradients.registry import DEFAULT_CAM
+from actviz.gradients.registry import DEFAULT_CAM, map_method
+from actviz.hooks.recorders import CaptureMode
+from actviz.layouts import Layout
+from actviz.render import colormap_lut
 from actviz.render.grid import Order
 
 if TYPE_CHECKING:
@@ -77,7 +80,6 @@ class DrawOptions:
     pca_mask: bool = False
 
     def __post_init__(self) -> None:
-        from actviz.layouts import Layout
 
         check_choices(self, {"Layout": Layout})
         if self.max_channels < 0:
@@ -100,8 +102,6 @@ class DrawOptions:
                 raise UsageError(f"--clip needs 0 <= LO < HI <= 100, e.g. 1,99; got {lo},{hi}")
             object.__setattr__(self, "clip", (float(lo), float(hi)))
         if self.cmap is not None:
-            from actviz.render import colormap_lut
-
             try:
                 colormap_lut(self.cmap)
             except ValueError as exc:
@@ -150,7 +150,6 @@ class GradientOptions:
     cam_method: str = DEFAULT_CAM
 
     def __post_init__(self) -> None:
-        from actviz.gradients.registry import map_method
 
         check_choices(self)
         method = map_method(self.cam_method, "cam_method", kind="cam")
@@ -215,7 +214,6 @@ class RunOptions:
     execution: ExecutionOptions = field(default_factory=ExecutionOptions)
 
     def __post_init__(self) -> None:
-        from actviz.hooks.recorders import CaptureMode
 
         check_choices(self, {"CaptureMode": CaptureMode})
         if self.sae is not None:

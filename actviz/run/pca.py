@@ -20,6 +20,7 @@ fits it, and :func:`pca_view` does both for activations already in hand.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import zlib
 from collections.abc import Mapping, Sequence
@@ -29,7 +30,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from actviz.cards import side_by_side
 from actviz.errors import UsageError
+from actviz.layouts import to_drawable
 from actviz.render.pca import PcaFit, pca_rgb, project
 
 if TYPE_CHECKING:
@@ -66,7 +69,6 @@ def spatial_maps(
     """One image's output as ``(C, H, W)`` maps, laid out as the grids draw it (prefix
     tokens dropped, channels-last moved first); None and the reason when it has no
     positions (a vector, something undrawable)."""
-    from actviz.layouts import to_drawable
 
     array = sample.numpy() if hasattr(sample, "numpy") else np.asarray(sample)
     drawable = to_drawable(array, ctx, layout=layout)
@@ -296,7 +298,6 @@ class PcaView:
 
     def _repr_png_(self) -> bytes:
         """The first images' colours side by side (a cell shows them)."""
-        from actviz.cards import side_by_side
 
         return side_by_side(self.images)
 
@@ -374,7 +375,6 @@ def fit_run(
     """The first pass of a run with ``--view pca``: every image through the hooked model,
     a sample per capture key, one fit each. Returns the fits and, per key that has none,
     why."""
-    import contextlib
 
     sampler = PcaSampler(len(paths))
     with contextlib.ExitStack() as stack:

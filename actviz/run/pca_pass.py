@@ -25,7 +25,10 @@ from concurrent.futures import Executor, Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from actviz import output
-from actviz.run.pca import PcaSampler
+from actviz.errors import UsageError
+from actviz.render.pca import pca_width
+from actviz.render.png import Bands
+from actviz.run.pca import CLIP_NOTE, PcaSampler, spatial_maps
 from actviz.run.pictures import PICTURE_KINDS, pca_input, pca_pictures
 from actviz.run.record import layer_view
 
@@ -180,8 +183,6 @@ class PcaPass:
         Raises:
             UsageError: Naming the layers and why each has no positions.
         """
-        from actviz.errors import UsageError
-        from actviz.run.pca import CLIP_NOTE, spatial_maps
 
         if self.checked:
             return
@@ -221,7 +222,6 @@ class PcaPass:
 
     def _inputs(self, jobs: list[tuple[int, ImageJob]]) -> None:
         """Deflate what the model saw of kept images (the band their PCA pictures share)."""
-        from actviz.render.pca import pca_width
 
         for i, job in jobs:
             if job.model_input is not None:
@@ -285,7 +285,6 @@ class PcaPass:
         """A store of the deflated bands PCA pictures share (each layer's header, each
         image's input). The kept images' inputs stay in it until their pictures are drawn:
         deflated, they are smaller than the inputs the pass keeps, and counted in those."""
-        from actviz.render.png import Bands
 
         return Bands(level=self.png_level, row_filter="up")
 

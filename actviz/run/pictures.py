@@ -13,6 +13,13 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from actviz.render import grid as render
+from actviz.render.overlay import cam_panel
+from actviz.render.pca import pca_pngs, pca_rgb, project, shared_input
+from actviz.render.png import Bands, picture_png
+from actviz.render.timestrips import render_time_strips
 from actviz.run.gradients import cam_picture, gradient_picture
 from actviz.run.job import ImageJob, display_view, headed, header_notes, model_view
 from actviz.run.record import Drawn, LayerView
@@ -55,7 +62,6 @@ class PictureKind:
 
 def grid_picture(view: LayerView) -> Drawn | None:
     """The feature-map grid (a strip for a vector), under its header."""
-    from actviz.render import grid as render
 
     job, cap, drawable = view.job, view.cap, view.drawable
     if drawable.array is None:
@@ -117,7 +123,6 @@ CLIP_ROWS = 16
 
 def _clip_picture(view: LayerView, notes: list[str]) -> Drawn:
     """A video layer's ``(C, T, H, W)`` as time strips: channels as rows, frames as columns."""
-    from actviz.render.timestrips import render_time_strips
 
     job, cap, drawable = view.job, view.cap, view.drawable
     assert drawable.array is not None
@@ -151,11 +156,8 @@ def _clip_picture(view: LayerView, notes: list[str]) -> Drawn:
 def overlay_picture(view: LayerView) -> Drawn | None:
     """The layer's mean map (or one channel) blended over what the model saw, beside the
     plain input, under a header with the layer, what is shown, its range and a colour bar."""
-    import numpy as np
 
     from actviz.render.legend import Header, fmt_value
-    from actviz.render.overlay import cam_panel
-    from actviz.render.png import picture_png
 
     job, maps = view.job, view.drawable.array
     if not job.options.overlay or view.drawable.kind != "maps" or maps is None:
@@ -208,10 +210,6 @@ def pca_pictures(
     """:func:`pca_picture` of one layer for several images (``views``, of one capture;
     ``images[i]``: the key of ``views[i]``'s image in ``bands``): the pictures of the same
     size coloured, enlarged and filtered at once."""
-    import numpy as np
-
-    from actviz.render.pca import pca_pngs, pca_rgb, project
-    from actviz.render.png import Bands
 
     drawn: list[Drawn | None] = [None] * len(views)
     if not views:
@@ -258,7 +256,6 @@ def pca_pictures(
 def pca_input(job: ImageJob, bands: Bands, image: Hashable, width: int) -> Band:
     """What the model saw of the image, deflated ahead into ``bands`` under ``image``: the
     band every PCA picture of it ``width`` wide shares."""
-    from actviz.render.pca import shared_input
 
     return shared_input(bands, _seen(job), image, width)
 
@@ -267,7 +264,6 @@ def _seen(job: ImageJob) -> Callable[[], np.ndarray]:
     """What the model saw, as RGB, made when asked (once per image when it is shared)."""
 
     def seen() -> np.ndarray:
-        import numpy as np
 
         return np.asarray(model_view(job).convert("RGB"))
 

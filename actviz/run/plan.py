@@ -3,18 +3,25 @@ resume records, and which images are still to draw."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from actviz import output
 from actviz.errors import UsageError
 from actviz.gradients.registry import DEFAULT_CAM
+from actviz.hooks import ActivationRecorder
+from actviz.layouts import layer_contexts, to_drawable
+from actviz.models.listing import traced_input_shape
 from actviz.results import ImageResult
 from actviz.run.families import run_family
 from actviz.run.records import RunRecords
 from actviz.run.sink import RunSink
+from actviz.statistics import Thresholds
 
 if TYPE_CHECKING:
     from actviz.command.progress import Reporter
@@ -66,7 +73,6 @@ def plan(
     notify: Reporter,
 ) -> Plan:
     """Output folders per image, the resume records, and which images are still to draw."""
-    from actviz.layouts import layer_contexts
 
     module = loaded.module  # in the run's memory format already
     contexts = layer_contexts(module, loaded.input_size)
@@ -120,9 +126,6 @@ def plan(
 def _thresholds(opts: RunOptions, loaded: LoadedModel, names: list[str]) -> Thresholds:
     """The run's thresholds, with the selected modules whose outputs are scores (a
     detector's logits) as the family's row says."""
-    import dataclasses
-
-    from actviz.statistics import Thresholds
 
     thresholds = opts.thresholds or Thresholds()
     readouts = loaded.family.readouts_among(names)
@@ -167,12 +170,7 @@ def _check_overlay_channel(
 def _traced_channels(loaded: LoadedModel, names: list[str], contexts: Any) -> dict[str, int]:
     """Module -> the most channels its outputs are drawn with, from one forward of a blank
     input (fed as the model's family feeds it); empty when the model fails on it."""
-    import numpy as np
     import torch
-
-    from actviz.hooks import ActivationRecorder
-    from actviz.layouts import to_drawable
-    from actviz.models.listing import traced_input_shape
 
     shape = traced_input_shape(loaded.module, loaded.preprocess, loaded.input_size)
     recorder = ActivationRecorder(loaded.module, names, keep_tensors=False, per_image=True)

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from actviz.layouts import Drawable, to_drawable
 from actviz.results import LayerResult
 from actviz.run.job import ImageJob
 
@@ -57,7 +58,6 @@ class Drawn:
 
 def layer_view(job: ImageJob, cap: Capture, filename: str) -> LayerView:
     """The view of capture ``cap`` for image ``job.index``; ``filename`` is its grid's."""
-    from actviz.layouts import Drawable, to_drawable
 
     assert cap.tensor is not None  # the pipeline records tensors
     stem = filename.removesuffix(".png")
@@ -83,8 +83,6 @@ def feature_drawable(drawable: Drawable, dictionary: Any) -> Drawable:
     """``--sae``: the layer's ``(C, H, W)`` maps as the dictionary's ``(F, H, W)`` feature
     maps, each position encoded on its own."""
     import torch
-
-    from actviz.layouts import Drawable
 
     array = drawable.array
     if array is None or drawable.kind == "none":

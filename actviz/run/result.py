@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
+from actviz.cards import run_card
 from actviz.results import ImageResult
 from actviz.run.families import IMAGE_KINDS
+from actviz.statistics import FLAG_KINDS, find_flags, flag_counts
 
 if TYPE_CHECKING:
     from actviz.models.registry import WeightsInfo
@@ -118,12 +120,10 @@ class RunResult:
     """Layer outputs that could not be drawn, with the reason (first image's words)."""
 
     def __repr__(self) -> str:
-        from actviz.cards import run_card
 
         return run_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import run_card
 
         return run_card(self).html()
 
@@ -131,7 +131,6 @@ class RunResult:
         """How many images raised each kind of anomaly flag."""
         if self.stats is None:
             return {}
-        from actviz.statistics import flag_counts
 
         return flag_counts(self.stats)
 
@@ -141,7 +140,6 @@ class RunResult:
         every image's)."""
         if self.stats is None:
             return []
-        from actviz.statistics import FLAG_KINDS, find_flags
 
         return find_flags(self.stats, FLAG_KINDS if kinds is None else kinds)
 

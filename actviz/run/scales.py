@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from actviz.command.forward import BatchForward
+from actviz.layouts import to_drawable
 
 __all__ = ["SharedScales", "shared_ranges"]
 
@@ -105,9 +108,6 @@ class _ChannelTally:
 
     def add(self, sample: Any, ctx: Any, layout: Any) -> None:
         """Add one image's output, laid out as the grids draw it (maps only)."""
-        import numpy as np
-
-        from actviz.layouts import to_drawable
 
         drawable = to_drawable(sample.numpy(), ctx, layout=layout)
         if drawable.kind != "maps" or drawable.array is None:
@@ -132,7 +132,6 @@ class _ChannelTally:
 
     def ranked(self, order: str, limit: int) -> tuple[int, ...]:
         """Channels by descending statistic (ties in index order); no finite value last."""
-        import numpy as np
 
         if self.shape is None:
             return ()

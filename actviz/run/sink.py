@@ -17,18 +17,31 @@ summaries; the manifest and the report are built from those and from the ledger.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
 from actviz.command.progress import Reporter
+from actviz.errors import OutputError
 from actviz.gradients.notes import notes_of
 from actviz.results import ImageResult
 from actviz.run.gradients import RunGradientFlow
 from actviz.run.manifest import image_from_record, image_record
+from actviz.run.records import RunRecords
 from actviz.run.result import RunCounts, files_of
+from actviz.statistics import (
+    LayerStats,
+    RunningStats,
+    StatsTable,
+    Thresholds,
+    first_bad_layer,
+    flag_anomalies,
+)
 
 if TYPE_CHECKING:
     from actviz.run.records import RunRecords
@@ -69,9 +82,6 @@ class RunSink:
         random: bool = False,
         resume: Sequence[ImageResult] | None = None,
     ) -> None:
-        from dataclasses import asdict
-
-        from actviz.statistics import Thresholds
 
         self.out = out
         self.records = records
@@ -108,8 +118,6 @@ class RunSink:
         # then the summaries are not those of the ledger's images, and are not saved.
         self._replay_pending = resume is not None and state is None
         if stats:
-            from actviz.statistics import RunningStats, StatsTable
-
             self.running = RunningStats()
             self.table = StatsTable(out, resume=state["table"] if state else None)
         if state is not None and restored is not None:
@@ -177,7 +185,6 @@ class RunSink:
         self._save(covered, table)
 
     def _save(self, covered: int, table: dict[str, Any] | None) -> None:
-        from actviz import output
 
         output.write_state(self.out / self.CHECKPOINT, self._state(covered, table))
         self._saved = time.monotonic()
@@ -199,8 +206,6 @@ class RunSink:
 
     def _remove_leftovers(self) -> None:
         """A checkpoint's temporary left by a run killed while it wrote it."""
-        from actviz import output
-        from actviz.errors import OutputError
 
         try:
             output.remove_temporaries(self.out, [self.CHECKPOINT])
@@ -213,7 +218,6 @@ class RunSink:
         """The earlier run's checkpoint, if it was saved with these settings and folded
         exactly the reused images whose records lie below the ledger length it covers;
         else None (changed inputs, files missing, an older ledger, a torn file)."""
-        from actviz.statistics import StatsTable
 
         try:
             state = json.loads((self.out / self.CHECKPOINT).read_bytes())
@@ -239,7 +243,6 @@ class RunSink:
 
     def _parse(self, state: dict[str, Any]) -> dict[str, Any] | None:
         """The checkpoint's summaries as objects, or None when they cannot be read."""
-        from actviz.statistics import RunningStats
 
         try:
             running = state["running"]
@@ -285,7 +288,6 @@ class RunSink:
         Returns:
             The ``stats.json`` document, or None without statistics.
         """
-        from actviz import output
 
         self.records.close()
         doc: dict[str, Any] | None = None
@@ -311,9 +313,6 @@ class RunSink:
     def abort(self) -> None:
         """The run failed or was interrupted: what it recorded is synced to disk for
         ``--resume``, and no half-written table is left."""
-        import contextlib
-
-        from actviz.errors import OutputError
 
         with contextlib.suppress(OutputError):  # the first error is the one to report
             self.records.close()
@@ -326,7 +325,6 @@ class RunSink:
         return [f"{message} (first in {where})" for message, where in self.notes.items()]
 
     def _add_stats(self, record: dict[str, Any], layers: list[dict[str, Any]]) -> None:
-        from actviz.statistics import LayerStats, first_bad_layer
 
         stats = [(x["name"], LayerStats.from_dict(x["stats"])) for x in layers if x.get("stats")]
         if not stats:
@@ -338,7 +336,6 @@ class RunSink:
         record["first_nonfinite"] = first_bad_layer(flags)
 
     def _pooled_flags(self) -> list[Any]:
-        from actviz.statistics import flag_anomalies
 
         return flag_anomalies(self.running.pooled(), self.thresholds)
 
@@ -414,7 +411,6 @@ def report_images(
 def _records(sink: RunSink, stubs: Iterable[ImageResult]) -> Iterator[dict[str, Any]]:
     """The stubs' full records, with this run's status and flags (an earlier run's record
     may carry flags raised with other thresholds)."""
-    from actviz.statistics import LayerStats, first_bad_layer, flag_anomalies
 
     with sink.records.reader() as reader:
         for stub in stubs:
@@ -445,7 +441,6 @@ def read_images(out: Path | str) -> Iterator[dict[str, Any]]:
         >>> for image in actviz.read_images("actviz-out"):
         ...     print(image["path"], image["predictions"][0]["label"])
     """
-    from actviz.run.records import RunRecords
 
     records = RunRecords(Path(out), {})
     last: dict[tuple[str, str], int] = {}

@@ -7,11 +7,17 @@ index sorts by each figure, filters by stability, and searches by class."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
+from actviz.command.options import ExecutionOptions
+from actviz.command.session import RANDOM_NOTE
+from actviz.sae.survey import survey
 from actviz.sae.write import FILE
+from actviz.top_images import TopImagesOptions, top_images
 
 if TYPE_CHECKING:
     from torch import nn
@@ -121,14 +127,8 @@ def feature_pages(
 ) -> Path:
     """Rank the folder's images per feature, survey it (quantile examples, classes), then
     write every feature's page and the index; the index's path."""
-    import os
 
     import jinja2
-
-    from actviz import output
-    from actviz.command.options import ExecutionOptions
-    from actviz.sae.survey import survey
-    from actviz.top_images import TopImagesOptions, top_images
 
     opts = run.opts
     assert run.saes is not None
@@ -250,7 +250,6 @@ def _share(value: float | None) -> str:
 
 def _random_banner(loaded: LoadedModel) -> str | None:
     """The line every page of an untrained model opens with, as the other reports do."""
-    from actviz.command.session import RANDOM_NOTE
 
     weights = loaded.weights
     if not weights.random:

@@ -16,17 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
+from actviz.command import open_command
+from actviz.command.forward import BatchForward
 from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.errors import UsageError
+from actviz.hooks import eval_mode
 from actviz.sae.metrics import Quality
 from actviz.sae.options import SaeOptions, Sizes
+from actviz.sae.pages import feature_pages
 from actviz.sae.result import SaeProgress, SaeResult
 from actviz.sae.session import Run
 from actviz.sae.state import STATE_FILE, read_state
+from actviz.sae.tokens import SpliceSession, TokenRecorder
 from actviz.sae.train import ShuffleBuffer
 from actviz.sae.write import FILE, JSON_FILE, write_dictionaries, write_state
+from actviz.top_images.plan import plan_loaded
 
 if TYPE_CHECKING:
     from torch import nn
@@ -68,7 +75,6 @@ def sae(
         ActvizError: For every expected failure (unknown layer, a layer of one channel, k not
             below the features, a resume with other settings, ...).
     """
-    from actviz.command import open_command
 
     opts = from_flat(SaeOptions, COMMON_GROUPS, keywords, caller="sae", given=options)
     ex = opts.execution
@@ -118,8 +124,6 @@ def sae(
         )
         pages = None
         if opts.pages:
-            from actviz.sae.pages import feature_pages
-
             pages = feature_pages(model, cmd, loaded, plan, run, doc, inputs, paths)
         return _result(cmd, loaded, plan, run, doc, pages, run.trained_images, len(held), stable)
 
@@ -207,7 +211,6 @@ def split(paths: Sequence[Path], share: float, seed: int) -> tuple[list[Path], l
 
 def _one_plan(cmd: Command, loaded: LoadedModel, opts: SaeOptions) -> LayerPlan:
     """The plan of the one selected output (its vectors); refused unless there is one."""
-    from actviz.top_images.plan import plan_loaded
 
     _selector, names = cmd.deepest(loaded, opts.layers)
     planned = plan_loaded(loaded, names, in_chans=opts.load.in_chans, model_name=cmd.model)
@@ -245,8 +248,6 @@ def _train(cmd: Command, loaded: LoadedModel, plan: LayerPlan, train: list[Path]
     vectors through the shuffle buffer into the dictionaries. When one whole epoch's vectors
     fit in a second buffer of the same bound, the next epochs reshuffle those instead of
     running the model again."""
-    from actviz.hooks import eval_mode
-    from actviz.sae.tokens import TokenRecorder
 
     opts, notify = run.opts, cmd.notify
     notify.start(run.schedule.passes * len(train))
@@ -287,8 +288,6 @@ def _epoch_from_model(
     """One epoch (or its rest, after a resume) through the model; its vectors, when the whole
     epoch ran and they fit in ``capacity``, else None."""
     import torch
-
-    from actviz.command.forward import BatchForward
 
     opts, position, notify = run.opts, run.position, cmd.notify
     forward = BatchForward(loaded, loaded.module, cmd.execution)
@@ -360,10 +359,6 @@ def _evaluate(
     spliced into the model (the top-1 with and without)."""
     import torch
 
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
-    from actviz.sae.tokens import SpliceSession, TokenRecorder
-
     assert run.saes is not None
     qualities = [Quality() for _ in run.saes]
     forward = BatchForward(loaded, loaded.module, cmd.execution)
@@ -390,7 +385,6 @@ def _evaluate(
 
 def _remove_outputs(out: Path) -> None:
     """``--overwrite``: what an earlier sae run wrote, and nothing else."""
-    from actviz import output
 
     seeds = [p.name for p in out.glob("sae-seed*.safetensors")] if out.is_dir() else []
     output.remove_written(

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.cards import dictionary_card
+
 if TYPE_CHECKING:
     from actviz.models import WeightsInfo
 
@@ -65,11 +67,9 @@ class SaeResult:
         return str((self.document.get("sizes") or {}).get("k", "given"))
 
     def __repr__(self) -> str:
-        from actviz.cards import dictionary_card
 
         return dictionary_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import dictionary_card
 
         return dictionary_card(self).html()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.dictionary import SparseDictionary
+from actviz.sae.metrics import stability
 from actviz.sae.options import SaeOptions, Schedule, Sizes
 from actviz.sae.state import Position
 from actviz.sae.train import Trainer, normalisation
@@ -114,7 +115,6 @@ class Run:
         its figures; None for one seed."""
         if self.saes is None or len(self.saes) < 2:
             return None
-        from actviz.sae.metrics import stability
 
         scores, means = stability([s.w_dec for s in self.saes])
         self.saes[0].per_feature["stability"] = scores

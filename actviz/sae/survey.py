@@ -10,6 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from actviz.command.forward import BatchForward
+from actviz.hooks import eval_mode
+from actviz.sae.tokens import TokenRecorder
+
 if TYPE_CHECKING:
     import torch
 
@@ -105,10 +109,6 @@ def survey(
 ) -> Survey:
     """Run every image once, keep the bounded sample and the class counts."""
     import torch
-
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
-    from actviz.sae.tokens import TokenRecorder
 
     device, f = loaded.device, sae.features
     generator = torch.Generator().manual_seed(seed)

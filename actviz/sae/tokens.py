@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actviz.hooks import HookSession, activations
-from actviz.top_images.plan import positions
+from actviz.top_images.plan import as_maps, positions
 from actviz.windows import ImageRows
 
 if TYPE_CHECKING:
@@ -28,7 +28,6 @@ __all__ = ["SpliceSession", "TokenRecorder", "maps_of", "positions"]
 def maps_of(tensor: torch.Tensor, plan: LayerPlan) -> torch.Tensor | None:
     """A batch of the layer's outputs as ``(B, C, H, W)`` maps, or None when their shape is
     not the planned one (an image of another size)."""
-    from actviz.top_images.plan import as_maps
 
     if tuple(tensor.shape[1:]) != plan.shape:
         return None

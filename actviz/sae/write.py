@@ -8,9 +8,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
 from actviz.command.head import json_head, model_fields
 from actviz.dictionary import FORMAT, dictionary_bytes
 from actviz.dictionary.file import FILE
+from actviz.sae.state import STATE_FILE, state_bytes
 
 if TYPE_CHECKING:
     from actviz.command import Command, Loaded
@@ -30,8 +32,6 @@ def seed_file(index: int) -> str:
 
 def write_state(out: Path, run: Run) -> None:
     """The training state, for Ctrl-C and ``--resume``."""
-    from actviz import output
-    from actviz.sae.state import STATE_FILE, state_bytes
 
     assert run.saes is not None
     data = state_bytes(run.saes, run.adam(), run.position, run.settings)
@@ -51,7 +51,6 @@ def write_dictionaries(
     held_out: int = 0,
 ) -> dict[str, Any]:
     """Every dictionary's file and ``sae.json``; the document written."""
-    from actviz import output
 
     assert run.saes is not None
     loaded, opts = opened.model, run.opts

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from actviz.statistics.compute import compute_stats, default_channel_dim
+
 __all__ = ["stats_callback"]
 
 
 def stats_callback(contexts: Mapping[str, Any]) -> Callable[[str, Any], Any]:
     """Statistics per image of a captured batch, computed where the tensor is."""
-    from actviz.statistics.compute import compute_stats, default_channel_dim
 
     def summarize(module: str, tensor: Any) -> Any:
         ctx = contexts.get(module)

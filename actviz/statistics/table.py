@@ -17,12 +17,15 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import importlib.util
 import operator
 from array import array
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from actviz import output
 from actviz.errors import UsageError
@@ -92,7 +95,6 @@ def _arrow() -> Any:
 def _check_arrow() -> None:
     """Refuse at once when pyarrow is missing, without importing it: its import (0.2 s and
     28 MiB resident after torch, on a 2-core machine) waits for the table's first row group."""
-    import importlib.util
 
     if importlib.util.find_spec("pyarrow") is None:
         raise UsageError(_MISSING)
@@ -351,7 +353,6 @@ class StatsTable:
 
     def _flush(self) -> None:
         """Write the buffered rows as one row group, and empty the buffers."""
-        import numpy as np
 
         pa = _arrow()
         schema = TABLE_SCHEMA()

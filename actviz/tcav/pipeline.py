@@ -10,19 +10,24 @@ Benjamini-Hochberg -> ``tcav.json``, the vectors, the chart and the page.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from actviz import output
+from actviz.command import input_paths, open_command
 from actviz.command.opening import RESUMABLE, CommandSpec, one_layer
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter, start_progress
 from actviz.errors import UsageError
+from actviz.gradients.core import resolve_targets
+from actviz.io.images import discover
 from actviz.label.ledger import decode, encode, line, read_ledger
 from actviz.results import ImageResult
 from actviz.tcav.options import TcavOptions
 from actviz.tcav.result import TcavResult
 from actviz.tcav.vectors import Layer, activations, gradients
+from actviz.tcav.write import write_outputs
+from actviz.top_images.plan import plan_loaded
 
 if TYPE_CHECKING:
     from torch import nn
@@ -65,7 +70,6 @@ def tcav(
     Raises:
         ActvizError: For every expected failure; TypeError for an unknown keyword.
     """
-    from actviz.command import input_paths, open_command
 
     opts = from_flat(TcavOptions, COMMON_GROUPS, keywords, caller="tcav", given=options)
     given = [] if inputs is None else input_paths(inputs)
@@ -97,7 +101,6 @@ def tcav(
             resumed = True
         reused = sum(len(v) for v in gathered.values())
         _stream(cmd, layer, sets, targets, gathered, failed, settings, opts, resumed)
-        from actviz.tcav.write import write_outputs
 
         return write_outputs(
             cmd, opened, layer, opts, sets, folders, targets, gathered, failed, reused=reused
@@ -123,7 +126,6 @@ def _sets(opts: TcavOptions, given: list[Path]) -> tuple[Sets, dict[str, list[st
         UsageError: For a folder without images, a concept with fewer than
             :data:`MIN_CONCEPT` images, too few random images, or a class without images.
     """
-    from actviz.io.images import discover
 
     def found(paths: list[Path], what: str) -> list[Path]:
         for path in paths:
@@ -167,7 +169,6 @@ def _sets(opts: TcavOptions, given: list[Path]) -> tuple[Sets, dict[str, list[st
 
 def _layer(cmd: Command, loaded: LoadedModel, opts: TcavOptions) -> Layer:
     """The one layer, and its plan."""
-    from actviz.top_images.plan import plan_loaded
 
     _, names = cmd.deepest(loaded, opts.layers)
     one_layer(names, opts.layers, doing="tcav's vectors live in one layer", option="--layer")
@@ -193,8 +194,6 @@ def _targets(loaded: LoadedModel, opts: TcavOptions) -> list[tuple[int, str]]:
         UsageError: For a class the model does not have.
     """
     import torch
-
-    from actviz.gradients.core import resolve_targets
 
     zeros = torch.zeros((1, loaded.preprocess.channels, *loaded.input_size), device=loaded.device)
     with torch.inference_mode():
@@ -305,7 +304,6 @@ def _stream(
 
 
 def _rel(name: str) -> Any:
-    from pathlib import PurePosixPath
 
     return PurePosixPath(Path(name).name)
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actviz.cards.concepts import tcav_card
+
 __all__ = ["RECORD", "TcavResult"]
 
 RECORD = "tcav.json"
@@ -72,11 +74,9 @@ class TcavResult:
         raise KeyError(concept)
 
     def __repr__(self) -> str:
-        from actviz.cards.concepts import tcav_card
 
         return tcav_card(self).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards.concepts import tcav_card
 
         return tcav_card(self).html()

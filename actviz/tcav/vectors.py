@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
+from actviz.command.forward import model_failure
+from actviz.errors import ActvizError
+from actviz.gradients import compute_gradients
+from actviz.hooks import eval_mode
+from actviz.io.loader import decode_batches
 from actviz.label.capture import UnitRecorder
+from actviz.top_images.plan import as_maps
 
 if TYPE_CHECKING:
     import torch
@@ -55,8 +61,6 @@ def _decoded(
     """``(indices, batch on the device)``; unreadable images to ``failed``."""
     import torch
 
-    from actviz.io.loader import decode_batches
-
     loaded = layer.loaded
     decoded = decode_batches(
         paths, loaded.preprocess, batch_size=layer.batch_size, workers=layer.workers
@@ -78,10 +82,6 @@ def activations(
 ) -> Iterator[tuple[list[int], npt.NDArray[np.float32]]]:
     """Per batch, its images' indices and their activations ``(n, C)``: each map's mean."""
     import torch
-
-    from actviz.command.forward import model_failure
-    from actviz.errors import ActvizError
-    from actviz.hooks import eval_mode
 
     found: dict[str, Any] = {}
 
@@ -112,8 +112,6 @@ def gradients(
 ) -> Iterator[tuple[list[int], npt.NDArray[np.float32]]]:
     """Per batch, its images' indices and the gradient of class ``target``'s score with
     respect to the layer, summed over the positions ``(n, C)``."""
-    from actviz.gradients import compute_gradients
-    from actviz.top_images.plan import as_maps
 
     loaded, key = layer.loaded, layer.plan.key
     with contextlib.ExitStack() as stack:

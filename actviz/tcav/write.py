@@ -16,7 +16,9 @@ import numpy.typing as npt
 
 from actviz import output
 from actviz.label.significance import benjamini_hochberg
+from actviz.report.tcav import tcav_page
 from actviz.tcav.cav import CAVS, TEST_PERMUTATIONS, tcav_scores, two_sided_test, welch_t
+from actviz.tcav.chart import tcav_chart
 from actviz.tcav.options import TcavOptions
 from actviz.tcav.result import RECORD, TcavResult
 from actviz.tcav.vectors import Layer
@@ -101,9 +103,6 @@ def write_outputs(
     record = opts.out / RECORD
     output.write_json(record, document)
     if opts.report:
-        from actviz.report.tcav import tcav_page
-        from actviz.tcav.chart import tcav_chart
-
         title = f"TCAV: {cmd.model} at {layer.plan.key}, {opts.runs} runs ({opts.cav})"
         output.write_bytes(opts.out / CHART, tcav_chart(tested.scores, title=title, random=random))
         output.write_bytes(opts.out / PAGE, tcav_page(document))

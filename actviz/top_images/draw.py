@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
+from PIL import Image
 
+from actviz import output
+from actviz.command.session import RANDOM_NOTE
+from actviz.io.loader import decode_batches
+from actviz.output import order_width, safe_name
 from actviz.render import Header, fmt_value
 from actviz.render.png import encode_png
 from actviz.top_images.document import LayerFiles, channel_health, selectivity
@@ -104,7 +109,6 @@ def model_view(tensor: Any, loaded: LoadedModel) -> U8:
 
 def layer_folder(order: int, key: str, width: int) -> str:
     """``top-images/<NN>_<layer>``: one folder per layer, in capture order."""
-    from actviz.output import safe_name
 
     return f"{FOLDER}/{order:0{width}d}_{safe_name(key)}"
 
@@ -116,7 +120,6 @@ def sheet_name(channel: int, channels: int) -> str:
 
 def layer_files(plans: Sequence[LayerPlan], tops: Mapping[str, LayerTop]) -> dict[str, LayerFiles]:
     """Where each layer's pictures go, relative to the output folder (known before drawing)."""
-    from actviz.output import order_width
 
     width = order_width(len(plans))
     files = {}
@@ -226,9 +229,6 @@ def _cut_tiles(
     unreadable: dict[str, str],
 ) -> dict[str, np.ndarray]:
     """Every entry's tile for the layers of ``group``: ``(C, m, tile, tile, 3)`` per layer."""
-    from PIL import Image
-
-    from actviz.io.loader import decode_batches
 
     tile = options.tile
     wanted: dict[str, list[tuple[str, int, int]]] = {}
@@ -315,8 +315,6 @@ def _submit_layer(
     random: bool,
 ) -> list[Future[None]]:
     """Compose and write one contact sheet per channel and the overview, in the pool."""
-    from actviz import output
-    from actviz.command.session import RANDOM_NOTE
 
     notes = (RANDOM_NOTE,) if random else ()  # every picture of an untrained model says so
 

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from actviz.engines import RayOptions, WorkerSpec, ray_batches
+from actviz.io.loader import stacked_parts
+from actviz.top_images.scoring import score_batch, unfit_reason
 
 if TYPE_CHECKING:
     from actviz.command.options import ExecutionOptions, LoadOptions
@@ -56,9 +58,6 @@ def example_candidates(
     keeps each image's aspect ratio), and the images of a part whose output cannot be brought
     to the planned size fail by name, with the fix.
     """
-
-    from actviz.io.loader import stacked_parts
-    from actviz.top_images.scoring import score_batch, unfit_reason
 
     out: list[tuple[list[int], BatchCandidates]] = []
     # Split where the input shape changes, so that each part stacks.

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from actviz.command.options import ExecutionOptions, LoadOptions, check_choices
 from actviz.errors import UsageError
+from actviz.render import colormap_lut
 
 __all__ = ["SCORES", "TopImagesOptions", "Score"]
 
@@ -71,7 +72,6 @@ class TopImagesOptions:
             raise UsageError(f"tile must be {_MIN_TILE} to {_MAX_TILE} pixels, not {self.tile}")
         if not 0 <= self.png_compression <= 9:
             raise UsageError("--png-compression must be between 0 and 9")
-        from actviz.render import colormap_lut
 
         try:
             colormap_lut(self.cmap)

@@ -15,18 +15,31 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz import output
+from actviz.command import open_command
+from actviz.command.forward import BatchForward
 from actviz.command.opening import CommandSpec
 from actviz.command.options import COMMON_GROUPS, from_flat
 from actviz.command.progress import Reporter
 from actviz.command.session import weights_record
 from actviz.errors import UsageError
-from actviz.top_images.checkpoint import load_checkpoint
+from actviz.hooks import eval_mode
+from actviz.report import build_top_images_report, rebuild_run_report
+from actviz.top_images.checkpoint import FILE, LEDGER, load_checkpoint
 from actviz.top_images.document import LayerFiles, document, selectivity
 from actviz.top_images.draw import ViewCache, draw_layers, layer_files
+from actviz.top_images.features import dictionary_layer, feature_plans
+from actviz.top_images.on_ray import candidates_on_ray
 from actviz.top_images.options import TopImagesOptions
 from actviz.top_images.plan import LayerPlan, Planned, plan_loaded
 from actviz.top_images.progress import Progress, still_to_score
 from actviz.top_images.results import LayerSummary, TopImagesResult
+from actviz.top_images.scoring import (
+    ScoreRecorder,
+    batch_candidates,
+    predicted_classes,
+    unfit_reason,
+)
 from actviz.top_images.topk import TopK
 
 if TYPE_CHECKING:
@@ -68,7 +81,6 @@ def top_images(
             with nothing to rank, a resume with other settings, ...).
         TypeError: For an unknown keyword, or keywords given together with ``options``.
     """
-    from actviz.command import open_command
 
     opts = from_flat(TopImagesOptions, COMMON_GROUPS, keywords, caller="top_images", given=options)
     ex = opts.execution
@@ -79,8 +91,6 @@ def top_images(
         loaded = opened.model
         transforms = None
         if opts.sae is not None:
-            from actviz.top_images.features import dictionary_layer, feature_plans
-
             if ex.engine != "local":
                 raise UsageError("--sae ranks features in this process: drop --engine ray")
             dictionary = cmd.dictionary(opts.sae, loaded, loaded.device)
@@ -181,7 +191,6 @@ def _write_documents(
 ) -> dict[str, Any]:
     """``top-images.json`` and, with ``report``, the pages (and the run's report in the same
     folder, which now links them); the document written."""
-    from actviz import output
 
     assert cmd.found is not None  # open_command walked the inputs
     loaded, top = opened.model, progress.top
@@ -208,8 +217,6 @@ def _write_documents(
     )
     output.write_json(opts.out / JSON_FILE, doc)
     if report is not None:
-        from actviz.report import build_top_images_report, rebuild_run_report
-
         for rel, data in build_top_images_report(doc, opts.out).items():
             output.write_bytes(opts.out / rel, data)
         # Then a run's report in the same folder links these pages, now that they exist.
@@ -245,14 +252,6 @@ def _stream(
 ) -> None:
     """The one pass over the images still to score; the views of images that made some
     top-k are kept for the pictures while they fit."""
-    from actviz.command.forward import BatchForward
-    from actviz.hooks import eval_mode
-    from actviz.top_images.scoring import (
-        ScoreRecorder,
-        batch_candidates,
-        predicted_classes,
-        unfit_reason,
-    )
 
     ex, module = opts.execution, loaded.module
     if ex.engine == "ray":
@@ -318,7 +317,6 @@ def _stream_on_ray(
 ) -> None:
     """The same pass on a pool of Ray actors: each batch's candidates merged as they come
     back. The pictures decode the chosen images again (no views travel back)."""
-    from actviz.top_images.on_ray import candidates_on_ray
 
     pairs = candidates_on_ray(
         model,
@@ -385,8 +383,6 @@ def _summaries(
 
 def _remove_outputs(out: Path) -> None:
     """``--overwrite``: remove what an earlier top-images run wrote, and nothing else."""
-    from actviz import output
-    from actviz.top_images.checkpoint import FILE, LEDGER
 
     folder = out / "top-images"
     pictures = (

@@ -26,6 +26,8 @@ import numpy.typing as npt
 
 from actviz.errors import ModelError, first_line
 from actviz.hooks import HookSession, activations
+from actviz.layouts import layer_contexts, to_drawable
+from actviz.statistics import judges_dead
 from actviz.top_images.fields import ReceptiveField, measure_fields
 from actviz.windows import ImageRows
 
@@ -97,7 +99,6 @@ class LayerPlan:
     def judges_dead(self) -> bool:
         """Whether a channel never above zero is called dead: maps yes, vectors (logits,
         pooled features: one signed score per channel) no, by the rule ``stats`` follows."""
-        from actviz.statistics import judges_dead
 
         return judges_dead(self.height * self.width)
 
@@ -148,7 +149,6 @@ def map_layout(shape: Sequence[int], ctx: LayerContext | None) -> tuple[_Layout 
     the output each map cell is. Positions are split in two float32-exact halves, so outputs
     of any size stay exact.
     """
-    from actviz.layouts import to_drawable
 
     size = math.prod(shape)
     positions = np.arange(size, dtype=np.int64).reshape(tuple(shape))
@@ -237,8 +237,6 @@ def plan_loaded(
 ) -> Planned:
     """:func:`plan_layers` on a loaded model: its module, its layers' contexts at its input
     size, on its device."""
-    from actviz.layouts import layer_contexts
-
     return plan_layers(
         loaded.module,
         names,

@@ -4,6 +4,7 @@ not be scored; and which images a resumed pass still has to score."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
@@ -11,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import numpy as np
+
 from actviz.command.progress import Reporter, start_progress
 from actviz.results import ImageResult
-from actviz.top_images.checkpoint import Checkpoint, save_checkpoint
+from actviz.top_images.checkpoint import Checkpoint, Ledger, save_checkpoint
 from actviz.top_images.document import SHOWN
 from actviz.top_images.topk import Candidates, TopK
 
@@ -32,7 +35,6 @@ def still_to_score(
     by 64-bit string hash, so resuming holds 8 bytes per image, never a set of paths. Two
     different paths hashing alike is about one chance in 10**7 at a million images.
     """
-    import numpy as np
 
     if earlier is None:
         start_progress(notify, len(paths))
@@ -68,7 +70,6 @@ class Failures:
         self._kept: list[tuple[Path, str]] = []
 
     def add(self, path: Path, reason: str) -> None:
-        import bisect
 
         self.count += 1
         bisect.insort(self._kept, (path, reason))
@@ -91,7 +92,6 @@ class Progress:
     def __init__(
         self, out: Path, settings: dict[str, Any], k: int, earlier: Checkpoint | None
     ) -> None:
-        from actviz.top_images.checkpoint import Ledger
 
         self.out = out
         self.settings = settings

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from actviz.cards import top_images_card
+
 if TYPE_CHECKING:
     from actviz.models import WeightsInfo
 
@@ -92,11 +94,9 @@ class TopImagesResult:
     failed_count: int = 0
 
     def __repr__(self) -> str:
-        from actviz.cards import top_images_card
 
         return top_images_card(self, pictures=False).text()
 
     def _repr_html_(self) -> str:
-        from actviz.cards import top_images_card
 
         return top_images_card(self).html()

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from actviz.hooks import HookSession, activations
+from actviz.hooks import HookSession, activations, eval_mode
+from actviz.models.families import family_of
 from actviz.top_images.options import Score
 from actviz.top_images.plan import LayerPlan
 from actviz.top_images.topk import Candidates, layer_candidates
@@ -292,9 +293,6 @@ def score_batch(
         k: Entries kept per channel.
     """
     import torch
-
-    from actviz.hooks import eval_mode
-    from actviz.models.families import family_of
 
     with ScoreRecorder(module, names, plans, score) as recorder, eval_mode(module):
         with torch.inference_mode():

@@ -17,6 +17,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 
 import numpy as np
 import numpy.typing as npt
@@ -24,9 +25,11 @@ from PIL import Image
 
 from actviz.render import (
     BACKGROUND,
+    HEADER_MIN_WIDTH,
     Header,
     colormap_lut,
     fmt_value,
+    header_height,
     line_height,
     new_canvas,
     palette_for,
@@ -217,7 +220,6 @@ class SheetTile:
 def tile_name(path: str) -> str:
     """What a tile is labelled with: the file's name and its folder's (``s1/cat.jpg``), so
     identical names in different folders can be told apart."""
-    from pathlib import PurePath
 
     pure = PurePath(path)
     return f"{pure.parent.name}/{pure.name}" if pure.parent.name else pure.name
@@ -368,9 +370,6 @@ def max_overview_rows(header: Header, *, tile: int, k: int) -> int:
     """The most channel rows an overview under ``header`` may have and stay within what
     Pillow opens by default (``Image.MAX_IMAGE_PIXELS``): actviz never writes a picture its
     own reader, or an image viewer built on Pillow, would refuse as a decompression bomb."""
-    from PIL import Image
-
-    from actviz.render import HEADER_MIN_WIDTH, header_height
 
     limit = int(Image.MAX_IMAGE_PIXELS or 89_478_485)
     width = max(GAP + _ROW_LABEL_WIDTH + max(1, k) * (tile + GAP), HEADER_MIN_WIDTH)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -106,7 +107,6 @@ class LayerTop:
         finite = self.images - int(self.nonfinite[channel])
         if finite <= 0:
             return None
-        from fractions import Fraction
 
         return float(Fraction(self.sums[channel], finite) / (1 << EXACT_BITS))
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families.inputs import IMAGES, Inputs
+from actviz.models.segmentation import output_classes as classes
 
 if TYPE_CHECKING:
     from torch import nn
@@ -46,7 +48,6 @@ def no_selector(module: nn.Module) -> str | None:
 def output_classes(module: nn.Module) -> int | None:
     """How many classes the model scores: a segmentation head's output channels, else the
     classifier's outputs (:func:`actviz.models.segmentation.output_classes`)."""
-    from actviz.models.segmentation import output_classes as classes
 
     return classes(module)
 
@@ -142,7 +143,6 @@ class Family:
 
     def readouts_among(self, names: Iterable[str]) -> tuple[str, ...]:
         """The modules among ``names`` whose outputs are scores (:attr:`readouts`)."""
-        from fnmatch import fnmatchcase
 
         return tuple(n for n in names if any(fnmatchcase(n, p) for p in self.readouts))
 

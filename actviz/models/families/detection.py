@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from actviz.contexts import type_names
 from actviz.models.families.base import Family
 from actviz.models.preprocessing import Fit, Preprocessing
 
@@ -41,7 +42,6 @@ _DETECTORS = frozenset({"GeneralizedRCNN", "RetinaNet", "FCOS", "SSD"})
 
 def is_detector(module: nn.Module) -> bool:
     """True for torchvision's detectors and models built on them."""
-    from actviz.contexts import type_names
 
     return bool(type_names(module) & _DETECTORS)
 

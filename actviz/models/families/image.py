@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from actviz.models.families.base import Family
+from actviz.models.segmentation import segmentation_logits
 
 if TYPE_CHECKING:
     from torch import nn
@@ -14,7 +15,6 @@ __all__ = ["CLASSIFICATION", "SEGMENTATION"]
 
 
 def _segments(module: nn.Module) -> bool:
-    from actviz.models.segmentation import segmentation_logits
 
     return segmentation_logits(module) is not None
 

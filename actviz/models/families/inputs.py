@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from actviz.errors import UsageError
+from actviz.io.images import discover
+from actviz.io.video import VIDEO_SUFFIXES, animation_note, discover_clips, discover_pairs
+from actviz.models.clips import PairPreprocessing
 
 if TYPE_CHECKING:
     from actviz.io.images import Discovery
@@ -74,7 +77,6 @@ def _images(loaded: _Model, paths: Sequence[Path], found: Discovery) -> Discover
     Raises:
         UsageError: A video file named to an image model, or no image.
     """
-    from actviz.io.images import discover
 
     _refuse_videos(loaded.name, paths)
     return (found if found.images else discover(paths)).require(paths)
@@ -82,7 +84,6 @@ def _images(loaded: _Model, paths: Sequence[Path], found: Discovery) -> Discover
 
 def _clips(loaded: _Model, paths: Sequence[Path], found: Discovery) -> Discovery:
     """Clips: video files, animations, folders of frames (still images are refused)."""
-    from actviz.io.video import discover_clips
 
     return discover_clips(paths)
 
@@ -90,8 +91,6 @@ def _clips(loaded: _Model, paths: Sequence[Path], found: Discovery) -> Discovery
 def _pairs(loaded: _Model, paths: Sequence[Path], found: Discovery) -> Discovery:
     """Pairs of consecutive pictures (one image alone is refused), their partners set on the
     model's preprocessing."""
-    from actviz.io.video import discover_pairs
-    from actviz.models.clips import PairPreprocessing
 
     pairs, partners = discover_pairs(paths)
     if isinstance(loaded.preprocess, PairPreprocessing):
@@ -104,7 +103,6 @@ def _refuse_videos(model: str, paths: Sequence[Path]) -> None:
     drawn as if it were the input. An animated GIF or WebP is an image file (Pillow opens
     its first frame, and a folder of photos may hold one): its first frame is drawn, and the
     run says so (:func:`actviz.io.video.animation_note`)."""
-    from actviz.io.video import VIDEO_SUFFIXES
 
     video = next((p for p in paths if p.suffix.lower() in VIDEO_SUFFIXES), None)
     if video is not None:
@@ -117,7 +115,6 @@ def _refuse_videos(model: str, paths: Sequence[Path]) -> None:
 
 def _image_note(path: Path) -> str | None:
     """An animated GIF or WebP: its first frame is drawn."""
-    from actviz.io.video import animation_note
 
     return animation_note(path)
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from actviz.contexts import type_names
+from actviz.models.clips import PairPreprocessing, pair_preprocessing
 from actviz.models.families.base import Family
 from actviz.models.families.inputs import PAIRS
+from actviz.models.families.video import declared_family
 
 if TYPE_CHECKING:
     from torch import nn
@@ -27,8 +30,6 @@ _UPDATES = "_actviz_flow_updates"
 
 def is_optical_flow_model(module: nn.Module) -> bool:
     """torchvision's RAFT (and models built on it), or a model that says it is one."""
-    from actviz.contexts import type_names
-    from actviz.models.families.video import declared_family
 
     declared = declared_family(module)
     if declared is not None:
@@ -71,7 +72,6 @@ def _call(module: Any, x: Any) -> Any:
 
 
 def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessing:
-    from actviz.models.clips import PairPreprocessing, pair_preprocessing
 
     if isinstance(preprocess, PairPreprocessing):
         return preprocess

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from actviz.errors import ModelError
 from actviz.models.families.base import Family
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ def quantized_engine() -> str:
     for engine in ("fbgemm", "qnnpack"):  # the two torchvision's quantize_model configures
         if engine in engines:
             return engine
-    from actviz.errors import ModelError
 
     raise ModelError(
         f"this CPU's PyTorch supports no quantized engine torchvision builds for "

@@ -8,8 +8,10 @@ transforms say (:class:`~actviz.models.clips.ClipPreprocessing`).
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any
 
+from actviz.models.clips import ClipPreprocessing, clip_preprocessing
 from actviz.models.families.base import Family
 from actviz.models.families.inputs import CLIPS
 
@@ -56,7 +58,6 @@ def _call(module: Any, x: Any) -> Any:
 def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessing:
     """The weights' clip preprocessing, or (a user's own model) its image preprocessing made
     one: 16 frames at 15 fps."""
-    from actviz.models.clips import ClipPreprocessing, clip_preprocessing
 
     if isinstance(preprocess, ClipPreprocessing):
         return preprocess
@@ -66,7 +67,6 @@ def _preprocessing(preprocess: Preprocessing, module: nn.Module) -> Preprocessin
 def _takes(module: nn.Module, shape: tuple[int, ...]) -> bool:
     """Whether ``module`` runs on a clip of ``shape``: a forward on the meta device with its
     parameters and buffers as meta tensors (shapes only, no data copied, milliseconds)."""
-    import itertools
 
     import torch
     from torch.func import functional_call

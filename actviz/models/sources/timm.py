@@ -10,6 +10,7 @@ config's label names or timm's ImageNet information.
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 import sys
 from collections.abc import Mapping
@@ -218,7 +219,6 @@ def _pretrained_cfg(name: str) -> Mapping[str, Any] | None:
 
 
 def _timm_data() -> Any:
-    import importlib
 
     return importlib.import_module("timm.data")
 

@@ -24,7 +24,8 @@ from actviz.models.checkpoints import (
     load_checkpoint,
     load_state_dict_into,
 )
-from actviz.models.families import family_of, torchvision_family
+from actviz.models.clips import clip_preprocessing, pair_preprocessing
+from actviz.models.families import FAMILIES, family_of, torchvision_family
 from actviz.models.preprocessing import IMAGENET_MEAN, IMAGENET_STD, Preprocessing
 from actviz.models.pretrained import (
     default_weights,
@@ -71,8 +72,6 @@ class TorchvisionSource:
     def list_models(self, pattern: str | None, *, include_all: bool) -> list[ModelEntry]:
         """torchvision's models with their family and whether ``run`` takes them."""
         from torchvision import models
-
-        from actviz.models.families import FAMILIES
 
         families: dict[str, tuple[str, bool]] = {}
         for family in FAMILIES:
@@ -214,8 +213,6 @@ def weights_preprocessing(
     transform: Any = weights.transforms() if weights is not None else None
     kind = type(transform).__name__
     if kind in ("VideoClassification", "OpticalFlow"):  # clips and pairs, not images
-        from actviz.models.clips import clip_preprocessing, pair_preprocessing
-
         if kind == "OpticalFlow":
             return pair_preprocessing(input_size)
         return clip_preprocessing(weights, input_size=input_size)

@@ -8,6 +8,8 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 
 from actviz.models.families import CLASSIFICATION, QUANTIZED, SEGMENTATION, Family
+from actviz.render.png import picture_png
+from actviz.render.segmentation import segmentation_picture
 from actviz.run.families.base import Extras, ImageKind, Probe, RunFamily, Same
 from actviz.run.job import ImageJob, model_view
 
@@ -24,7 +26,6 @@ def _input_wanted(job: ImageJob) -> bool:
 
 def _input_png(job: ImageJob) -> bytes:
     """What the model saw, for the report (at the encoder's default level)."""
-    from actviz.render.png import picture_png
 
     return picture_png(model_view(job))
 
@@ -41,8 +42,6 @@ def segmentation_png(job: ImageJob) -> bytes | None:
     """``<image folder>/segmentation.png`` of one image of a batch, from the capture of the
     module the job's ``segmentation`` extra names (its first call's output); None when that
     module was not captured (a selection without it) or the model input was not kept."""
-    from actviz.render.png import picture_png
-    from actviz.render.segmentation import segmentation_picture
 
     module = job.extras.get("segmentation")
     if module is None or job.model_input is None:

@@ -8,8 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from actviz.errors import UsageError
 from actviz.models.families import OPTICAL_FLOW
+from actviz.models.families.optical_flow import flow_updates
+from actviz.render.optical_flow import render_optical_flow
+from actviz.render.overlay import input_view
 from actviz.run.families.base import Batch, Extras, FamilyOption, ImageKind, RunFamily
 from actviz.run.job import ImageJob, header_notes
 
@@ -44,10 +49,7 @@ def _wanted(job: ImageJob) -> bool:
 
 def optical_flow_png(job: ImageJob) -> bytes:
     """The pair and its flow at every iteration, on one scale, under a header."""
-    import numpy as np
 
-    from actviz.render.optical_flow import render_optical_flow
-    from actviz.render.overlay import input_view
     from actviz.render.png import encode_png
 
     pair = []
@@ -80,7 +82,6 @@ OPTICAL_FLOW_PICTURE = ImageKind(
 
 def _updates(loaded: LoadedModel, updates: int) -> None:
     """RAFT's refinement iterations (at least 1)."""
-    from actviz.models.families.optical_flow import flow_updates
 
     if updates < 1:
         raise UsageError(f"--flow-updates must be at least 1, not {updates}")

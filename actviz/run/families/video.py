@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from actviz.errors import UsageError
+from actviz.models.clips import ClipPreprocessing
 from actviz.models.families import VIDEO
+from actviz.models.families.video import clip_length_refusal
 from actviz.run.families.base import FamilyOption, RunFamily
 
 if TYPE_CHECKING:
@@ -18,9 +21,6 @@ __all__ = ["VIDEO_RUN"]
 def _frames(loaded: LoadedModel, frames: int) -> None:
     """Clips of ``frames`` frames (at least 1), refused before the run when the model cannot
     take that many (it says how many it takes)."""
-    from actviz.errors import UsageError
-    from actviz.models.clips import ClipPreprocessing
-    from actviz.models.families.video import clip_length_refusal
 
     before = loaded.preprocess
     assert isinstance(before, ClipPreprocessing)  # the family's preprocessing

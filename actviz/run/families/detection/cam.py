@@ -15,7 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from actviz.gradients.cam import grad_cam
+from actviz.gradients.eigen import eigen_cam
 from actviz.hooks.session import HookSession
+from actviz.windows import kept_cells
 
 if TYPE_CHECKING:
     import torch
@@ -107,8 +110,6 @@ def eigen_maps(captures: Sequence[Capture]) -> tuple[Any, str] | None:
     maps at the finest level's size, and what they were computed from; None without a map."""
     import torch
 
-    from actviz.gradients.eigen import eigen_cam
-
     levels = _levels(captures)
     if not levels:
         return None
@@ -155,8 +156,6 @@ def grad_cam_maps(
     size, cropped to the cells that see the image."""
     import torch
 
-    from actviz.gradients.cam import grad_cam
-
     layer = "backbone.fpn" if "backbone.fpn" in dict(module.named_modules()) else "backbone"
     wanted = [i for i, f in enumerate(found) if rank < len(f.scores)]
     if not wanted:
@@ -182,7 +181,6 @@ def grad_cam_maps(
 
 def _kept(size: tuple[int, int], probe: DetectionProbe) -> tuple[int, int]:
     """The cells of a ``size`` map on the padded grid that see the image."""
-    from actviz.windows import kept_cells
 
     if probe.padded is None or not probe.image_sizes:
         return size

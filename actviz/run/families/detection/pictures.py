@@ -10,6 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+from PIL import Image as PILImage
+from PIL import ImageDraw
+
+from actviz.render.detection import Detection, detection_colour, detection_picture, heads_picture
+from actviz.render.overlay import LABEL_HEIGHT, PANEL_GAP, cam_panel
+from actviz.render.png import picture_png
 from actviz.run.families.base import ImageKind
 from actviz.run.job import ImageJob, header_notes, model_view
 
@@ -55,8 +62,6 @@ def _box(box: Any, scale: tuple[float, float]) -> tuple[float, float, float, flo
 
 def _in_view(found: Found, i: int, view: Image.Image) -> Any:
     """Detection ``i``'s mask (in the image's pixels) resized to the view; None without."""
-    import numpy as np
-    from PIL import Image as PILImage
 
     if found.masks is None:
         return None
@@ -72,8 +77,6 @@ def _in_view(found: Found, i: int, view: Image.Image) -> Any:
 def detections_png(job: ImageJob) -> bytes:
     """The detections drawn on what the model saw, under a title that gives the threshold
     and notes that say why little is drawn."""
-    from actviz.render.detection import Detection, detection_picture
-    from actviz.render.png import picture_png
 
     found = job.extras["detections"]
     view = model_view(job)
@@ -113,8 +116,6 @@ def detections_png(job: ImageJob) -> bytes:
 
 def heads_png(job: ImageJob) -> bytes:
     """The first detections' rows: the box's crop, then each per-detection head output."""
-    from actviz.render.detection import heads_picture
-    from actviz.render.png import picture_png
 
     found, view = job.extras["detections"], model_view(job)
     scale = _scale(job, view)
@@ -143,11 +144,6 @@ def heads_png(job: ImageJob) -> bytes:
 def cam_png(job: ImageJob) -> bytes | None:
     """The input, EigenCAM and the Grad-CAM of one detection (its box outlined), side by
     side under a header; None without any map."""
-    from PIL import Image as PILImage
-
-    from actviz.render.detection import detection_picture
-    from actviz.render.overlay import cam_panel
-    from actviz.render.png import picture_png
 
     found: Found = job.extras["detections"]
     cams: DetectionCams = job.extras["detection_cams"]
@@ -185,10 +181,6 @@ def _outline(
 ) -> None:
     """Outline detection ``rank``'s ``box`` (in the view's pixels) on the last of
     ``panels`` panels after the input."""
-    from PIL import ImageDraw
-
-    from actviz.render.detection import detection_colour
-    from actviz.render.overlay import LABEL_HEIGHT, PANEL_GAP
 
     draw = ImageDraw.Draw(picture)
     offset = panels * (view.width + PANEL_GAP)

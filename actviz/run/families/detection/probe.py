@@ -12,6 +12,7 @@ what is computed apart from the recorder (Grad-CAM of a detection).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -237,7 +238,6 @@ def _in_order(heads: Mapping[str, torch.Tensor]) -> list[tuple[str, torch.Tensor
 def _as_grid(vector: torch.Tensor) -> torch.Tensor:
     """A feature vector laid out as the squarest grid its length divides into (1024: 32x32),
     row by row, to be drawn as a map."""
-    import math
 
     length = int(vector.numel())
     side = max(1, math.isqrt(length))

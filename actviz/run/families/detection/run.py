@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from actviz.models.families import DETECTION
+from actviz.models.families import DETECTION, detection_transform, lower_score_threshold
 from actviz.run.families.base import Batch, Extras, FamilyOption, RunFamily
 from actviz.run.families.detection.cam import DetectionCams, detection_cams
 from actviz.run.families.detection.pictures import DETECTION_CAM, DETECTION_HEADS, DETECTIONS
@@ -102,7 +102,6 @@ def _open(
 ) -> Detections | None:
     """The probe, with the watch on the detector's own transform (padding to crop, sizes)
     open for the run; None for a detector without that transform."""
-    from actviz.models.families import detection_transform
 
     if detection_transform(module) is None:
         return None
@@ -111,7 +110,6 @@ def _open(
 
 def _lower(loaded: LoadedModel, threshold: float) -> None:
     """The detector keeps boxes down to the run's threshold."""
-    from actviz.models.families import lower_score_threshold
 
     lower_score_threshold(loaded.module, threshold)
 
