@@ -279,6 +279,7 @@ def test_a_sweeps_table_ranks_by_images_lost_then_in_the_units_order() -> None:
     from types import SimpleNamespace
 
     from actviz.ablate.pictures import headline
+    from actviz.ablate.tables import ranked
     from actviz.cli.ablate import _rows
 
     lost = {2: 0, 10: 0, 3: 1, 7: 0}
@@ -297,7 +298,12 @@ def test_a_sweeps_table_ranks_by_images_lost_then_in_the_units_order() -> None:
             {"class": "dog", "acc_before": 0.5, "acc_after": 0.5},
         ]
 
-    result = SimpleNamespace(labels="folders", ablations=ablations, rows=rows)
+    result = SimpleNamespace(
+        labels="folders",
+        ablations=ablations,
+        rows=rows,
+        ranked=lambda: [ablations[i] for i in ranked(ablations)],
+    )
     head, table = _rows(result)  # type: ignore[arg-type]
     assert [r[0] for r in table] == ["unit 3", "unit 7", "unit 2", "unit 10"]
     assert head[3] == "dlogit" and [r[3] for r in table[:2]] == ["+0.0000", "-0.5000"]

@@ -21,7 +21,7 @@ from actviz import output
 from actviz.ablate.passes import reference_values
 from actviz.ablate.prepare import State
 from actviz.ablate.split import LayerTap
-from actviz.ablate.tables import Outcome, class_rows
+from actviz.ablate.tables import Outcome, class_rows, ranked
 from actviz.gradients.batch import patches_reach_readout
 from actviz.gradients.core import compute_gradients
 from actviz.gradients.methods import scale_cams
@@ -46,14 +46,8 @@ CURVE_CLASSES = 6
 
 
 def headline(ablations: Sequence[Mapping[str, Any]]) -> int:
-    """The ablation the pictures show: the one that lost most images; on a tie (often none
-    lost any), the one that moved the labels' logits down most; then the first."""
-    if not ablations:
-        return 0
-    return min(
-        range(len(ablations)),
-        key=lambda i: (-int(ablations[i]["overall"]["lost"]), ablations[i]["overall"]["dlogit"], i),
-    )
+    """The ablation the pictures show: the first of :func:`ranked`."""
+    return next(iter(ranked(ablations)), 0)
 
 
 def draw_pictures(

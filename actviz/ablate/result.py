@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from actviz.ablate.tables import ranked
 from actviz.cards.ablate import ablate_card
 
 __all__ = ["RECORD", "AblateResult"]
@@ -70,6 +71,11 @@ class AblateResult:
     report: Path | None = None
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+
+    def ranked(self) -> list[dict[str, Any]]:
+        """The ablations, the one that lost most images first (then the largest drop of the
+        labels' logits, then the order given): the one the pictures show leads."""
+        return [self.ablations[i] for i in ranked(self.ablations)]
 
     @property
     def crossed(self) -> list[dict[str, Any]]:

@@ -104,6 +104,20 @@ def class_rows(outcome: Outcome, names: Mapping[int, str]) -> list[dict[str, Any
     return rows
 
 
+def ranked(ablations: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The ablations' indices, the one that lost most images first; on a tie (often none
+    lost any), the one that moved the labels' logits down most; then the order given (unit 2
+    before unit 10). The pictures, the card and the terminal table all lead with the first."""
+    return sorted(
+        range(len(ablations)),
+        key=lambda i: (
+            -int(ablations[i]["overall"]["lost"]),
+            float(ablations[i]["overall"].get("dlogit", 0.0)),
+            i,
+        ),
+    )
+
+
 def overall(outcome: Outcome) -> dict[str, Any]:
     """Accuracy over every image, balanced accuracy (the mean recall over the classes
     present), and how many images changed prediction."""

@@ -24,7 +24,7 @@ def _points(before: object, after: object) -> str:
 def ablate_card(result: Any, pictures: bool = True) -> Card:
     """The card of an ``AblateResult``: per class of the ablation that lost most images, its
     accuracy before and after, the change in points and of its logit, worst first."""
-    headline = max(result.ablations, key=lambda a: a["overall"]["lost"], default=None)
+    headline = next(iter(result.ranked()), None)  # the ablation the pictures show
     name = headline["name"] if headline else None
     rows = sorted(
         result.rows(name),

@@ -290,13 +290,7 @@ def _rows(result: AblateResult) -> tuple[list[str], list[list[str]]]:
             for r in rows
         ]
     head = ["ablation", f"{word} after", "lost", "dlogit", "class hit most", "its points"]
-    # Most images lost first, then the largest drop of the labels' logits; then the order the
-    # units were given in (unit 2 before 10), as the pictures choose their ablation.
-    order = {id(a): i for i, a in enumerate(result.ablations)}
-    ranked = sorted(
-        result.ablations,
-        key=lambda a: (-a["overall"]["lost"], a["overall"].get("dlogit", 0.0), order[id(a)]),
-    )
+    ranked = result.ranked()
     out = []
     for a in ranked[:SHOWN]:
         rows = result.rows(a["name"])
